@@ -1,0 +1,149 @@
+// deepinfer bench: decode / prefill throughput with llama.cpp (node-llama-cpp) as the peer in the same run, and
+// the memory-bandwidth roofline for decode.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "args.h"
+#include "base/logging.h"
+#include "base/thread_pool.h"
+#include "commands.h"
+#include "generate/generator.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/membw.h"
+
+namespace deepinfer::cli {
+namespace {
+
+// Bytes of weights one decode step reads: every layer matrix plus the lm_head row block.
+double WeightBytesPerToken(const Model& m) {
+  double b = static_cast<double>(m.lm_head.nbytes);
+  for (auto& L : m.layers)
+    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) b += static_cast<double>(t->nbytes);
+  return b;
+}
+
+double MatmulParams(const Model& m) {
+  double p = static_cast<double>(m.lm_head.numel());
+  for (auto& L : m.layers)
+    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) p += static_cast<double>(t->numel());
+  return p;
+}
+
+std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  return t;
+}
+
+// Runs the peer script; returns its JSON (or null when it is unavailable).
+nlohmann::json RunPeer(const std::string& script, const std::string& mode, const std::string& model, int threads, int n, int prompt) {
+  std::string cmd = "node '" + script + "' " + mode + " '" + model + "' " + std::to_string(threads) + " " + std::to_string(n) + " " +
+                    std::to_string(prompt) + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return nullptr;
+  std::string out;
+  char buf[4096];
+  size_t k;
+  while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+  if (pclose(p) != 0) return nullptr;
+  auto j = nlohmann::json::parse(out, nullptr, false);
+  return j.is_discarded() ? nullptr : j;
+}
+
+}  // namespace
+
+int CmdBench(int argc, char** argv) {
+  Args args("bench",
+            "Benchmarks. decode: batch-1 tokens/s after a short prompt, with the memory-bandwidth roofline. prefill: tokens/s\n"
+            "for one long prompt. membw: read bandwidth. With --peer, llama.cpp (node-llama-cpp) runs the same GGUF with the\n"
+            "same threads in the same run and the ratio is printed.",
+            {
+                {"model", "m", "MODEL", "", "model (GGUF for a llama.cpp comparison)"},
+                {"threads", "t", "N", "all cores", "compute threads (also the peer's)"},
+                {"n-gen", "n", "N", "64", "decode: tokens to generate"},
+                {"n-prompt", "", "N", "512", "prefill: prompt length; decode: 16-token prompt"},
+                {"reps", "r", "N", "3", "repetitions (best is reported)"},
+                {"peer", "", "", "", "also run llama.cpp through node-llama-cpp"},
+                {"peer-script", "", "FILE", "tools/ref/llama_bench.mjs", "peer runner script"},
+                {"out", "", "FILE", "", "write the results as JSON"},
+            },
+            "{decode|prefill|membw}");
+  if (!args.Parse(argc, argv)) return 2;
+  if (args.help_requested() || args.positional().size() != 1) {
+    args.PrintHelp();
+    return args.help_requested() ? 0 : 2;
+  }
+  const std::string mode = args.positional()[0];
+  if (mode != "decode" && mode != "prefill" && mode != "membw") return Fail(InvalidArgument("unknown benchmark '" + mode + "'"));
+  const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
+  SetComputeThreads(threads);
+  const int reps = std::max<int>(1, static_cast<int>(args.GetInt("reps")));
+  nlohmann::json result = {{"benchmark", mode}, {"threads", threads}, {"isa", IsaName(ActiveIsa())}};
+
+  std::printf("deepinfer bench %s: %d threads, kernels %s\n", mode.c_str(), threads, IsaName(ActiveIsa()));
+  const double bw = MeasureReadBandwidthGBs();
+  std::printf("memory read bandwidth: %.2f GB/s\n", bw);
+  result["membw_gbs"] = bw;
+  if (mode != "membw") {
+    const std::string model_arg = args.Get("model");
+    auto model = LoadModelOrDie(model_arg);
+    const Model& m = *model;
+    const int n_gen = static_cast<int>(args.GetInt("n-gen")), n_prompt = static_cast<int>(args.GetInt("n-prompt"));
+    double best = 0;
+    Transformer tf(m, 512);
+    if (mode == "decode") {
+      const double bytes = WeightBytesPerToken(m);
+      GenerateRequest req;
+      req.prompt = RandomTokens(16, m.config.vocab_size, 7);
+      req.max_tokens = n_gen;
+      req.ignore_eos = true;
+      for (int r = 0; r < reps; ++r) {
+        KvCache kv(m.config, 16 + n_gen + 1);
+        auto res = Generate(tf, kv, req);
+        if (!res.ok()) return Fail(res.status());
+        best = std::max(best, (res->tokens.size() - 1) / res->decode_seconds);
+      }
+      const double roof = bw * 1e9 / bytes;
+      std::printf("deepinfer decode: %.2f tok/s  (weights %.2f GB/token, roofline %.2f tok/s, %.1f%% of roofline)\n", best, bytes / 1e9,
+                  roof, 100 * best / roof);
+      result.update({{"tokens_per_second", best}, {"weight_bytes_per_token", bytes}, {"roofline_tokens_per_second", roof},
+                     {"roofline_fraction", best / roof}});
+    } else {
+      const auto prompt = RandomTokens(n_prompt, m.config.vocab_size, 11);
+      std::vector<float> logits(m.config.vocab_size);
+      for (int r = 0; r < reps; ++r) {
+        KvCache kv(m.config, n_prompt);
+        auto t0 = std::chrono::steady_clock::now();
+        if (Status s = tf.Forward(prompt.data(), n_prompt, 0, kv, logits.data(), false); !s.ok()) return Fail(s);
+        best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      const double gflops = 2 * MatmulParams(m) * best / 1e9;
+      std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f GFLOP/s in matmuls)\n", n_prompt, best, gflops);
+      result.update({{"tokens_per_second", best}, {"matmul_gflops", gflops}, {"n_prompt", n_prompt}});
+    }
+    if (args.Has("peer")) {
+      if (m.format != "gguf") {
+        std::printf("peer: skipped (llama.cpp needs a GGUF model)\n");
+      } else {
+        auto peer = RunPeer(args.Get("peer-script"), mode, m.source, threads, mode == "decode" ? n_gen : n_prompt, reps);
+        if (peer.is_null() || !peer.contains("tokens_per_second")) {
+          std::printf("peer: llama.cpp run failed (is tools/ref installed? run scripts/setup.sh)\n");
+          result["peer_error"] = true;
+        } else {
+          const double pt = peer["tokens_per_second"].get<double>();
+          std::printf("llama.cpp %s: %.2f tok/s  ->  deepinfer / llama.cpp = %.2fx\n", mode.c_str(), pt, best / pt);
+          result["peer"] = peer;
+          result["ratio_vs_peer"] = best / pt;
+        }
+      }
+    }
+  }
+  if (args.Has("out")) std::ofstream(args.Get("out")) << result.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,75 @@
+#include <cstdio>
+
+#include "args.h"
+#include "base/logging.h"
+#include "commands.h"
+#include "model/make_tiny.h"
+
+namespace deepinfer::cli {
+
+int CmdMakeTiny(int argc, char** argv) {
+  Args args("make-tiny",
+            "Write a random-weight model (seeded, reproducible) in a real architecture's exact layout. With --format both\n"
+            "(default) OUT becomes an HF directory (config.json, model.safetensors, tokenizer.json) that also holds\n"
+            "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
+            {
+                {"arch", "", "ARCH", "llama", "llama | qwen2 | qwen3 | mistral"},
+                {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b (sets arch and sizes)"},
+                {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
+                {"format", "", "FMT", "both", "hf | gguf | both"},
+                {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 (GGUF; the HF copy holds the dequantized values)"},
+                {"seed", "", "N", "1", "random seed"},
+                {"vocab", "", "N", "512", "vocabulary size"},
+                {"hidden", "", "N", "64", "hidden size"},
+                {"layers", "", "N", "2", "transformer layers"},
+                {"heads", "", "N", "4", "attention heads"},
+                {"kv-heads", "", "N", "2", "key/value heads (GQA)"},
+                {"head-dim", "", "N", "hidden/heads", "head dimension"},
+                {"ffn", "", "N", "128", "MLP intermediate size"},
+                {"ctx", "", "N", "2048", "context length"},
+                {"rope-theta", "", "F", "10000", "RoPE base"},
+                {"tie", "", "", "", "tie lm_head to the embeddings"},
+                {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32)"},
+                {"quiet", "q", "", "", "no progress output"},
+            });
+  if (!args.Parse(argc, argv)) return 2;
+  if (args.help_requested()) {
+    args.PrintHelp();
+    return 0;
+  }
+  TinySpec s;
+  if (args.Has("preset")) {
+    if (!TinyPreset(args.Get("preset"), &s)) return Fail(InvalidArgument("unknown preset '" + args.Get("preset") + "'"));
+  } else {
+    if (!ArchFromName(args.Get("arch"), &s.arch)) return Fail(InvalidArgument("unknown architecture '" + args.Get("arch") + "'"));
+    s.vocab = static_cast<int>(args.GetInt("vocab"));
+    s.hidden = static_cast<int>(args.GetInt("hidden"));
+    s.layers = static_cast<int>(args.GetInt("layers"));
+    s.heads = static_cast<int>(args.GetInt("heads"));
+    s.kv_heads = static_cast<int>(args.GetInt("kv-heads"));
+    s.head_dim = args.Has("head-dim") ? static_cast<int>(args.GetInt("head-dim")) : 0;
+    s.intermediate = static_cast<int>(args.GetInt("ffn"));
+    s.ctx = static_cast<int>(args.GetInt("ctx"));
+    s.rope_theta = args.GetFloat("rope-theta");
+    s.tie_embeddings = args.Has("tie");
+    if (args.Has("rope-scaling")) {
+      if (args.Get("rope-scaling") != "llama3") return Fail(InvalidArgument("--rope-scaling supports llama3"));
+      s.llama3_rope_scaling = true;
+    }
+    if (s.vocab <= 0 || s.hidden <= 0 || s.layers <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0 || s.ctx <= 0)
+      return Fail(InvalidArgument("sizes must be positive"));
+  }
+  s.seed = static_cast<uint64_t>(args.GetInt("seed"));
+  s.dtype = DTypeFromName(args.Get("dtype"));
+  if (s.dtype == DType::kInvalid || s.dtype == DType::kI32) return Fail(InvalidArgument("unknown --dtype '" + args.Get("dtype") + "'"));
+  const std::string fmt = args.Get("format");
+  TinyFormat f = fmt == "hf" ? TinyFormat::kHf : fmt == "gguf" ? TinyFormat::kGguf : TinyFormat::kBoth;
+  if (fmt != "hf" && fmt != "gguf" && fmt != "both") return Fail(InvalidArgument("--format must be hf, gguf or both"));
+  if (!args.Has("out")) return Fail(InvalidArgument("--out is required"));
+  if (Status st = MakeTinyModel(s, f, args.Get("out"), args.Has("quiet")); !st.ok()) return Fail(st);
+  if (!args.Has("quiet")) DI_LOG_INFO("wrote %s (%s, %s, seed %llu)", args.Get("out").c_str(), ArchName(s.arch), DTypeName(s.dtype),
+                                      static_cast<unsigned long long>(s.seed));
+  return 0;
+}
+
+}  // namespace deepinfer::cli

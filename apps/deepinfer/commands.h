@@ -1,0 +1,22 @@
+#pragma once
+#include <memory>
+#include <string>
+
+#include "deepinfer/status.h"
+#include "model/model.h"
+
+namespace deepinfer::cli {
+
+int CmdGenerate(int argc, char** argv);
+int CmdMakeTiny(int argc, char** argv);
+int CmdPull(int argc, char** argv);
+int CmdBench(int argc, char** argv);
+int CmdLogprobs(int argc, char** argv);
+int CmdTokenize(int argc, char** argv);
+
+// Resolves MODEL (path or hub reference) and loads it, logging what was loaded. Exits the process with a clear
+// message on failure (the CLI's error boundary).
+std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg);
+int Fail(const Status& s);
+
+}  // namespace deepinfer::cli

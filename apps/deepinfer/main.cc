@@ -1,0 +1,74 @@
+// deepinfer: one binary, subcommands in the style of llama.cpp and vLLM.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "base/logging.h"
+#include "commands.h"
+#include "hub/hub.h"
+#include "kernels/cpu/cpu_features.h"
+#include "model/model.h"
+
+namespace deepinfer::cli {
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg) {
+  if (model_arg.empty()) {
+    std::fprintf(stderr, "error: no model given (-m MODEL: a .gguf file, an HF directory or owner/name)\n");
+    std::exit(2);
+  }
+  auto path = ResolveModel(model_arg, HubOptions::FromEnv());
+  if (!path.ok()) std::exit(Fail(path.status()));
+  auto m = LoadModelFromPath(*path);
+  if (!m.ok()) std::exit(Fail(m.status()));
+  DI_LOG_INFO("loaded %s (%s): %s", path->c_str(), (*m)->format.c_str(), (*m)->config.Summary().c_str());
+  DI_LOG_DEBUG("kernels: %s", IsaName(ActiveIsa()));
+  return std::move(m).value();
+}
+
+}  // namespace deepinfer::cli
+
+namespace {
+
+void Usage() {
+  std::printf(
+      "usage: deepinfer COMMAND [flags]     (deepinfer COMMAND --help for the flags of one command)\n\n"
+      "commands:\n"
+      "  generate    generate text from a prompt (streams to the terminal; --json for machine output)\n"
+      "  pull        download a model from a Hugging Face-style hub into the local cache\n"
+      "  make-tiny   write a random-weight model of a supported architecture (HF directory and/or GGUF)\n"
+      "  bench       benchmarks: decode, prefill, membw (memory bandwidth)\n"
+      "  tokenize    text to token ids (or ids to text with --decode)\n"
+      "  logprobs    full-vocabulary log-probabilities at every position of a token sequence (JSON)\n\n"
+      "MODEL is a GGUF file, a Hugging Face model directory, or a hub reference owner/name[:file][@revision]\n"
+      "(HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE and HF_TOKEN are honoured).\n"
+      "Environment: DEEPINFER_LOG=debug|info|warn|error, DEEPINFER_ISA=scalar|avx2|avx512, DEEPINFER_NO_PROGRESS=1\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace deepinfer::cli;
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    Usage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::printf("deepinfer 0.1.0\n");
+    return 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "generate") return CmdGenerate(argc - 2, argv + 2);
+  if (cmd == "make-tiny") return CmdMakeTiny(argc - 2, argv + 2);
+  if (cmd == "pull") return CmdPull(argc - 2, argv + 2);
+  if (cmd == "bench") return CmdBench(argc - 2, argv + 2);
+  if (cmd == "logprobs") return CmdLogprobs(argc - 2, argv + 2);
+  if (cmd == "tokenize") return CmdTokenize(argc - 2, argv + 2);
+  std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n", cmd.c_str());
+  Usage();
+  return 2;
+}

@@ -1,0 +1,89 @@
+#include "kernels/cpu/gemm.h"
+
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm_isa.h"
+
+namespace deepinfer {
+namespace {
+
+// Activations are converted to the weight's "dot type" before the product, as llama.cpp (and HF in 16-bit
+// precision) do: bf16/f16 weights see x rounded to bf16/f16, quantized weights see x quantized to q8_0 blocks.
+// The rounding is the same on every ISA, so results differ across ISAs only in summation order.
+struct PreparedX {
+  const float* x;        // x, or x rounded through the 16-bit type
+  const void* xq;        // bf16 (AVX512-BF16 path) or q8_0 blocks; null otherwise
+  std::vector<float> rounded;
+  std::vector<uint16_t> half;
+  std::vector<BlockQ8_0> q8;
+};
+
+void Prepare(const TensorView& w, const float* x, int m, PreparedX* p) {
+  const size_t n = static_cast<size_t>(m) * w.cols();
+  p->x = x;
+  p->xq = nullptr;
+  switch (w.dtype) {
+    case DType::kBF16: {
+      p->half.resize(n);
+      for (size_t i = 0; i < n; ++i) p->half[i] = F32ToBF16(x[i]);
+      if (ActiveIsa() == Isa::kAvx512 && DetectCpu().avx512_bf16) {
+        p->xq = p->half.data();
+      } else {
+        p->rounded.resize(n);
+        for (size_t i = 0; i < n; ++i) p->rounded[i] = BF16ToF32(p->half[i]);
+        p->x = p->rounded.data();
+      }
+      break;
+    }
+    case DType::kF16: {
+      p->rounded.resize(n);
+      for (size_t i = 0; i < n; ++i) p->rounded[i] = F16ToF32(F32ToF16(x[i]));
+      p->x = p->rounded.data();
+      break;
+    }
+    case DType::kQ8_0:
+    case DType::kQ4_0: {
+      p->q8.resize(n / 32);
+      QuantizeActivationsQ8_0(x, p->q8.data(), n);  // rows are whole blocks: K % 32 == 0
+      p->xq = p->q8.data();
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+void Slice(const TensorView& w, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  switch (ActiveIsa()) {
+    case Isa::kAvx512: isa_avx512::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
+    case Isa::kAvx2: isa_avx2::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
+    default: isa_scalar::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
+  }
+}
+
+}  // namespace
+
+void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  PreparedX p;
+  Prepare(w, x, m, &p);
+  Slice(w, p, m, y, ldy, n0, n1);
+}
+
+void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias) {
+  const int64_t n = w.rows();
+  thread_local PreparedX prepared;  // buffers reused across calls
+  // A lambda does not capture thread_locals: pass the caller's instance explicitly to the workers.
+  PreparedX* p = &prepared;
+  Prepare(w, x, m, p);
+  ComputePool().Run([&, p](int tid, int nt) {
+    auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(n), tid, nt, 16);
+    if (n0 < n1) Slice(w, *p, m, y, static_cast<int>(n), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+  });
+  if (bias)
+    for (int i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+}
+
+}  // namespace deepinfer

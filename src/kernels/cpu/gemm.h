@@ -1,0 +1,19 @@
+// Matrix multiply against weights in their stored type, f32 accumulation:
+//   y[m][n] = sum_k x[m][k] * W[n][k]      (W is {N, K}, rows contiguous; x and y are f32, row-major)
+// Work is split over the compute pool by weight rows (static partitioning), so each thread streams its own
+// slice of W once per block of x rows; decode (m = 1) is a GEMV bound by memory bandwidth.
+#pragma once
+#include <cstdint>
+
+#include "tensor/tensor.h"
+
+namespace deepinfer {
+
+// Computes y = x * W^T (+ bias when non-null). x: m*K floats, y: m*N floats (ldy = N).
+void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias = nullptr);
+
+// Single-threaded kernel on a slice of weight rows [n0, n1): y[i][n] for n in the slice. Exposed for tests.
+// x is f32; it is converted to the weight type's dot type here, as MatMul does.
+void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, int64_t n0, int64_t n1);
+
+}  // namespace deepinfer

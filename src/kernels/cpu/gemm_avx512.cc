@@ -1,0 +1,233 @@
+// AVX-512 GEMM slice kernels. Built with AVX-512 (+BF16) flags; only called when the CPU has them.
+// Register tiles of RX x-rows by RW weight rows accumulate in zmm registers over K (dot-product form), which
+// serves decode (m = 1, streaming weights) and prefill (x block kept in L2, weight tile in L1) alike.
+#include <immintrin.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm_isa.h"
+
+namespace deepinfer {
+namespace isa_avx512 {
+namespace {
+
+constexpr int kMaxRX = 4, kMaxRW = 4;
+
+inline __mmask16 TailMask16(int64_t left) { return static_cast<__mmask16>((1u << left) - 1); }
+
+struct LoadF32 {
+  static __m512 Load(const uint8_t* r, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(r) + k); }
+  static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(r) + k);
+  }
+};
+struct LoadF16 {
+  static __m512 Load(const uint8_t* r, int64_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(r) + k)));
+  }
+  static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(r) + k));
+  }
+};
+struct LoadBF16 {
+  static __m512 Widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
+  static __m512 Load(const uint8_t* r, int64_t k) {
+    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(r) + k)));
+  }
+  static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
+    return Widen(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(r) + k));
+  }
+};
+struct Args {
+  const TensorView* w;
+  const float* x;
+  const void* xq;  // x converted for the weight type (bf16 or q8_0 blocks), or null
+  float* y;
+  int ldy;
+  int64_t k;
+};
+
+template <class L, int RX, int RW>
+void TileF32(const Args& a, int64_t n, int i) {
+  __m512 acc[RX][RW];
+  const uint8_t* wr[RW];
+  const float* xr[RX];
+  for (int r = 0; r < RW; ++r) wr[r] = a.w->row(n + r);
+  for (int s = 0; s < RX; ++s) {
+    xr[s] = a.x + (i + s) * a.k;
+    for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 16 <= a.k; k += 16) {
+    __m512 wv[RW];
+    for (int r = 0; r < RW; ++r) wv[r] = L::Load(wr[r], k);
+    for (int s = 0; s < RX; ++s) {
+      __m512 xv = _mm512_loadu_ps(xr[s] + k);
+      for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_fmadd_ps(xv, wv[r], acc[s][r]);
+    }
+  }
+  if (k < a.k) {
+    __mmask16 m = TailMask16(a.k - k);
+    __m512 wv[RW];
+    for (int r = 0; r < RW; ++r) wv[r] = L::Tail(wr[r], k, m);
+    for (int s = 0; s < RX; ++s) {
+      __m512 xv = _mm512_maskz_loadu_ps(m, xr[s] + k);
+      for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_fmadd_ps(xv, wv[r], acc[s][r]);
+    }
+  }
+  for (int s = 0; s < RX; ++s)
+    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm512_reduce_add_ps(acc[s][r]);
+}
+
+// bf16 x bf16 -> f32 with vdpbf16ps: 32 products per instruction, pairs summed in f32.
+template <int RX, int RW>
+void TileDpBF16(const Args& a, int64_t n, int i) {
+  __m512 acc[RX][RW];
+  const uint16_t* wr[RW];
+  const uint16_t* xr[RX];
+  for (int r = 0; r < RW; ++r) wr[r] = reinterpret_cast<const uint16_t*>(a.w->row(n + r));
+  for (int s = 0; s < RX; ++s) {
+    xr[s] = static_cast<const uint16_t*>(a.xq) + (i + s) * a.k;
+    for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  for (; k + 32 <= a.k; k += 32) {
+    __m512bh wv[RW];
+    for (int r = 0; r < RW; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(wr[r] + k);
+    for (int s = 0; s < RX; ++s) {
+      __m512bh xv = (__m512bh)_mm512_loadu_si512(xr[s] + k);
+      for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_dpbf16_ps(acc[s][r], xv, wv[r]);
+    }
+  }
+  if (k < a.k) {
+    __mmask32 m = static_cast<__mmask32>((1ull << (a.k - k)) - 1);
+    __m512bh wv[RW];
+    for (int r = 0; r < RW; ++r) wv[r] = (__m512bh)_mm512_maskz_loadu_epi16(m, wr[r] + k);
+    for (int s = 0; s < RX; ++s) {
+      __m512bh xv = (__m512bh)_mm512_maskz_loadu_epi16(m, xr[s] + k);
+      for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_dpbf16_ps(acc[s][r], xv, wv[r]);
+    }
+  }
+  for (int s = 0; s < RX; ++s)
+    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm512_reduce_add_ps(acc[s][r]);
+}
+
+// Quantized weights (q8_0, q4_0) against x quantized to q8_0 blocks: integer dot per 32-element block,
+// scaled by d_w * d_x, as llama.cpp computes it (so the numbers match it, and int8 math is cheap).
+inline __m256i UnpackQ4(const BlockQ4_0* b) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs));
+  const __m128i lo = _mm_and_si128(raw, _mm_set1_epi8(0x0f)), hi = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f));
+  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+template <bool kQ4, int RX, int RW>
+void TileQ(const Args& a, int64_t n, int i) {
+  __m256 acc[RX][RW];
+  const uint8_t* wr[RW];
+  const BlockQ8_0* xr[RX];
+  const int64_t nb = a.k / 32;
+  for (int r = 0; r < RW; ++r) wr[r] = a.w->row(n + r);
+  for (int s = 0; s < RX; ++s) {
+    xr[s] = static_cast<const BlockQ8_0*>(a.xq) + (i + s) * nb;
+    for (int r = 0; r < RW; ++r) acc[s][r] = _mm256_setzero_ps();
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i wq[RW];
+    float dw[RW];
+    for (int r = 0; r < RW; ++r) {
+      if constexpr (kQ4) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(wr[r]) + b;
+        wq[r] = UnpackQ4(blk);
+        dw[r] = _cvtsh_ss(blk->d);
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(wr[r]) + b;
+        wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        dw[r] = _cvtsh_ss(blk->d);
+      }
+    }
+    for (int s = 0; s < RX; ++s) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[s][b].qs));
+      const __m256i ax = _mm256_sign_epi8(xq, xq);
+      const float dx = _cvtsh_ss(xr[s][b].d);
+      for (int r = 0; r < RW; ++r) {
+        const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wq[r], xq));
+        const __m256i p32 = _mm256_madd_epi16(p16, ones);
+        acc[s][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(dw[r] * dx), acc[s][r]);
+      }
+    }
+  }
+  for (int s = 0; s < RX; ++s)
+    for (int r = 0; r < RW; ++r) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[s][r]), _mm256_extractf128_ps(acc[s][r], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_movehdup_ps(v));
+      a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm_cvtss_f32(v);
+    }
+}
+
+using TileFn = void (*)(const Args&, int64_t, int);
+
+template <class L>
+struct F32Tiles {
+  template <int RX, int RW>
+  static void Fn(const Args& a, int64_t n, int i) { TileF32<L, RX, RW>(a, n, i); }
+};
+template <bool kQ4>
+struct QTiles {
+  template <int RX, int RW>
+  static void Fn(const Args& a, int64_t n, int i) { TileQ<kQ4, RX, RW>(a, n, i); }
+};
+struct DpTiles {
+  template <int RX, int RW>
+  static void Fn(const Args& a, int64_t n, int i) { TileDpBF16<RX, RW>(a, n, i); }
+};
+
+template <class T>
+struct TileTable {
+  TileFn fn[kMaxRX][kMaxRW] = {
+      {T::template Fn<1, 1>, T::template Fn<1, 2>, T::template Fn<1, 3>, T::template Fn<1, 4>},
+      {T::template Fn<2, 1>, T::template Fn<2, 2>, T::template Fn<2, 3>, T::template Fn<2, 4>},
+      {T::template Fn<3, 1>, T::template Fn<3, 2>, T::template Fn<3, 3>, T::template Fn<3, 4>},
+      {T::template Fn<4, 1>, T::template Fn<4, 2>, T::template Fn<4, 3>, T::template Fn<4, 4>},
+  };
+};
+
+
+template <class T>
+void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) {
+  static const TileTable<T> table;
+  // Block x rows so one block stays in L2 while every weight tile of the slice passes over it.
+  const int xb = std::max<int>(kMaxRX, static_cast<int>((256u << 10) / std::max<size_t>(1, x_row_bytes)) / kMaxRX * kMaxRX);
+  for (int i0 = 0; i0 < m; i0 += xb) {
+    const int i1 = std::min(m, i0 + xb);
+    for (int64_t n = n0; n < n1; n += kMaxRW) {
+      const int rw = static_cast<int>(std::min<int64_t>(kMaxRW, n1 - n));
+      for (int i = i0; i < i1; i += kMaxRX) {
+        const int rx = std::min(kMaxRX, i1 - i);
+        table.fn[rx - 1][rw - 1](a, n, i);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void GemmSlice(const TensorView& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  Args a{&w, x, xq, y, ldy, w.cols()};
+  const size_t xf = static_cast<size_t>(a.k) * 4;
+  switch (w.dtype) {
+    case DType::kF32: RunSlice<F32Tiles<LoadF32>>(a, m, n0, n1, xf); break;
+    case DType::kF16: RunSlice<F32Tiles<LoadF16>>(a, m, n0, n1, xf); break;
+    case DType::kBF16:
+      if (xq) RunSlice<DpTiles>(a, m, n0, n1, xf / 2);
+      else RunSlice<F32Tiles<LoadBF16>>(a, m, n0, n1, xf);
+      break;
+    case DType::kQ8_0: RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4); break;
+    case DType::kQ4_0: RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4); break;
+    default: break;
+  }
+}
+
+}  // namespace isa_avx512
+}  // namespace deepinfer

@@ -1,0 +1,123 @@
+#include "kernels/cpu/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "base/thread_pool.h"
+
+namespace deepinfer {
+
+void RmsNorm(const float* x, const float* w, float eps, int m, int n, float* y) {
+  for (int i = 0; i < m; ++i) {
+    const float* xr = x + static_cast<int64_t>(i) * n;
+    float* yr = y + static_cast<int64_t>(i) * n;
+    double ss = 0;  // double: the sum of squares is the one reduction where f32 drift shows at large n
+    for (int j = 0; j < n; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+    for (int j = 0; j < n; ++j) yr[j] = xr[j] * scale * w[j];
+  }
+}
+
+RopeTable RopeTable::Make(RopeStyle style, int rot_dim, double theta, const std::vector<float>& freq_factors) {
+  RopeTable t;
+  t.style = style;
+  t.rot_dim = rot_dim;
+  t.inv_freq.resize(rot_dim / 2);
+  for (int i = 0; i < rot_dim / 2; ++i) {
+    double f = std::pow(theta, -2.0 * i / rot_dim);
+    if (!freq_factors.empty()) f /= freq_factors[i];
+    t.inv_freq[i] = static_cast<float>(f);
+  }
+  return t;
+}
+
+void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, const int32_t* pos) {
+  const int half = t.rot_dim / 2;
+  std::vector<float> cs(half), sn(half);
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < half; ++j) {
+      const double a = static_cast<double>(pos[i]) * t.inv_freq[j];
+      cs[j] = static_cast<float>(std::cos(a));
+      sn[j] = static_cast<float>(std::sin(a));
+    }
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (static_cast<int64_t>(i) * n_heads + h) * head_dim;
+      for (int j = 0; j < half; ++j) {
+        const int a = t.style == RopeStyle::kAdjacentPairs ? 2 * j : j;
+        const int b = t.style == RopeStyle::kAdjacentPairs ? 2 * j + 1 : j + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[j] - x1 * sn[j];
+        v[b] = x0 * sn[j] + x1 * cs[j];
+      }
+    }
+  }
+}
+
+void SwiGLU(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+}
+
+void Softmax(float* x, int n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void LogSoftmax(const float* x, float* out, int n) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
+  const float lse = mx + static_cast<float>(std::log(sum));
+  for (int i = 0; i < n; ++i) out[i] = x[i] - lse;
+}
+
+namespace {
+
+float DotF(const float* a, const float* b, int n) {
+  float acc[16] = {};
+  int i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
+  for (int j = 0; i + j < n; ++j) acc[j] += a[i + j] * b[i + j];
+  float s = 0;
+  for (float v : acc) s += v;
+  return s;
+}
+
+}  // namespace
+
+void CausalAttention(const float* q, const float* k_cache, const float* v_cache, int m, int start, int n_heads,
+                     int n_kv, int hd, float scale, float* out) {
+  const int group = n_heads / n_kv;
+  const int64_t kv_stride = static_cast<int64_t>(n_kv) * hd, q_stride = static_cast<int64_t>(n_heads) * hd;
+  const int64_t tasks = static_cast<int64_t>(m) * n_heads;
+  ComputePool().Run([&](int tid, int nt) {
+    auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(tasks), tid, nt);
+    std::vector<float> scores(static_cast<size_t>(start + m));
+    std::vector<float> acc(hd);
+    for (size_t t = t0; t < t1; ++t) {
+      const int i = static_cast<int>(t / n_heads), h = static_cast<int>(t % n_heads), kvh = h / group;
+      const int len = start + i + 1;
+      const float* qv = q + i * q_stride + static_cast<int64_t>(h) * hd;
+      for (int p = 0; p < len; ++p) scores[p] = DotF(qv, k_cache + p * kv_stride + kvh * hd, hd) * scale;
+      Softmax(scores.data(), len);
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int p = 0; p < len; ++p) {
+        const float* vv = v_cache + p * kv_stride + kvh * hd;
+        const float s = scores[p];
+        for (int d = 0; d < hd; ++d) acc[d] += s * vv[d];
+      }
+      std::copy(acc.begin(), acc.end(), out + i * q_stride + static_cast<int64_t>(h) * hd);
+    }
+  });
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,36 @@
+// Elementwise and normalization kernels of the transformer block (f32 activations).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+namespace deepinfer {
+
+// y[i] = x[i] / sqrt(mean(x^2) + eps) * w, for m rows of n. y may alias x.
+void RmsNorm(const float* x, const float* w, float eps, int m, int n, float* y);
+
+enum class RopeStyle { kAdjacentPairs, kHalves };  // GGUF llama (interleaved) vs HF/NeoX (rotate_half)
+
+// Precomputed inverse frequencies for rotary embeddings over the first rot_dim dims of each head.
+struct RopeTable {
+  RopeStyle style = RopeStyle::kHalves;
+  int rot_dim = 0;
+  std::vector<float> inv_freq;  // rot_dim / 2 entries, freq factors already applied
+  static RopeTable Make(RopeStyle style, int rot_dim, double theta, const std::vector<float>& freq_factors);
+};
+// Rotates `n_heads` heads of `head_dim` in each of m rows (row stride = n_heads * head_dim), row i at pos[i].
+void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, const int32_t* pos);
+
+// out[i] = silu(gate[i]) * up[i]
+void SwiGLU(const float* gate, const float* up, float* out, int64_t n);
+// In-place softmax over n values; returns nothing, handles -inf.
+void Softmax(float* x, int n);
+// log-softmax into out.
+void LogSoftmax(const float* x, float* out, int n);
+
+// Causal attention for the m query rows of one sequence: row i sits at absolute position start + i and sees
+// keys [0, start + i]. q: m x (n_heads*hd); k_cache/v_cache: rows of (n_kv*hd) floats for positions 0..start+m-1.
+// out: m x (n_heads*hd). Heads share kv heads in groups of n_heads / n_kv (GQA).
+void CausalAttention(const float* q, const float* k_cache, const float* v_cache, int m, int start, int n_heads,
+                     int n_kv, int hd, float scale, float* out);
+
+}  // namespace deepinfer

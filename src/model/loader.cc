@@ -1,0 +1,275 @@
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "base/logging.h"
+#include "model/gguf.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+
+namespace deepinfer {
+
+Model::~Model() = default;
+
+namespace {
+
+// Where tensors come from: GGUF or safetensors names, resolved per layer.
+struct TensorSource {
+  std::string file;
+  std::function<const TensorView*(const std::string&)> find;
+};
+
+Status Expect(const TensorSource& src, const std::string& name, std::vector<int64_t> shape, TensorView* out) {
+  const TensorView* t = src.find(name);
+  if (!t) return NotFound(src.file + ": missing tensor '" + name + "'");
+  TensorView want;
+  want.shape = shape;
+  // A 1-D vector of n may be stored as {n} or {1, n}.
+  auto squeeze = [](std::vector<int64_t> s) {
+    while (s.size() > 1 && s.front() == 1) s.erase(s.begin());
+    return s;
+  };
+  if (squeeze(t->shape) != squeeze(shape))
+    return InvalidArgument(src.file + ": tensor '" + name + "' has shape " + t->ShapeString() + ", expected " + want.ShapeString());
+  *out = *t;
+  return Status::Ok();
+}
+
+Status ExpectVec(const TensorSource& src, const std::string& name, int64_t n, std::vector<float>* out) {
+  TensorView t;
+  DI_RETURN_IF_ERROR(Expect(src, name, {n}, &t));
+  if (GetDTypeInfo(t.dtype).block_elems != 1 && n % GetDTypeInfo(t.dtype).block_elems)
+    return InvalidArgument(src.file + ": tensor '" + name + "' has an unusable type");
+  out->resize(n);
+  DequantizeRow(t.dtype, t.data, out->data(), n);
+  return Status::Ok();
+}
+
+struct Names {  // per-format tensor names
+  std::string embd, out_norm, lm_head;
+  std::function<std::string(int, const char*)> layer;
+};
+
+Names GgufNames() {
+  Names n{"token_embd.weight", "output_norm.weight", "output.weight", nullptr};
+  n.layer = [](int l, const char* what) {
+    static const std::map<std::string, std::string> kMap = {
+        {"attn_norm", "attn_norm.weight"}, {"ffn_norm", "ffn_norm.weight"}, {"wq", "attn_q.weight"},
+        {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"}, {"wo", "attn_output.weight"},
+        {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"},
+        {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}, {"gate", "ffn_gate.weight"},
+        {"up", "ffn_up.weight"}, {"down", "ffn_down.weight"}};
+    return "blk." + std::to_string(l) + "." + kMap.at(what);
+  };
+  return n;
+}
+
+Names HfNames() {
+  Names n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", nullptr};
+  n.layer = [](int l, const char* what) {
+    static const std::map<std::string, std::string> kMap = {
+        {"attn_norm", "input_layernorm.weight"}, {"ffn_norm", "post_attention_layernorm.weight"},
+        {"wq", "self_attn.q_proj.weight"}, {"wk", "self_attn.k_proj.weight"}, {"wv", "self_attn.v_proj.weight"},
+        {"wo", "self_attn.o_proj.weight"}, {"bq", "self_attn.q_proj.bias"}, {"bk", "self_attn.k_proj.bias"},
+        {"bv", "self_attn.v_proj.bias"}, {"q_norm", "self_attn.q_norm.weight"}, {"k_norm", "self_attn.k_norm.weight"},
+        {"gate", "mlp.gate_proj.weight"}, {"up", "mlp.up_proj.weight"}, {"down", "mlp.down_proj.weight"}};
+    return "model.layers." + std::to_string(l) + "." + kMap.at(what);
+  };
+  return n;
+}
+
+Status Validate(const ModelConfig& c, const std::string& file) {
+  auto bad = [&](const std::string& what) { return InvalidArgument(file + ": invalid model configuration: " + what); };
+  if (c.vocab_size <= 0 || c.hidden <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.intermediate <= 0)
+    return bad("sizes must be positive (" + c.Summary() + ")");
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads) return bad("head_count must be a multiple of head_count_kv");
+  if (c.head_dim <= 0 || c.head_dim % 2) return bad("head_dim must be positive and even");
+  if (c.hidden > (1 << 20) || c.n_layers > 4096 || c.n_heads > 4096 || c.vocab_size > (1 << 24)) return bad("sizes too large");
+  if (c.max_ctx <= 0) return bad("context length must be positive");
+  return Status::Ok();
+}
+
+Status LoadWeights(Model& m, const TensorSource& src, const Names& names) {
+  const ModelConfig& c = m.config;
+  const int64_t h = c.hidden, q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  DI_RETURN_IF_ERROR(Expect(src, names.embd, {c.vocab_size, h}, &m.tok_embd));
+  DI_RETURN_IF_ERROR(ExpectVec(src, names.out_norm, h, &m.out_norm));
+  if (src.find(names.lm_head) && !m.config.tie_embeddings) {
+    DI_RETURN_IF_ERROR(Expect(src, names.lm_head, {c.vocab_size, h}, &m.lm_head));
+  } else {
+    m.config.tie_embeddings = true;
+    m.lm_head = m.tok_embd;
+  }
+  m.layers.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    LayerWeights& L = m.layers[l];
+    auto N = [&](const char* w) { return names.layer(l, w); };
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("attn_norm"), h, &L.attn_norm));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("ffn_norm"), h, &L.ffn_norm));
+    DI_RETURN_IF_ERROR(Expect(src, N("wq"), {q_dim, h}, &L.wq));
+    DI_RETURN_IF_ERROR(Expect(src, N("wk"), {kv_dim, h}, &L.wk));
+    DI_RETURN_IF_ERROR(Expect(src, N("wv"), {kv_dim, h}, &L.wv));
+    DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, q_dim}, &L.wo));
+    DI_RETURN_IF_ERROR(Expect(src, N("gate"), {c.intermediate, h}, &L.w_gate));
+    DI_RETURN_IF_ERROR(Expect(src, N("up"), {c.intermediate, h}, &L.w_up));
+    DI_RETURN_IF_ERROR(Expect(src, N("down"), {h, c.intermediate}, &L.w_down));
+    if (c.attn_bias || src.find(N("bq"))) {
+      DI_RETURN_IF_ERROR(ExpectVec(src, N("bq"), q_dim, &L.bq));
+      DI_RETURN_IF_ERROR(ExpectVec(src, N("bk"), kv_dim, &L.bk));
+      DI_RETURN_IF_ERROR(ExpectVec(src, N("bv"), kv_dim, &L.bv));
+    }
+    if (c.qk_norm) {
+      DI_RETURN_IF_ERROR(ExpectVec(src, N("q_norm"), c.head_dim, &L.q_norm));
+      DI_RETURN_IF_ERROR(ExpectVec(src, N("k_norm"), c.head_dim, &L.k_norm));
+    }
+  }
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------------------------------------------ GGUF
+
+StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
+  auto m = std::make_unique<Model>();
+  m->source = path;
+  m->format = "gguf";
+  DI_ASSIGN_OR_RETURN(std::string arch_name, g->GetString("general.architecture"));
+  ModelConfig& c = m->config;
+  if (!ArchFromName(arch_name, &c.arch))
+    return Unimplemented(path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, mistral)");
+  auto key = [&](const char* k) { return arch_name + "." + k; };
+  auto get_int = [&](const char* k, int64_t def, bool required) -> StatusOr<int64_t> {
+    auto v = g->GetInt(key(k));
+    if (v.ok()) return v;
+    if (v.status().code() != StatusCode::kNotFound || required) return v.status();
+    return def;
+  };
+  DI_ASSIGN_OR_RETURN(int64_t hidden, get_int("embedding_length", 0, true));
+  DI_ASSIGN_OR_RETURN(int64_t layers, get_int("block_count", 0, true));
+  DI_ASSIGN_OR_RETURN(int64_t ffn, get_int("feed_forward_length", 0, true));
+  DI_ASSIGN_OR_RETURN(int64_t heads, get_int("attention.head_count", 0, true));
+  DI_ASSIGN_OR_RETURN(int64_t kv_heads, get_int("attention.head_count_kv", heads, false));
+  DI_ASSIGN_OR_RETURN(int64_t ctx, get_int("context_length", 2048, false));
+  DI_ASSIGN_OR_RETURN(int64_t head_dim, get_int("attention.key_length", heads > 0 ? hidden / heads : 0, false));
+  c.hidden = static_cast<int>(hidden);
+  c.n_layers = static_cast<int>(layers);
+  c.intermediate = static_cast<int>(ffn);
+  c.n_heads = static_cast<int>(heads);
+  c.n_kv_heads = static_cast<int>(kv_heads);
+  c.max_ctx = static_cast<int>(std::min<int64_t>(ctx, 1 << 22));
+  c.head_dim = static_cast<int>(head_dim);
+  if (auto v = g->GetFloat(key("attention.layer_norm_rms_epsilon")); v.ok()) c.rms_eps = static_cast<float>(*v);
+  if (auto v = g->GetFloat(key("rope.freq_base")); v.ok()) c.rope_theta = *v;
+  c.rope_style = (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3) ? RopeStyle::kHalves : RopeStyle::kAdjacentPairs;
+  c.qk_norm = c.arch == Arch::kQwen3;
+  c.attn_bias = c.arch == Arch::kQwen2;
+  const TensorView* embd = g->FindTensor("token_embd.weight");
+  if (!embd) return NotFound(path + ": missing tensor 'token_embd.weight'");
+  c.vocab_size = static_cast<int>(embd->shape.front());
+  c.tie_embeddings = g->FindTensor("output.weight") == nullptr;
+  if (const TensorView* rf = g->FindTensor("rope_freqs.weight")) {
+    if (rf->dtype != DType::kF32 || rf->numel() != c.head_dim / 2)
+      return InvalidArgument(path + ": tensor 'rope_freqs.weight' must be f32 with head_dim/2 entries");
+    const float* p = static_cast<const float*>(rf->data);
+    c.rope_freq_factors.assign(p, p + rf->numel());
+  }
+  DI_RETURN_IF_ERROR(Validate(c, path));
+  GgufFile* gp = g.get();
+  TensorSource src{path, [gp](const std::string& n) { return gp->FindTensor(n); }};
+  DI_RETURN_IF_ERROR(LoadWeights(*m, src, GgufNames()));
+  DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromGguf(*g));
+  if (m->tokenizer->vocab_size() != c.vocab_size)
+    DI_LOG_WARN("%s: tokenizer has %d tokens, embeddings %d", path.c_str(), m->tokenizer->vocab_size(), c.vocab_size);
+  m->gguf = std::move(g);
+  return m;
+}
+
+// ------------------------------------------------------------------------------------------------ HF
+
+StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(cfg_path);
+  if (!in) return NotFound(cfg_path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss(cfg_path + ": not valid JSON");
+  auto m = std::make_unique<Model>();
+  m->source = dir;
+  m->format = "hf";
+  ModelConfig& c = m->config;
+  std::string arch_name = j.value("model_type", "");
+  if (!ArchFromName(arch_name, &c.arch))
+    return Unimplemented(cfg_path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, mistral)");
+  auto geti = [&](const char* k, int64_t def) -> StatusOr<int64_t> {
+    if (!j.contains(k) || j[k].is_null()) {
+      if (def < 0) return NotFound(cfg_path + ": missing '" + k + "'");
+      return def;
+    }
+    if (!j[k].is_number_integer()) return InvalidArgument(cfg_path + ": '" + k + "' must be an integer");
+    return j[k].get<int64_t>();
+  };
+  auto getf = [&](const char* k, double def) -> StatusOr<double> {
+    if (!j.contains(k) || j[k].is_null()) return def;
+    if (!j[k].is_number()) return InvalidArgument(cfg_path + ": '" + k + "' must be a number");
+    return j[k].get<double>();
+  };
+  DI_ASSIGN_OR_RETURN(int64_t hidden, geti("hidden_size", -1));
+  DI_ASSIGN_OR_RETURN(int64_t heads, geti("num_attention_heads", -1));
+  DI_ASSIGN_OR_RETURN(int64_t kv, geti("num_key_value_heads", heads));
+  DI_ASSIGN_OR_RETURN(int64_t hd, geti("head_dim", heads > 0 ? hidden / heads : 0));
+  DI_ASSIGN_OR_RETURN(int64_t layers, geti("num_hidden_layers", -1));
+  DI_ASSIGN_OR_RETURN(int64_t ffn, geti("intermediate_size", -1));
+  DI_ASSIGN_OR_RETURN(int64_t vocab, geti("vocab_size", -1));
+  DI_ASSIGN_OR_RETURN(int64_t ctx, geti("max_position_embeddings", 2048));
+  DI_ASSIGN_OR_RETURN(double eps, getf("rms_norm_eps", 1e-6));
+  DI_ASSIGN_OR_RETURN(double theta, getf("rope_theta", 10000.0));
+  c.hidden = static_cast<int>(hidden);
+  c.n_heads = static_cast<int>(heads);
+  c.n_kv_heads = static_cast<int>(kv);
+  c.head_dim = static_cast<int>(hd);
+  c.n_layers = static_cast<int>(layers);
+  c.intermediate = static_cast<int>(ffn);
+  c.vocab_size = static_cast<int>(vocab);
+  c.max_ctx = static_cast<int>(std::min<int64_t>(ctx, 1 << 22));
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_theta = theta;
+  c.rope_style = RopeStyle::kHalves;  // HF implementations rotate halves for every architecture here
+  c.tie_embeddings = j.value("tie_word_embeddings", false);
+  c.qk_norm = c.arch == Arch::kQwen3;
+  c.attn_bias = c.arch == Arch::kQwen2 || (j.contains("attention_bias") && j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>());
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    auto& rs = j["rope_scaling"];
+    std::string type = rs.value("rope_type", rs.value("type", ""));
+    if (type == "llama3") {
+      c.rope_freq_factors = Llama3FreqFactors(c.head_dim, theta, rs.value("factor", 8.0), rs.value("low_freq_factor", 1.0),
+                                              rs.value("high_freq_factor", 4.0), rs.value("original_max_position_embeddings", 8192.0));
+    } else if (!type.empty() && type != "default") {
+      return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet");
+    }
+  }
+  DI_RETURN_IF_ERROR(Validate(c, cfg_path));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
+  SafetensorsModel* sp = st.get();
+  TensorSource src{dir, [sp](const std::string& n) { return sp->Find(n); }};
+  DI_RETURN_IF_ERROR(LoadWeights(*m, src, HfNames()));
+  DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromHfDir(dir));
+  m->safetensors = std::move(st);
+  return m;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return LoadHf(path);
+  if (!fs::exists(path, ec)) return NotFound(path + ": no such file or directory");
+  return LoadGguf(path);
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,301 @@
+#include "model/make_tiny.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "base/progress.h"
+#include "model/gguf.h"
+#include "model/safetensors.h"
+
+namespace deepinfer {
+namespace fs = std::filesystem;
+
+bool TinyPreset(const std::string& name, TinySpec* s) {
+  if (name == "llama-3.2-1b") {
+    s->arch = Arch::kLlama;
+    s->vocab = 128256; s->hidden = 2048; s->layers = 16; s->heads = 32; s->kv_heads = 8; s->head_dim = 64;
+    s->intermediate = 8192; s->ctx = 131072; s->rope_theta = 500000; s->tie_embeddings = true; s->llama3_rope_scaling = true;
+  } else if (name == "qwen3-0.6b") {
+    s->arch = Arch::kQwen3;
+    s->vocab = 151936; s->hidden = 1024; s->layers = 28; s->heads = 16; s->kv_heads = 8; s->head_dim = 128;
+    s->intermediate = 3072; s->ctx = 40960; s->rope_theta = 1000000; s->tie_embeddings = true;
+  } else if (name == "qwen2.5-0.5b") {
+    s->arch = Arch::kQwen2;
+    s->vocab = 151936; s->hidden = 896; s->layers = 24; s->heads = 14; s->kv_heads = 2; s->head_dim = 64;
+    s->intermediate = 4864; s->ctx = 32768; s->rope_theta = 1000000; s->tie_embeddings = true;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+uint64_t SplitMix(uint64_t& x) {
+  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t HashName(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Values uniform in [center - a, center + a] with std = a / sqrt(3): cheap and deterministic.
+std::vector<float> RandomTensor(uint64_t seed, const std::string& name, size_t n, float std, float center) {
+  std::vector<float> v(n);
+  uint64_t st = seed ^ HashName(name);
+  const float a = std * 1.7320508f;
+  for (auto& x : v) x = center + a * (static_cast<float>(SplitMix(st) >> 40) * (2.0f / 16777216.0f) - 1.0f);
+  return v;
+}
+
+std::vector<uint8_t> Encode(DType t, const std::vector<float>& v) {
+  std::vector<uint8_t> b(DTypeBytes(t, v.size()));
+  QuantizeRow(t, v.data(), b.data(), v.size());
+  return b;
+}
+
+// The values as the stored type represents them (what both formats hold).
+std::vector<float> RoundTrip(DType t, const std::vector<float>& v) {
+  std::vector<float> out(v.size());
+  auto b = Encode(t, v);
+  DequantizeRow(t, b.data(), out.data(), v.size());
+  return out;
+}
+
+// llama.cpp's converter permutes q/k rows so rotate-half RoPE becomes adjacent-pair RoPE.
+std::vector<float> PermuteQK(const std::vector<float>& w, int n_head, int64_t cols) {
+  const int64_t rows = static_cast<int64_t>(w.size()) / cols, hd = rows / n_head, half = hd / 2;
+  std::vector<float> out(w.size());
+  for (int h = 0; h < n_head; ++h)
+    for (int s = 0; s < 2; ++s)
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t src = h * hd + s * half + i, dst = h * hd + 2 * i + s;
+        std::copy(w.begin() + src * cols, w.begin() + (src + 1) * cols, out.begin() + dst * cols);
+      }
+  return out;
+}
+
+// A byte-level BPE vocabulary: 256 byte symbols, seeded merges biased toward text, then bos/eos.
+struct TinyVocab {
+  std::vector<std::string> tokens;
+  std::vector<std::string> merges;
+  int bos = 0, eos = 0;
+};
+
+std::string CodepointUtf8(uint32_t cp) {
+  std::string o;
+  if (cp < 0x80) o += static_cast<char>(cp);
+  else {
+    o += static_cast<char>(0xC0 | (cp >> 6));
+    o += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return o;
+}
+
+TinyVocab MakeVocab(int vocab, uint64_t seed) {
+  TinyVocab v;
+  int n = 0;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    v.tokens.push_back(CodepointUtf8(printable ? b : 256 + n++));
+  }
+  std::set<std::string> have(v.tokens.begin(), v.tokens.end());
+  // Seed symbols: lower-case letters, the space marker (U+0120 'Ġ') and a few punctuation marks.
+  std::vector<int> pool;
+  for (int c = 'a'; c <= 'z'; ++c) pool.push_back(c);
+  const int space_id = [&] {
+    for (int b = 0; b < 256; ++b)
+      if (v.tokens[b] == "\xC4\xA0") return b;
+    return 32;
+  }();
+  pool.push_back(space_id);
+  pool.push_back(space_id);
+  pool.push_back(space_id);
+  uint64_t st = seed * 7919 + 17;
+  const int target = vocab - 2;
+  int guard = 0;
+  while (static_cast<int>(v.tokens.size()) < target && guard++ < target * 50) {
+    const int a = pool[SplitMix(st) % pool.size()], b = pool[SplitMix(st) % pool.size()];
+    std::string s = v.tokens[a] + v.tokens[b];
+    if (s.size() > 24 || have.count(s)) continue;
+    // A merge must not put a space marker in the middle of a token: GPT-2 splitting never produces that.
+    if (s.find("\xC4\xA0", 1) != std::string::npos) continue;
+    have.insert(s);
+    v.merges.push_back(v.tokens[a] + " " + v.tokens[b]);
+    pool.push_back(static_cast<int>(v.tokens.size()));
+    v.tokens.push_back(s);
+  }
+  for (int i = 0; static_cast<int>(v.tokens.size()) < target; ++i) v.tokens.push_back("<|unused_" + std::to_string(i) + "|>");
+  v.bos = static_cast<int>(v.tokens.size());
+  v.tokens.push_back("<|begin_of_text|>");
+  v.eos = static_cast<int>(v.tokens.size());
+  v.tokens.push_back("<|end_of_text|>");
+  return v;
+}
+
+Status WriteText(const fs::path& p, const std::string& s) {
+  std::ofstream out(p);
+  out << s;
+  return out ? Status::Ok() : IoError(p.string() + ": write failed");
+}
+
+}  // namespace
+
+Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string& out, bool quiet) {
+  TinySpec s = spec;
+  if (s.head_dim == 0) s.head_dim = s.hidden / s.heads;
+  if (s.vocab < 260) return InvalidArgument("make-tiny: vocab must be at least 260");
+  if (s.heads % s.kv_heads || s.head_dim % 2) return InvalidArgument("make-tiny: heads must be a multiple of kv_heads; head_dim even");
+  const int blk = GetDTypeInfo(s.dtype).block_elems;
+  if (s.hidden % blk || s.intermediate % blk || (s.heads * s.head_dim) % blk)
+    return InvalidArgument(std::string("make-tiny: dimensions must be multiples of ") + std::to_string(blk) + " for " + DTypeName(s.dtype));
+  if (s.dtype == DType::kI32 || s.dtype == DType::kInvalid) return InvalidArgument("make-tiny: unsupported dtype");
+  const bool quant = blk > 1;
+  const DType hf_dtype = quant ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
+  const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
+  const bool neox = s.arch == Arch::kQwen2 || s.arch == Arch::kQwen3;
+  const std::string arch = ArchName(s.arch);
+  // llama.cpp has no "mistral" GGUF architecture: its converter writes Mistral checkpoints as "llama".
+  const std::string gguf_arch = s.arch == Arch::kMistral ? "llama" : arch;
+  const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
+
+  std::vector<SafetensorsEntry> st;
+  GgufWriter gw;
+  const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
+  size_t n_tensors = 3 + s.layers * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (s.arch == Arch::kQwen3 ? 2 : 0)), done = 0;
+  if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
+  ProgressBar bar("make-tiny", n_tensors, "tensors");
+
+  // One tensor: generate, round to the stored type, emit to both formats.
+  auto add = [&](const std::string& hf_name, const std::string& gguf_name, std::vector<int64_t> shape, float std,
+                 float center, bool is_vector, int permute_heads) {
+    size_t n = 1;
+    for (auto d : shape) n *= static_cast<size_t>(d);
+    std::vector<float> v = RandomTensor(s.seed, hf_name, n, std, center);
+    const DType gguf_t = is_vector ? DType::kF32 : s.dtype;
+    v = RoundTrip(is_vector ? vec_dtype : s.dtype, v);  // both files hold exactly these values
+    if (want_hf) st.push_back({hf_name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
+    if (want_gguf) {
+      if (permute_heads) v = PermuteQK(v, permute_heads, shape.back());
+      gw.AddTensor(gguf_name, gguf_t, shape, Encode(gguf_t, v));
+    }
+    bar.Update(++done);
+  };
+  const float lin = 1.0f;  // weights scaled 1/sqrt(fan_in): activations stay O(1), logits spread over several nats
+  add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
+  for (int l = 0; l < s.layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".", g = "blk." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", g + "attn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+    add(p + "self_attn.q_proj.weight", g + "attn_q.weight", {qd, h}, lin / std::sqrt(h) * 2, 0.f, false, neox ? 0 : s.heads);
+    add(p + "self_attn.k_proj.weight", g + "attn_k.weight", {kvd, h}, lin / std::sqrt(h) * 2, 0.f, false, neox ? 0 : s.kv_heads);
+    add(p + "self_attn.v_proj.weight", g + "attn_v.weight", {kvd, h}, lin / std::sqrt(h), 0.f, false, 0);
+    if (s.arch == Arch::kQwen2) {
+      add(p + "self_attn.q_proj.bias", g + "attn_q.bias", {qd}, 0.1f, 0.f, true, 0);
+      add(p + "self_attn.k_proj.bias", g + "attn_k.bias", {kvd}, 0.1f, 0.f, true, 0);
+      add(p + "self_attn.v_proj.bias", g + "attn_v.bias", {kvd}, 0.1f, 0.f, true, 0);
+    }
+    if (s.arch == Arch::kQwen3) {
+      add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {s.head_dim}, 0.1f, 1.f, true, 0);
+      add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {s.head_dim}, 0.1f, 1.f, true, 0);
+    }
+    add(p + "self_attn.o_proj.weight", g + "attn_output.weight", {h, qd}, lin / std::sqrt(qd), 0.f, false, 0);
+    add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+    add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+    add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+    add(p + "mlp.down_proj.weight", g + "ffn_down.weight", {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
+  }
+  add("model.norm.weight", "output_norm.weight", {h}, 0.1f, 1.f, true, 0);
+  if (!s.tie_embeddings) add("lm_head.weight", "output.weight", {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
+  bar.Finish();
+
+  std::vector<float> freq_factors;
+  if (s.llama3_rope_scaling) freq_factors = Llama3FreqFactors(s.head_dim, s.rope_theta, 32.0, 1.0, 4.0, 8192.0);
+  const TinyVocab vocab = MakeVocab(s.vocab, s.seed);
+  const bool add_bos = !neox;
+
+  if (want_gguf) {
+    gw.SetString("general.architecture", gguf_arch);
+    gw.SetString("general.name", "deepinfer-tiny-" + arch);
+    gw.SetU32("general.alignment", 32);
+    gw.SetU32(gguf_arch + ".context_length", s.ctx);
+    gw.SetU32(gguf_arch + ".embedding_length", s.hidden);
+    gw.SetU32(gguf_arch + ".block_count", s.layers);
+    gw.SetU32(gguf_arch + ".feed_forward_length", s.intermediate);
+    gw.SetU32(gguf_arch + ".attention.head_count", s.heads);
+    gw.SetU32(gguf_arch + ".attention.head_count_kv", s.kv_heads);
+    gw.SetU32(gguf_arch + ".attention.key_length", s.head_dim);
+    gw.SetU32(gguf_arch + ".attention.value_length", s.head_dim);
+    gw.SetU32(gguf_arch + ".rope.dimension_count", s.head_dim);
+    gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
+    gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
+    gw.SetU32(gguf_arch + ".vocab_size", s.vocab);
+    if (!freq_factors.empty()) {
+      std::vector<uint8_t> b(freq_factors.size() * 4);
+      std::memcpy(b.data(), freq_factors.data(), b.size());
+      gw.AddTensor("rope_freqs.weight", DType::kF32, {static_cast<int64_t>(freq_factors.size())}, std::move(b));
+    }
+    gw.SetString("tokenizer.ggml.model", "gpt2");
+    gw.SetString("tokenizer.ggml.pre", "gpt-2");
+    gw.SetStringArray("tokenizer.ggml.tokens", vocab.tokens);
+    std::vector<int32_t> types(vocab.tokens.size(), 1);
+    types[vocab.bos] = types[vocab.eos] = 3;
+    gw.SetI32Array("tokenizer.ggml.token_type", types);
+    gw.SetStringArray("tokenizer.ggml.merges", vocab.merges);
+    gw.SetU32("tokenizer.ggml.bos_token_id", vocab.bos);
+    gw.SetU32("tokenizer.ggml.eos_token_id", vocab.eos);
+    gw.SetBool("tokenizer.ggml.add_bos_token", add_bos);
+  }
+  std::string gguf_path = out;
+  if (want_hf) {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) return IoError(out + ": cannot create directory: " + ec.message());
+    DI_RETURN_IF_ERROR(WriteSafetensors((fs::path(out) / "model.safetensors").string(), st));
+    static const char* kHfArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"};
+    nlohmann::json cfg = {
+        {"architectures", {kHfArch[static_cast<int>(s.arch)]}}, {"model_type", arch}, {"vocab_size", s.vocab},
+        {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
+        {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"intermediate_size", s.intermediate},
+        {"max_position_embeddings", s.ctx}, {"rms_norm_eps", 1e-5}, {"rope_theta", s.rope_theta},
+        {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
+        {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
+    if (s.arch == Arch::kMistral) cfg["sliding_window"] = nullptr;
+    if (s.llama3_rope_scaling)
+      cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                             {"original_max_position_embeddings", 8192}};
+    DI_RETURN_IF_ERROR(WriteText(fs::path(out) / "config.json", cfg.dump(2)));
+    nlohmann::json vocab_json = nlohmann::json::object();
+    for (size_t i = 0; i + 2 < vocab.tokens.size(); ++i) vocab_json[vocab.tokens[i]] = i;
+    nlohmann::json added = nlohmann::json::array();
+    for (int id : {vocab.bos, vocab.eos})
+      added.push_back({{"id", id}, {"content", vocab.tokens[id]}, {"single_word", false}, {"lstrip", false},
+                       {"rstrip", false}, {"normalized", false}, {"special", true}});
+    nlohmann::json tok = {
+        {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added}, {"normalizer", nullptr},
+        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"post_processor", nullptr},
+        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
+        {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                   {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
+                   {"vocab", vocab_json}, {"merges", vocab.merges}}}};
+    DI_RETURN_IF_ERROR(WriteText(fs::path(out) / "tokenizer.json", tok.dump()));
+    nlohmann::json tcfg = {{"bos_token", vocab.tokens[vocab.bos]}, {"eos_token", vocab.tokens[vocab.eos]},
+                           {"add_bos_token", add_bos}, {"model_max_length", s.ctx},
+                           {"tokenizer_class", "PreTrainedTokenizerFast"}};
+    DI_RETURN_IF_ERROR(WriteText(fs::path(out) / "tokenizer_config.json", tcfg.dump(2)));
+    gguf_path = (fs::path(out) / "model.gguf").string();
+  }
+  if (want_gguf) DI_RETURN_IF_ERROR(gw.Write(gguf_path));
+  return Status::Ok();
+}
+
+}  // namespace deepinfer

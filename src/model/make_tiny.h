@@ -1,0 +1,39 @@
+// Random-weight models (seeded) in real architectures' exact layouts, written as an HF directory and/or a GGUF
+// holding the same weights (GGUF q/k rows permuted for llama-style RoPE, exactly as llama.cpp's converter does),
+// so the same numbers run in deepinfer and in llama.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "deepinfer/status.h"
+#include "model/config.h"
+#include "tensor/dtype.h"
+
+namespace deepinfer {
+
+struct TinySpec {
+  Arch arch = Arch::kLlama;
+  int vocab = 512;
+  int hidden = 64;
+  int layers = 2;
+  int heads = 4;
+  int kv_heads = 2;
+  int head_dim = 0;  // 0: hidden / heads
+  int intermediate = 128;
+  int ctx = 2048;
+  double rope_theta = 10000.0;
+  bool tie_embeddings = false;
+  bool llama3_rope_scaling = false;
+  DType dtype = DType::kF32;
+  uint64_t seed = 1;
+};
+
+// Named realistic shapes: "llama-3.2-1b", "qwen3-0.6b", "qwen2.5-0.5b"; returns false if unknown.
+bool TinyPreset(const std::string& name, TinySpec* spec);
+
+enum class TinyFormat { kHf, kGguf, kBoth };
+
+// kHf: `out` is a directory. kGguf: `out` is a file. kBoth: `out` is an HF directory that also holds model.gguf.
+Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string& out, bool quiet = false);
+
+}  // namespace deepinfer

@@ -1,0 +1,177 @@
+#include "tensor/dtype.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace deepinfer {
+
+const DTypeInfo& GetDTypeInfo(DType t) {
+  static const DTypeInfo kInfo[] = {
+      {"f32", 1, 4}, {"f16", 1, 2}, {"bf16", 1, 2}, {"q8_0", 32, 34}, {"q4_0", 32, 18}, {"i32", 1, 4}, {"invalid", 1, 0},
+  };
+  return kInfo[static_cast<int>(t)];
+}
+
+DType DTypeFromName(const std::string& name) {
+  for (int i = 0; i < static_cast<int>(DType::kInvalid); ++i)
+    if (name == GetDTypeInfo(static_cast<DType>(i)).name) return static_cast<DType>(i);
+  return DType::kInvalid;
+}
+
+float F16ToF32(uint16_t h) {
+  uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ff, u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalize
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400)) {
+        mant <<= 1;
+        --exp;
+      }
+      u = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t F32ToF16(float f) {  // round to nearest even, with subnormals, inf and NaN
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000;
+  uint32_t a = u & 0x7fffffff;
+  if (a > 0x7f800000) return static_cast<uint16_t>(sign | 0x7e00);
+  if (a >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow (incl. rounding up) -> inf
+  if (a < 0x38800000) {                                               // subnormal or zero in f16
+    if (a < 0x33000000) return static_cast<uint16_t>(sign);
+    uint32_t mant = (a & 0x7fffff) | 0x800000;
+    int shift = 126 - static_cast<int>(a >> 23);  // 14 + (113 - exp)
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1), mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t h = ((a >> 13) - ((127 - 15) << 10));
+  uint32_t rem = a & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case DType::kF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = BF16ToF32(s[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      auto* b = static_cast<const BlockQ8_0*>(src);
+      for (size_t k = 0; k < n / 32; ++k) {
+        float d = F16ToF32(b[k].d);
+        for (int j = 0; j < 32; ++j) dst[k * 32 + j] = b[k].qs[j] * d;
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      auto* b = static_cast<const BlockQ4_0*>(src);
+      for (size_t k = 0; k < n / 32; ++k) {
+        float d = F16ToF32(b[k].d);
+        for (int j = 0; j < 16; ++j) {
+          dst[k * 32 + j] = ((b[k].qs[j] & 0xf) - 8) * d;
+          dst[k * 32 + j + 16] = ((b[k].qs[j] >> 4) - 8) * d;
+        }
+      }
+      return;
+    }
+    case DType::kI32: {
+      auto* s = static_cast<const int32_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void QuantizeActivationsQ8_0(const float* x, BlockQ8_0* y, size_t n) {
+  for (size_t k = 0; k < n / 32; ++k, x += 32) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+    y[k].d = F32ToF16(amax / 127.f);
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    for (int j = 0; j < 32; ++j) y[k].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+  }
+}
+
+void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case DType::kF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = F32ToF16(src[i]);
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<uint16_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = F32ToBF16(src[i]);
+      return;
+    }
+    case DType::kQ8_0: {
+      auto* b = static_cast<BlockQ8_0*>(dst);
+      for (size_t k = 0; k < n / 32; ++k) {
+        const float* x = src + k * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+        float d = amax / 127.f, id = d ? 1.f / d : 0.f;
+        b[k].d = F32ToF16(d);
+        for (int j = 0; j < 32; ++j) b[k].qs[j] = static_cast<int8_t>(std::roundf(x[j] * id));
+      }
+      return;
+    }
+    case DType::kQ4_0: {
+      auto* b = static_cast<BlockQ4_0*>(dst);
+      for (size_t k = 0; k < n / 32; ++k) {
+        const float* x = src + k * 32;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 32; ++j)
+          if (std::fabs(x[j]) > amax) {
+            amax = std::fabs(x[j]);
+            max = x[j];
+          }
+        float d = max / -8.f, id = d ? 1.f / d : 0.f;
+        b[k].d = F32ToF16(d);
+        for (int j = 0; j < 16; ++j) {
+          int q0 = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+          int q1 = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
+          b[k].qs[j] = static_cast<uint8_t>(q0 | (q1 << 4));
+        }
+      }
+      return;
+    }
+    case DType::kI32: {
+      auto* d = static_cast<int32_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(src[i]);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+}  // namespace deepinfer

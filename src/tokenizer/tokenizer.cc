@@ -1,0 +1,53 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+
+namespace deepinfer {
+
+std::string Tokenizer::Decode(const std::vector<int32_t>& ids, bool skip_special) const {
+  std::string out;
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) continue;
+    if (skip_special && is_control_[id]) continue;
+    out += TokenBytes(id);
+  }
+  return out;
+}
+
+bool Tokenizer::IsEog(int32_t id) const {
+  return id == eos_id_ || std::find(eog_ids_.begin(), eog_ids_.end(), id) != eog_ids_.end();
+}
+
+namespace {
+// Length of the longest prefix of s that ends on a UTF-8 character boundary with no incomplete sequence.
+size_t CompleteUtf8Prefix(const std::string& s) {
+  size_t n = s.size();
+  // Look back at most 3 bytes for a lead byte whose sequence is not complete yet.
+  for (size_t back = 1; back <= 3 && back <= n; ++back) {
+    unsigned char c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t need = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return need > back ? n - back : n;
+  }
+  return n;
+}
+}  // namespace
+
+std::string StreamDecoder::Push(int32_t id) {
+  ids_.push_back(id);
+  std::string text = tok_.Decode(ids_);
+  size_t ready = CompleteUtf8Prefix(text);
+  if (ready <= emitted_) return {};
+  std::string out = text.substr(emitted_, ready - emitted_);
+  emitted_ = ready;
+  return out;
+}
+
+std::string StreamDecoder::Flush() {
+  std::string text = tok_.Decode(ids_);
+  std::string out = text.size() > emitted_ ? text.substr(emitted_) : std::string();
+  emitted_ = text.size();
+  return out;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,387 @@
+// SentencePiece-style (llama) and byte-level BPE (gpt2) vocabularies, from GGUF metadata or tokenizer.json.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
+#include <array>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <queue>
+#include <sstream>
+#include <unordered_map>
+
+#include "model/gguf.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* kLlama3Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* kQwen2Regex =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Number of bytes of the UTF-8 character starting at s[i] (1 for invalid bytes).
+size_t Utf8Len(const std::string& s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = (c & 0x80) == 0 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+  return std::min(n, s.size() - i);
+}
+
+std::string CodepointToUtf8(uint32_t cp) {
+  std::string o;
+  if (cp < 0x80) {
+    o += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    o += static_cast<char>(0xC0 | (cp >> 6));
+    o += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    o += static_cast<char>(0xE0 | (cp >> 12));
+    o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    o += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    o += static_cast<char>(0xF0 | (cp >> 18));
+    o += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    o += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+  return o;
+}
+
+// ------------------------------------------------------------------------------------------ SentencePiece-style
+
+class SpmTokenizer : public Tokenizer {
+ public:
+  SpmTokenizer(std::vector<std::string> pieces, std::vector<float> scores, std::vector<int> types, int bos, int eos,
+               bool add_bos, bool add_space_prefix)
+      : scores_(std::move(scores)), add_space_prefix_(add_space_prefix) {
+    pieces_ = std::move(pieces);
+    is_control_.resize(pieces_.size());
+    byte_ids_.fill(-1);
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      const int type = i < types.size() ? types[i] : 1;
+      is_control_[i] = type == 3;
+      if (type == 6 && pieces_[i].size() == 6 && pieces_[i].rfind("<0x", 0) == 0)  // <0xAB> byte token
+        byte_ids_[std::stoi(pieces_[i].substr(3, 2), nullptr, 16)] = static_cast<int>(i);
+      if (type == 1 || type == 4) ids_.emplace(pieces_[i], static_cast<int>(i));
+      if (type == 2) unk_ = static_cast<int>(i);
+    }
+    bos_id_ = bos;
+    eos_id_ = eos;
+    add_bos_ = add_bos;
+  }
+
+  std::vector<int32_t> Encode(const std::string& text, bool add_bos) const override {
+    std::vector<int32_t> out;
+    if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+    if (text.empty()) return out;
+    std::string s = add_space_prefix_ ? " " + text : text;
+    std::string norm;
+    for (char c : s) norm += (c == ' ') ? std::string("\xE2\x96\x81") : std::string(1, c);
+    // Symbols start as single characters; merge the adjacent pair whose concatenation scores best, leftmost first.
+    std::vector<std::string> sym;
+    for (size_t i = 0; i < norm.size();) {
+      size_t n = Utf8Len(norm, i);
+      sym.push_back(norm.substr(i, n));
+      i += n;
+    }
+    for (;;) {
+      int best = -1;
+      float best_score = -1e30f;
+      for (size_t i = 0; i + 1 < sym.size(); ++i) {
+        auto it = ids_.find(sym[i] + sym[i + 1]);
+        if (it != ids_.end() && scores_[it->second] > best_score) {
+          best_score = scores_[it->second];
+          best = static_cast<int>(i);
+        }
+      }
+      if (best < 0) break;
+      sym[best] += sym[best + 1];
+      sym.erase(sym.begin() + best + 1);
+    }
+    for (auto& s2 : sym) {
+      auto it = ids_.find(s2);
+      if (it != ids_.end()) {
+        out.push_back(it->second);
+        continue;
+      }
+      for (unsigned char b : s2) out.push_back(byte_ids_[b] >= 0 ? byte_ids_[b] : unk_);
+    }
+    return out;
+  }
+
+  std::string TokenBytes(int32_t id) const override {
+    if (id < 0 || id >= vocab_size() || is_control_[id]) return {};
+    const std::string& p = pieces_[id];
+    for (int b = 0; b < 256; ++b)
+      if (byte_ids_[b] == id) return std::string(1, static_cast<char>(b));
+    std::string o;
+    for (size_t i = 0; i < p.size();) {
+      if (p.compare(i, 3, "\xE2\x96\x81") == 0) {
+        o += ' ';
+        i += 3;
+      } else {
+        o += p[i++];
+      }
+    }
+    return o;
+  }
+
+  std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const override {
+    std::string o = Tokenizer::Decode(ids, skip_special);
+    // The encoder added a space in front of the text; drop it again at the start of a sequence.
+    if (add_space_prefix_ && !o.empty() && o[0] == ' ') o.erase(0, 1);
+    return o;
+  }
+
+ private:
+  std::vector<float> scores_;
+  std::unordered_map<std::string, int> ids_;
+  std::array<int, 256> byte_ids_{};
+  int unk_ = 0;
+  bool add_space_prefix_;
+};
+
+// ------------------------------------------------------------------------------------------ byte-level BPE
+
+class BpeTokenizer : public Tokenizer {
+ public:
+  BpeTokenizer(std::vector<std::string> pieces, std::vector<int> types, const std::vector<std::string>& merges,
+               const std::string& regex, int bos, int eos, bool add_bos) {
+    pieces_ = std::move(pieces);
+    is_control_.resize(pieces_.size());
+    for (size_t i = 0; i < pieces_.size(); ++i) {
+      is_control_[i] = i < types.size() && types[i] == 3;
+      ids_.emplace(pieces_[i], static_cast<int>(i));
+    }
+    for (size_t r = 0; r < merges.size(); ++r) {
+      size_t sp = merges[r].find(' ', 1);
+      if (sp == std::string::npos) continue;
+      ranks_.emplace(merges[r], static_cast<int>(r));
+    }
+    // GPT-2's byte <-> printable-unicode map.
+    int n = 0;
+    for (int b = 0; b < 256; ++b) {
+      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      uint32_t cp = printable ? b : 256 + n++;
+      byte_to_str_[b] = CodepointToUtf8(cp);
+      str_to_byte_[byte_to_str_[b]] = static_cast<uint8_t>(b);
+    }
+    int err;
+    PCRE2_SIZE off;
+    re_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.c_str()), regex.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
+                        &err, &off, nullptr);
+    if (re_) pcre2_jit_compile(re_, PCRE2_JIT_COMPLETE);
+    bos_id_ = bos;
+    eos_id_ = eos;
+    add_bos_ = add_bos;
+  }
+  ~BpeTokenizer() override {
+    if (re_) pcre2_code_free(re_);
+  }
+  bool ok() const { return re_ != nullptr; }
+
+  std::vector<int32_t> Encode(const std::string& text, bool add_bos) const override {
+    std::vector<int32_t> out;
+    if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_, nullptr);
+    size_t pos = 0;
+    while (pos < text.size()) {
+      int rc = pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos, 0, md, nullptr);
+      size_t b, e;
+      if (rc < 0) {  // no match (or invalid UTF-8): the rest is one piece
+        b = pos;
+        e = text.size();
+      } else {
+        PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+        b = ov[0];
+        e = ov[1];
+        if (e == b) e = b + Utf8Len(text, b);
+        if (b > pos) EncodeWord(text.substr(pos, b - pos), &out);
+      }
+      EncodeWord(text.substr(b, e - b), &out);
+      pos = e;
+    }
+    pcre2_match_data_free(md);
+    return out;
+  }
+
+  std::string TokenBytes(int32_t id) const override {
+    if (id < 0 || id >= vocab_size() || is_control_[id]) return {};
+    const std::string& p = pieces_[id];
+    std::string o;
+    for (size_t i = 0; i < p.size();) {
+      size_t n = Utf8Len(p, i);
+      auto it = str_to_byte_.find(p.substr(i, n));
+      if (it != str_to_byte_.end()) o += static_cast<char>(it->second);
+      else o += p.substr(i, n);  // added tokens keep their literal text
+      i += n;
+    }
+    return o;
+  }
+
+ private:
+  void EncodeWord(const std::string& word, std::vector<int32_t>* out) const {
+    std::vector<std::string> sym;
+    for (unsigned char c : word) sym.push_back(byte_to_str_[c]);
+    for (;;) {
+      int best = -1, best_rank = INT32_MAX;
+      for (size_t i = 0; i + 1 < sym.size(); ++i) {
+        auto it = ranks_.find(sym[i] + " " + sym[i + 1]);
+        if (it != ranks_.end() && it->second < best_rank) {
+          best_rank = it->second;
+          best = static_cast<int>(i);
+        }
+      }
+      if (best < 0) break;
+      sym[best] += sym[best + 1];
+      sym.erase(sym.begin() + best + 1);
+    }
+    for (auto& s : sym) {
+      auto it = ids_.find(s);
+      if (it != ids_.end()) out->push_back(it->second);
+    }
+  }
+
+  std::unordered_map<std::string, int> ids_;
+  std::unordered_map<std::string, int> ranks_;
+  std::string byte_to_str_[256];
+  std::unordered_map<std::string, uint8_t> str_to_byte_;
+  pcre2_code* re_ = nullptr;
+};
+
+std::string RegexForPre(const std::string& pre) {
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe") return kLlama3Regex;
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return kQwen2Regex;
+  return kGpt2Regex;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& g) {
+  const std::string& path = g.path();
+  DI_ASSIGN_OR_RETURN(std::string model, g.GetString("tokenizer.ggml.model"));
+  const GgufValue* tokens = g.Find("tokenizer.ggml.tokens");
+  if (!tokens || !tokens->is_array() || tokens->strings.empty())
+    return DataLoss(path + ": tokenizer.ggml.tokens is missing or empty");
+  std::vector<int> types;
+  if (auto* t = g.Find("tokenizer.ggml.token_type"); t && t->is_array())
+    for (double v : t->numbers) types.push_back(static_cast<int>(v));
+  auto get_id = [&](const char* key, int def) {
+    auto v = g.GetInt(key);
+    return v.ok() ? static_cast<int>(*v) : def;
+  };
+  auto get_bool = [&](const char* key, bool def) {
+    auto* v = g.Find(key);
+    if (!v || v->is_array()) return def;
+    if (auto* b = std::get_if<bool>(&v->scalar)) return *b;
+    return def;
+  };
+  const int n = static_cast<int>(tokens->strings.size());
+  int bos = get_id("tokenizer.ggml.bos_token_id", -1), eos = get_id("tokenizer.ggml.eos_token_id", -1);
+  if (bos >= n || eos >= n) return DataLoss(path + ": bos/eos token id outside the vocabulary");
+  if (model == "llama") {
+    std::vector<float> scores(n, 0.f);
+    if (auto* s = g.Find("tokenizer.ggml.scores"); s && s->is_array() && static_cast<int>(s->numbers.size()) == n)
+      for (int i = 0; i < n; ++i) scores[i] = static_cast<float>(s->numbers[i]);
+    return std::unique_ptr<Tokenizer>(new SpmTokenizer(tokens->strings, scores, types, bos, eos,
+                                                       get_bool("tokenizer.ggml.add_bos_token", true),
+                                                       get_bool("tokenizer.ggml.add_space_prefix", true)));
+  }
+  if (model == "gpt2") {
+    std::vector<std::string> merges;
+    if (auto* m = g.Find("tokenizer.ggml.merges"); m && m->is_array()) merges = m->strings;
+    auto pre = g.GetString("tokenizer.ggml.pre");
+    auto t = std::make_unique<BpeTokenizer>(tokens->strings, types, merges, RegexForPre(pre.ok() ? *pre : ""), bos, eos,
+                                            get_bool("tokenizer.ggml.add_bos_token", false));
+    if (!t->ok()) return Internal(path + ": pre-tokenizer regex failed to compile");
+    return std::unique_ptr<Tokenizer>(std::move(t));
+  }
+  return Unimplemented(path + ": tokenizer model '" + model + "' (supported here: llama, gpt2)");
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  auto read_json = [](const fs::path& p, nlohmann::json* out) -> Status {
+    std::ifstream in(p);
+    if (!in) return NotFound(p.string() + ": cannot open");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    *out = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (out->is_discarded() || !out->is_object()) return DataLoss(p.string() + ": not a JSON object");
+    return Status::Ok();
+  };
+  const fs::path tj = fs::path(dir) / "tokenizer.json";
+  nlohmann::json j, cfg = nlohmann::json::object();
+  DI_RETURN_IF_ERROR(read_json(tj, &j));
+  if (fs::exists(fs::path(dir) / "tokenizer_config.json")) DI_RETURN_IF_ERROR(read_json(fs::path(dir) / "tokenizer_config.json", &cfg));
+  const std::string path = tj.string();
+  if (!j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE" ||
+      !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
+    return Unimplemented(path + ": only BPE tokenizer.json models are supported here");
+  auto& vocab = j["model"]["vocab"];
+  std::vector<std::pair<int, std::string>> entries;
+  for (auto& [k, v] : vocab.items()) {
+    if (!v.is_number_integer()) return DataLoss(path + ": vocab id for '" + k + "' is not an integer");
+    entries.emplace_back(v.get<int>(), k);
+  }
+  std::map<int, std::pair<std::string, bool>> added;
+  if (j.contains("added_tokens") && j["added_tokens"].is_array())
+    for (auto& a : j["added_tokens"])
+      if (a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") && a["content"].is_string())
+        added[a["id"].get<int>()] = {a["content"].get<std::string>(), a.value("special", false)};
+  int n = 0;
+  for (auto& [id, s] : entries) n = std::max(n, id + 1);
+  for (auto& [id, s] : added) n = std::max(n, id + 1);
+  if (n > (1 << 24)) return DataLoss(path + ": vocabulary ids too large");
+  std::vector<std::string> pieces(n);
+  std::vector<int> types(n, 1);
+  for (auto& [id, s] : entries)
+    if (id >= 0) pieces[id] = s;
+  for (auto& [id, a] : added) {
+    if (id < 0) continue;
+    pieces[id] = a.first;
+    types[id] = a.second ? 3 : 4;
+  }
+  std::vector<std::string> merges;
+  if (j["model"].contains("merges") && j["model"]["merges"].is_array())
+    for (auto& m : j["model"]["merges"]) {
+      if (m.is_string()) merges.push_back(m.get<std::string>());
+      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
+        merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+    }
+  // The pre-tokenizer's Split regex, wherever it sits in the pipeline.
+  std::string regex = kGpt2Regex;
+  std::function<void(const nlohmann::json&)> find_regex = [&](const nlohmann::json& node) {
+    if (node.is_object()) {
+      if (node.value("type", "") == "Split" && node.contains("pattern") && node["pattern"].is_object() &&
+          node["pattern"].contains("Regex") && node["pattern"]["Regex"].is_string()) {
+        regex = node["pattern"]["Regex"].get<std::string>();
+        return;
+      }
+      for (auto& [k, v] : node.items()) find_regex(v);
+    } else if (node.is_array()) {
+      for (auto& v : node) find_regex(v);
+    }
+  };
+  if (j.contains("pre_tokenizer")) find_regex(j["pre_tokenizer"]);
+  auto token_id = [&](const char* key) {
+    if (!cfg.contains(key)) return -1;
+    auto& v = cfg[key];
+    std::string s = v.is_string() ? v.get<std::string>() : (v.is_object() && v.contains("content") && v["content"].is_string())
+                                                                ? v["content"].get<std::string>()
+                                                                : "";
+    for (int i = 0; i < n; ++i)
+      if (pieces[i] == s) return i;
+    return -1;
+  };
+  bool add_bos = cfg.value("add_bos_token", false);
+  auto t = std::make_unique<BpeTokenizer>(pieces, types, merges, regex, token_id("bos_token"), token_id("eos_token"), add_bos);
+  if (!t->ok()) return DataLoss(path + ": pre-tokenizer regex does not compile");
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,84 @@
+// Must-show 2: for every architecture, random tiny models from `deepinfer make-tiny`, full-vocabulary
+// log-probabilities at every position of a 64-token prompt, from the HF directory AND from the GGUF, against
+// llama.cpp on the GGUF of the same weights.
+//
+// Tolerances (max |delta log-prob| over all positions and the whole vocabulary):
+//   f32  1e-4, argmax equal at every position (the issue's bar)
+//   bf16 1e-3: both engines round activations to bf16 before each matmul; only summation order differs
+//   f16  1e-2: both round activations to f16; f16's 10-bit mantissa makes the leftover larger (seen: 2.5e-3)
+//   q8_0, q4_0: mean |delta| <= 2e-2 and max <= 0.5. Activations are quantized to 8-bit blocks exactly as
+//        llama.cpp's x86 kernels do (scale 127/amax, round half even), and most prompts agree to ~3e-6. But the
+//        computation is discontinuous: a last-ulp difference upstream (llama.cpp's repacked q4_0 GEMM sums in
+//        another order) can flip one activation's rounding, a jump of a whole quantization step, and through the
+//        KV cache that shift reaches every later position (seen: max 0.15, mean 1e-2 on one prompt). Argmax must
+//        agree wherever the top-2 margin exceeds 0.5.
+// The HF directory of a quantized model holds the dequantized weights in f32 and deepinfer does not quantize
+// activations for f32 weights, so for q8_0/q4_0 only the GGUF is compared with llama.cpp (the f32 cases cover
+// HF loading for every architecture).
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import {argmax, fail, llamaLogprobs, runDeepinfer} from "./common.mjs";
+
+const bin = process.argv[2];
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
+const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5};
+const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2};
+
+const cases = [
+  {arch: "llama", dtype: "f32", flags: []},
+  {arch: "llama", dtype: "f32", flags: ["--tie", "--rope-scaling", "llama3", "--rope-theta", "500000"], name: "llama3-scaled-tied"},
+  {arch: "mistral", dtype: "f32", flags: ["--heads", "8", "--kv-heads", "2", "--seed", "7"]},
+  {arch: "qwen2", dtype: "f32", flags: ["--rope-theta", "1000000"]},
+  {arch: "qwen3", dtype: "f32", flags: ["--head-dim", "32", "--tie"]},
+  {arch: "llama", dtype: "bf16", flags: []},
+  {arch: "qwen3", dtype: "f16", flags: []},
+  {arch: "qwen2", dtype: "q8_0", flags: []},
+  {arch: "llama", dtype: "q4_0", flags: []},
+  {arch: "qwen2", dtype: "q4_0", flags: []},
+];
+
+// A fixed 64-token prompt (LCG), covering the whole vocabulary range.
+let s = 42;
+const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+
+function compare(label, ours, ref, tol, meanTol) {
+  let maxDiff = 0, argmaxBad = 0, worst = "", sum = 0, count = 0;
+  if (ours.length !== ref.length) return fail(`${label}: ${ours.length} rows vs ${ref.length}`);
+  for (let i = 0; i < ours.length; ++i) {
+    const a = ours[i], b = ref[i];
+    if (a.length !== b.length) return fail(`${label}: vocab ${a.length} vs ${b.length}`);
+    for (let t = 0; t < a.length; ++t) {
+      const d = Math.abs(a[t] - b[t]);
+      sum += d;
+      ++count;
+      if (!(d <= maxDiff)) { maxDiff = d; worst = `pos ${i} token ${t}`; }
+    }
+    const ia = argmax(a), ib = argmax(b);
+    if (ia !== ib) {
+      const sorted = [...b].sort((x, y) => y - x);
+      const margin = sorted[0] - sorted[1];
+      if (tol <= 1e-4 || margin > tol) ++argmaxBad;
+    }
+  }
+  const mean = sum / count;
+  const ok = maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol);
+  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${maxDiff.toExponential(2)} (tol ${tol}) at ${worst}; ` +
+              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}`);
+  if (!ok) process.exitCode = 1;
+}
+
+for (const c of cases) {
+  const name = c.name ?? `${c.arch}-${c.dtype}`;
+  const dir = path.join(tmp, name);
+  runDeepinfer(bin, ["make-tiny", "--arch", c.arch, "--dtype", c.dtype, "--out", dir, "-q", ...c.flags]);
+  const gguf = path.join(dir, "model.gguf");
+  const ref = await llamaLogprobs(gguf, prompt);
+  const formats = MEAN_TOL[c.dtype] === undefined ? [["gguf", gguf], ["hf", dir]] : [["gguf", gguf]];
+  for (const [fmt, m] of formats) {
+    const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(prompt)])).logprobs;
+    compare(`${name} ${fmt}`, ours, ref, TOL[c.dtype], MEAN_TOL[c.dtype]);
+  }
+}
+fs.rmSync(tmp, {recursive: true, force: true});
+process.exit(process.exitCode ?? 0);

@@ -1,0 +1,207 @@
+// Every CPU kernel against a plain reference on random inputs (never zeros), at odd sizes, on every ISA the
+// machine has (scalar, AVX2, AVX-512).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::RandomVec;
+
+std::vector<Isa> AvailableIsas() {
+  std::vector<Isa> out = {Isa::kScalar};
+  if (DetectCpu().avx2_fma) out.push_back(Isa::kAvx2);
+  if (DetectCpu().avx512) out.push_back(Isa::kAvx512);
+  return out;
+}
+
+struct IsaGuard {
+  Isa saved = ActiveIsa();
+  ~IsaGuard() { SetIsa(saved); }
+};
+
+// Reference: the documented semantics of MatMul, written independently. x is first converted to the weight's
+// dot type (bf16/f16 rounding, or q8_0 blocks), then products are summed in double.
+std::vector<float> RefMatMul(DType t, const std::vector<uint8_t>& wbytes, int64_t n, int64_t k, const std::vector<float>& x, int m) {
+  std::vector<float> w(n * k), xr(x);
+  for (int64_t r = 0; r < n; ++r)
+    DequantizeRow(t, wbytes.data() + r * DTypeBytes(t, k), w.data() + r * k, k);
+  for (auto& v : xr) {
+    if (t == DType::kBF16) v = BF16ToF32(F32ToBF16(v));
+    if (t == DType::kF16) v = F16ToF32(F32ToF16(v));
+  }
+  if (t == DType::kQ8_0 || t == DType::kQ4_0) {  // blocks of 32: scale amax/127 (stored as f16), round half even
+    for (size_t b = 0; b < x.size(); b += 32) {
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[b + j]));
+      const float d = F16ToF32(F32ToF16(amax / 127.f)), id = amax ? 127.f / amax : 0.f;
+      for (int j = 0; j < 32; ++j) xr[b + j] = std::nearbyint(x[b + j] * id) * d;
+    }
+  }
+  std::vector<float> y(static_cast<size_t>(m) * n);
+  for (int i = 0; i < m; ++i)
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0;
+      for (int64_t j = 0; j < k; ++j) s += static_cast<double>(xr[i * k + j]) * w[r * k + j];
+      y[i * n + r] = static_cast<float>(s);
+    }
+  return y;
+}
+
+struct GemmCase {
+  DType dtype;
+  int64_t n, k;
+  int m;
+};
+
+class GemmTest : public ::testing::TestWithParam<GemmCase> {};
+
+TEST_P(GemmTest, MatchesReferenceOnEveryIsa) {
+  const GemmCase c = GetParam();
+  IsaGuard guard;
+  const auto wf = RandomVec(c.n * c.k, 1234 + c.n, 0.5f);
+  std::vector<uint8_t> wb(DTypeBytes(c.dtype, c.n * c.k));
+  for (int64_t r = 0; r < c.n; ++r) QuantizeRow(c.dtype, wf.data() + r * c.k, wb.data() + r * DTypeBytes(c.dtype, c.k), c.k);
+  TensorView w;
+  w.dtype = c.dtype;
+  w.shape = {c.n, c.k};
+  w.data = wb.data();
+  w.nbytes = wb.size();
+  const auto x = RandomVec(static_cast<size_t>(c.m) * c.k, 99 + c.m);
+  const auto ref = RefMatMul(c.dtype, wb, c.n, c.k, x, c.m);
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    std::vector<float> y(static_cast<size_t>(c.m) * c.n, -7.f);
+    MatMul(w, x.data(), c.m, y.data());
+    double max_err = 0, max_ref = 0;
+    for (size_t i = 0; i < y.size(); ++i) {
+      max_err = std::max(max_err, std::fabs(static_cast<double>(y[i]) - ref[i]));
+      max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    }
+    // f32 accumulation over k terms of magnitude <= 0.5: relative error bound ~ k * 2^-24, with margin.
+    EXPECT_LE(max_err, 1e-5 * std::max(1.0, max_ref) * std::sqrt(static_cast<double>(c.k)))
+        << DTypeName(c.dtype) << " n=" << c.n << " k=" << c.k << " m=" << c.m << " isa=" << IsaName(isa);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, GemmTest,
+    ::testing::Values(GemmCase{DType::kF32, 37, 53, 1}, GemmCase{DType::kF32, 129, 211, 7}, GemmCase{DType::kF32, 64, 1024, 13},
+                      GemmCase{DType::kF16, 37, 53, 1}, GemmCase{DType::kF16, 131, 200, 5},
+                      GemmCase{DType::kBF16, 37, 53, 1}, GemmCase{DType::kBF16, 131, 77, 9}, GemmCase{DType::kBF16, 96, 2048, 6},
+                      GemmCase{DType::kQ8_0, 37, 64, 1}, GemmCase{DType::kQ8_0, 133, 320, 11},
+                      GemmCase{DType::kQ4_0, 37, 64, 1}, GemmCase{DType::kQ4_0, 133, 320, 11}),
+    [](const auto& info) {
+      return std::string(DTypeName(info.param.dtype)) + "_" + std::to_string(info.param.n) + "x" + std::to_string(info.param.k) +
+             "_m" + std::to_string(info.param.m);
+    });
+
+TEST(GemmTest, ThreadCountDoesNotChangeResults) {
+  const int64_t n = 101, k = 96;
+  auto wf = RandomVec(n * k, 5);
+  TensorView w{DType::kF32, {n, k}, wf.data(), wf.size() * 4};
+  auto x = RandomVec(3 * k, 6);
+  std::vector<float> y1(3 * n), y2(3 * n);
+  SetComputeThreads(1);
+  MatMul(w, x.data(), 3, y1.data());
+  SetComputeThreads(3);
+  MatMul(w, x.data(), 3, y2.data());
+  SetComputeThreads(0);
+  EXPECT_EQ(y1, y2);
+}
+
+TEST(OpsTest, RmsNormMatchesFormula) {
+  const int m = 3, n = 67;
+  auto x = RandomVec(m * n, 1), w = RandomVec(n, 2);
+  std::vector<float> y(m * n);
+  RmsNorm(x.data(), w.data(), 1e-5f, m, n, y.data());
+  for (int i = 0; i < m; ++i) {
+    double ss = 0;
+    for (int j = 0; j < n; ++j) ss += x[i * n + j] * x[i * n + j];
+    const double inv = 1 / std::sqrt(ss / n + 1e-5);
+    for (int j = 0; j < n; ++j) EXPECT_NEAR(y[i * n + j], x[i * n + j] * inv * w[j], 1e-5);
+  }
+}
+
+TEST(OpsTest, RopeBothStylesRotateTheRightPairs) {
+  const int hd = 10, heads = 3, m = 2;
+  const int32_t pos[m] = {5, 17};
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kHalves}) {
+    auto x = RandomVec(m * heads * hd, 3);
+    auto y = x;
+    RopeTable t = RopeTable::Make(style, hd, 10000.0, {});
+    ApplyRope(t, y.data(), m, heads, hd, pos);
+    for (int i = 0; i < m; ++i)
+      for (int h = 0; h < heads; ++h)
+        for (int j = 0; j < hd / 2; ++j) {
+          const double theta = pos[i] * std::pow(10000.0, -2.0 * j / hd);
+          const int a = style == RopeStyle::kAdjacentPairs ? 2 * j : j, b = style == RopeStyle::kAdjacentPairs ? 2 * j + 1 : j + hd / 2;
+          const float* xv = &x[(i * heads + h) * hd];
+          const float* yv = &y[(i * heads + h) * hd];
+          EXPECT_NEAR(yv[a], xv[a] * std::cos(theta) - xv[b] * std::sin(theta), 1e-5);
+          EXPECT_NEAR(yv[b], xv[a] * std::sin(theta) + xv[b] * std::cos(theta), 1e-5);
+        }
+  }
+}
+
+TEST(OpsTest, RopeFreqFactorsDivideFrequencies) {
+  RopeTable plain = RopeTable::Make(RopeStyle::kHalves, 8, 500000.0, {});
+  RopeTable scaled = RopeTable::Make(RopeStyle::kHalves, 8, 500000.0, {1.f, 2.f, 4.f, 8.f});
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(scaled.inv_freq[i] * (1 << i), plain.inv_freq[i], 1e-9);
+}
+
+TEST(OpsTest, SwiGLUAndSoftmax) {
+  auto g = RandomVec(33, 4, 4.f), u = RandomVec(33, 5);
+  std::vector<float> o(33);
+  SwiGLU(g.data(), u.data(), o.data(), 33);
+  for (int i = 0; i < 33; ++i) EXPECT_NEAR(o[i], g[i] / (1 + std::exp(-g[i])) * u[i], 1e-6);
+  auto s = RandomVec(29, 6, 10.f);
+  auto p = s;
+  Softmax(p.data(), 29);
+  std::vector<float> lp(29);
+  LogSoftmax(s.data(), lp.data(), 29);
+  double sum = 0, mx = *std::max_element(s.begin(), s.end()), z = 0;
+  for (float v : s) z += std::exp(v - mx);
+  for (int i = 0; i < 29; ++i) {
+    sum += p[i];
+    EXPECT_NEAR(p[i], std::exp(s[i] - mx) / z, 1e-6);
+    EXPECT_NEAR(lp[i], s[i] - mx - std::log(z), 1e-5);
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+TEST(OpsTest, CausalAttentionMatchesNaive) {
+  const int n_heads = 6, n_kv = 2, hd = 12, start = 5, m = 4, total = start + m;
+  auto q = RandomVec(m * n_heads * hd, 7), k = RandomVec(total * n_kv * hd, 8), v = RandomVec(total * n_kv * hd, 9);
+  std::vector<float> out(m * n_heads * hd);
+  const float scale = 0.3f;
+  CausalAttention(q.data(), k.data(), v.data(), m, start, n_heads, n_kv, hd, scale, out.data());
+  for (int i = 0; i < m; ++i)
+    for (int h = 0; h < n_heads; ++h) {
+      const int kvh = h / (n_heads / n_kv), len = start + i + 1;
+      std::vector<double> s(len);
+      double mx = -1e30, z = 0;
+      for (int p = 0; p < len; ++p) {
+        double d = 0;
+        for (int e = 0; e < hd; ++e) d += q[(i * n_heads + h) * hd + e] * k[(p * n_kv + kvh) * hd + e];
+        s[p] = d * scale;
+        mx = std::max(mx, s[p]);
+      }
+      for (auto& e : s) z += (e = std::exp(e - mx));
+      for (int e = 0; e < hd; ++e) {
+        double acc = 0;
+        for (int p = 0; p < len; ++p) acc += s[p] / z * v[(p * n_kv + kvh) * hd + e];
+        EXPECT_NEAR(out[(i * n_heads + h) * hd + e], acc, 1e-5);
+      }
+    }
+}
+
+}  // namespace
+}  // namespace deepinfer
