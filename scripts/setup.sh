@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine for deepinfer: system packages, the npm reference tools (from the lockfile)
+# and a Release build in build/. Idempotent; safe to rerun.
+#   scripts/setup.sh            install + build
+#   SKIP_APT=1 scripts/setup.sh skip apt (packages already present)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates curl
+  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libpcre2-dev libgtest-dev libgmock-dev
+  clang libclang-rt-14-dev)
+# node/npm may come from elsewhere (nvm, nodesource): only ask apt for them when absent.
+command -v node >/dev/null && command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)
+
+if [[ "${SKIP_APT:-0}" != 1 ]]; then
+  missing=()
+  for p in "${APT_PACKAGES[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if ((${#missing[@]})); then
+    echo "[setup] apt-get install ${missing[*]}"
+    SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+  fi
+fi
+
+# Reference implementations for the parity tests and benchmarks (pinned by tools/ref/package-lock.json).
+if [[ ! -d tools/ref/node_modules/node-llama-cpp ]]; then
+  echo "[setup] npm ci (tools/ref)"
+  (cd tools/ref && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --no-audit --no-fund)
+fi
+
+echo "[setup] building (Release)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j "$(nproc)"
+echo "[setup] done: build/deepinfer"
