@@ -78,7 +78,8 @@ struct HttpResult {
 size_t OnHeader(char* b, size_t sz, size_t n, void* ud) {
   auto* r = static_cast<HttpResult*>(ud);
   std::string line(b, sz * n);
-  if (line.rfind("HTTP/", 0) == 0) r->headers.clear();  // a redirect starts a new header block
+  // Headers of every response in a redirect chain accumulate: the hub puts X-Linked-Etag/-Size on the first
+  // (302) response and the CDN sends its own ETag on the last one.
   auto colon = line.find(':');
   if (colon != std::string::npos) {
     std::string k = line.substr(0, colon), v = line.substr(colon + 1);
@@ -294,7 +295,7 @@ StatusOr<std::string> Pull(const HubRef& ref, const HubOptions& o) {
       return NotFound(ref.repo + "@" + ref.revision + " is not in the cache (" + dir + ") and HF_HUB_OFFLINE is set");
     std::vector<std::string> files;
     for (auto& e : fs::recursive_directory_iterator(snap))
-      if (!e.is_directory()) files.push_back(fs::relative(e.path(), snap).string());
+      if (!e.is_directory()) files.push_back(e.path().lexically_relative(snap).string());  // not fs::relative: it resolves the links
     DI_ASSIGN_OR_RETURN(std::string out, LocalResult(snap.string(), ref, files));
     if (!fs::exists(out)) return NotFound(out + " is not in the cache and HF_HUB_OFFLINE is set");
     return out;
@@ -327,7 +328,7 @@ StatusOr<std::string> Pull(const HubRef& ref, const HubOptions& o) {
     for (auto& f : files)
       if (WantedFile(f)) fetch.push_back(f);
   } else {
-    fetch.push_back(fs::relative(out, snap).string());
+    fetch.push_back(fs::path(out).lexically_relative(snap).string());
   }
   for (auto& f : fetch) DI_RETURN_IF_ERROR(FetchFile(o, ref.repo, commit, f));
   fs::create_directories(ref_file.parent_path());

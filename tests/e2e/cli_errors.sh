@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Must-show 3 at the CLI: broken model files give a clear message naming the file and the problem, a non-zero
+# exit, and no crash (exit codes >= 128 would mean a signal).
+set -u
+bin="$1"
+shared="${DEEPINFER_SHARED_MODELS:-$(dirname "$0")/../../../shared/models}"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+
+expect_error() {  # name, expected substring, command...
+  local name="$1" want="$2"
+  shift 2
+  local out rc
+  out=$("$@" 2>&1 >/dev/null)
+  rc=$?
+  if ((rc == 0 || rc >= 128)) || [[ "$out" != *"$want"* ]]; then
+    echo "FAIL $name: rc=$rc, stderr: $out (wanted: $want)"
+    fails=$((fails + 1))
+  else
+    echo "ok   $name: $(echo "$out" | tail -n 1)"
+  fi
+}
+
+"$bin" make-tiny --arch llama --out "$tmp/m" -q
+cp "$tmp/m/model.gguf" "$tmp/trunc.gguf"
+truncate -s 100000 "$tmp/trunc.gguf"
+expect_error truncated-gguf "trunc.gguf" "$bin" generate -m "$tmp/trunc.gguf" -n 1
+printf 'NOTAGGUFFILE....' > "$tmp/magic.gguf"
+expect_error bad-magic "magic.gguf: bad magic" "$bin" generate -m "$tmp/magic.gguf" -n 1
+: > "$tmp/empty.gguf"
+expect_error empty-file "empty.gguf: file too small" "$bin" generate -m "$tmp/empty.gguf" -n 1
+head -c 1000 "$shared/stories260K.gguf" > "$tmp/head.gguf"
+expect_error truncated-header "head.gguf" "$bin" generate -m "$tmp/head.gguf" -n 1
+cp -r "$tmp/m" "$tmp/arch" && sed -i 's/"model_type": "llama"/"model_type": "bloom"/' "$tmp/arch/config.json"
+expect_error unknown-arch "unknown architecture 'bloom'" "$bin" generate -m "$tmp/arch" -n 1
+cp -r "$tmp/m" "$tmp/shape" && sed -i 's/"hidden_size": 64/"hidden_size": 128/' "$tmp/shape/config.json"
+expect_error shape-mismatch "expected [" "$bin" generate -m "$tmp/shape" -n 1
+cp -r "$tmp/m" "$tmp/st" && truncate -s 1000 "$tmp/st/model.safetensors"
+expect_error truncated-safetensors "model.safetensors" "$bin" generate -m "$tmp/st" -n 1
+expect_error missing-file "no such file" "$bin" generate -m "$tmp/nothing.gguf" -n 1
+expect_error bad-flag "unknown flag '--bogus'" "$bin" generate -m "$tmp/m" --bogus
+expect_error bad-number "--n-predict expects a number" "$bin" generate -m "$tmp/m" -n ten
+expect_error bad-top-p "top_p must be in (0, 1]" "$bin" generate -m "$tmp/m" --top-p 0 -n 1
+expect_error prompt-over-context "the context holds 8" "$bin" generate -m "$tmp/m" -c 8 -p "a b c d e f g h i j k l m n o p q r s t u v w x y z"
+expect_error bad-tokens "--tokens must be a non-empty JSON array" "$bin" logprobs -m "$tmp/m" --tokens "nope"
+expect_error token-out-of-range "outside the vocabulary" "$bin" logprobs -m "$tmp/m" --tokens "[1, 99999]"
+
+# Help for every command mentions each of its flags.
+for c in generate pull make-tiny bench tokenize logprobs; do
+  "$bin" "$c" --help | grep -q -- "--" || { echo "FAIL help $c"; fails=$((fails + 1)); }
+done
+((fails == 0)) && echo "all CLI error checks passed"
+exit $((fails > 0))
