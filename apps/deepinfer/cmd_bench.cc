@@ -70,6 +70,7 @@ int CmdBench(int argc, char** argv) {
                 {"peer", "", "", "", "also run llama.cpp through node-llama-cpp"},
                 {"peer-script", "", "FILE", "tools/ref/llama_bench.mjs", "peer runner script"},
                 {"out", "", "FILE", "", "write the results as JSON"},
+                DI_WEIGHT_FLAGS,
             },
             "{decode|prefill|membw}");
   if (!args.Parse(argc, argv)) return 2;
@@ -90,7 +91,7 @@ int CmdBench(int argc, char** argv) {
   result["membw_gbs"] = bw;
   if (mode != "membw") {
     const std::string model_arg = args.Get("model");
-    auto model = LoadModelOrDie(model_arg);
+    auto model = LoadModelOrDie(model_arg, LoadOptionsFromArgs(args));
     const Model& m = *model;
     const int n_gen = static_cast<int>(args.GetInt("n-gen")), n_prompt = static_cast<int>(args.GetInt("n-prompt"));
     double best = 0;

@@ -32,6 +32,7 @@ int CmdGenerate(int argc, char** argv) {
                 {"no-bos", "", "", "", "do not add BOS even if the tokenizer asks for it"},
                 {"json", "", "", "", "print {\"text\", \"token_ids\", \"finish_reason\", \"usage\", \"timings\"} as one JSON object"},
                 {"quiet", "q", "", "", "only errors on stderr"},
+                DI_WEIGHT_FLAGS,
             });
   if (!args.Parse(argc, argv)) return 2;
   if (args.help_requested()) {
@@ -40,7 +41,7 @@ int CmdGenerate(int argc, char** argv) {
   }
   if (args.Has("quiet")) SetLogLevel(LogLevel::kError);
   if (args.Has("threads")) SetComputeThreads(static_cast<int>(args.GetInt("threads")));
-  auto model = LoadModelOrDie(args.Get("model"));
+  auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   const Tokenizer& tok = *model->tokenizer;
 
   std::string prompt = args.Get("prompt");

@@ -18,6 +18,7 @@ int CmdLogprobs(int argc, char** argv) {
                 {"tokens", "", "JSON", "", "token ids as a JSON array, e.g. [1,2,3]"},
                 {"chunk", "", "N", "512", "tokens per forward chunk"},
                 {"threads", "t", "N", "all cores", "compute threads"},
+                DI_WEIGHT_FLAGS,
             });
   if (!args.Parse(argc, argv)) return 2;
   if (args.help_requested()) {
@@ -33,7 +34,7 @@ int CmdLogprobs(int argc, char** argv) {
     if (!v.is_number_integer()) return Fail(InvalidArgument("--tokens must hold integers"));
     ids.push_back(v.get<int32_t>());
   }
-  auto model = LoadModelOrDie(args.Get("model"));
+  auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
   Transformer tf(*model, static_cast<int>(args.GetInt("chunk")));
   KvCache kv(model->config, n);

@@ -16,7 +16,13 @@ int CmdTokenize(int argc, char** argv);
 
 // Resolves MODEL (path or hub reference) and loads it, logging what was loaded. Exits the process with a clear
 // message on failure (the CLI's error boundary).
-std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg);
+std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg, const LoadOptions& opts = {});
+// The --mmap / --no-mmap flags every model-loading command shares.
+class Args;
+LoadOptions LoadOptionsFromArgs(const Args& args);
+#define DI_WEIGHT_FLAGS                                                                                              \
+  {"mmap", "", "", "", "keep weights in the mmapped files (no copy, less RAM; slower decode on 4 KiB pages)"},      \
+      {"no-mmap", "", "", "", "always copy weights into huge-page memory (default: copy when they fit in RAM)"}
 int Fail(const Status& s);
 
 }  // namespace deepinfer::cli

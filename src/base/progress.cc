@@ -47,10 +47,12 @@ void ProgressBar::Update(uint64_t done) {
 void ProgressBar::Finish() {
   if (finished_) return;
   finished_ = true;
-  if (enabled_) Draw(true);
+  // Off a terminal every line is final already: do not print the same 100% line twice.
+  if (enabled_ && (tty_ || last_drawn_ != done_)) Draw(true);
 }
 
 void ProgressBar::Draw(bool final) {
+  last_drawn_ = done_;
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const double frac = total_ ? static_cast<double>(done_) / total_ : 1.0;
   constexpr int kWidth = 30;

@@ -19,7 +19,7 @@ class ProgressBar {
  private:
   void Draw(bool final);
   std::string label_, unit_;
-  uint64_t total_, done_ = 0;
+  uint64_t total_, done_ = 0, last_drawn_ = UINT64_MAX;
   bool tty_, enabled_, finished_ = false;
   int last_decile_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;

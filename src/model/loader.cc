@@ -5,7 +5,13 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
 #include "base/logging.h"
+#include "base/progress.h"
+#include "base/thread_pool.h"
 #include "model/gguf.h"
 #include "model/model.h"
 #include "model/safetensors.h"
@@ -262,14 +268,69 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   return m;
 }
 
+// Copies every weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and points
+// the model's views at the copies. Tied embeddings are copied once.
+Status CopyWeights(Model& m, const LoadOptions& opts) {
+  std::vector<TensorView*> views = {&m.tok_embd};
+  if (m.lm_head.data != m.tok_embd.data) views.push_back(&m.lm_head);
+  for (auto& L : m.layers)
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) views.push_back(t);
+  constexpr size_t kAlign = 4096;
+  size_t total = 0;
+  for (auto* t : views) total += (t->nbytes + kAlign - 1) / kAlign * kAlign;
+  if (opts.placement == WeightPlacement::kAuto) {
+    const size_t avail = AvailableMemoryBytes();
+    if (avail == 0 || total > avail / 10 * 6) {
+      DI_LOG_INFO("weights stay mmapped (%.2f GB; %.2f GB available)", total / 1e9, avail / 1e9);
+      return Status::Ok();
+    }
+  }
+  DI_ASSIGN_OR_RETURN(m.weights, HostBuffer::Allocate(total));
+  const bool tied = m.lm_head.data == m.tok_embd.data;
+  std::vector<size_t> offsets;
+  size_t off = 0;
+  for (auto* t : views) {
+    offsets.push_back(off);
+    off += (t->nbytes + kAlign - 1) / kAlign * kAlign;
+  }
+  std::unique_ptr<ProgressBar> bar;
+  if (opts.progress && total > (256u << 20)) bar = std::make_unique<ProgressBar>("loading weights", total, "B");
+  std::atomic<size_t> copied{0};
+  constexpr size_t kChunk = 8u << 20;
+  // Chunks of all tensors, spread over the pool: each thread copies (and first-touches) its own chunks.
+  std::vector<std::pair<size_t, size_t>> chunks;  // (view index, byte offset)
+  for (size_t i = 0; i < views.size(); ++i)
+    for (size_t b = 0; b < views[i]->nbytes; b += kChunk) chunks.emplace_back(i, b);
+  ComputePool().Run([&](int tid, int nt) {
+    for (size_t c = tid; c < chunks.size(); c += nt) {
+      auto [i, b] = chunks[c];
+      const size_t n = std::min(kChunk, views[i]->nbytes - b);
+      std::memcpy(m.weights->data() + offsets[i] + b, static_cast<const uint8_t*>(views[i]->data) + b, n);
+      const size_t done = copied.fetch_add(n) + n;
+      if (bar && tid == 0) bar->Update(done);
+    }
+  });
+  if (bar) {
+    bar->Update(total);
+    bar->Finish();
+  }
+  for (size_t i = 0; i < views.size(); ++i) views[i]->data = m.weights->data() + offsets[i];
+  if (tied) m.lm_head = m.tok_embd;
+  DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
+  return Status::Ok();
+}
+
 }  // namespace
 
-StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, const LoadOptions& opts) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return LoadHf(path);
-  if (!fs::exists(path, ec)) return NotFound(path + ": no such file or directory");
-  return LoadGguf(path);
+  StatusOr<std::unique_ptr<Model>> m = Status(StatusCode::kNotFound, path + ": no such file or directory");
+  if (fs::is_directory(path, ec)) m = LoadHf(path);
+  else if (fs::exists(path, ec)) m = LoadGguf(path);
+  if (!m.ok() || opts.placement == WeightPlacement::kMmap) return m;
+  DI_RETURN_IF_ERROR(CopyWeights(**m, opts));
+  return m;
 }
 
 }  // namespace deepinfer

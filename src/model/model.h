@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "base/host_buffer.h"
 #include "deepinfer/status.h"
 #include "model/config.h"
 #include "tensor/tensor.h"
@@ -34,10 +35,23 @@ struct Model {
   ~Model();
   std::shared_ptr<GgufFile> gguf;
   std::shared_ptr<SafetensorsModel> safetensors;
+  std::unique_ptr<HostBuffer> weights;  // set when the matrices were copied out of the mmapped files
+};
+
+// Where the weight matrices live while the model runs.
+enum class WeightPlacement {
+  kAuto,  // copy into huge-page memory when it fits comfortably in available RAM, else keep the mmap
+  kMmap,  // read straight from the mmapped files (no copy; page cache shared between processes)
+  kCopy,  // always copy into anonymous huge-page memory
+};
+
+struct LoadOptions {
+  WeightPlacement placement = WeightPlacement::kAuto;
+  bool progress = true;
 };
 
 // Loads a GGUF file or an HF directory (config.json + safetensors + tokenizer.json). Every problem is reported
 // with the file and tensor it concerns.
-StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path);
+StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, const LoadOptions& opts = {});
 
 }  // namespace deepinfer

@@ -55,7 +55,8 @@ void Prepare(const TensorView& w, const float* x, int m, PreparedX* p) {
   }
 }
 
-void Slice(const TensorView& w, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+void Slice(const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), t.rows(), t.cols()};
   switch (ActiveIsa()) {
     case Isa::kAvx512: isa_avx512::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
     case Isa::kAvx2: isa_avx2::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;

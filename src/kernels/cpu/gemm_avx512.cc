@@ -3,8 +3,6 @@
 // serves decode (m = 1, streaming weights) and prefill (x block kept in L2, weight tile in L1) alike.
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "kernels/cpu/gemm_isa.h"
 
 namespace deepinfer {
@@ -12,6 +10,10 @@ namespace isa_avx512 {
 namespace {
 
 constexpr int kMaxRX = 4, kMaxRW = 4;
+#ifndef DI_PREFETCH_TILES
+#define DI_PREFETCH_TILES 2
+#endif
+constexpr int kPrefetchTiles = DI_PREFETCH_TILES;
 
 inline __mmask16 TailMask16(int64_t left) { return static_cast<__mmask16>((1u << left) - 1); }
 
@@ -39,7 +41,7 @@ struct LoadBF16 {
   }
 };
 struct Args {
-  const TensorView* w;
+  const GemmWeights* w;
   const float* x;
   const void* xq;  // x converted for the weight type (bf16 or q8_0 blocks), or null
   float* y;
@@ -91,8 +93,14 @@ void TileDpBF16(const Args& a, int64_t n, int i) {
     for (int r = 0; r < RW; ++r) acc[s][r] = _mm512_setzero_ps();
   }
   int64_t k = 0;
+  // Rows are often exactly one 4 KiB page (K = 2048 bf16) and hardware prefetchers stop at page boundaries, so
+  // in decode (one x row, bandwidth bound) fetch the rows kPrefetchTiles tiles ahead in software.
+  const int64_t ahead = static_cast<int64_t>(kPrefetchTiles) * RW * a.k;
+  const bool prefetch = RX == 1 && n + (kPrefetchTiles + 1) * RW <= a.w->rows;
   for (; k + 32 <= a.k; k += 32) {
     __m512bh wv[RW];
+    if (prefetch)
+      for (int r = 0; r < RW; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + k + ahead), _MM_HINT_T0);
     for (int r = 0; r < RW; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(wr[r] + k);
     for (int s = 0; s < RX; ++s) {
       __m512bh xv = (__m512bh)_mm512_loadu_si512(xr[s] + k);
@@ -198,13 +206,14 @@ template <class T>
 void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) {
   static const TileTable<T> table;
   // Block x rows so one block stays in L2 while every weight tile of the slice passes over it.
-  const int xb = std::max<int>(kMaxRX, static_cast<int>((256u << 10) / std::max<size_t>(1, x_row_bytes)) / kMaxRX * kMaxRX);
+  const int fit = static_cast<int>((256u << 10) / (x_row_bytes ? x_row_bytes : 1)) / kMaxRX * kMaxRX;
+  const int xb = fit > kMaxRX ? fit : kMaxRX;
   for (int i0 = 0; i0 < m; i0 += xb) {
-    const int i1 = std::min(m, i0 + xb);
+    const int i1 = m < i0 + xb ? m : i0 + xb;
     for (int64_t n = n0; n < n1; n += kMaxRW) {
-      const int rw = static_cast<int>(std::min<int64_t>(kMaxRW, n1 - n));
+      const int rw = static_cast<int>(n1 - n < kMaxRW ? n1 - n : kMaxRW);
       for (int i = i0; i < i1; i += kMaxRX) {
-        const int rx = std::min(kMaxRX, i1 - i);
+        const int rx = i1 - i < kMaxRX ? i1 - i : kMaxRX;
         table.fn[rx - 1][rw - 1](a, n, i);
       }
     }
@@ -213,8 +222,8 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
 
 }  // namespace
 
-void GemmSlice(const TensorView& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
-  Args a{&w, x, xq, y, ldy, w.cols()};
+void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  Args a{&w, x, xq, y, ldy, w.k};
   const size_t xf = static_cast<size_t>(a.k) * 4;
   switch (w.dtype) {
     case DType::kF32: RunSlice<F32Tiles<LoadF32>>(a, m, n0, n1, xf); break;

@@ -2,19 +2,34 @@
 //   y[i * ldy + n] = dot(x[i * K ...], W[n])  for i in [0, m)
 // `xq` is x converted for the weight type: q8_0 blocks for q8_0/q4_0 weights (always), bf16 for bf16 weights
 // (AVX512-BF16 kernel only); null otherwise.
+//
+// These translation units are compiled with ISA flags (-mavx512f...). Any inline function or template they
+// instantiate may be emitted as a weak symbol that the linker then uses everywhere, so they touch no header
+// inline functions or std:: templates: only plain data (GemmWeights), intrinsics and their own static helpers.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
-#include "tensor/tensor.h"
+#include "tensor/dtype.h"
 
 namespace deepinfer {
+
+struct GemmWeights {
+  DType dtype;
+  const uint8_t* data;
+  size_t row_bytes;
+  int64_t rows;
+  int64_t k;  // columns (elements per row)
+  const uint8_t* row(int64_t n) const { return data + static_cast<size_t>(n) * row_bytes; }
+};
+
 namespace isa_avx512 {
-void GemmSlice(const TensorView& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 }
 namespace isa_avx2 {
-void GemmSlice(const TensorView& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 }
 namespace isa_scalar {
-void GemmSlice(const TensorView& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 }
 }  // namespace deepinfer
