@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 export DEEPINFER_NO_PROGRESS=1
 ctest --test-dir build --output-on-failure -j 2 --timeout 900
-scripts/fuzz_smoke.sh
+scripts/sanitize.sh
