@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -49,7 +51,7 @@ TEST(GgufTest, WriterReaderRoundTrip) {
 }
 
 TEST(GgufTest, ReadsTheSharedStoriesModel) {
-  auto g = GgufFile::Open(std::string(DEEPINFER_SHARED_MODELS) + "/stories260K.gguf");
+  auto g = GgufFile::Open(testing::SharedModels() + "/stories260K.gguf");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(*(*g)->GetString("general.architecture"), "llama");
   EXPECT_EQ(*(*g)->GetInt("llama.block_count"), 5);

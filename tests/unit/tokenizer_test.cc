@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include "test_util.h"
+
 #include "model/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -7,7 +9,7 @@ namespace deepinfer {
 namespace {
 
 std::unique_ptr<Tokenizer> Stories() {
-  auto g = GgufFile::Open(std::string(DEEPINFER_SHARED_MODELS) + "/stories260K.gguf");
+  auto g = GgufFile::Open(testing::SharedModels() + "/stories260K.gguf");
   EXPECT_TRUE(g.ok());
   auto t = TokenizerFromGguf(**g);
   EXPECT_TRUE(t.ok()) << t.status().ToString();
