@@ -70,14 +70,16 @@ int CmdGenerate(int argc, char** argv) {
   Transformer tf(*model);
   KvCache kv(model->config, ctx);
   const bool json = args.Has("json");
-  StreamDecoder stream(tok);
+  StreamDecoder stream(tok, req.prompt);
+  std::string text;  // the continuation, exactly as streamed
   if (!json) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
   auto res = Generate(tf, kv, req, [&](int32_t id) {
+    std::string piece = stream.Push(id);
+    text += piece;
     if (!json) {
-      std::string piece = stream.Push(id);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
@@ -86,9 +88,11 @@ int CmdGenerate(int argc, char** argv) {
   if (!res.ok()) return Fail(res.status());
   const double dec_tps = res->tokens.size() > 1 ? (res->tokens.size() - 1) / res->decode_seconds : 0;
   const double pre_tps = req.prompt.size() / std::max(1e-9, res->prefill_seconds);
+  const std::string rest = stream.Flush();
+  text += rest;
   if (json) {
     nlohmann::json out = {
-        {"text", tok.Decode(res->tokens)},
+        {"text", text},
         {"token_ids", res->tokens},
         {"finish_reason", res->finish_reason},
         {"prompt_token_ids", req.prompt},
@@ -98,7 +102,6 @@ int CmdGenerate(int argc, char** argv) {
                      {"prefill_tokens_per_second", pre_tps}, {"decode_tokens_per_second", dec_tps}}}};
     std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
-    std::string rest = stream.Flush();
     std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
     DI_LOG_INFO("prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s), finish_reason=%s", req.prompt.size(),

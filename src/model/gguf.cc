@@ -79,6 +79,14 @@ size_t ScalarSize(GgufType t) {
   }
 }
 
+// double -> int64 without undefined behaviour for NaN, infinities or out-of-range values (they become 0 / clamp).
+int64_t SafeToInt(double v) {
+  if (!(v == v)) return 0;
+  if (v >= 9.2e18) return INT64_MAX;
+  if (v <= -9.2e18) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
 bool ReadNumber(Cursor& c, GgufType t, double* d, int64_t* i) {
   union {
     uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; float f32; uint64_t u64; int64_t i64; double f64;
@@ -93,8 +101,8 @@ bool ReadNumber(Cursor& c, GgufType t, double* d, int64_t* i) {
     case GgufType::kI32: ok = c.Read(&v.i32); *i = v.i32; break;
     case GgufType::kU64: ok = c.Read(&v.u64); *i = static_cast<int64_t>(v.u64); break;
     case GgufType::kI64: ok = c.Read(&v.i64); *i = v.i64; break;
-    case GgufType::kF32: ok = c.Read(&v.f32); *d = v.f32; *i = static_cast<int64_t>(v.f32); return ok;
-    case GgufType::kF64: ok = c.Read(&v.f64); *d = v.f64; *i = static_cast<int64_t>(v.f64); return ok;
+    case GgufType::kF32: ok = c.Read(&v.f32); *d = v.f32; *i = SafeToInt(v.f32); return ok;
+    case GgufType::kF64: ok = c.Read(&v.f64); *d = v.f64; *i = SafeToInt(v.f64); return ok;
     default: return false;
   }
   *d = static_cast<double>(*i);
@@ -244,7 +252,7 @@ StatusOr<int64_t> GgufFile::GetInt(const std::string& key) const {
   if (!v) return NotFound(path_ + ": missing metadata '" + key + "'");
   if (!v->is_array()) {
     if (auto* i = std::get_if<int64_t>(&v->scalar)) return *i;
-    if (auto* d = std::get_if<double>(&v->scalar)) return static_cast<int64_t>(*d);
+    if (auto* d = std::get_if<double>(&v->scalar)) return SafeToInt(*d);
   }
   return InvalidArgument(path_ + ": metadata '" + key + "' is not an integer");
 }

@@ -160,6 +160,8 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   DI_ASSIGN_OR_RETURN(int64_t kv_heads, get_int("attention.head_count_kv", heads, false));
   DI_ASSIGN_OR_RETURN(int64_t ctx, get_int("context_length", 2048, false));
   DI_ASSIGN_OR_RETURN(int64_t head_dim, get_int("attention.key_length", heads > 0 ? hidden / heads : 0, false));
+  for (int64_t v : {hidden, layers, ffn, heads, kv_heads, head_dim, ctx})
+    if (v <= 0 || v > (int64_t{1} << 30)) return InvalidArgument(path + ": model dimensions in the metadata are out of range");
   c.hidden = static_cast<int>(hidden);
   c.n_layers = static_cast<int>(layers);
   c.intermediate = static_cast<int>(ffn);
@@ -174,6 +176,8 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   c.attn_bias = c.arch == Arch::kQwen2;
   const TensorView* embd = g->FindTensor("token_embd.weight");
   if (!embd) return NotFound(path + ": missing tensor 'token_embd.weight'");
+  if (embd->shape.size() != 2 || embd->shape.front() > (int64_t{1} << 30))
+    return InvalidArgument(path + ": tensor 'token_embd.weight' must be 2-D {vocab, hidden}");
   c.vocab_size = static_cast<int>(embd->shape.front());
   c.tie_embeddings = g->FindTensor("output.weight") == nullptr;
   if (const TensorView* rf = g->FindTensor("rope_freqs.weight")) {
@@ -234,6 +238,8 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   DI_ASSIGN_OR_RETURN(int64_t ctx, geti("max_position_embeddings", 2048));
   DI_ASSIGN_OR_RETURN(double eps, getf("rms_norm_eps", 1e-6));
   DI_ASSIGN_OR_RETURN(double theta, getf("rope_theta", 10000.0));
+  for (int64_t v : {hidden, heads, kv, hd, layers, ffn, vocab, ctx})
+    if (v <= 0 || v > (int64_t{1} << 30)) return InvalidArgument(cfg_path + ": model dimensions are missing or out of range");
   c.hidden = static_cast<int>(hidden);
   c.n_heads = static_cast<int>(heads);
   c.n_kv_heads = static_cast<int>(kv);

@@ -33,6 +33,10 @@ size_t CompleteUtf8Prefix(const std::string& s) {
 }
 }  // namespace
 
+StreamDecoder::StreamDecoder(const Tokenizer& tok, std::vector<int32_t> prefix) : tok_(tok), ids_(std::move(prefix)) {
+  emitted_ = tok_.Decode(ids_).size();
+}
+
 std::string StreamDecoder::Push(int32_t id) {
   ids_.push_back(id);
   std::string text = tok_.Decode(ids_);

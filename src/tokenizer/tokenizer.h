@@ -42,10 +42,12 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& gguf);
 // tokenizer.json (+ tokenizer_config.json in the same directory when present).
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir);
 
-// Streams text out of a growing token sequence without ever emitting a broken UTF-8 sequence.
+// Streams text out of a growing token sequence without ever emitting a broken UTF-8 sequence. The text of a
+// continuation is Decode(prefix + generated) minus Decode(prefix): decoding in context keeps the spaces that
+// SentencePiece-style vocabularies attach to the front of a token right (" time" after "Once upon a").
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok) : tok_(tok) {}
+  explicit StreamDecoder(const Tokenizer& tok, std::vector<int32_t> prefix = {});
   // Returns the newly completed text for one more token.
   std::string Push(int32_t id);
   // Whatever bytes are still held back (an incomplete sequence at the end of generation).
