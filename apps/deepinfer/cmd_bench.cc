@@ -123,8 +123,12 @@ int CmdBench(int argc, char** argv) {
         best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       const double gflops = 2 * MatmulParams(m) * best / 1e9;
-      std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f GFLOP/s in matmuls)\n", n_prompt, best, gflops);
-      result.update({{"tokens_per_second", best}, {"matmul_gflops", gflops}, {"n_prompt", n_prompt}});
+      const bool bf16 = m.layers[0].wq.dtype == DType::kBF16 && DetectCpu().avx512_bf16 && ActiveIsa() == Isa::kAvx512;
+      const double peak = MeasurePeakGflops(bf16);
+      std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f GFLOP/s in matmuls; %s peak %.1f GFLOP/s -> %.1f%%)\n",
+                  n_prompt, best, gflops, bf16 ? "vdpbf16ps" : "f32 FMA", peak, peak > 0 ? 100 * gflops / peak : 0.0);
+      result.update({{"tokens_per_second", best}, {"matmul_gflops", gflops}, {"n_prompt", n_prompt},
+                     {"peak_gflops", peak}, {"peak_fraction", peak > 0 ? gflops / peak : 0.0}});
     }
     if (args.Has("peer")) {
       if (m.format != "gguf") {

@@ -178,10 +178,13 @@ TEST(OpsTest, SwiGLUAndSoftmax) {
 }
 
 TEST(OpsTest, CausalAttentionMatchesNaive) {
-  const int n_heads = 6, n_kv = 2, hd = 12, start = 5, m = 4, total = start + m;
+  const int n_heads = 6, n_kv = 2, hd = 20, start = 5, m = 4, total = start + m;  // hd 20: a masked tail
   auto q = RandomVec(m * n_heads * hd, 7), k = RandomVec(total * n_kv * hd, 8), v = RandomVec(total * n_kv * hd, 9);
   std::vector<float> out(m * n_heads * hd);
   const float scale = 0.3f;
+  IsaGuard guard;
+  for (Isa isa : AvailableIsas()) {
+  SetIsa(isa);
   CausalAttention(q.data(), k.data(), v.data(), m, start, n_heads, n_kv, hd, scale, out.data());
   for (int i = 0; i < m; ++i)
     for (int h = 0; h < n_heads; ++h) {
@@ -198,9 +201,10 @@ TEST(OpsTest, CausalAttentionMatchesNaive) {
       for (int e = 0; e < hd; ++e) {
         double acc = 0;
         for (int p = 0; p < len; ++p) acc += s[p] / z * v[(p * n_kv + kvh) * hd + e];
-        EXPECT_NEAR(out[(i * n_heads + h) * hd + e], acc, 1e-5);
+        EXPECT_NEAR(out[(i * n_heads + h) * hd + e], acc, 1e-5) << IsaName(isa);
       }
     }
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // Register tiles of RX x-rows by RW weight rows accumulate in zmm registers over K (dot-product form), which
 // serves decode (m = 1, streaming weights) and prefill (x block kept in L2, weight tile in L1) alike.
 #include <immintrin.h>
+#include <math.h>
 
 #include "kernels/cpu/gemm_isa.h"
 
@@ -9,7 +10,13 @@ namespace deepinfer {
 namespace isa_avx512 {
 namespace {
 
-constexpr int kMaxRX = 4, kMaxRW = 4;
+#ifndef DI_MAX_RX
+#define DI_MAX_RX 4
+#endif
+#ifndef DI_MAX_RW
+#define DI_MAX_RW 4
+#endif
+constexpr int kMaxRX = DI_MAX_RX, kMaxRW = DI_MAX_RW;
 #ifndef DI_PREFETCH_TILES
 #define DI_PREFETCH_TILES 2
 #endif
@@ -193,14 +200,18 @@ struct DpTiles {
 
 template <class T>
 struct TileTable {
-  TileFn fn[kMaxRX][kMaxRW] = {
-      {T::template Fn<1, 1>, T::template Fn<1, 2>, T::template Fn<1, 3>, T::template Fn<1, 4>},
-      {T::template Fn<2, 1>, T::template Fn<2, 2>, T::template Fn<2, 3>, T::template Fn<2, 4>},
-      {T::template Fn<3, 1>, T::template Fn<3, 2>, T::template Fn<3, 3>, T::template Fn<3, 4>},
-      {T::template Fn<4, 1>, T::template Fn<4, 2>, T::template Fn<4, 3>, T::template Fn<4, 4>},
-  };
-};
+  TileFn fn[kMaxRX][kMaxRW];
+  TileTable() { Fill<0>(); }
 
+ private:
+  template <int I>
+  void Fill() {
+    if constexpr (I < kMaxRX * kMaxRW) {
+      fn[I / kMaxRW][I % kMaxRW] = T::template Fn<I / kMaxRW + 1, I % kMaxRW + 1>;
+      Fill<I + 1>();
+    }
+  }
+};
 
 template <class T>
 void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) {
@@ -235,6 +246,34 @@ void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, floa
     case DType::kQ8_0: RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4); break;
     case DType::kQ4_0: RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4); break;
     default: break;
+  }
+}
+
+void AttendHead(const float* q, const float* k, const float* v, int len, int64_t kv_stride, int hd, float scale,
+                float* scores, float* out) {
+  const int full = hd / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (hd - full)) - 1);
+  float mx = -3.4e38f;
+  for (int p = 0; p < len; ++p) {
+    const float* kr = k + p * kv_stride;
+    __m512 acc = _mm512_setzero_ps();
+    for (int d = 0; d < full; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), _mm512_loadu_ps(kr + d), acc);
+    if (tail) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + full), _mm512_maskz_loadu_ps(tail, kr + full), acc);
+    const float sc = _mm512_reduce_add_ps(acc) * scale;
+    scores[p] = sc;
+    mx = sc > mx ? sc : mx;
+  }
+  double sum = 0;
+  for (int p = 0; p < len; ++p) {
+    scores[p] = expf(scores[p] - mx);
+    sum += scores[p];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int d = 0; d < hd; d += 16) {
+    const __mmask16 m = d + 16 <= hd ? static_cast<__mmask16>(0xffff) : tail;
+    __m512 acc = _mm512_setzero_ps();
+    for (int p = 0; p < len; ++p) acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[p]), _mm512_maskz_loadu_ps(m, v + p * kv_stride + d), acc);
+    _mm512_mask_storeu_ps(out + d, m, _mm512_mul_ps(acc, _mm512_set1_ps(inv)));
   }
 }
 

@@ -14,6 +14,9 @@
 
 namespace deepinfer {
 
+// AttendHead: one query row against keys/values [0, len) (rows kv_stride floats apart): scores = q.k * scale,
+// softmax, out = sum scores * v. `scores` is caller scratch of len floats.
+
 struct GemmWeights {
   DType dtype;
   const uint8_t* data;
@@ -25,11 +28,17 @@ struct GemmWeights {
 
 namespace isa_avx512 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void AttendHead(const float* q, const float* k, const float* v, int len, int64_t kv_stride, int hd, float scale,
+                float* scores, float* out);
 }
 namespace isa_avx2 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void AttendHead(const float* q, const float* k, const float* v, int len, int64_t kv_stride, int hd, float scale,
+                float* scores, float* out);
 }
 namespace isa_scalar {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void AttendHead(const float* q, const float* k, const float* v, int len, int64_t kv_stride, int hd, float scale,
+                float* scores, float* out);
 }
 }  // namespace deepinfer

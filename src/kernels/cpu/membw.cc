@@ -3,6 +3,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -34,7 +35,54 @@ uint64_t SumScalar(const uint8_t* p, size_t n) {
   return a[0] ^ a[1] ^ a[2] ^ a[3];
 }
 
+// 12 independent accumulator chains hide the instruction latency; each iteration is 12 instructions.
+__attribute__((target("avx512f,avx512bf16"))) double DpBf16Flops(int64_t iters) {
+  __m512 acc[12];
+  for (auto& a : acc) a = _mm512_setzero_ps();
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& c : acc) c = _mm512_dpbf16_ps(c, a, b);
+  __m512 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, acc[j]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 64;  // 32 products + 32 adds per instruction
+}
+
+__attribute__((target("avx2,fma"))) double FmaFlops(int64_t iters) {
+  __m256 acc[12];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  const __m256 a = _mm256_set1_ps(1.0001f), b = _mm256_set1_ps(0.9999f);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& c : acc) c = _mm256_fmadd_ps(c, a, b);
+  __m256 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, acc[j]);
+  volatile float sink = _mm256_cvtss_f32(s);
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 16;
+}
+
 }  // namespace
+
+double MeasurePeakGflops(bool bf16) {
+  const auto& cpu = DetectCpu();
+  if (bf16 ? !cpu.avx512_bf16 : !cpu.avx2_fma) return 0;
+  ThreadPool& pool = ComputePool();
+  double best = 0;
+  for (int r = 0; r < 3; ++r) {
+    std::atomic<double> flops{0};
+    auto t0 = std::chrono::steady_clock::now();
+    pool.Run([&](int, int) {
+      const double f = bf16 ? DpBf16Flops(4000000) : FmaFlops(4000000);
+      double cur = flops.load();
+      while (!flops.compare_exchange_weak(cur, cur + f)) {
+      }
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, flops.load() / s / 1e9);
+  }
+  return best;
+}
 
 double MeasureReadBandwidthGBs(size_t bytes, int reps) {
   bytes = bytes / 4096 * 4096;

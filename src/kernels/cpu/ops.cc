@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm_isa.h"
 
 namespace deepinfer {
 
@@ -79,43 +81,22 @@ void LogSoftmax(const float* x, float* out, int n) {
   for (int i = 0; i < n; ++i) out[i] = x[i] - lse;
 }
 
-namespace {
-
-float DotF(const float* a, const float* b, int n) {
-  float acc[16] = {};
-  int i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i + j < n; ++j) acc[j] += a[i + j] * b[i + j];
-  float s = 0;
-  for (float v : acc) s += v;
-  return s;
-}
-
-}  // namespace
 
 void CausalAttention(const float* q, const float* k_cache, const float* v_cache, int m, int start, int n_heads,
                      int n_kv, int hd, float scale, float* out) {
   const int group = n_heads / n_kv;
   const int64_t kv_stride = static_cast<int64_t>(n_kv) * hd, q_stride = static_cast<int64_t>(n_heads) * hd;
   const int64_t tasks = static_cast<int64_t>(m) * n_heads;
+  auto attend = ActiveIsa() == Isa::kAvx512 ? isa_avx512::AttendHead
+                : ActiveIsa() == Isa::kAvx2 ? isa_avx2::AttendHead
+                                            : isa_scalar::AttendHead;
   ComputePool().Run([&](int tid, int nt) {
     auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(tasks), tid, nt);
     std::vector<float> scores(static_cast<size_t>(start + m));
-    std::vector<float> acc(hd);
     for (size_t t = t0; t < t1; ++t) {
       const int i = static_cast<int>(t / n_heads), h = static_cast<int>(t % n_heads), kvh = h / group;
-      const int len = start + i + 1;
-      const float* qv = q + i * q_stride + static_cast<int64_t>(h) * hd;
-      for (int p = 0; p < len; ++p) scores[p] = DotF(qv, k_cache + p * kv_stride + kvh * hd, hd) * scale;
-      Softmax(scores.data(), len);
-      std::fill(acc.begin(), acc.end(), 0.f);
-      for (int p = 0; p < len; ++p) {
-        const float* vv = v_cache + p * kv_stride + kvh * hd;
-        const float s = scores[p];
-        for (int d = 0; d < hd; ++d) acc[d] += s * vv[d];
-      }
-      std::copy(acc.begin(), acc.end(), out + i * q_stride + static_cast<int64_t>(h) * hd);
+      attend(q + i * q_stride + static_cast<int64_t>(h) * hd, k_cache + kvh * hd, v_cache + kvh * hd, start + i + 1, kv_stride, hd,
+             scale, scores.data(), out + i * q_stride + static_cast<int64_t>(h) * hd);
     }
   });
 }
