@@ -288,30 +288,18 @@ void PutString(std::vector<uint8_t>& b, const std::string& s) {
 }
 }  // namespace
 
-void GgufWriter::SetU32(const std::string& k, uint32_t v) {
+template <typename T>
+void GgufWriter::SetScalar(const std::string& k, uint32_t type, T v) {
   std::vector<uint8_t> b;
-  Put<uint32_t>(b, 4);
+  Put<uint32_t>(b, type);
   Put(b, v);
   kv_.emplace_back(k, std::move(b));
 }
-void GgufWriter::SetI32(const std::string& k, int32_t v) {
-  std::vector<uint8_t> b;
-  Put<uint32_t>(b, 5);
-  Put(b, v);
-  kv_.emplace_back(k, std::move(b));
-}
-void GgufWriter::SetF32(const std::string& k, float v) {
-  std::vector<uint8_t> b;
-  Put<uint32_t>(b, 6);
-  Put(b, v);
-  kv_.emplace_back(k, std::move(b));
-}
-void GgufWriter::SetBool(const std::string& k, bool v) {
-  std::vector<uint8_t> b;
-  Put<uint32_t>(b, 7);
-  Put<uint8_t>(b, v ? 1 : 0);
-  kv_.emplace_back(k, std::move(b));
-}
+
+void GgufWriter::SetU32(const std::string& k, uint32_t v) { SetScalar(k, 4, v); }
+void GgufWriter::SetI32(const std::string& k, int32_t v) { SetScalar(k, 5, v); }
+void GgufWriter::SetF32(const std::string& k, float v) { SetScalar(k, 6, v); }
+void GgufWriter::SetBool(const std::string& k, bool v) { SetScalar<uint8_t>(k, 7, v ? 1 : 0); }
 void GgufWriter::SetString(const std::string& k, const std::string& v) {
   std::vector<uint8_t> b;
   Put<uint32_t>(b, 8);
@@ -326,22 +314,18 @@ void GgufWriter::SetStringArray(const std::string& k, const std::vector<std::str
   for (auto& s : v) PutString(b, s);
   kv_.emplace_back(k, std::move(b));
 }
-void GgufWriter::SetF32Array(const std::string& k, const std::vector<float>& v) {
+template <typename T>
+void GgufWriter::SetArray(const std::string& k, uint32_t elem_type, const std::vector<T>& v) {
   std::vector<uint8_t> b;
   Put<uint32_t>(b, 9);
-  Put<uint32_t>(b, 6);
+  Put<uint32_t>(b, elem_type);
   Put<uint64_t>(b, v.size());
-  for (float x : v) Put(b, x);
+  for (T x : v) Put(b, x);
   kv_.emplace_back(k, std::move(b));
 }
-void GgufWriter::SetI32Array(const std::string& k, const std::vector<int32_t>& v) {
-  std::vector<uint8_t> b;
-  Put<uint32_t>(b, 9);
-  Put<uint32_t>(b, 5);
-  Put<uint64_t>(b, v.size());
-  for (int32_t x : v) Put(b, x);
-  kv_.emplace_back(k, std::move(b));
-}
+
+void GgufWriter::SetF32Array(const std::string& k, const std::vector<float>& v) { SetArray(k, 6, v); }
+void GgufWriter::SetI32Array(const std::string& k, const std::vector<int32_t>& v) { SetArray(k, 5, v); }
 
 void GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<uint8_t> bytes) {
   tensors_.push_back({name, dtype, shape, std::move(bytes)});

@@ -72,6 +72,11 @@ class GgufWriter {
   Status Write(const std::string& path) const;
 
  private:
+  template <typename T>
+  void SetScalar(const std::string& k, uint32_t type, T v);
+  template <typename T>
+  void SetArray(const std::string& k, uint32_t elem_type, const std::vector<T>& v);
+
   struct Tensor {
     std::string name;
     DType dtype;
