@@ -7,13 +7,14 @@
 #include <functional>
 #include <fstream>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <queue>
 #include <sstream>
 #include <unordered_map>
 
 #include "model/gguf.h"
+#include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace deepinfer {
 namespace {
@@ -24,32 +25,7 @@ const char* kLlama3Regex =
 const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-// Number of bytes of the UTF-8 character starting at s[i] (1 for invalid bytes).
-size_t Utf8Len(const std::string& s, size_t i) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  size_t n = (c & 0x80) == 0 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-  return std::min(n, s.size() - i);
-}
-
-std::string CodepointToUtf8(uint32_t cp) {
-  std::string o;
-  if (cp < 0x80) {
-    o += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    o += static_cast<char>(0xC0 | (cp >> 6));
-    o += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    o += static_cast<char>(0xE0 | (cp >> 12));
-    o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    o += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    o += static_cast<char>(0xF0 | (cp >> 18));
-    o += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    o += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    o += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-  return o;
-}
+using utf8::CharLen;
 
 // ------------------------------------------------------------------------------------------ SentencePiece-style
 
@@ -84,7 +60,7 @@ class SpmTokenizer : public Tokenizer {
     // Symbols start as single characters; merge the adjacent pair whose concatenation scores best, leftmost first.
     std::vector<std::string> sym;
     for (size_t i = 0; i < norm.size();) {
-      size_t n = Utf8Len(norm, i);
+      size_t n = CharLen(norm, i);
       sym.push_back(norm.substr(i, n));
       i += n;
     }
@@ -162,14 +138,6 @@ class BpeTokenizer : public Tokenizer {
       if (sp == std::string::npos) continue;
       ranks_.emplace(merges[r], static_cast<int>(r));
     }
-    // GPT-2's byte <-> printable-unicode map.
-    int n = 0;
-    for (int b = 0; b < 256; ++b) {
-      bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      uint32_t cp = printable ? b : 256 + n++;
-      byte_to_str_[b] = CodepointToUtf8(cp);
-      str_to_byte_[byte_to_str_[b]] = static_cast<uint8_t>(b);
-    }
     int err;
     PCRE2_SIZE off;
     re_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.c_str()), regex.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
@@ -199,7 +167,7 @@ class BpeTokenizer : public Tokenizer {
         PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
         b = ov[0];
         e = ov[1];
-        if (e == b) e = b + Utf8Len(text, b);
+        if (e == b) e = b + CharLen(text, b);
         if (b > pos) EncodeWord(text.substr(pos, b - pos), &out);
       }
       EncodeWord(text.substr(b, e - b), &out);
@@ -214,9 +182,9 @@ class BpeTokenizer : public Tokenizer {
     const std::string& p = pieces_[id];
     std::string o;
     for (size_t i = 0; i < p.size();) {
-      size_t n = Utf8Len(p, i);
-      auto it = str_to_byte_.find(p.substr(i, n));
-      if (it != str_to_byte_.end()) o += static_cast<char>(it->second);
+      size_t n = CharLen(p, i);
+      auto it = bytes_.char_to_byte.find(p.substr(i, n));
+      if (it != bytes_.char_to_byte.end()) o += static_cast<char>(it->second);
       else o += p.substr(i, n);  // added tokens keep their literal text
       i += n;
     }
@@ -226,7 +194,7 @@ class BpeTokenizer : public Tokenizer {
  private:
   void EncodeWord(const std::string& word, std::vector<int32_t>* out) const {
     std::vector<std::string> sym;
-    for (unsigned char c : word) sym.push_back(byte_to_str_[c]);
+    for (unsigned char c : word) sym.push_back(bytes_.byte_to_char[c]);
     for (;;) {
       int best = -1, best_rank = INT32_MAX;
       for (size_t i = 0; i + 1 < sym.size(); ++i) {
@@ -248,8 +216,7 @@ class BpeTokenizer : public Tokenizer {
 
   std::unordered_map<std::string, int> ids_;
   std::unordered_map<std::string, int> ranks_;
-  std::string byte_to_str_[256];
-  std::unordered_map<std::string, uint8_t> str_to_byte_;
+  const utf8::ByteLevelTable& bytes_ = utf8::ByteLevelTable::Get();
   pcre2_code* re_ = nullptr;
 };
 
@@ -305,83 +272,19 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& g) {
 
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir) {
   namespace fs = std::filesystem;
-  auto read_json = [](const fs::path& p, nlohmann::json* out) -> Status {
-    std::ifstream in(p);
+  auto read = [](const fs::path& p, std::string* out) -> Status {
+    std::ifstream in(p, std::ios::binary);
     if (!in) return NotFound(p.string() + ": cannot open");
     std::stringstream ss;
     ss << in.rdbuf();
-    *out = nlohmann::json::parse(ss.str(), nullptr, false);
-    if (out->is_discarded() || !out->is_object()) return DataLoss(p.string() + ": not a JSON object");
+    *out = ss.str();
     return Status::Ok();
   };
-  const fs::path tj = fs::path(dir) / "tokenizer.json";
-  nlohmann::json j, cfg = nlohmann::json::object();
-  DI_RETURN_IF_ERROR(read_json(tj, &j));
-  if (fs::exists(fs::path(dir) / "tokenizer_config.json")) DI_RETURN_IF_ERROR(read_json(fs::path(dir) / "tokenizer_config.json", &cfg));
-  const std::string path = tj.string();
-  if (!j.contains("model") || !j["model"].is_object() || j["model"].value("type", "") != "BPE" ||
-      !j["model"].contains("vocab") || !j["model"]["vocab"].is_object())
-    return Unimplemented(path + ": only BPE tokenizer.json models are supported here");
-  auto& vocab = j["model"]["vocab"];
-  std::vector<std::pair<int, std::string>> entries;
-  for (auto& [k, v] : vocab.items()) {
-    if (!v.is_number_integer()) return DataLoss(path + ": vocab id for '" + k + "' is not an integer");
-    entries.emplace_back(v.get<int>(), k);
-  }
-  std::map<int, std::pair<std::string, bool>> added;
-  if (j.contains("added_tokens") && j["added_tokens"].is_array())
-    for (auto& a : j["added_tokens"])
-      if (a.is_object() && a.contains("id") && a["id"].is_number_integer() && a.contains("content") && a["content"].is_string())
-        added[a["id"].get<int>()] = {a["content"].get<std::string>(), a.value("special", false)};
-  int n = 0;
-  for (auto& [id, s] : entries) n = std::max(n, id + 1);
-  for (auto& [id, s] : added) n = std::max(n, id + 1);
-  if (n > (1 << 24)) return DataLoss(path + ": vocabulary ids too large");
-  std::vector<std::string> pieces(n);
-  std::vector<int> types(n, 1);
-  for (auto& [id, s] : entries)
-    if (id >= 0) pieces[id] = s;
-  for (auto& [id, a] : added) {
-    if (id < 0) continue;
-    pieces[id] = a.first;
-    types[id] = a.second ? 3 : 4;
-  }
-  std::vector<std::string> merges;
-  if (j["model"].contains("merges") && j["model"]["merges"].is_array())
-    for (auto& m : j["model"]["merges"]) {
-      if (m.is_string()) merges.push_back(m.get<std::string>());
-      else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string())
-        merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-    }
-  // The pre-tokenizer's Split regex, wherever it sits in the pipeline.
-  std::string regex = kGpt2Regex;
-  std::function<void(const nlohmann::json&)> find_regex = [&](const nlohmann::json& node) {
-    if (node.is_object()) {
-      if (node.value("type", "") == "Split" && node.contains("pattern") && node["pattern"].is_object() &&
-          node["pattern"].contains("Regex") && node["pattern"]["Regex"].is_string()) {
-        regex = node["pattern"]["Regex"].get<std::string>();
-        return;
-      }
-      for (auto& [k, v] : node.items()) find_regex(v);
-    } else if (node.is_array()) {
-      for (auto& v : node) find_regex(v);
-    }
-  };
-  if (j.contains("pre_tokenizer")) find_regex(j["pre_tokenizer"]);
-  auto token_id = [&](const char* key) {
-    if (!cfg.contains(key)) return -1;
-    auto& v = cfg[key];
-    std::string s = v.is_string() ? v.get<std::string>() : (v.is_object() && v.contains("content") && v["content"].is_string())
-                                                                ? v["content"].get<std::string>()
-                                                                : "";
-    for (int i = 0; i < n; ++i)
-      if (pieces[i] == s) return i;
-    return -1;
-  };
-  bool add_bos = cfg.value("add_bos_token", false);
-  auto t = std::make_unique<BpeTokenizer>(pieces, types, merges, regex, token_id("bos_token"), token_id("eos_token"), add_bos);
-  if (!t->ok()) return DataLoss(path + ": pre-tokenizer regex does not compile");
-  return std::unique_ptr<Tokenizer>(std::move(t));
+  std::string tok, cfg;
+  const fs::path tj = fs::path(dir) / "tokenizer.json", tc = fs::path(dir) / "tokenizer_config.json";
+  DI_RETURN_IF_ERROR(read(tj, &tok));
+  if (fs::exists(tc)) DI_RETURN_IF_ERROR(read(tc, &cfg));
+  return ParseHfTokenizer(tok, cfg, tj.string());
 }
 
 }  // namespace deepinfer
