@@ -24,9 +24,12 @@ if [[ "${SKIP_APT:-0}" != 1 ]]; then
 fi
 
 # Reference implementations for the parity tests and benchmarks (pinned by tools/ref/package-lock.json).
-if [[ ! -d tools/ref/node_modules/node-llama-cpp ]]; then
+stamp=tools/ref/node_modules/.deepinfer-lock-sha256
+want=$(sha256sum tools/ref/package-lock.json | cut -d' ' -f1)
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "[setup] npm ci (tools/ref)"
   (cd tools/ref && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --no-audit --no-fund)
+  echo "$want" > "$stamp"
 fi
 
 echo "[setup] building (Release)"

@@ -20,6 +20,7 @@ int CmdTokenize(int argc, char** argv) {
                 {"decode", "", "", "", "read ids and print text"},
                 {"add-bos", "", "", "", "prepend BOS when the tokenizer asks for it"},
                 {"json", "", "", "", "print ids as a JSON array"},
+                {"batch", "", "", "", "stdin: one JSON string per line -> one JSON array of ids per line (with --decode: arrays in, strings out)"},
             });
   if (!args.Parse(argc, argv)) return 2;
   if (args.help_requested()) {
@@ -46,6 +47,26 @@ int CmdTokenize(int argc, char** argv) {
   } else {
     model = LoadModelOrDie(args.Get("model"));
     tok = model->tokenizer.get();
+  }
+  if (args.Has("batch")) {
+    std::string line;
+    const bool add = args.Has("add-bos");
+    const bool decode = args.Has("decode");
+    while (std::getline(std::cin, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (decode) {
+        if (j.is_discarded() || !j.is_array()) return Fail(InvalidArgument("--decode --batch: each line must be a JSON array of ids"));
+        std::vector<int32_t> ids;
+        for (auto& v : j)
+          if (v.is_number_integer()) ids.push_back(v.get<int32_t>());
+        const std::string text = tok->Decode(ids, false);
+        std::printf("%s\n", nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        continue;
+      }
+      if (j.is_discarded() || !j.is_string()) return Fail(InvalidArgument("--batch: each line must be a JSON string"));
+      std::printf("%s\n", nlohmann::json(tok->Encode(j.get<std::string>(), add)).dump().c_str());
+    }
+    return 0;
   }
   std::string input = args.Has("prompt") ? args.Get("prompt")
                                          : std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
