@@ -13,6 +13,7 @@
 #include "generate/generator.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/membw.h"
+#include "model/gguf.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -54,6 +55,57 @@ nlohmann::json RunPeer(const std::string& script, const std::string& mode, const
   return j.is_discarded() ? nullptr : j;
 }
 
+// Single-thread encode and decode throughput over a document set (the tokenizer cache starts cold each rep).
+int BenchTokenize(const Args& args) {
+  std::ifstream in(args.Get("input"));
+  if (!in) return Fail(NotFound("--input " + args.Get("input") + ": cannot open"));
+  std::vector<std::string> docs;
+  size_t bytes = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_string()) return Fail(InvalidArgument("--input: each line must be a JSON string"));
+    docs.push_back(j.get<std::string>());
+    bytes += docs.back().size();
+  }
+  const std::string t = args.Get("tokenizer");
+  const int reps = std::max<int>(1, static_cast<int>(args.GetInt("reps")));
+  double best_enc = 1e30, best_dec = 1e30;
+  size_t tokens = 0;
+  for (int r = 0; r < reps; ++r) {
+    StatusOr<std::unique_ptr<Tokenizer>> tok = Status(StatusCode::kNotFound, "");
+    if (t.size() > 5 && t.substr(t.size() - 5) == ".gguf") {
+      auto g = GgufFile::Open(t);
+      if (!g.ok()) return Fail(g.status());
+      tok = TokenizerFromGguf(**g);
+    } else {
+      tok = TokenizerFromHfDir(t);
+    }
+    if (!tok.ok()) return Fail(tok.status());
+    std::vector<std::vector<int32_t>> ids(docs.size());
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < docs.size(); ++i) ids[i] = (*tok)->Encode(docs[i], false);
+    auto t1 = std::chrono::steady_clock::now();
+    size_t out_bytes = 0;
+    for (auto& v : ids) out_bytes += (*tok)->Decode(v, false).size();
+    auto t2 = std::chrono::steady_clock::now();
+    tokens = 0;
+    for (auto& v : ids) tokens += v.size();
+    best_enc = std::min(best_enc, std::chrono::duration<double>(t1 - t0).count());
+    best_dec = std::min(best_dec, std::chrono::duration<double>(t2 - t1).count());
+    if (out_bytes == 0) return Fail(Internal("decode produced nothing"));
+  }
+  std::printf("deepinfer tokenize: %zu docs, %.2f MB, %zu tokens: encode %.2f MB/s (%.0f tokens/s), decode %.2f MB/s\n", docs.size(),
+              bytes / 1e6, tokens, bytes / 1e6 / best_enc, tokens / best_enc, bytes / 1e6 / best_dec);
+  if (args.Has("out"))
+    std::ofstream(args.Get("out")) << nlohmann::json({{"benchmark", "tokenize"}, {"bytes", bytes}, {"tokens", tokens},
+                                                       {"encode_mb_per_s", bytes / 1e6 / best_enc},
+                                                       {"encode_tokens_per_s", tokens / best_enc},
+                                                       {"decode_mb_per_s", bytes / 1e6 / best_dec}})
+                                          .dump(2)
+                                   << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int CmdBench(int argc, char** argv) {
@@ -70,15 +122,18 @@ int CmdBench(int argc, char** argv) {
                 {"peer", "", "", "", "also run llama.cpp through node-llama-cpp"},
                 {"peer-script", "", "FILE", "tools/ref/llama_bench.mjs", "peer runner script"},
                 {"out", "", "FILE", "", "write the results as JSON"},
+                {"tokenizer", "", "DIR|GGUF", "", "tokenize: tokenizer to measure (directory with tokenizer.json, or a GGUF)"},
+                {"input", "", "FILE", "", "tokenize: documents, one JSON string per line"},
                 DI_WEIGHT_FLAGS,
             },
-            "{decode|prefill|membw}");
+            "{decode|prefill|membw|tokenize}");
   if (!args.Parse(argc, argv)) return 2;
   if (args.help_requested() || args.positional().size() != 1) {
     args.PrintHelp();
     return args.help_requested() ? 0 : 2;
   }
   const std::string mode = args.positional()[0];
+  if (mode == "tokenize") return BenchTokenize(args);
   if (mode != "decode" && mode != "prefill" && mode != "membw") return Fail(InvalidArgument("unknown benchmark '" + mode + "'"));
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
   SetComputeThreads(threads);
