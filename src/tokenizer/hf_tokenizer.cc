@@ -377,6 +377,7 @@ struct AddedToken {
   std::string content;
   int32_t id;
   bool special, lstrip, rstrip, single_word;
+  bool match_in_text;  // false for GGUF control tokens: llama.cpp does not parse them out of plain text
 };
 
 class HfTokenizer : public Tokenizer {
@@ -437,6 +438,9 @@ class HfTokenizer : public Tokenizer {
   std::vector<Match> FindAdded(const std::string& text) const {
     std::vector<Match> out;
     if (added_.empty()) return out;
+    bool any = false;
+    for (const auto& a : added_) any = any || a.match_in_text;
+    if (!any) return out;
     for (size_t i = 0; i < text.size();) {
       const auto& cands = added_by_byte_[static_cast<unsigned char>(text[i])];
       const AddedToken* best = nullptr;
@@ -629,7 +633,8 @@ StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& j, const js
     const int64_t id = a["id"].get<int64_t>();
     if (id < 0 || id >= (1 << 24)) return DataLoss(name + ": added token id out of range");
     t->added_.push_back({a["content"].get<std::string>(), static_cast<int32_t>(id), a.value("special", false),
-                         a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false)});
+                         a.value("lstrip", false), a.value("rstrip", false), a.value("single_word", false),
+                         a.value("deepinfer_match_in_text", true)});
     n = std::max(n, static_cast<int32_t>(id) + 1);
   }
   t->pieces_.assign(n, "");
@@ -638,7 +643,7 @@ StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& j, const js
   for (auto& a : t->added_) {
     t->pieces_[a.id] = a.content;
     t->is_control_[a.id] = a.special;
-    if (!a.content.empty()) t->added_by_byte_[static_cast<unsigned char>(a.content[0])].push_back(&a);
+    if (!a.content.empty() && a.match_in_text) t->added_by_byte_[static_cast<unsigned char>(a.content[0])].push_back(&a);
   }
   // Merges: "a b" strings or [a, b] pairs; each must name tokens of the vocabulary.
   const json merges = m.value("merges", json::array());
@@ -701,6 +706,29 @@ StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& j, const js
 }
 
 }  // namespace
+
+StatusOr<std::unique_ptr<Tokenizer>> MakeByteLevelBpe(const ByteLevelBpeSpec& spec, const std::string& name) {
+  json vocab = json::object(), added = json::array(), pre = json::array();
+  for (size_t i = 0; i < spec.tokens.size(); ++i) {
+    const int type = i < spec.types.size() ? spec.types[i] : 1;
+    if (type == 3 || type == 4)
+      added.push_back({{"id", i}, {"content", spec.tokens[i]}, {"special", type == 3}, {"deepinfer_match_in_text", type == 4}});
+    else
+      vocab[spec.tokens[i]] = i;
+  }
+  for (const auto& r : spec.split_regexes)
+    pre.push_back({{"type", "Split"}, {"pattern", {{"Regex", r}}}, {"behavior", "Isolated"}, {"invert", false}});
+  pre.push_back({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}});
+  json j = {{"added_tokens", added},
+            {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", pre}}},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", spec.merges}, {"ignore_merges", spec.ignore_merges}}}};
+  json cfg = {{"add_bos_token", spec.add_bos}};
+  const int n = static_cast<int>(spec.tokens.size());
+  if (spec.bos >= 0 && spec.bos < n) cfg["bos_token"] = spec.tokens[spec.bos];
+  if (spec.eos >= 0 && spec.eos < n) cfg["eos_token"] = spec.tokens[spec.eos];
+  return HfTokenizer::Create(j, cfg, name);
+}
 
 StatusOr<std::unique_ptr<Tokenizer>> ParseHfTokenizer(const std::string& tokenizer_json, const std::string& config_json,
                                                       const std::string& name) {

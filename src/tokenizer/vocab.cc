@@ -1,6 +1,4 @@
 // SentencePiece-style (llama) and byte-level BPE (gpt2) vocabularies, from GGUF metadata or tokenizer.json.
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
 
 #include <array>
 #include <filesystem>
@@ -121,109 +119,23 @@ class SpmTokenizer : public Tokenizer {
   bool add_space_prefix_;
 };
 
-// ------------------------------------------------------------------------------------------ byte-level BPE
-
-class BpeTokenizer : public Tokenizer {
- public:
-  BpeTokenizer(std::vector<std::string> pieces, std::vector<int> types, const std::vector<std::string>& merges,
-               const std::string& regex, int bos, int eos, bool add_bos) {
-    pieces_ = std::move(pieces);
-    is_control_.resize(pieces_.size());
-    for (size_t i = 0; i < pieces_.size(); ++i) {
-      is_control_[i] = i < types.size() && types[i] == 3;
-      ids_.emplace(pieces_[i], static_cast<int>(i));
-    }
-    for (size_t r = 0; r < merges.size(); ++r) {
-      size_t sp = merges[r].find(' ', 1);
-      if (sp == std::string::npos) continue;
-      ranks_.emplace(merges[r], static_cast<int>(r));
-    }
-    int err;
-    PCRE2_SIZE off;
-    re_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex.c_str()), regex.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK,
-                        &err, &off, nullptr);
-    if (re_) pcre2_jit_compile(re_, PCRE2_JIT_COMPLETE);
-    bos_id_ = bos;
-    eos_id_ = eos;
-    add_bos_ = add_bos;
-  }
-  ~BpeTokenizer() override {
-    if (re_) pcre2_code_free(re_);
-  }
-  bool ok() const { return re_ != nullptr; }
-
-  std::vector<int32_t> Encode(const std::string& text, bool add_bos) const override {
-    std::vector<int32_t> out;
-    if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
-    pcre2_match_data* md = pcre2_match_data_create_from_pattern(re_, nullptr);
-    size_t pos = 0;
-    while (pos < text.size()) {
-      int rc = pcre2_match(re_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos, 0, md, nullptr);
-      size_t b, e;
-      if (rc < 0) {  // no match (or invalid UTF-8): the rest is one piece
-        b = pos;
-        e = text.size();
-      } else {
-        PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-        b = ov[0];
-        e = ov[1];
-        if (e == b) e = b + CharLen(text, b);
-        if (b > pos) EncodeWord(text.substr(pos, b - pos), &out);
-      }
-      EncodeWord(text.substr(b, e - b), &out);
-      pos = e;
-    }
-    pcre2_match_data_free(md);
-    return out;
-  }
-
-  std::string TokenBytes(int32_t id) const override {
-    if (id < 0 || id >= vocab_size() || is_control_[id]) return {};
-    const std::string& p = pieces_[id];
-    std::string o;
-    for (size_t i = 0; i < p.size();) {
-      size_t n = CharLen(p, i);
-      auto it = bytes_.char_to_byte.find(p.substr(i, n));
-      if (it != bytes_.char_to_byte.end()) o += static_cast<char>(it->second);
-      else o += p.substr(i, n);  // added tokens keep their literal text
-      i += n;
-    }
-    return o;
-  }
-
- private:
-  void EncodeWord(const std::string& word, std::vector<int32_t>* out) const {
-    std::vector<std::string> sym;
-    for (unsigned char c : word) sym.push_back(bytes_.byte_to_char[c]);
-    for (;;) {
-      int best = -1, best_rank = INT32_MAX;
-      for (size_t i = 0; i + 1 < sym.size(); ++i) {
-        auto it = ranks_.find(sym[i] + " " + sym[i + 1]);
-        if (it != ranks_.end() && it->second < best_rank) {
-          best_rank = it->second;
-          best = static_cast<int>(i);
-        }
-      }
-      if (best < 0) break;
-      sym[best] += sym[best + 1];
-      sym.erase(sym.begin() + best + 1);
-    }
-    for (auto& s : sym) {
-      auto it = ids_.find(s);
-      if (it != ids_.end()) out->push_back(it->second);
-    }
-  }
-
-  std::unordered_map<std::string, int> ids_;
-  std::unordered_map<std::string, int> ranks_;
-  const utf8::ByteLevelTable& bytes_ = utf8::ByteLevelTable::Get();
-  pcre2_code* re_ = nullptr;
+// Pre-tokenizer regexes per GGUF `tokenizer.ggml.pre`, as the models' own tokenizer.json files define them.
+struct PreSpec {
+  std::vector<std::string> regexes;
+  bool ignore_merges = false;
 };
 
-std::string RegexForPre(const std::string& pre) {
-  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe") return kLlama3Regex;
-  if (pre == "qwen2" || pre == "deepseek-r1-qwen") return kQwen2Regex;
-  return kGpt2Regex;
+StatusOr<PreSpec> PreForGguf(const std::string& pre) {
+  if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2" || pre == "mpt" || pre == "olmo") return PreSpec{{kGpt2Regex}};
+  if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral")
+    return PreSpec{{kLlama3Regex}, true};
+  if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez") return PreSpec{{kQwen2Regex}};
+  if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" || pre == "codeshell")
+    return PreSpec{{R"(\p{N})", kGpt2Regex}};
+  if (pre == "deepseek-v3")
+    return PreSpec{{R"(\p{N}{1,3})", R"([\x{4e00}-\x{9fa5}\x{3040}-\x{309f}\x{30a0}-\x{30ff}]+)",
+                    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}};
+  return Unimplemented("GGUF pre-tokenizer '" + pre + "' is not supported yet");
 }
 
 }  // namespace
@@ -259,13 +171,19 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& g) {
                                                        get_bool("tokenizer.ggml.add_space_prefix", true)));
   }
   if (model == "gpt2") {
-    std::vector<std::string> merges;
-    if (auto* m = g.Find("tokenizer.ggml.merges"); m && m->is_array()) merges = m->strings;
+    ByteLevelBpeSpec spec;
+    spec.tokens = tokens->strings;
+    spec.types = types;
+    if (auto* m = g.Find("tokenizer.ggml.merges"); m && m->is_array()) spec.merges = m->strings;
     auto pre = g.GetString("tokenizer.ggml.pre");
-    auto t = std::make_unique<BpeTokenizer>(tokens->strings, types, merges, RegexForPre(pre.ok() ? *pre : ""), bos, eos,
-                                            get_bool("tokenizer.ggml.add_bos_token", false));
-    if (!t->ok()) return Internal(path + ": pre-tokenizer regex failed to compile");
-    return std::unique_ptr<Tokenizer>(std::move(t));
+    auto pre_spec = PreForGguf(pre.ok() ? *pre : "");
+    if (!pre_spec.ok()) return pre_spec.status().WithContext(path);
+    spec.split_regexes = pre_spec->regexes;
+    spec.ignore_merges = pre_spec->ignore_merges;
+    spec.bos = bos;
+    spec.eos = eos;
+    spec.add_bos = get_bool("tokenizer.ggml.add_bos_token", false);
+    return MakeByteLevelBpe(spec, path);
   }
   return Unimplemented(path + ": tokenizer model '" + model + "' (supported here: llama, gpt2)");
 }
