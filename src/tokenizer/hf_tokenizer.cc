@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <mutex>
 #include <queue>
+#include <string_view>
 #include <unordered_map>
 
 #include "tokenizer/utf8.h"
@@ -43,19 +44,28 @@ class Regex {
   ~Regex() { pcre2_code_free(code_); }
 
   // Non-overlapping matches, left to right, as (begin, end) byte offsets.
-  std::vector<std::pair<size_t, size_t>> Matches(const std::string& s) const {
+  std::vector<std::pair<size_t, size_t>> Matches(std::string_view s) const {
     std::vector<std::pair<size_t, size_t>> out;
+    ForEach(s, [&](size_t b, size_t e) { out.emplace_back(b, e); });
+    return out;
+  }
+
+  // Calls fn(begin, end) for each match as it is found: no buffer proportional to the input.
+  template <typename Fn>
+  void ForEach(std::string_view s, Fn&& fn) const {
     pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
     size_t pos = 0;
     while (pos <= s.size()) {
-      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, 0, md, nullptr);
+      // The subject was compiled for with PCRE2_MATCH_INVALID_UTF, so skipping the per-call UTF validation (which
+      // rescans the whole subject every call: quadratic over a long text) is safe.
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(s.data()), s.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
       if (rc < 0) break;
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
-      out.emplace_back(ov[0], ov[1]);
-      pos = ov[1] > ov[0] ? ov[1] : ov[1] + (ov[1] < s.size() ? utf8::CharLen(s, ov[1]) : 1);
+      const size_t b = ov[0], e = ov[1];
+      fn(b, e);
+      pos = e > b ? e : e + (e < s.size() ? utf8::CharLen(s, e) : 1);
     }
     pcre2_match_data_free(md);
-    return out;
   }
 
  private:
@@ -76,64 +86,71 @@ StatusOr<Behavior> ParseBehavior(const std::string& b) {
   return InvalidArgument("unknown split behavior '" + b + "'");
 }
 
-// Splits every piece around the regex matches with the `tokenizers` library's delimiter behaviours.
-void SplitPieces(Pieces& pieces, const Regex& re, Behavior behavior, bool invert) {
-  Pieces out;
-  for (const std::string& p : pieces) {
-    struct Seg {
-      size_t b, e;
-      bool match;
-    };
-    std::vector<Seg> segs;
-    size_t prev = 0;
-    for (auto [b, e] : re.Matches(p)) {
-      if (prev != b) segs.push_back({prev, b, false});
-      segs.push_back({b, e, true});
-      prev = e;
-    }
-    if (prev != p.size()) segs.push_back({prev, p.size(), false});
-    if (invert)
-      for (auto& s : segs) s.match = !s.match;
-    std::vector<Seg> res;
+// A piece of text on its way through the pre-tokenizers; at_start marks the piece that begins the segment
+// (Metaspace's prepend_scheme "first" needs it).
+using Emit = std::function<void(std::string_view piece, bool at_start)>;
+
+// Splits one piece around the regex matches with the `tokenizers` library's delimiter behaviours, emitting the
+// parts as they are found: memory stays bounded by the piece, not by the number of parts.
+void SplitOne(std::string_view p, bool at_start, const Regex& re, Behavior behavior, bool invert, const Emit& emit) {
+  struct Seg {
+    size_t b, e;
+    bool match;
+  };
+  auto out = [&](size_t b, size_t e) {
+    if (e > b) emit(p.substr(b, e - b), at_start && b == 0);
+  };
+  Seg pending{0, 0, false};
+  bool have_pending = false, prev_match = false;
+  auto on_seg = [&](const Seg& sg) {
     switch (behavior) {
       case Behavior::kIsolated:
-        res = segs;
+        out(sg.b, sg.e);
         break;
       case Behavior::kRemoved:
-        for (auto& s : segs)
-          if (!s.match) res.push_back(s);
+        if (!sg.match) out(sg.b, sg.e);
         break;
-      case Behavior::kMergedWithPrevious: {
-        bool prev_match = false;
-        for (auto& s : segs) {
-          if (s.match && !prev_match && !res.empty()) res.back().e = s.e;
-          else res.push_back(s);
-          prev_match = s.match;
+      case Behavior::kMergedWithPrevious:  // a delimiter joins the part before it
+        if (sg.match && !prev_match && have_pending) {
+          pending.e = sg.e;
+        } else {
+          if (have_pending) out(pending.b, pending.e);
+          pending = sg;
+          have_pending = true;
+        }
+        prev_match = sg.match;
+        break;
+      case Behavior::kMergedWithNext:  // a delimiter joins the part after it (unless another delimiter follows)
+        if (sg.match) {
+          if (have_pending) out(pending.b, pending.e);
+          pending = sg;
+          have_pending = true;
+        } else if (have_pending) {
+          out(pending.b, sg.e);
+          have_pending = false;
+        } else {
+          out(sg.b, sg.e);
         }
         break;
-      }
-      case Behavior::kMergedWithNext: {
-        bool prev_match = false;
-        for (size_t k = segs.size(); k-- > 0;) {
-          const Seg& s = segs[k];
-          if (s.match && !prev_match && !res.empty()) res.back().b = s.b;
-          else res.push_back(s);
-          prev_match = s.match;
-        }
-        std::reverse(res.begin(), res.end());
-        break;
-      }
-      case Behavior::kContiguous:
-        for (auto& s : segs) {
-          if (s.match && !res.empty() && res.back().match) res.back().e = s.e;
-          else res.push_back(s);
+      case Behavior::kContiguous:  // runs of delimiters become one part
+        if (sg.match && have_pending && pending.match) {
+          pending.e = sg.e;
+        } else {
+          if (have_pending) out(pending.b, pending.e);
+          pending = sg;
+          have_pending = true;
         }
         break;
     }
-    for (auto& s : res)
-      if (s.e > s.b) out.push_back(p.substr(s.b, s.e - s.b));
-  }
-  pieces.swap(out);
+  };
+  size_t prev = 0;
+  re.ForEach(p, [&](size_t b, size_t e) {
+    if (prev != b) on_seg({prev, b, invert});
+    on_seg({b, e, !invert});
+    prev = e;
+  });
+  if (prev != p.size()) on_seg({prev, p.size(), invert});
+  if (have_pending) out(pending.b, pending.e);
 }
 
 // ------------------------------------------------------------------------------------------------ normalizers
@@ -221,7 +238,7 @@ Status BuildNormalizer(const json& j, std::vector<Normalizer>* out) {
 
 // ------------------------------------------------------------------------------------------------ pre-tokenizers
 
-using PreTokenizer = std::function<void(Pieces&)>;
+using PreTokenizer = std::function<void(std::string_view piece, bool at_start, const Emit& emit)>;
 
 const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
@@ -234,30 +251,33 @@ Status BuildPreTokenizer(const json& j, std::vector<PreTokenizer>* out, bool* by
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> re, PatternOf(j.value("pattern", json())));
     DI_ASSIGN_OR_RETURN(Behavior b, ParseBehavior(j.value("behavior", "Isolated")));
     const bool invert = j.value("invert", false);
-    out->push_back([re, b, invert](Pieces& p) { SplitPieces(p, *re, b, invert); });
+    out->push_back([re, b, invert](std::string_view p, bool s, const Emit& e) { SplitOne(p, s, *re, b, invert, e); });
   } else if (type == "ByteLevel") {
     *byte_level = true;
     const bool prefix = j.value("add_prefix_space", false), use_regex = j.value("use_regex", true);
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> re, Regex::Compile(kGpt2Pattern, false));
-    out->push_back([prefix, use_regex, re](Pieces& p) {
-      if (prefix)
-        for (auto& s : p)
-          if (s.empty() || s[0] != ' ') s.insert(0, 1, ' ');
-      if (use_regex) SplitPieces(p, *re, Behavior::kIsolated, false);
+    out->push_back([prefix, use_regex, re](std::string_view p, bool s, const Emit& e) {
+      std::string with_space;
+      if (prefix && (p.empty() || p[0] != ' ')) {
+        with_space = " " + std::string(p);
+        p = with_space;
+      }
+      if (use_regex) SplitOne(p, s, *re, Behavior::kIsolated, false, e);
+      else e(p, s);
     });
   } else if (type == "Digits") {
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> re, Regex::Compile(j.value("individual_digits", false) ? "\\p{N}" : "\\p{N}+", false));
-    out->push_back([re](Pieces& p) { SplitPieces(p, *re, Behavior::kIsolated, false); });
+    out->push_back([re](std::string_view p, bool s, const Emit& e) { SplitOne(p, s, *re, Behavior::kIsolated, false, e); });
   } else if (type == "Whitespace") {
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> re, Regex::Compile("\\w+|[^\\w\\s]+", false));
-    out->push_back([re](Pieces& p) { SplitPieces(p, *re, Behavior::kRemoved, true); });
+    out->push_back([re](std::string_view p, bool s, const Emit& e) { SplitOne(p, s, *re, Behavior::kRemoved, true, e); });
   } else if (type == "WhitespaceSplit") {
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> re, Regex::Compile("\\s+", false));
-    out->push_back([re](Pieces& p) { SplitPieces(p, *re, Behavior::kRemoved, false); });
+    out->push_back([re](std::string_view p, bool s, const Emit& e) { SplitOne(p, s, *re, Behavior::kRemoved, false, e); });
   } else if (type == "Punctuation") {
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> re, Regex::Compile("\\p{P}", false));
     DI_ASSIGN_OR_RETURN(Behavior b, ParseBehavior(j.value("behavior", "Isolated")));
-    out->push_back([re, b](Pieces& p) { SplitPieces(p, *re, b, false); });
+    out->push_back([re, b](std::string_view p, bool s, const Emit& e) { SplitOne(p, s, *re, b, false, e); });
   } else if (type == "Metaspace") {
     const std::string rep = j.value("replacement", "\xE2\x96\x81");
     std::string scheme = j.value("prepend_scheme", "");
@@ -265,13 +285,12 @@ Status BuildPreTokenizer(const json& j, std::vector<PreTokenizer>* out, bool* by
     const bool split = j.value("split", true);
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> space, Regex::Compile(" ", true));
     DI_ASSIGN_OR_RETURN(std::shared_ptr<Regex> marker, Regex::Compile(rep, true));
-    out->push_back([rep, scheme, split, space, marker](Pieces& p) {
-      for (size_t k = 0; k < p.size(); ++k) {
-        p[k] = ReplaceAll(p[k], *space, rep);
-        const bool prepend = scheme == "always" || (scheme == "first" && k == 0);
-        if (prepend && p[k].compare(0, rep.size(), rep) != 0) p[k] = rep + p[k];
-      }
-      if (split) SplitPieces(p, *marker, Behavior::kMergedWithNext, false);
+    out->push_back([rep, scheme, split, space, marker](std::string_view p, bool s, const Emit& e) {
+      std::string r = ReplaceAll(std::string(p), *space, rep);
+      const bool prepend = scheme == "always" || (scheme == "first" && s);
+      if (prepend && r.compare(0, rep.size(), rep) != 0) r = rep + r;
+      if (split) SplitOne(r, s, *marker, Behavior::kMergedWithNext, false, e);
+      else e(r, s);
     });
   } else {
     return Unimplemented("pre-tokenizer '" + type + "'");
@@ -388,11 +407,11 @@ class HfTokenizer : public Tokenizer {
     std::vector<int32_t> body;
     size_t prev = 0;
     for (const auto& m : FindAdded(text)) {
-      if (m.begin > prev) EncodeSegment(text.substr(prev, m.begin - prev), &body);
+      if (m.begin > prev) EncodeSegment(std::string_view(text).substr(prev, m.begin - prev), prev == 0, &body);
       body.push_back(m.id);
       prev = m.end;
     }
-    if (prev < text.size()) EncodeSegment(text.substr(prev), &body);
+    if (prev < text.size()) EncodeSegment(std::string_view(text).substr(prev), prev == 0, &body);
     if (!add_special) return body;
     if (template_.empty()) {
       // No template post-processor: transformers' fast tokenizers still honour add_bos_token from
@@ -468,15 +487,18 @@ class HfTokenizer : public Tokenizer {
     return (b == 0 || !word(static_cast<unsigned char>(t[b - 1]))) && (e >= t.size() || !word(static_cast<unsigned char>(t[e])));
   }
 
-  void EncodeSegment(const std::string& raw, std::vector<int32_t>* out) const {
-    std::string text = raw;
+  // Normalizes a segment (text between added tokens) and streams it through the pre-tokenizers into BPE.
+  void EncodeSegment(std::string_view raw, bool at_start, std::vector<int32_t>* out) const {
+    std::string text(raw);
     for (const auto& n : normalizers_) text = n(text);
-    Pieces pieces{text};
-    for (const auto& p : pre_) p(pieces);
-    for (const auto& p : pieces) EncodeWord(p, out);
+    std::function<void(size_t, std::string_view, bool)> run = [&](size_t level, std::string_view piece, bool start) {
+      if (level == pre_.size()) return EncodeWord(piece, out);
+      pre_[level](piece, start, [&](std::string_view part, bool part_start) { run(level + 1, part, part_start); });
+    };
+    run(0, text, at_start);
   }
 
-  void EncodeWord(const std::string& raw_word, std::vector<int32_t>* out) const {
+  void EncodeWord(std::string_view raw_word, std::vector<int32_t>* out) const {
     if (raw_word.empty()) return;
     std::string word;
     if (byte_level_) {

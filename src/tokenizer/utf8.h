@@ -3,12 +3,13 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 namespace deepinfer::utf8 {
 
 // Bytes in the UTF-8 sequence starting at s[i] (1 for a byte that cannot start one), clamped to the string.
-inline size_t CharLen(const std::string& s, size_t i) {
+inline size_t CharLen(std::string_view s, size_t i) {
   const unsigned char c = static_cast<unsigned char>(s[i]);
   const size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
   return n < s.size() - i ? n : s.size() - i;

