@@ -13,6 +13,7 @@ int CmdPull(int argc, char** argv);
 int CmdBench(int argc, char** argv);
 int CmdLogprobs(int argc, char** argv);
 int CmdTokenize(int argc, char** argv);
+int CmdTemplate(int argc, char** argv);
 
 // Resolves MODEL (path or hub reference) and loads it, logging what was loaded. Exits the process with a clear
 // message on failure (the CLI's error boundary).

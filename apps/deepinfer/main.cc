@@ -51,6 +51,7 @@ void Usage() {
       "  make-tiny   write a random-weight model of a supported architecture (HF directory and/or GGUF)\n"
       "  bench       benchmarks: decode, prefill, membw (memory bandwidth)\n"
       "  tokenize    text to token ids (or ids to text with --decode)\n"
+      "  template    render a chat template (Jinja) with a JSON context\n"
       "  logprobs    full-vocabulary log-probabilities at every position of a token sequence (JSON)\n\n"
       "MODEL is a GGUF file, a Hugging Face model directory, or a hub reference owner/name[:file][@revision]\n"
       "(HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE and HF_TOKEN are honoured).\n"
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return CmdBench(argc - 2, argv + 2);
   if (cmd == "logprobs") return CmdLogprobs(argc - 2, argv + 2);
   if (cmd == "tokenize") return CmdTokenize(argc - 2, argv + 2);
+  if (cmd == "template") return CmdTemplate(argc - 2, argv + 2);
   std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n", cmd.c_str());
   Usage();
   return 2;
