@@ -13,7 +13,6 @@
 #include "generate/generator.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/membw.h"
-#include "model/gguf.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -72,14 +71,7 @@ int BenchTokenize(const Args& args) {
   double best_enc = 1e30, best_dec = 1e30;
   size_t tokens = 0;
   for (int r = 0; r < reps; ++r) {
-    StatusOr<std::unique_ptr<Tokenizer>> tok = Status(StatusCode::kNotFound, "");
-    if (t.size() > 5 && t.substr(t.size() - 5) == ".gguf") {
-      auto g = GgufFile::Open(t);
-      if (!g.ok()) return Fail(g.status());
-      tok = TokenizerFromGguf(**g);
-    } else {
-      tok = TokenizerFromHfDir(t);
-    }
+    auto tok = TokenizerFromPath(t);
     if (!tok.ok()) return Fail(tok.status());
     std::vector<std::vector<int32_t>> ids(docs.size());
     auto t0 = std::chrono::steady_clock::now();

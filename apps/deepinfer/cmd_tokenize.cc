@@ -7,7 +7,6 @@
 #include "args.h"
 #include "base/logging.h"
 #include "commands.h"
-#include "model/gguf.h"
 
 namespace deepinfer::cli {
 
@@ -32,15 +31,7 @@ int CmdTokenize(int argc, char** argv) {
   std::unique_ptr<Model> model;
   const Tokenizer* tok = nullptr;
   if (args.Has("tokenizer")) {
-    const std::string t = args.Get("tokenizer");
-    StatusOr<std::unique_ptr<Tokenizer>> r = Status(StatusCode::kNotFound, "");
-    if (t.size() > 5 && t.substr(t.size() - 5) == ".gguf") {
-      auto g = GgufFile::Open(t);
-      if (!g.ok()) return Fail(g.status());
-      r = TokenizerFromGguf(**g);
-    } else {
-      r = TokenizerFromHfDir(t);
-    }
+    auto r = TokenizerFromPath(args.Get("tokenizer"));
     if (!r.ok()) return Fail(r.status());
     owned = std::move(r).value();
     tok = owned.get();

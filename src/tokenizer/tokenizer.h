@@ -41,6 +41,8 @@ class Tokenizer {
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& gguf);
 // tokenizer.json (+ tokenizer_config.json in the same directory when present).
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir);
+// A .gguf file (its embedded vocabulary) or a directory holding tokenizer.json.
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromPath(const std::string& path);
 
 // Streams text out of a growing token sequence without ever emitting a broken UTF-8 sequence. The text of a
 // continuation is Decode(prefix + generated) minus Decode(prefix): decoding in context keeps the spaces that

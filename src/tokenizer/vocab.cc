@@ -216,4 +216,12 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir) 
   return ParseHfTokenizer(tok, cfg, tj.string());
 }
 
+StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromPath(const std::string& path) {
+  if (path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
+    DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
+    return TokenizerFromGguf(*g);
+  }
+  return TokenizerFromHfDir(path);
+}
+
 }  // namespace deepinfer
