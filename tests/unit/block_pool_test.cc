@@ -1,0 +1,94 @@
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "kv/block_pool.h"
+
+namespace deepinfer {
+namespace {
+
+std::vector<int32_t> Seq(int n, int start = 100) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), start);
+  return v;
+}
+
+TEST(BlockPoolTest, AllocateReleaseAndExhaustion) {
+  BlockPool pool(8, 4);
+  auto a = pool.Allocate(5);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->size(), 5u);
+  EXPECT_EQ(pool.num_available(), 3);
+  auto b = pool.Allocate(4);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("4 blocks requested, 3 of 8 available"), std::string::npos);
+  EXPECT_EQ(pool.num_available(), 3);  // a refused request takes nothing
+  EXPECT_FALSE(pool.CheckNoLeaks().ok());
+  pool.Release(*a);
+  pool.Release(*a);  // double release must not corrupt the pool
+  EXPECT_EQ(pool.num_available(), 8);
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+}
+
+TEST(BlockPoolTest, PrefixHitSharesBlocksAndSkipsPartialBlock) {
+  BlockPool pool(16, 4);
+  const auto toks = Seq(10);  // 2 full blocks + 2 tokens
+  auto blocks = *pool.Allocate(3);
+  pool.Publish(blocks, toks.data(), 2);
+  EXPECT_EQ(pool.num_cached(), 2);
+  auto hit = pool.MatchPrefix(toks.data(), 10);
+  ASSERT_EQ(hit.size(), 2u);
+  EXPECT_EQ(hit[0], blocks[0]);
+  EXPECT_EQ(hit[1], blocks[1]);
+  EXPECT_EQ(pool.ref_count(blocks[0]), 2);
+  // A different second block matches only the first.
+  auto other = toks;
+  other[5] = 7;
+  auto part = pool.MatchPrefix(other.data(), 10);
+  EXPECT_EQ(part.size(), 1u);
+  pool.Release(part);
+  pool.Release(hit);
+  pool.Release(blocks);
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+  EXPECT_EQ(pool.num_cached(), 2);  // still cached while unreferenced
+  EXPECT_EQ(pool.MatchPrefix(toks.data(), 8).size(), 2u);
+}
+
+TEST(BlockPoolTest, EvictsLeastRecentlyReleasedFirst) {
+  BlockPool pool(4, 2);
+  const auto s1 = Seq(2, 1), s2 = Seq(2, 50);
+  auto b1 = *pool.Allocate(1);
+  pool.Publish(b1, s1.data(), 1);
+  auto b2 = *pool.Allocate(1);
+  pool.Publish(b2, s2.data(), 1);
+  pool.Release(b1);  // released first -> evicted first
+  pool.Release(b2);
+  auto fresh = *pool.Allocate(3);  // 2 never-used blocks, then the LRU cached one (s1's)
+  EXPECT_TRUE(pool.MatchPrefix(s1.data(), 2).empty());
+  auto still = pool.MatchPrefix(s2.data(), 2);
+  EXPECT_EQ(still.size(), 1u);
+  pool.Release(still);
+  pool.Release(fresh);
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+}
+
+TEST(BlockPoolTest, RecycledParentBreaksTheChain) {
+  BlockPool pool(3, 2);
+  const auto a = Seq(4, 10);
+  auto blocks = *pool.Allocate(2);  // blocks 0, 1 hold a's two blocks
+  pool.Publish(blocks, a.data(), 2);
+  pool.Release(blocks);             // LRU order: 0, then 1
+  // Block 0 (a's first) is evicted and reused; a's first block is then published again in another block.
+  auto x = *pool.Allocate(2);       // the never-used block 2, then evicted block 0
+  pool.Publish({x[0]}, a.data(), 1);
+  // a's second block is still cached, but it hangs off the evicted block 0: the chain must stop after one block.
+  auto hit = pool.MatchPrefix(a.data(), 4);
+  ASSERT_EQ(hit.size(), 1u);
+  EXPECT_EQ(hit[0], x[0]);
+  pool.Release(hit);
+  pool.Release(x);
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+}
+
+}  // namespace
+}  // namespace deepinfer
