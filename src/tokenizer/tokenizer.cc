@@ -33,22 +33,35 @@ size_t CompleteUtf8Prefix(const std::string& s) {
 }
 }  // namespace
 
+namespace {
+constexpr size_t kContextTokens = 4;  // tokens kept before the unsent text so decoders see their neighbours
+}  // namespace
+
 StreamDecoder::StreamDecoder(const Tokenizer& tok, std::vector<int32_t> prefix) : tok_(tok), ids_(std::move(prefix)) {
-  emitted_ = tok_.Decode(ids_).size();
+  start_ = ids_.size() > kContextTokens ? ids_.size() - kContextTokens : 0;
+  emitted_ = DecodeWindow().size();
+}
+
+std::string StreamDecoder::DecodeWindow() const {
+  return tok_.Decode(std::vector<int32_t>(ids_.begin() + static_cast<std::ptrdiff_t>(start_), ids_.end()));
 }
 
 std::string StreamDecoder::Push(int32_t id) {
   ids_.push_back(id);
-  std::string text = tok_.Decode(ids_);
-  size_t ready = CompleteUtf8Prefix(text);
-  if (ready <= emitted_) return {};
-  std::string out = text.substr(emitted_, ready - emitted_);
-  emitted_ = ready;
+  const std::string text = DecodeWindow();
+  const size_t ready = CompleteUtf8Prefix(text);
+  std::string out = ready > emitted_ ? text.substr(emitted_, ready - emitted_) : std::string();
+  emitted_ = std::max(emitted_, ready);
+  // Everything sent and the window grown: slide it, keeping a little context.
+  if (ready == text.size() && ids_.size() - start_ > 2 * kContextTokens) {
+    start_ = ids_.size() - kContextTokens;
+    emitted_ = DecodeWindow().size();
+  }
   return out;
 }
 
 std::string StreamDecoder::Flush() {
-  std::string text = tok_.Decode(ids_);
+  const std::string text = DecodeWindow();
   std::string out = text.size() > emitted_ ? text.substr(emitted_) : std::string();
   emitted_ = text.size();
   return out;

@@ -46,7 +46,9 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromPath(const std::string& path);
 
 // Streams text out of a growing token sequence without ever emitting a broken UTF-8 sequence. The text of a
 // continuation is Decode(prefix + generated) minus Decode(prefix): decoding in context keeps the spaces that
-// SentencePiece-style vocabularies attach to the front of a token right (" time" after "Once upon a").
+// SentencePiece-style vocabularies attach to the front of a token right (" time" after "Once upon a"). Only a
+// short window of recent tokens is re-decoded per step (a few tokens of context before the unsent text), so a
+// long generation costs linear, not quadratic, time.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok, std::vector<int32_t> prefix = {});
@@ -56,9 +58,12 @@ class StreamDecoder {
   std::string Flush();
 
  private:
+  std::string DecodeWindow() const;
+
   const Tokenizer& tok_;
   std::vector<int32_t> ids_;
-  size_t emitted_ = 0;  // bytes of Decode(ids_) already returned
+  size_t start_ = 0;    // first id of the decode window
+  size_t emitted_ = 0;  // bytes of the window's decode already returned
 };
 
 }  // namespace deepinfer

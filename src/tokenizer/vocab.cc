@@ -1,11 +1,10 @@
-// SentencePiece-style (llama) and byte-level BPE (gpt2) vocabularies, from GGUF metadata or tokenizer.json.
+// GGUF-embedded vocabularies: SentencePiece-style (llama) merged by score here; byte-level BPE (gpt2) handed to
+// the tokenizer.json pipeline with its pre-tokenizer regexes. Also the loaders by path.
 
 #include <array>
 #include <filesystem>
 #include <functional>
 #include <fstream>
-#include <map>
-#include <queue>
 #include <sstream>
 #include <unordered_map>
 
