@@ -1,31 +1,42 @@
 #include "model/transformer.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include "base/logging.h"
 
 #include "kernels/cpu/gemm.h"
 
 namespace deepinfer {
 
-KvCache::KvCache(const ModelConfig& c, int capacity)
-    : capacity_(capacity), layer_stride_(static_cast<size_t>(capacity) * c.n_kv_heads * c.head_dim) {
-  k_.assign(layer_stride_ * c.n_layers, 0.f);
-  v_.assign(layer_stride_ * c.n_layers, 0.f);
+KvCache::KvCache(const ModelConfig& c, int capacity, DType dtype) : capacity_(capacity) {
+  constexpr int kBlock = 16;
+  const int blocks = std::max(1, (capacity + kBlock - 1) / kBlock);
+  auto kv = PagedKvCache::Create(c, blocks, kBlock, dtype);
+  if (!kv.ok()) {  // only an allocation failure can get here (the arguments are valid by construction)
+    DI_LOG_ERROR("KV cache: %s", kv.status().ToString().c_str());
+    std::abort();
+  }
+  paged_ = std::move(*kv);
+  for (int b = 0; b < blocks; ++b) table_.push_back(b);
 }
 
-Transformer::Transformer(const Model& model, int max_chunk)
-    : model_(model), c_(model.config), max_chunk_(max_chunk) {
+Transformer::Transformer(const Model& model, int max_batch_tokens)
+    : model_(model), c_(model.config), max_tokens_(max_batch_tokens) {
   rope_ = RopeTable::Make(c_.rope_style, c_.head_dim, c_.rope_theta, c_.rope_freq_factors);
-  const size_t m = static_cast<size_t>(max_chunk_);
+  const size_t m = static_cast<size_t>(max_tokens_);
+  const size_t qdim = static_cast<size_t>(c_.n_heads) * c_.head_dim, kvdim = static_cast<size_t>(c_.n_kv_heads) * c_.head_dim;
   x_.resize(m * c_.hidden);
-  xn_.resize(m * std::max(c_.hidden, c_.n_heads * c_.head_dim));
-  q_.resize(m * c_.n_heads * c_.head_dim);
-  k_.resize(m * c_.n_kv_heads * c_.head_dim);
-  v_.resize(m * c_.n_kv_heads * c_.head_dim);
-  attn_.resize(m * std::max(c_.hidden, c_.n_heads * c_.head_dim));
+  xn_.resize(m * std::max<size_t>(c_.hidden, qdim));
+  q_.resize(m * qdim);
+  k_.resize(m * kvdim);
+  v_.resize(m * kvdim);
+  attn_.resize(m * std::max<size_t>(c_.hidden, qdim));
   gate_.resize(m * c_.intermediate);
   up_.resize(m * c_.intermediate);
   pos_.resize(m);
+  slot_of_token_.resize(m);
 }
 
 Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits) {
@@ -33,35 +44,84 @@ Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv
   if (start < 0 || start + n > kv.capacity())
     return OutOfRange("forward: positions [" + std::to_string(start) + ", " + std::to_string(start + n) +
                       ") exceed the KV cache capacity " + std::to_string(kv.capacity()));
-  for (int i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= c_.vocab_size)
-      return InvalidArgument("forward: token id " + std::to_string(tokens[i]) + " outside the vocabulary");
-  for (int done = 0; done < n; done += max_chunk_) {
-    const int len = std::min(max_chunk_, n - done);
-    const bool last = done + len == n;
-    float* out = all_logits ? logits + static_cast<size_t>(done) * c_.vocab_size : (last ? logits : nullptr);
-    ForwardChunk(tokens + done, len, start + done, kv, out, all_logits);
+  const int nb = static_cast<int>(kv.block_table().size());
+  if (all_logits) {
+    // One row per token: each token is its own "sequence" entry of length 1, which the batched forward handles
+    // exactly like a chunk (row-wise invariance), but chunked by max_batch_tokens.
+    std::vector<SeqForward> rows;
+    for (int done = 0; done < n; done += max_tokens_) {
+      const int len = std::min(max_tokens_, n - done);
+      rows.clear();
+      for (int i = 0; i < len; ++i)
+        rows.push_back({tokens + done + i, 1, start + done + i, kv.block_table().data(), nb, true});
+      DI_RETURN_IF_ERROR(ForwardBatch(rows.data(), len, kv.paged(), logits + static_cast<size_t>(done) * c_.vocab_size));
+    }
+    return Status::Ok();
+  }
+  for (int done = 0; done < n; done += max_tokens_) {
+    const int len = std::min(max_tokens_, n - done);
+    SeqForward s{tokens + done, len, start + done, kv.block_table().data(), nb, done + len == n};
+    DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits));
   }
   return Status::Ok();
 }
 
-void Transformer::ForwardChunk(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits) {
-  const int h = c_.hidden;
-  for (int i = 0; i < n; ++i) {
-    DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(tokens[i]), x_.data() + static_cast<size_t>(i) * h, h);
-    pos_[i] = start + i;
+Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits) {
+  const int bs = kv.block_size();
+  int total = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const SeqForward& q = seqs[s];
+    if (q.n <= 0) return InvalidArgument("forward: a sequence with no tokens");
+    if (q.start < 0 || q.start + q.n > q.num_blocks * bs)
+      return OutOfRange("forward: positions [" + std::to_string(q.start) + ", " + std::to_string(q.start + q.n) +
+                        ") are not covered by the sequence's " + std::to_string(q.num_blocks) + " KV blocks");
+    for (int i = 0; i < q.n; ++i)
+      if (q.tokens[i] < 0 || q.tokens[i] >= c_.vocab_size)
+        return InvalidArgument("forward: token id " + std::to_string(q.tokens[i]) + " outside the vocabulary");
+    total += q.n;
   }
-  for (int l = 0; l < c_.n_layers; ++l) Layer(l, n, start, kv);
-  if (!logits) return;
-  const int first = all_logits ? 0 : n - 1, rows = all_logits ? n : 1;
-  RmsNorm(x_.data() + static_cast<size_t>(first) * h, model_.out_norm.data(), c_.rms_eps, rows, h, xn_.data());
+  if (total > max_tokens_)
+    return OutOfRange("forward: " + std::to_string(total) + " tokens exceed the batch limit " + std::to_string(max_tokens_));
+
+  // Physical K/V row of every position each sequence reads (its whole prefix) and of each token it writes.
+  rows_.clear();
+  attn_seqs_.clear();
+  logit_rows_.clear();
+  const int h = c_.hidden;
+  int row = 0;
+  std::vector<size_t> rows_begin;
+  rows_begin.reserve(num_seqs);
+  for (int s = 0; s < num_seqs; ++s) {
+    const SeqForward& q = seqs[s];
+    rows_begin.push_back(rows_.size());
+    for (int p = 0; p < q.start + q.n; ++p) rows_.push_back(q.block_table[p / bs] * bs + p % bs);
+    for (int i = 0; i < q.n; ++i) {
+      DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(q.tokens[i]), x_.data() + static_cast<size_t>(row + i) * h, h);
+      pos_[row + i] = q.start + i;
+      slot_of_token_[row + i] = rows_[rows_begin.back() + q.start + i];
+    }
+    if (q.want_logits) logit_rows_.push_back(row + q.n - 1);
+    row += q.n;
+  }
+  row = 0;
+  for (int s = 0; s < num_seqs; ++s) {  // pointers into rows_ are stable only after it stopped growing
+    attn_seqs_.push_back({row, seqs[s].n, seqs[s].start, rows_.data() + rows_begin[s]});
+    row += seqs[s].n;
+  }
+
+  for (int l = 0; l < c_.n_layers; ++l) Layer(l, total, kv);
+  if (logit_rows_.empty()) return Status::Ok();
+  const int rows = static_cast<int>(logit_rows_.size());
+  for (int r = 0; r < rows; ++r)
+    RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, model_.out_norm.data(), c_.rms_eps, 1, h,
+            xn_.data() + static_cast<size_t>(r) * h);
   MatMul(model_.lm_head, xn_.data(), rows, logits);
+  return Status::Ok();
 }
 
-void Transformer::Layer(int l, int n, int start, KvCache& kv) {
+void Transformer::Layer(int l, int n, PagedKvCache& kv) {
   const LayerWeights& L = model_.layers[l];
   const int h = c_.hidden, hd = c_.head_dim, nh = c_.n_heads, nkv = c_.n_kv_heads;
-  const int kv_dim = nkv * hd;
 
   // Attention block.
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
@@ -74,9 +134,9 @@ void Transformer::Layer(int l, int n, int start, KvCache& kv) {
   }
   ApplyRope(rope_, q_.data(), n, nh, hd, pos_.data());
   ApplyRope(rope_, k_.data(), n, nkv, hd, pos_.data());
-  std::memcpy(kv.k(l) + static_cast<size_t>(start) * kv_dim, k_.data(), sizeof(float) * n * kv_dim);
-  std::memcpy(kv.v(l) + static_cast<size_t>(start) * kv_dim, v_.data(), sizeof(float) * n * kv_dim);
-  CausalAttention(q_.data(), kv.k(l), kv.v(l), n, start, nh, nkv, hd, 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
+  kv.Write(l, k_.data(), v_.data(), slot_of_token_.data(), n);
+  PagedAttention(q_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.v(l), kv.dtype(), nh,
+                 nkv, hd, 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   MatMul(L.wo, attn_.data(), n, xn_.data());
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += xn_[i];
 

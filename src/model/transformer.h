@@ -1,50 +1,75 @@
 // The decoder-only transformer forward pass shared by llama, qwen2, qwen3 and mistral: RMSNorm, GQA attention
 // with RoPE (and optional q/k norm and qkv bias), SwiGLU MLP, tied or untied lm_head.
+//
+// One batched entry point serves the engine: several sequences, each contributing a run of consecutive
+// positions (a prefill chunk or one decode token), over the paged K/V cache. Every operation is row-wise or
+// per-sequence with a fixed reduction order, so a row's result does not depend on the batch it is in, on how a
+// prompt was chunked, or on the thread count (the engine's determinism contract rests on this).
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "deepinfer/status.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 
 namespace deepinfer {
 
-// K and V for one sequence, f32, contiguous by position: layer -> [capacity][n_kv * head_dim].
+// One sequence's share of a batched forward: tokens at positions [start, start + n), K/V slots from its block
+// table (which must cover position start + n - 1). want_logits: produce logits for its last token.
+struct SeqForward {
+  const int32_t* tokens = nullptr;
+  int n = 0;
+  int start = 0;
+  const int32_t* block_table = nullptr;
+  int num_blocks = 0;
+  bool want_logits = false;
+};
+
+// A single sequence's cache for tools that run one sequence (logprobs, the decode benchmark): a paged cache
+// whose block table is simply 0, 1, 2, ...
 class KvCache {
  public:
-  KvCache(const ModelConfig& c, int capacity);
+  KvCache(const ModelConfig& c, int capacity, DType dtype = DType::kF32);
   int capacity() const { return capacity_; }
-  float* k(int layer) { return k_.data() + static_cast<size_t>(layer) * layer_stride_; }
-  float* v(int layer) { return v_.data() + static_cast<size_t>(layer) * layer_stride_; }
-  size_t bytes() const { return (k_.size() + v_.size()) * sizeof(float); }
+  PagedKvCache& paged() { return *paged_; }
+  const std::vector<int32_t>& block_table() const { return table_; }
+  size_t bytes() const { return paged_->bytes(); }
 
  private:
   int capacity_;
-  size_t layer_stride_;
-  std::vector<float> k_, v_;
+  std::unique_ptr<PagedKvCache> paged_;
+  std::vector<int32_t> table_;
 };
 
 class Transformer {
  public:
-  // max_chunk: tokens per forward chunk (bounds activation buffers; longer prompts are chunked).
-  Transformer(const Model& model, int max_chunk = 512);
+  // max_batch_tokens: tokens per forward call (bounds activation buffers; Forward chunks longer prompts).
+  Transformer(const Model& model, int max_batch_tokens = 512);
 
-  // Runs tokens at positions [start, start + n) of the sequence whose cache is `kv`. Writes vocab-size logits:
-  // for every token when all_logits (n rows), else for the last token only (1 row).
+  // Batched forward over the paged cache. logits receives vocab-size rows, one per sequence with want_logits,
+  // in order. The caller guarantees block tables cover every position (the engine's scheduler does).
+  Status ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits);
+
+  // Single sequence: tokens at positions [start, start + n). Writes vocab-size logits for every token when
+  // all_logits (n rows), else for the last token only (1 row).
   Status Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits);
 
   const Model& model() const { return model_; }
+  int max_batch_tokens() const { return max_tokens_; }
 
  private:
-  void ForwardChunk(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits);
-  void Layer(int l, int n, int start, KvCache& kv);
+  void Layer(int l, int n, PagedKvCache& kv);
 
   const Model& model_;
   const ModelConfig& c_;
-  int max_chunk_;
+  int max_tokens_;
   RopeTable rope_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_;
-  std::vector<int32_t> pos_;
+  std::vector<int32_t> pos_, slot_of_token_, rows_;
+  std::vector<AttnSeq> attn_seqs_;
+  std::vector<int32_t> logit_rows_;
 };
 
 }  // namespace deepinfer

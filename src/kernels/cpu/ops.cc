@@ -82,21 +82,55 @@ void LogSoftmax(const float* x, float* out, int n) {
 }
 
 
+namespace {
+using AttendFn = void (*)(const float*, const void*, const void*, DType, const int32_t*, int, int64_t, int, float,
+                          float*, float*);
+AttendFn ActiveAttend() {
+  return ActiveIsa() == Isa::kAvx512 ? isa_avx512::AttendHead
+         : ActiveIsa() == Isa::kAvx2 ? isa_avx2::AttendHead
+                                     : isa_scalar::AttendHead;
+}
+}  // namespace
+
 void CausalAttention(const float* q, const float* k_cache, const float* v_cache, int m, int start, int n_heads,
                      int n_kv, int hd, float scale, float* out) {
+  std::vector<int32_t> rows(static_cast<size_t>(start + m));
+  for (int p = 0; p < start + m; ++p) rows[p] = p;
+  const AttnSeq seq{0, m, start, rows.data()};
+  PagedAttention(q, &seq, 1, k_cache, v_cache, DType::kF32, n_heads, n_kv, hd, scale, out);
+}
+
+void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,
+                    DType kv_type, int n_heads, int n_kv, int hd, float scale, float* out) {
   const int group = n_heads / n_kv;
-  const int64_t kv_stride = static_cast<int64_t>(n_kv) * hd, q_stride = static_cast<int64_t>(n_heads) * hd;
-  const int64_t tasks = static_cast<int64_t>(m) * n_heads;
-  auto attend = ActiveIsa() == Isa::kAvx512 ? isa_avx512::AttendHead
-                : ActiveIsa() == Isa::kAvx2 ? isa_avx2::AttendHead
-                                            : isa_scalar::AttendHead;
+  const int64_t q_stride = static_cast<int64_t>(n_heads) * hd;
+  const size_t esize = GetDTypeInfo(kv_type).block_bytes;
+  const int64_t row_bytes = static_cast<int64_t>(n_kv) * hd * static_cast<int64_t>(esize);
+  // Tasks are (query row, head) over all sequences; each output element is computed by one task in one fixed
+  // order, so results do not depend on the partition, the thread count or what else is in the batch.
+  std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
+  int max_len = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * n_heads;
+    max_len = std::max(max_len, seqs[s].start + seqs[s].m);
+  }
+  const AttendFn attend = ActiveAttend();
   ComputePool().Run([&](int tid, int nt) {
-    auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(tasks), tid, nt);
-    std::vector<float> scores(static_cast<size_t>(start + m));
+    auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(first_task[num_seqs]), tid, nt);
+    if (t0 >= t1) return;
+    std::vector<float> scores(static_cast<size_t>(max_len));
+    int s = static_cast<int>(std::upper_bound(first_task.begin(), first_task.end(), static_cast<int64_t>(t0)) -
+                             first_task.begin()) - 1;
     for (size_t t = t0; t < t1; ++t) {
-      const int i = static_cast<int>(t / n_heads), h = static_cast<int>(t % n_heads), kvh = h / group;
-      attend(q + i * q_stride + static_cast<int64_t>(h) * hd, k_cache + kvh * hd, v_cache + kvh * hd, start + i + 1, kv_stride, hd,
-             scale, scores.data(), out + i * q_stride + static_cast<int64_t>(h) * hd);
+      while (static_cast<int64_t>(t) >= first_task[s + 1]) ++s;
+      const AttnSeq& sq = seqs[s];
+      const int64_t local = static_cast<int64_t>(t) - first_task[s];
+      const int i = static_cast<int>(local / n_heads), h = static_cast<int>(local % n_heads), kvh = h / group;
+      const int64_t row = sq.q_row + i;
+      const size_t head_off = static_cast<size_t>(kvh) * hd * esize;
+      attend(q + row * q_stride + static_cast<int64_t>(h) * hd, static_cast<const uint8_t*>(k_base) + head_off,
+             static_cast<const uint8_t*>(v_base) + head_off, kv_type, sq.rows, sq.start + i + 1, row_bytes, hd, scale,
+             scores.data(), out + row * q_stride + static_cast<int64_t>(h) * hd);
     }
   });
 }

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace deepinfer {
 
 // y[i] = x[i] / sqrt(mean(x^2) + eps) * w, for m rows of n. y may alias x.
@@ -32,5 +34,18 @@ void LogSoftmax(const float* x, float* out, int n);
 // out: m x (n_heads*hd). Heads share kv heads in groups of n_heads / n_kv (GQA).
 void CausalAttention(const float* q, const float* k_cache, const float* v_cache, int m, int start, int n_heads,
                      int n_kv, int hd, float scale, float* out);
+
+// One sequence's slice of a batched attention call: query rows [q_row, q_row + m) of q/out sit at absolute
+// positions start .. start+m-1; position p's K/V live in row rows[p] of the layer's K/V storage.
+struct AttnSeq {
+  int64_t q_row;
+  int m;
+  int start;
+  const int32_t* rows;  // start + m entries
+};
+// Causal attention over paged K/V (kv_type f32, bf16 or f16; rows of n_kv*hd elements) for several sequences at
+// once; row i of a sequence sees positions [0, start + i]. Parallel over (row, head) with static partitioning.
+void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,
+                    DType kv_type, int n_heads, int n_kv, int hd, float scale, float* out);
 
 }  // namespace deepinfer

@@ -1,0 +1,49 @@
+// Paged K/V storage: for every layer, K and V are arrays of physical rows ("slots"), num_blocks * block_size of
+// them, each n_kv_heads * head_dim elements of the cache dtype (f32, bf16 or f16). Position p of a sequence lives
+// in slot block_table[p / block_size] * block_size + p % block_size. The BlockPool decides which blocks a
+// sequence owns; this class only holds the bytes.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+#include "base/host_buffer.h"
+#include "deepinfer/status.h"
+#include "model/config.h"
+#include "tensor/dtype.h"
+
+namespace deepinfer {
+
+class PagedKvCache {
+ public:
+  static StatusOr<std::unique_ptr<PagedKvCache>> Create(const ModelConfig& c, int num_blocks, int block_size,
+                                                        DType dtype);
+  // K+V bytes one token occupies across all layers.
+  static size_t BytesPerToken(const ModelConfig& c, DType dtype);
+  // Blocks that fit in `bytes`.
+  static int BlocksForBytes(const ModelConfig& c, DType dtype, int block_size, size_t bytes);
+
+  int num_blocks() const { return num_blocks_; }
+  int block_size() const { return block_size_; }
+  DType dtype() const { return dtype_; }
+  size_t bytes() const { return buf_->size(); }
+  // Bytes of K+V per token per layer, as stored (the figure the MLA issue checks for its latent cache).
+  size_t bytes_per_token_per_layer() const { return 2 * row_bytes_; }
+
+  const void* k(int layer) const { return buf_->data() + LayerOffset(layer); }
+  const void* v(int layer) const { return buf_->data() + LayerOffset(layer) + plane_bytes_; }
+  // Stores n rows of K and V (f32, kv_dim each) into slots rows[0..n), converting to the cache dtype.
+  void Write(int layer, const float* k, const float* v, const int32_t* rows, int n);
+  // Copies every layer's rows of block src into block dst.
+  void CopyBlock(int32_t src, int32_t dst);
+
+ private:
+  PagedKvCache() = default;
+  size_t LayerOffset(int layer) const { return static_cast<size_t>(layer) * 2 * plane_bytes_; }
+
+  int num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
+  DType dtype_ = DType::kF32;
+  size_t row_bytes_ = 0, plane_bytes_ = 0;
+  std::unique_ptr<HostBuffer> buf_;
+};
+
+}  // namespace deepinfer
