@@ -1,3 +1,5 @@
+// deepinfer generate: one prompt streamed to the terminal (or --json), or a JSONL batch (--input/--output)
+// through the same engine the server uses.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -8,30 +10,194 @@
 
 #include "args.h"
 #include "base/logging.h"
-#include "base/thread_pool.h"
+#include "base/progress.h"
 #include "commands.h"
-#include "generate/generator.h"
+#include "engine/engine.h"
+#include "engine_flags.h"
+#include "server/openai_request.h"
 
 namespace deepinfer::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+json LogprobsJson(const std::vector<TokenLogprob>& lps) {
+  json a = json::array();
+  for (const auto& lp : lps) {
+    json top = json::array();
+    for (const auto& [id, v] : lp.top) top.push_back({{"token_id", id}, {"logprob", v}});
+    a.push_back({{"token_id", lp.token}, {"logprob", lp.logprob}, {"top_logprobs", top}});
+  }
+  return a;
+}
+
+struct Choice {
+  std::string text, finish_reason, stop_reason;
+  std::vector<int32_t> tokens;
+  std::vector<TokenLogprob> logprobs;
+};
+
+// Collects the streamed events of one request into its choices.
+struct Collected {
+  std::vector<Choice> choices;
+  int prompt_tokens = 0, cached_tokens = 0, unfinished = 0;
+  std::string error;
+  void Take(const RequestOutput& ev) {
+    Choice& c = choices[ev.index];
+    c.text += ev.text;
+    c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    prompt_tokens = ev.prompt_tokens;
+    cached_tokens = ev.cached_tokens;
+    if (ev.finished) {
+      c.finish_reason = ev.finish_reason;
+      c.stop_reason = ev.stop_reason;
+      --unfinished;
+    }
+  }
+  json ToJson(bool with_logprobs) const {
+    if (!error.empty()) return {{"error", error}};
+    json cs = json::array();
+    int completion = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+      const Choice& c = choices[i];
+      json j = {{"index", i}, {"text", c.text}, {"token_ids", c.tokens}, {"finish_reason", c.finish_reason}};
+      if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
+      if (with_logprobs) j["logprobs"] = LogprobsJson(c.logprobs);
+      completion += static_cast<int>(c.tokens.size());
+      cs.push_back(std::move(j));
+    }
+    json out = cs[0];
+    out.erase("index");
+    out["choices"] = cs;
+    out["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion},
+                    {"total_tokens", prompt_tokens + completion}, {"cached_tokens", cached_tokens}};
+    return out;
+  }
+};
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+RequestParams DefaultsFromArgs(const Args& args) {
+  RequestParams p;
+  p.max_tokens = static_cast<int>(args.GetInt("n-predict"));
+  p.ignore_eos = args.Has("ignore-eos");
+  p.sampling.temperature = static_cast<float>(args.GetFloat("temp"));
+  p.sampling.top_k = static_cast<int>(args.GetInt("top-k"));
+  p.sampling.top_p = static_cast<float>(args.GetFloat("top-p"));
+  p.sampling.min_p = static_cast<float>(args.GetFloat("min-p"));
+  if (args.Has("seed")) {
+    p.sampling.seed = static_cast<uint64_t>(args.GetInt("seed"));
+    p.has_seed = true;
+  }
+  return p;
+}
+
+int RunBatch(const Args& args, const Model& model, Engine& engine) {
+  std::ifstream in(args.Get("input"), std::ios::binary);
+  if (!in) return Fail(NotFound(args.Get("input") + ": cannot open"));
+  const std::string out_path = args.Get("output");
+  std::ofstream out_file;
+  if (!out_path.empty() && out_path != "-") {
+    out_file.open(out_path, std::ios::binary | std::ios::trunc);
+    if (!out_file) return Fail(IoError(out_path + ": cannot write"));
+  }
+  std::ostream& out = out_file.is_open() ? out_file : std::cout;
+  const RequestParams defaults = DefaultsFromArgs(args);
+  std::vector<Collected> results;
+  std::vector<bool> want_logprobs;
+  std::string line;
+  int line_no = 0, bad = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    results.emplace_back();
+    want_logprobs.push_back(false);
+    Collected& c = results.back();
+    json body = json::parse(line, nullptr, false);
+    if (body.is_discarded()) {
+      c.error = "line " + std::to_string(line_no) + ": not valid JSON";
+      ++bad;
+      continue;
+    }
+    auto params = ParseRequestParams(body, defaults);
+    auto prompt = params.ok() ? ParsePrompt(body, *model.tokenizer) : StatusOr<std::vector<int32_t>>(params.status());
+    if (!params.ok() || !prompt.ok()) {
+      c.error = "line " + std::to_string(line_no) + ": " + (params.ok() ? prompt.status() : params.status()).message();
+      ++bad;
+      continue;
+    }
+    want_logprobs.back() = params->logprobs >= 0;
+    c.choices.resize(params->n);
+    c.unfinished = params->n;
+    const size_t idx = results.size() - 1;
+    auto id = engine.Add(std::move(*prompt), std::move(*params), [&results, idx](const RequestOutput& ev) { results[idx].Take(ev); });
+    if (!id.ok()) {
+      c.error = "line " + std::to_string(line_no) + ": " + id.status().message();
+      ++bad;
+    }
+  }
+  if (bad) DI_LOG_WARN("%d of %zu input lines were rejected (their output lines hold the error)", bad, results.size());
+  // Progress: the engine runs on its own thread; this thread draws the bar.
+  const auto t0 = Clock::now();
+  ProgressBar bar("generate", results.size(), "req");
+  std::atomic<bool> done{false};
+  Status run;
+  std::thread loop([&] {
+    run = engine.RunUntilIdle();
+    done = true;
+  });
+  while (!done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const EngineStats st = engine.Stats();
+    bar.Update(static_cast<uint64_t>(st.requests_finished + st.requests_aborted + bad));
+  }
+  loop.join();
+  bar.Update(results.size());
+  bar.Finish();
+  if (!run.ok()) return Fail(run);
+  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (size_t i = 0; i < results.size(); ++i) out << Dump(results[i].ToJson(want_logprobs[i])) << "\n";
+  out.flush();
+  const EngineStats st = engine.Stats();
+  DI_LOG_INFO("%zu requests in %.2f s: %lld prompt tokens computed (%lld from the prefix cache), %lld generated "
+              "(%.1f tok/s), %lld steps, %lld preemptions",
+              results.size(), secs, static_cast<long long>(st.prompt_tokens_computed),
+              static_cast<long long>(st.cached_prompt_tokens), static_cast<long long>(st.generated_tokens),
+              st.generated_tokens / std::max(1e-9, secs), static_cast<long long>(st.steps),
+              static_cast<long long>(st.preemptions));
+  Status leaks = engine.Shutdown();
+  if (!leaks.ok()) return Fail(leaks);
+  return 0;
+}
+
+}  // namespace
 
 int CmdGenerate(int argc, char** argv) {
-  Args args("generate", "Generate text from a prompt. Text streams to stdout as it is produced; --json prints one JSON object instead.",
+  Args args("generate",
+            "Generate text from a prompt (streams to stdout; --json prints one JSON object), or run a JSONL batch:\n"
+            "--input holds one OpenAI-style request per line (\"prompt\" string or token ids, \"max_tokens\",\n"
+            "\"temperature\", \"top_p\", \"top_k\", \"min_p\", \"seed\", \"stop\", \"n\", \"logprobs\", penalties,\n"
+            "\"logit_bias\", ...; the flags below give the defaults), --output receives one JSON line per input line\n"
+            "in input order: {\"text\", \"token_ids\", \"finish_reason\", \"choices\", \"usage\"} or {\"error\"}.",
             {
                 {"model", "m", "MODEL", "", "GGUF file, HF model directory or hub reference owner/name[:file]"},
                 {"prompt", "p", "TEXT", "", "prompt text (default: start from BOS alone)"},
                 {"file", "f", "FILE", "", "read the prompt from a file"},
+                {"input", "", "FILE", "", "JSONL batch of requests (one per line)"},
+                {"output", "o", "FILE", "-", "where --input results go (- = stdout)"},
                 {"n-predict", "n", "N", "128", "maximum number of tokens to generate"},
                 {"temp", "", "T", "0.8", "sampling temperature; 0 = greedy"},
                 {"top-k", "", "K", "40", "keep the K most likely tokens; 0 = off"},
                 {"top-p", "", "P", "0.95", "nucleus sampling: smallest set with probability mass >= P; 1 = off"},
                 {"min-p", "", "P", "0.05", "drop tokens below P x the top probability; 0 = off"},
                 {"seed", "s", "S", "random", "sampling seed (same seed, same output)"},
-                {"ctx-size", "c", "N", "4096", "context length to allocate (capped at the model's)"},
-                {"threads", "t", "N", "all cores", "compute threads"},
                 {"ignore-eos", "", "", "", "keep generating past end-of-generation tokens"},
                 {"no-bos", "", "", "", "do not add BOS even if the tokenizer asks for it"},
                 {"json", "", "", "", "print {\"text\", \"token_ids\", \"finish_reason\", \"usage\", \"timings\"} as one JSON object"},
                 {"quiet", "q", "", "", "only errors on stderr"},
+                DI_ENGINE_FLAGS,
                 DI_WEIGHT_FLAGS,
             });
   if (!args.Parse(argc, argv)) return 2;
@@ -40,9 +206,20 @@ int CmdGenerate(int argc, char** argv) {
     return 0;
   }
   if (args.Has("quiet")) SetLogLevel(LogLevel::kError);
-  if (args.Has("threads")) SetComputeThreads(static_cast<int>(args.GetInt("threads")));
+  EngineOptions eo;
+  if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
+  if (args.Has("input") && (args.Has("prompt") || args.Has("file")))
+    return Fail(InvalidArgument("--input cannot be combined with -p/-f"));
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   const Tokenizer& tok = *model->tokenizer;
+
+  RequestParams params = DefaultsFromArgs(args);
+  if (Status s = params.sampling.Validate(model->config.vocab_size); !s.ok()) return Fail(s);
+  if (!args.Has("input")) eo.max_num_seqs = std::min(eo.max_num_seqs, 4);  // one request: no need for 64 slots
+  auto engine_or = Engine::Create(*model, eo);
+  if (!engine_or.ok()) return Fail(engine_or.status());
+  Engine& engine = **engine_or;
+  if (args.Has("input")) return RunBatch(args, *model, engine);
 
   std::string prompt = args.Get("prompt");
   if (args.Has("file")) {
@@ -52,61 +229,61 @@ int CmdGenerate(int argc, char** argv) {
     ss << in.rdbuf();
     prompt = ss.str();
   }
-  GenerateRequest req;
   const bool bos = !args.Has("no-bos") && (tok.add_bos() || prompt.empty());
-  req.prompt = tok.Encode(prompt, bos && tok.bos_id() >= 0);
-  if (req.prompt.empty()) return Fail(InvalidArgument("empty prompt and the tokenizer has no BOS token"));
-  req.max_tokens = static_cast<int>(args.GetInt("n-predict"));
-  req.ignore_eos = args.Has("ignore-eos");
-  req.sampling.temperature = static_cast<float>(args.GetFloat("temp"));
-  req.sampling.top_k = static_cast<int>(args.GetInt("top-k"));
-  req.sampling.top_p = static_cast<float>(args.GetFloat("top-p"));
-  req.sampling.min_p = static_cast<float>(args.GetFloat("min-p"));
-  req.sampling.seed = args.Has("seed") ? static_cast<uint64_t>(args.GetInt("seed")) : std::random_device{}();
-  if (Status s = req.sampling.Validate(); !s.ok()) return Fail(s);
-  const int ctx = static_cast<int>(std::min<long long>(args.GetInt("ctx-size"), model->config.max_ctx));
-  if (ctx <= 0) return Fail(InvalidArgument("--ctx-size must be positive"));
-
-  Transformer tf(*model);
-  KvCache kv(model->config, ctx);
-  const bool json = args.Has("json");
-  StreamDecoder stream(tok, req.prompt);
-  std::string text;  // the continuation, exactly as streamed
-  if (!json) {
+  std::vector<int32_t> ids = tok.Encode(prompt, bos && tok.bos_id() >= 0);
+  if (ids.empty()) return Fail(InvalidArgument("empty prompt and the tokenizer has no BOS token"));
+  if (!params.has_seed) {
+    params.sampling.seed = std::random_device{}();
+    params.has_seed = true;  // reported in --json so a run can be repeated
+  }
+  // -n larger than the context: generate until the context is full (finish_reason "length").
+  params.max_tokens = std::max(1, params.max_tokens);
+  const bool json_out = args.Has("json");
+  if (!json_out) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
-  auto res = Generate(tf, kv, req, [&](int32_t id) {
-    std::string piece = stream.Push(id);
-    text += piece;
-    if (!json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+  Collected res;
+  res.choices.resize(1);
+  res.unfinished = 1;
+  const auto t0 = Clock::now();
+  Clock::time_point t_first;
+  const uint64_t seed = params.sampling.seed;
+  const size_t n_prompt = ids.size();
+  auto id = engine.Add(std::move(ids), std::move(params), [&](const RequestOutput& ev) {
+    if (res.choices[0].tokens.empty() && !ev.token_ids.empty()) t_first = Clock::now();
+    res.Take(ev);
+    if (!json_out && !ev.text.empty()) {
+      std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
       std::fflush(stdout);
     }
-    return true;
   });
-  if (!res.ok()) return Fail(res.status());
-  const double dec_tps = res->tokens.size() > 1 ? (res->tokens.size() - 1) / res->decode_seconds : 0;
-  const double pre_tps = req.prompt.size() / std::max(1e-9, res->prefill_seconds);
-  const std::string rest = stream.Flush();
-  text += rest;
-  if (json) {
-    nlohmann::json out = {
-        {"text", text},
-        {"token_ids", res->tokens},
-        {"finish_reason", res->finish_reason},
-        {"prompt_token_ids", req.prompt},
-        {"seed", req.sampling.seed},
-        {"usage", {{"prompt_tokens", req.prompt.size()}, {"completion_tokens", res->tokens.size()}}},
-        {"timings", {{"prefill_seconds", res->prefill_seconds}, {"decode_seconds", res->decode_seconds},
-                     {"prefill_tokens_per_second", pre_tps}, {"decode_tokens_per_second", dec_tps}}}};
-    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  if (!id.ok()) return Fail(id.status());
+  if (Status s = engine.RunUntilIdle(); !s.ok()) return Fail(s);
+  const auto t_end = Clock::now();
+  const Choice& c = res.choices[0];
+  const double prefill_s = std::chrono::duration<double>(t_first - t0).count();
+  const double decode_s = std::chrono::duration<double>(t_end - t_first).count();
+  const double dec_tps = c.tokens.size() > 1 ? (c.tokens.size() - 1) / std::max(1e-9, decode_s) : 0;
+  const double pre_tps = n_prompt / std::max(1e-9, prefill_s);
+  if (json_out) {
+    json out = {{"text", c.text},
+                {"token_ids", c.tokens},
+                {"finish_reason", c.finish_reason},
+                {"prompt_token_ids", tok.Encode(prompt, bos && tok.bos_id() >= 0)},
+                {"seed", seed},
+                {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", c.tokens.size()}}},
+                {"timings", {{"prefill_seconds", prefill_s}, {"decode_seconds", decode_s},
+                             {"prefill_tokens_per_second", pre_tps}, {"decode_tokens_per_second", dec_tps}}}};
+    std::printf("%s\n", Dump(out).c_str());
   } else {
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
     std::printf("\n");
-    DI_LOG_INFO("prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s), finish_reason=%s", req.prompt.size(),
-                pre_tps, res->tokens.size(), dec_tps, res->finish_reason.c_str());
+    std::fflush(stdout);
+    DI_LOG_INFO("prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s), finish_reason=%s", n_prompt,
+                pre_tps, c.tokens.size(), dec_tps, c.finish_reason.c_str());
   }
+  Status leaks = engine.Shutdown();
+  if (!leaks.ok()) return Fail(leaks);
   return 0;
 }
 

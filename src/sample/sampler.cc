@@ -2,14 +2,26 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "sample/philox.h"
 
 namespace deepinfer {
 
-Status SamplingParams::Validate() const {
+Status SamplingParams::Validate(int vocab_size) const {
   if (!std::isfinite(temperature) || temperature < 0) return InvalidArgument("temperature must be >= 0");
+  if (!(presence_penalty >= -2.f && presence_penalty <= 2.f))
+    return InvalidArgument("presence_penalty must be in [-2, 2]");
+  if (!(frequency_penalty >= -2.f && frequency_penalty <= 2.f))
+    return InvalidArgument("frequency_penalty must be in [-2, 2]");
+  if (!(repetition_penalty > 0.f && std::isfinite(repetition_penalty)))
+    return InvalidArgument("repetition_penalty must be > 0");
+  for (const auto& [id, bias] : logit_bias) {
+    if (id < 0 || (vocab_size > 0 && id >= vocab_size))
+      return InvalidArgument("logit_bias token id " + std::to_string(id) + " is outside the vocabulary");
+    if (!(bias >= -100.f && bias <= 100.f)) return InvalidArgument("logit_bias values must be in [-100, 100]");
+  }
   if (!(top_p > 0.f && top_p <= 1.f)) return InvalidArgument("top_p must be in (0, 1]");
   if (!(min_p >= 0.f && min_p <= 1.f)) return InvalidArgument("min_p must be in [0, 1]");
   if (top_k < 0) return InvalidArgument("top_k must be >= 0 (0 disables it)");
@@ -23,7 +35,55 @@ int32_t ArgMax(const float* logits, int n) {
   return best;
 }
 
-int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position) {
+void ApplyPenalties(float* logits, int vocab, const SamplingParams& p, const int32_t* history, int len, int prompt_len,
+                    std::vector<int32_t>* counts) {
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  if (!p.has_penalties()) return;
+  counts->resize(vocab, 0);
+  int32_t* cnt = counts->data();
+  if (p.repetition_penalty != 1.f) {
+    std::vector<uint8_t> seen(vocab, 0);
+    for (int i = 0; i < len; ++i) {
+      const int32_t t = history[i];
+      if (t < 0 || t >= vocab || seen[t]) continue;
+      seen[t] = 1;
+      logits[t] = logits[t] > 0 ? logits[t] / p.repetition_penalty : logits[t] * p.repetition_penalty;
+    }
+  }
+  if (p.presence_penalty != 0.f || p.frequency_penalty != 0.f) {
+    for (int i = prompt_len; i < len; ++i)
+      if (history[i] >= 0 && history[i] < vocab) ++cnt[history[i]];
+    for (int i = prompt_len; i < len; ++i) {
+      const int32_t t = history[i];
+      if (t < 0 || t >= vocab || cnt[t] == 0) continue;
+      logits[t] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(cnt[t]);
+      cnt[t] = 0;  // applied once per distinct token; also restores the scratch to zeros
+    }
+  }
+}
+
+TopLogprobs ComputeLogprobs(const float* logits, int n, int32_t token, int k) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; ++i) mx = std::max(mx, logits[i]);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  TopLogprobs out;
+  out.logprob = static_cast<float>(logits[token] - lse);
+  k = std::min(k, n);
+  if (k > 0) {
+    std::vector<int32_t> idx(n);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i) out.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - lse));
+  }
+  return out;
+}
+
+int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position, uint32_t substream) {
   if (p.greedy()) return ArgMax(logits, n);
   // Candidates sorted by logit (ties by id, so the order is deterministic).
   std::vector<int32_t> idx(n);
@@ -61,7 +121,7 @@ int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_
   }
   double total = 0;
   for (int i = 0; i < keep; ++i) total += prob[i];
-  const double u = UniformAt(p.seed, position) * total;
+  const double u = UniformAt(p.seed, position, substream) * total;
   double cum = 0;
   for (int i = 0; i < keep; ++i) {
     cum += prob[i];

@@ -15,15 +15,40 @@ struct SamplingParams {
   float top_p = 1.f;        // >= 1: off
   float min_p = 0.f;        // <= 0: off
   uint64_t seed = 0;
+  // OpenAI-style penalties over the generated tokens: logit -= presence * [count > 0] + frequency * count.
+  float presence_penalty = 0.f;   // [-2, 2]
+  float frequency_penalty = 0.f;  // [-2, 2]
+  // CTRL/HF-style over prompt and generated tokens: positive logits divided by it, negative ones multiplied.
+  float repetition_penalty = 1.f;  // > 0; 1 = off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits (token id, bias in [-100, 100])
 
-  Status Validate() const;
+  // vocab_size > 0 also checks logit_bias ids.
+  Status Validate(int vocab_size = 0) const;
   bool greedy() const { return temperature <= 0.f || top_k == 1; }
+  bool has_penalties() const {
+    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f;
+  }
 };
+
+// Applies repetition/presence/frequency penalties and logit bias in place. history: the sequence's tokens so far
+// (prompt first, prompt_len of them, then generated tokens). counts: vocab-size scratch of zeros, returned zeroed.
+void ApplyPenalties(float* logits, int vocab, const SamplingParams& p, const int32_t* history, int len, int prompt_len,
+                    std::vector<int32_t>* counts);
+
+// Log-probability of `token` and the k most likely alternatives under log_softmax(logits), most likely first
+// (ties by lower id).
+struct TopLogprobs {
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+TopLogprobs ComputeLogprobs(const float* logits, int n, int32_t token, int k);
 
 // Index of the largest logit (lowest index on ties).
 int32_t ArgMax(const float* logits, int n);
 
 // Chooses a token for absolute position `position` (the index the new token will occupy).
-int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position);
+// Chooses a token for absolute position `position` (the index the new token will occupy); substream separates
+// the n samples of one request (sample index), so each has its own random stream.
+int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position, uint32_t substream = 0);
 
 }  // namespace deepinfer

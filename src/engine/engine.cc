@@ -1,0 +1,425 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "base/host_buffer.h"
+#include "base/logging.h"
+#include "engine/worker.h"
+#include "kv/kv_cache.h"
+
+namespace deepinfer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int ResolveMaxModelLen(const ModelConfig& c, const EngineOptions& opt) {
+  return opt.max_model_len > 0 ? std::min(opt.max_model_len, c.max_ctx) : c.max_ctx;
+}
+
+Status ValidateOptions(const EngineOptions& opt) {
+  if (opt.max_num_seqs < 1) return InvalidArgument("--max-num-seqs must be >= 1");
+  if (opt.max_batched_tokens < 1) return InvalidArgument("--max-batched-tokens must be >= 1");
+  if (opt.block_size < 1 || opt.block_size > 1024) return InvalidArgument("--block-size must be in [1, 1024]");
+  if (!(opt.kv_cache_fraction > 0 && opt.kv_cache_fraction <= 0.95))
+    return InvalidArgument("--kv-cache-fraction must be in (0, 0.95]");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks)
+    : config_(config), tok_(tok), opt_(opt) {
+  sched_cfg_.max_num_seqs = opt.max_num_seqs;
+  sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
+  sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
+  sched_cfg_.prefix_caching = opt.prefix_caching;
+  pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
+  table_ = std::make_unique<TokenTable>(opt.max_num_seqs, sched_cfg_.max_model_len);
+  sched_ = std::make_unique<Scheduler>(sched_cfg_, pool_.get(), table_.get());
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& opt) {
+  DI_RETURN_IF_ERROR(ValidateOptions(opt));
+  const ModelConfig& c = model.config;
+  const int max_len = ResolveMaxModelLen(c, opt);
+  int blocks = opt.num_kv_blocks;
+  if (blocks <= 0) {
+    size_t bytes = opt.kv_cache_bytes;
+    if (bytes == 0) {
+      bytes = static_cast<size_t>(static_cast<double>(AvailableMemoryBytes()) * opt.kv_cache_fraction);
+      // No point holding more than every slot at full length needs.
+      const size_t most = PagedKvCache::BytesPerToken(c, opt.kv_dtype) * opt.max_num_seqs *
+                          (static_cast<size_t>(max_len) + opt.block_size);
+      if (bytes == 0 || bytes > most) bytes = most;
+    }
+    blocks = PagedKvCache::BlocksForBytes(c, opt.kv_dtype, opt.block_size, bytes);
+    if (blocks < 1)
+      return InvalidArgument("the KV cache budget (" + std::to_string(bytes) + " bytes) holds no block of " +
+                             std::to_string(opt.block_size) + " tokens");
+  }
+  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(c, blocks, opt.block_size, opt.kv_dtype));
+  DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
+              "max_batched_tokens %d, prefix caching %s, overlap %s",
+              blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype),
+              kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
+              opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
+  std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks));
+  e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens);
+  return e;
+}
+
+StatusOr<std::unique_ptr<Engine>> Engine::CreateWithExecutor(const ModelConfig& config, const Tokenizer* tok,
+                                                             const EngineOptions& opt, ExecutorFactory make) {
+  DI_RETURN_IF_ERROR(ValidateOptions(opt));
+  if (opt.num_kv_blocks <= 0) return InvalidArgument("CreateWithExecutor needs num_kv_blocks");
+  std::unique_ptr<Engine> e(new Engine(config, tok, opt, opt.num_kv_blocks));
+  e->executor_ = make(e->table_.get());
+  return e;
+}
+
+Engine::~Engine() {
+  if (thread_.joinable()) (void)Shutdown();
+  if (prev_) stream_.Wait(prev_->done);  // never destroy state a launched step still uses
+}
+
+StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, OutputCallback cb) {
+  const int max_len = sched_cfg_.max_model_len;
+  if (prompt.empty()) return InvalidArgument("the prompt is empty");
+  for (int32_t t : prompt)
+    if (t < 0 || t >= config_.vocab_size)
+      return InvalidArgument("prompt token id " + std::to_string(t) + " is outside the vocabulary (size " +
+                             std::to_string(config_.vocab_size) + ")");
+  if (static_cast<int>(prompt.size()) >= max_len)
+    return InvalidArgument("the prompt has " + std::to_string(prompt.size()) + " tokens; this model's context is " +
+                           std::to_string(max_len) + " tokens, which leaves no room to generate");
+  if (p.max_tokens < 1) return InvalidArgument("max_tokens must be >= 1");
+  if (p.n < 1 || p.n > opt_.max_num_seqs)
+    return InvalidArgument("n must be in [1, " + std::to_string(opt_.max_num_seqs) + "] (--max-num-seqs)");
+  if (p.logprobs > 20) return InvalidArgument("logprobs must be <= 20");
+  for (int32_t t : p.stop_token_ids)
+    if (t < 0 || t >= config_.vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(t) + " is outside the vocabulary");
+  DI_RETURN_IF_ERROR(p.sampling.Validate(config_.vocab_size));
+  const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
+  const int64_t blocks = (longest + opt_.block_size - 1) / opt_.block_size;
+  if (blocks > pool_->num_blocks())
+    return InvalidArgument("the request needs up to " + std::to_string(longest) + " tokens of KV cache (" +
+                           std::to_string(blocks) + " blocks) but the whole pool has " +
+                           std::to_string(pool_->num_blocks()) + " blocks (raise --kv-cache or lower max_tokens)");
+  if (!p.has_seed) p.sampling.seed = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
+  auto req = std::make_unique<Request>();
+  req->id = next_request_id_.fetch_add(1);
+  req->params = std::move(p);
+  req->prompt = std::move(prompt);
+  req->callback = std::move(cb);
+  const uint64_t id = req->id;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return InvalidArgument("the engine is shutting down");
+    inbox_.push_back(std::move(req));
+  }
+  cv_.notify_one();
+  return id;
+}
+
+void Engine::Abort(uint64_t request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    aborts_.push_back(request_id);
+  }
+  cv_.notify_one();
+}
+
+void Engine::Ingest() {
+  std::vector<std::unique_ptr<Request>> inbox;
+  std::vector<uint64_t> aborts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    aborts.swap(aborts_);
+  }
+  for (auto& r : inbox) {
+    Request* req = r.get();
+    req->unfinished = req->params.n;
+    auto& list = seqs_of_[req->id];
+    for (int i = 0; i < req->params.n; ++i) {
+      auto s = std::make_unique<Sequence>();
+      s->id = next_seq_id_++;
+      s->arrival = next_arrival_++;
+      s->req = req;
+      s->index = i;
+      s->tokens = req->prompt;
+      s->prompt_len = static_cast<int>(req->prompt.size());
+      // Samples after the first wait until its prompt is in the prefix cache, then share those blocks.
+      s->held = i > 0 && opt_.prefix_caching;
+      if (tok_)
+        s->text = std::make_unique<OutputText>(tok_, req->prompt, req->params.stop, req->params.include_stop_str_in_output);
+      list.push_back(s.get());
+      sched_->AddWaiting(s.get());
+      seqs_.emplace(s->id, std::move(s));
+    }
+    requests_.emplace(req->id, std::move(r));
+  }
+  for (uint64_t id : aborts) AbortNow(id);
+}
+
+bool Engine::HasWork() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_ != nullptr;
+}
+
+void Engine::Launch(SchedulerOutputs so) {
+  WorkerStepState* st = &ring_[so.step % 2];
+  if (st->phase != WorkerStepState::Phase::kFree) {
+    DI_LOG_ERROR("engine: step ring entry reused while live (step %llu)", static_cast<unsigned long long>(so.step));
+    std::abort();
+  }
+  st->sched = std::move(so);
+  st->out.rows.clear();
+  st->status = Status::Ok();
+  st->phase = WorkerStepState::Phase::kLaunched;
+  Executor* ex = executor_.get();
+  st->done = stream_.Enqueue([ex, st] { ex->Execute(*st); });
+  int64_t prompt_tokens = 0;
+  for (const SequenceMetadata& r : st->sched.rows) {
+    Sequence* s = seqs_.at(r.seq_id).get();
+    ++s->inflight;
+    s->last_use = st->done;
+    if (r.q_begin < s->prefill_end) prompt_tokens += r.q_len;
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.steps;
+  stats_.rows += static_cast<int64_t>(st->sched.rows.size());
+  stats_.prompt_tokens_computed += prompt_tokens;
+}
+
+void Engine::StepOnce() {
+  const auto t0 = Clock::now();
+  double waited = 0;
+  Ingest();
+  SchedulerOutputs so;
+  so.step = next_step_;
+  sched_->Schedule(&so);
+  if (opt_.host_overhead_us > 0) {  // bench sim: emulate host work (tokenization, detokenization, ...)
+    const auto until = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(opt_.host_overhead_us * 1e3));
+    while (Clock::now() < until) {
+    }
+  }
+  WorkerStepState* cur = nullptr;
+  if (!so.empty()) {
+    cur = &ring_[so.step % 2];
+    Launch(std::move(so));
+    ++next_step_;
+  }
+  // Step N's results are processed while step N+1 computes.
+  auto process = [&](WorkerStepState* st) {
+    const auto w0 = Clock::now();
+    stream_.Wait(st->done);
+    waited += Seconds(Clock::now() - w0);
+    Process(*st);
+  };
+  if (prev_) {
+    process(prev_);
+    prev_ = nullptr;
+  }
+  sched_->Reclaim(stream_.completed());
+  if (cur) {
+    if (opt_.overlap) prev_ = cur;
+    else process(cur);
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.host_seconds += Seconds(Clock::now() - t0) - waited;
+  // Snapshot scheduler state for readers on other threads (metrics).
+  stats_.preemptions = sched_->preemptions();
+  stats_.cached_prompt_tokens = sched_->cached_tokens();
+  stats_.waiting = sched_->num_waiting();
+  stats_.running = sched_->num_running();
+  stats_.kv_blocks_total = pool_->num_blocks();
+  stats_.kv_blocks_free = pool_->num_available();
+}
+
+void Engine::Process(WorkerStepState& st) {
+  for (size_t i = 0; i < st.sched.rows.size(); ++i) {
+    const SequenceMetadata& r = st.sched.rows[i];
+    Sequence* s = seqs_.at(r.seq_id).get();
+    --s->inflight;
+    s->kv_written = std::max(s->kv_written, r.q_begin + r.q_len);
+    if (s->status == SeqStatus::kFinished) {  // a ghost row: scheduled before its stop or abort was known
+      if (r.samples) {
+        std::lock_guard<std::mutex> lock(stats_mu_);
+        ++stats_.ghost_rows;
+      }
+      MaybeRelease(s);
+      continue;
+    }
+    if (!st.status.ok()) {
+      DI_LOG_ERROR("engine: step %llu failed: %s", static_cast<unsigned long long>(st.sched.step),
+                   st.status.ToString().c_str());
+      Finish(s, "abort");
+      MaybeRelease(s);
+      continue;
+    }
+    if (r.samples) Commit(s, st.out.rows[i]);
+    else sched_->Publish(s);
+    MaybeRelease(s);
+  }
+  st.phase = WorkerStepState::Phase::kFree;
+}
+
+void Engine::Commit(Sequence* s, const SampledToken& t) {
+  const RequestParams& p = s->req->params;
+  s->tokens.push_back(t.token);
+  sched_->Publish(s);
+  if (s->index == 0 && s->num_outputs() == 1)  // its prompt is in the prefix cache now: release the siblings
+    for (Sequence* sib : seqs_of_[s->req->id]) sib->held = false;
+  RequestOutput ev;
+  ev.token_ids.push_back(t.token);
+  if (p.logprobs >= 0) ev.logprobs.push_back({t.token, t.logprob, t.top});
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.generated_tokens;
+  }
+  std::string reason;
+  if (!p.ignore_eos && tok_ && tok_->IsEog(t.token)) {
+    reason = "stop";
+  } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) != p.stop_token_ids.end()) {
+    reason = "stop";
+  } else if (s->text && s->text->Push(t.token)) {
+    reason = "stop";
+    s->stop_reason = s->text->stop_matched();
+  } else if (s->num_outputs() >= p.max_tokens || static_cast<int>(s->tokens.size()) >= sched_cfg_.max_model_len) {
+    reason = "length";
+  }
+  if (!reason.empty()) {
+    Finish(s, reason, std::move(ev));
+    return;
+  }
+  if (s->text) ev.text = s->text->TakeReady(false);
+  Emit(s, std::move(ev));
+}
+
+void Engine::Finish(Sequence* s, const std::string& reason, RequestOutput ev) {
+  if (s->status == SeqStatus::kFinished || s->status == SeqStatus::kReleased) return;  // first terminal reason wins
+  if (s->status == SeqStatus::kWaiting) sched_->RemoveWaiting(s);
+  s->status = SeqStatus::kFinished;
+  s->finish_reason = reason;
+  if (s->index == 0)
+    for (Sequence* sib : seqs_of_[s->req->id]) sib->held = false;
+  if (s->text) ev.text += s->text->TakeReady(true);
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.stop_reason = s->stop_reason;
+  --s->req->unfinished;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (s->req->unfinished == 0) ++(reason == "abort" ? stats_.requests_aborted : stats_.requests_finished);
+  }
+  Emit(s, std::move(ev));
+}
+
+void Engine::Emit(Sequence* s, RequestOutput ev) {
+  ev.request_id = s->req->id;
+  ev.index = s->index;
+  ev.prompt_tokens = s->prompt_len;
+  ev.cached_tokens = s->cached_tokens;
+  ev.completion_tokens = s->num_outputs();
+  if (s->req->callback) s->req->callback(ev);
+}
+
+void Engine::MaybeRelease(Sequence* s) {
+  if (s->status != SeqStatus::kFinished || s->inflight > 0) return;
+  sched_->Release(s, stream_.completed());  // the one release path: idempotent by status
+  Request* req = s->req;
+  auto& list = seqs_of_[req->id];
+  for (Sequence* x : list)
+    if (x->status != SeqStatus::kReleased) return;
+  if (req->unfinished > 0) return;
+  const uint64_t rid = req->id;
+  for (Sequence* x : list) seqs_.erase(x->id);
+  seqs_of_.erase(rid);
+  requests_.erase(rid);
+}
+
+void Engine::AbortNow(uint64_t request_id) {
+  auto it = seqs_of_.find(request_id);
+  if (it == seqs_of_.end()) return;  // unknown or already gone: late signals are ignored
+  std::vector<Sequence*> list = it->second;
+  for (Sequence* s : list) {
+    Finish(s, "abort");
+  }
+  for (Sequence* s : list) MaybeRelease(s);  // may erase the request: use the copy
+}
+
+Status Engine::RunUntilIdle() {
+  int stalls = 0;
+  while (HasWork()) {
+    const uint64_t before = next_step_;
+    const bool had_prev = prev_ != nullptr;
+    StepOnce();
+    if (next_step_ == before && !had_prev) {
+      if (++stalls > 3) return Internal("engine: requests are queued but none can be scheduled (a bug)");
+    } else {
+      stalls = 0;
+    }
+  }
+  return Status::Ok();
+}
+
+void Engine::Start() {
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_; });
+        if (stop_) break;
+      }
+      StepOnce();
+    }
+    DrainForShutdown();
+  });
+}
+
+void Engine::DrainForShutdown() {
+  // Abort whatever is left, then run the loop until the pipeline is empty: a launched step is never abandoned.
+  Ingest();
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests_) ids.push_back(id);
+  for (uint64_t id : ids) AbortNow(id);
+  while (prev_ || !seqs_.empty()) StepOnce();
+}
+
+Status Engine::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  else DrainForShutdown();
+  return CheckNoLeaks();
+}
+
+Status Engine::CheckNoLeaks() const {
+  if (prev_) return Internal("a step is still in flight");
+  for (const auto& st : ring_)
+    if (st.phase != WorkerStepState::Phase::kFree) return Internal("a step-ring entry is still live");
+  if (!seqs_.empty() || !requests_.empty())
+    return Internal(std::to_string(seqs_.size()) + " sequences / " + std::to_string(requests_.size()) +
+                    " requests not released");
+  return sched_->CheckNoLeaks();
+}
+
+EngineStats Engine::Stats() const {
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = stats_;
+  }
+  s.device_busy_seconds = stream_.busy_seconds();
+  s.device_idle_seconds = stream_.idle_seconds();
+  return s;
+}
+
+}  // namespace deepinfer

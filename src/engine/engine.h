@@ -1,0 +1,129 @@
+// The engine: requests in, streamed outputs back, over continuous batching and the overlap step loop.
+//
+// The loop (research/overlap.md section 6, docs/architecture.md): each iteration schedules step N+1 on the
+// device view, launches it on the executor stream, and only then processes step N's results on the host while
+// N+1 computes. Overlap depth D = 1 by default; D = 0 (--no-overlap) runs the very same code but processes
+// each step right after launching it. Outputs are bit-identical between the two: inputs come from the token
+// table, sampling is keyed by (seed, sample, position), and the forward is batch- and chunk-invariant.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/request.h"
+#include "engine/scheduler.h"
+#include "engine/sequence.h"
+#include "engine/step.h"
+#include "engine/stream.h"
+#include "engine/token_table.h"
+#include "kv/block_pool.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+struct EngineOptions {
+  int max_num_seqs = 64;            // concurrent sequences (token-table slots, rows per step)
+  int max_batched_tokens = 512;     // tokens per step
+  int max_model_len = 0;            // 0: the model's context length
+  int block_size = 16;              // tokens per KV block
+  int num_kv_blocks = 0;            // explicit pool size; 0: from kv_cache_bytes / kv_cache_fraction
+  size_t kv_cache_bytes = 0;        // 0: kv_cache_fraction of available RAM
+  double kv_cache_fraction = 0.25;  // of MemAvailable, capped by what max_num_seqs x max_model_len need
+  DType kv_dtype = DType::kF32;
+  bool prefix_caching = true;
+  bool overlap = true;              // depth 1 (true) or 0
+  double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
+};
+
+struct EngineStats {
+  int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, ghost_rows = 0;
+  int64_t cached_prompt_tokens = 0, preemptions = 0, requests_finished = 0, requests_aborted = 0;
+  int waiting = 0, running = 0;
+  int kv_blocks_total = 0, kv_blocks_free = 0;
+  double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
+  double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
+};
+
+class Engine {
+ public:
+  // The CPU model executor on `model` (which must outlive the engine).
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& opt);
+  // Any executor (bench sim): make_executor receives the token table it must read inputs from and write to.
+  using ExecutorFactory = std::function<std::unique_ptr<Executor>(TokenTable*)>;
+  static StatusOr<std::unique_ptr<Engine>> CreateWithExecutor(const ModelConfig& config, const Tokenizer* tok,
+                                                              const EngineOptions& opt, ExecutorFactory make);
+  ~Engine();
+
+  // Thread-safe. Validates (clear errors for bad parameters, prompts over the context, requests larger than the
+  // whole KV pool) and queues the request; `cb` then receives its outputs on the engine thread.
+  StatusOr<uint64_t> Add(std::vector<int32_t> prompt, RequestParams params, OutputCallback cb);
+  // Thread-safe. Ends the request with finish_reason "abort" (its final event says so); unknown or finished
+  // ids are ignored.
+  void Abort(uint64_t request_id);
+
+  // Offline: runs the loop on the calling thread until every request has finished.
+  Status RunUntilIdle();
+  // Server: runs the loop on a background thread until Shutdown (which aborts what is left, drains the
+  // pipeline and returns the leak check).
+  void Start();
+  Status Shutdown();
+
+  // Every block, slot and ring entry free (call when idle).
+  Status CheckNoLeaks() const;
+  EngineStats Stats() const;
+  void ResetDeviceCounters() { stream_.ResetCounters(); }
+  const EngineOptions& options() const { return opt_; }
+  int max_model_len() const { return sched_cfg_.max_model_len; }
+  int num_kv_blocks() const { return pool_->num_blocks(); }
+
+ private:
+  Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks);
+  bool HasWork();
+  void StepOnce();
+  void Ingest();
+  void Launch(SchedulerOutputs so);
+  void Process(WorkerStepState& st);
+  void Commit(Sequence* s, const SampledToken& t);
+  void Finish(Sequence* s, const std::string& reason, RequestOutput ev = {});
+  void Emit(Sequence* s, RequestOutput ev);
+  void MaybeRelease(Sequence* s);
+  void AbortNow(uint64_t request_id);
+  void DrainForShutdown();
+
+  ModelConfig config_;
+  const Tokenizer* tok_;
+  EngineOptions opt_;
+  SchedulerConfig sched_cfg_;
+  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<TokenTable> table_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<Executor> executor_;
+  Stream stream_;
+  WorkerStepState ring_[2];
+  WorkerStepState* prev_ = nullptr;
+  uint64_t next_step_ = 1;
+
+  std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
+  std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
+  std::unordered_map<uint64_t, std::vector<Sequence*>> seqs_of_;
+  uint64_t next_seq_id_ = 1, next_arrival_ = 1;
+
+  // Inbox (thread-safe part).
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Request>> inbox_;
+  std::vector<uint64_t> aborts_;
+  std::atomic<uint64_t> next_request_id_{1};
+  bool stop_ = false;
+  std::thread thread_;
+
+  mutable std::mutex stats_mu_;
+  EngineStats stats_;
+};
+
+}  // namespace deepinfer

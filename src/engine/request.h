@@ -1,0 +1,48 @@
+// What a caller asks the engine for, and what it gets back. Shared by offline generation and the server.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "deepinfer/status.h"
+#include "sample/sampler.h"
+
+namespace deepinfer {
+
+struct RequestParams {
+  SamplingParams sampling;       // sampling.seed is used only when has_seed
+  bool has_seed = false;         // otherwise the engine draws a seed for the request
+  int max_tokens = 16;           // generated tokens per sample (capped by the context length)
+  int n = 1;                     // independent samples sharing the prompt
+  std::vector<std::string> stop;          // stop strings: matched across token boundaries, cut from the text
+  std::vector<int32_t> stop_token_ids;    // extra ids that end a sample (kept in token_ids, not in the text)
+  bool ignore_eos = false;
+  int logprobs = -1;             // < 0: none; k >= 0: the chosen token's log-prob plus the k most likely
+  bool include_stop_str_in_output = false;
+};
+
+// One streamed event for one sample of a request: what is new since the previous event. The last event of a
+// sample has finished = true and a finish_reason ("stop", "length", "abort"); an error event carries a status.
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+  std::vector<std::pair<int32_t, float>> top;
+};
+struct RequestOutput {
+  uint64_t request_id = 0;
+  int index = 0;                        // which of the n samples
+  std::vector<int32_t> token_ids;       // new token ids
+  std::string text;                     // new text (complete UTF-8; text that might start a stop string is held)
+  std::vector<TokenLogprob> logprobs;   // one per new token when requested
+  bool finished = false;
+  std::string finish_reason;            // set when finished
+  std::string stop_reason;              // the stop string matched, if any
+  int prompt_tokens = 0;                // in every event
+  int cached_tokens = 0;                // prompt tokens served from the prefix cache
+  int completion_tokens = 0;            // generated so far for this sample
+};
+
+using OutputCallback = std::function<void(const RequestOutput&)>;
+
+}  // namespace deepinfer

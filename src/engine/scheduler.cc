@@ -1,0 +1,231 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace deepinfer {
+
+Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool* pool, TokenTable* table)
+    : cfg_(cfg), pool_(pool), table_(table), slot_gen_(table->num_slots(), 0) {
+  for (int s = table->num_slots() - 1; s >= 0; --s) free_slots_.push_back(s);
+}
+
+void Scheduler::AddWaiting(Sequence* s) {
+  s->status = SeqStatus::kWaiting;
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return w->arrival > s->arrival; });
+  waiting_.insert(it, s);
+}
+
+void Scheduler::RemoveWaiting(Sequence* s) {
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
+}
+
+bool Scheduler::EnsureBlocks(Sequence* s, int positions) {
+  const int bs = pool_->block_size();
+  const int need = (positions + bs - 1) / bs - static_cast<int>(s->blocks.size());
+  if (need <= 0) return true;
+  auto got = pool_->Allocate(need);
+  if (!got.ok()) return false;
+  s->blocks.insert(s->blocks.end(), got->begin(), got->end());
+  return true;
+}
+
+Sequence* Scheduler::PickVictim(const Sequence* requester, uint64_t step) const {
+  // Youngest first, and only sequences younger than the requester. A sequence with a step in flight cannot be
+  // preempted (its device state is ahead of the host's history, overlap.md 6.7), nor one already given a row in
+  // the step being built.
+  for (auto it = running_.rbegin(); it != running_.rend() && *it != requester; ++it) {
+    Sequence* s = *it;
+    if (s->status == SeqStatus::kRunning && s->inflight == 0 && s->last_step != step) return s;
+  }
+  return nullptr;
+}
+
+bool Scheduler::GrowOrPreempt(Sequence* s, int positions, uint64_t step) {
+  while (!EnsureBlocks(s, positions)) {
+    Sequence* victim = PickVictim(s, step);
+    if (!victim) return false;
+    Preempt(victim);
+  }
+  return true;
+}
+
+void Scheduler::Preempt(Sequence* s) {
+  Publish(s);  // what it computed stays findable: resuming it is then mostly a prefix-cache hit
+  pool_->Release(s->blocks);
+  s->blocks.clear();
+  s->num_published = 0;
+  pending_slots_.push_back({s->last_use, s->slot});
+  s->slot = -1;
+  s->sched = 0;
+  s->prefill_end = 0;
+  s->kv_written = 0;
+  s->scheduled_outputs = s->num_outputs();
+  s->length_capped = false;
+  ++s->preemptions;
+  ++preemptions_;
+  running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
+  AddWaiting(s);
+}
+
+void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
+  SequenceMetadata r;
+  r.seq_id = s->id;
+  r.slot = s->slot;
+  r.slot_gen = s->slot_gen;
+  r.q_begin = s->sched;
+  r.q_len = q_len;
+  r.samples = s->sched + q_len >= s->prefill_end;
+  r.prompt_len = s->prompt_len;
+  const int bs = pool_->block_size();
+  r.num_blocks = static_cast<uint32_t>((s->sched + q_len + bs - 1) / bs);
+  r.block_table_off = static_cast<uint32_t>(out->block_tables.size());
+  out->block_tables.insert(out->block_tables.end(), s->blocks.begin(), s->blocks.begin() + r.num_blocks);
+  r.sampling = &s->req->params.sampling;
+  r.sample_index = static_cast<uint32_t>(s->index);
+  r.logprobs = s->req->params.logprobs;
+  s->sched += q_len;
+  s->last_step = out->step;
+  if (r.samples) {
+    // The token this row samples lands at position s->sched. Length limits are known now, so the row that
+    // produces the last allowed token is the last one ever scheduled: no ghost row for length finishes.
+    ++s->scheduled_outputs;
+    if (s->scheduled_outputs >= s->req->params.max_tokens || s->sched + 1 >= cfg_.max_model_len)
+      s->length_capped = true;
+  }
+  out->rows.push_back(r);
+  out->num_tokens += q_len;
+}
+
+bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
+  if (free_slots_.empty()) return false;
+  const int known = static_cast<int>(s->tokens.size());
+  std::vector<int32_t> hit;
+  if (cfg_.prefix_caching) {
+    hit = pool_->MatchPrefix(s->tokens.data(), known);
+    // At least one token must run to produce logits: drop a hit that covers everything.
+    const int bs = pool_->block_size();
+    while (!hit.empty() && static_cast<int>(hit.size()) * bs >= known) {
+      pool_->Release({hit.back()});
+      hit.pop_back();
+    }
+  }
+  const int start = static_cast<int>(hit.size()) * pool_->block_size();
+  const int chunk = std::min(*budget, known - start);
+  s->blocks = std::move(hit);
+  if (chunk <= 0 || !EnsureBlocks(s, start + chunk)) {
+    pool_->Release(s->blocks);
+    s->blocks.clear();
+    return false;
+  }
+  s->slot = free_slots_.back();
+  free_slots_.pop_back();
+  s->slot_gen = ++slot_gen_[s->slot];
+  std::copy(s->tokens.begin(), s->tokens.end(), table_->row(s->slot));
+  if (s->preemptions == 0) {
+    s->cached_tokens = start;
+  }
+  cached_tokens_ += start;
+  s->sched = start;
+  s->kv_written = start;
+  s->num_published = static_cast<int>(s->blocks.size());
+  s->prefill_end = known;
+  s->scheduled_outputs = s->num_outputs();
+  s->status = SeqStatus::kRunning;
+  running_.push_back(s);
+  EmitRow(s, chunk, out);
+  *budget -= chunk;
+  return true;
+}
+
+void Scheduler::Schedule(SchedulerOutputs* out) {
+  int budget = cfg_.max_batched_tokens;
+  const int max_rows = cfg_.max_num_seqs;
+  auto full = [&] { return budget < 1 || static_cast<int>(out->rows.size()) >= max_rows; };
+  // 1. Decode rows, oldest first. When the pool is short, younger idle sequences are preempted; if none is
+  //    idle, the requester preempts itself when it is idle, else it (and everyone younger) waits one step:
+  //    the step in flight is processed meanwhile, which makes them idle. Never a deadlock.
+  std::vector<Sequence*> order = running_;
+  bool blocked = false;
+  for (Sequence* s : order) {
+    if (s->status != SeqStatus::kRunning || s->length_capped || s->sched < s->prefill_end) continue;
+    if (full()) break;
+    if (!GrowOrPreempt(s, s->sched + 1, out->step)) {
+      if (s->inflight == 0) {
+        Preempt(s);
+        continue;
+      }
+      blocked = true;
+      break;
+    }
+    EmitRow(s, 1, out);
+    --budget;
+  }
+  if (blocked) return;
+  // 2. Continue chunked prefills, oldest first (they may preempt younger idle sequences, so two half-prefilled
+  //    prompts can never hold each other's blocks forever).
+  order = running_;
+  for (Sequence* s : order) {
+    if (s->status != SeqStatus::kRunning || s->sched >= s->prefill_end) continue;
+    if (full()) break;
+    const int chunk = std::min(budget, s->prefill_end - s->sched);
+    if (!GrowOrPreempt(s, s->sched + chunk, out->step)) continue;
+    EmitRow(s, chunk, out);
+    budget -= chunk;
+  }
+  // 3. Admit waiting sequences in arrival order (held samples wait for their sibling's prompt).
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (full()) break;
+    Sequence* s = *it;
+    if (s->held) {
+      ++it;
+      continue;
+    }
+    if (!Admit(s, &budget, out)) break;  // strict arrival order: nobody overtakes a request that does not fit
+    it = waiting_.erase(it);
+  }
+}
+
+void Scheduler::Publish(Sequence* s) {
+  if (!cfg_.prefix_caching) return;
+  const int bs = pool_->block_size();
+  const int valid = std::min(s->kv_written, static_cast<int>(s->tokens.size()));
+  const int full = std::min(valid / bs, static_cast<int>(s->blocks.size()));
+  if (full <= s->num_published) return;
+  pool_->Publish(s->blocks, s->tokens.data(), full);
+  s->num_published = full;
+}
+
+void Scheduler::Release(Sequence* s, Fence /*completed*/) {
+  if (s->status == SeqStatus::kWaiting) RemoveWaiting(s);
+  running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
+  if (s->slot >= 0) {
+    Publish(s);
+    pool_->Release(s->blocks);
+    s->blocks.clear();
+    pending_slots_.push_back({s->last_use, s->slot});
+    s->slot = -1;
+  }
+  s->status = SeqStatus::kReleased;
+}
+
+void Scheduler::Reclaim(Fence completed) {
+  while (!pending_slots_.empty() && pending_slots_.front().fence <= completed) {
+    const int32_t slot = pending_slots_.front().slot;
+    std::fill(table_->row(slot), table_->row(slot) + table_->width(), -1);  // poison: a stale read shows up
+    free_slots_.push_back(slot);
+    pending_slots_.pop_front();
+  }
+}
+
+Status Scheduler::CheckNoLeaks() const {
+  DI_RETURN_IF_ERROR(pool_->CheckNoLeaks());
+  if (!waiting_.empty() || !running_.empty())
+    return Internal("scheduler still holds " + std::to_string(waiting_.size()) + " waiting and " +
+                    std::to_string(running_.size()) + " running sequences");
+  if (static_cast<int>(free_slots_.size()) != table_->num_slots())
+    return Internal("token-table slots leaked: " + std::to_string(table_->num_slots() - free_slots_.size()) +
+                    " not returned (" + std::to_string(pending_slots_.size()) + " awaiting their fence)");
+  return Status::Ok();
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,73 @@
+// Continuous batching on the device view: which sequences run in the next step and which positions each runs.
+// Policy (vLLM v1-like): decode rows first (one token each, oldest first), then continuing prefill chunks, then
+// admission of waiting sequences in arrival order, all under a per-step token budget and a row limit. KV blocks
+// are allocated on demand; when a decode row cannot get a block the youngest running sequence that has nothing
+// in flight is preempted (its blocks freed, to be recomputed later from its known tokens; the recompute is
+// bit-identical because the forward is chunk-invariant and sampling is keyed by position).
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/sequence.h"
+#include "engine/step.h"
+#include "engine/token_table.h"
+#include "kv/block_pool.h"
+
+namespace deepinfer {
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;         // rows per step and token-table slots
+  int max_batched_tokens = 512;  // tokens per step (prefill chunks + decode rows)
+  int max_model_len = 2048;      // prompt + generated tokens per sequence
+  bool prefix_caching = true;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& cfg, BlockPool* pool, TokenTable* table);
+
+  // Fills `out` (rows, block-table snapshots) for step out->step and advances the device view of every
+  // sequence it schedules.
+  void Schedule(SchedulerOutputs* out);
+
+  void AddWaiting(Sequence* s);     // by arrival order
+  void RemoveWaiting(Sequence* s);  // a queued sequence was aborted
+  // Returns a finished sequence's slot and blocks (publishing its full blocks to the prefix cache first).
+  // Requires nothing in flight to use them (inflight == 0); gated on the fence of its last step anyway.
+  void Release(Sequence* s, Fence completed);
+  // Offers the full blocks whose tokens and K/V are both known (host view) to the prefix cache.
+  void Publish(Sequence* s);
+  // Slots whose last step has passed go back to the free list.
+  void Reclaim(Fence completed);
+
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_free_slots() const { return static_cast<int>(free_slots_.size()); }
+  int64_t preemptions() const { return preemptions_; }
+  int64_t cached_tokens() const { return cached_tokens_; }
+  const BlockPool& pool() const { return *pool_; }
+  const SchedulerConfig& config() const { return cfg_; }
+  Status CheckNoLeaks() const;
+
+ private:
+  bool EnsureBlocks(Sequence* s, int positions);  // block table covers [0, positions); false if the pool is short
+  Sequence* PickVictim(const Sequence* requester, uint64_t step) const;
+  bool GrowOrPreempt(Sequence* s, int positions, uint64_t step);
+  void Preempt(Sequence* s);
+  bool Admit(Sequence* s, int* budget, SchedulerOutputs* out);
+  void EmitRow(Sequence* s, int q_len, SchedulerOutputs* out);
+
+  SchedulerConfig cfg_;
+  BlockPool* pool_;
+  TokenTable* table_;
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;  // in admission order
+  std::vector<int32_t> free_slots_;
+  std::vector<uint32_t> slot_gen_;
+  struct Pending { Fence fence; int32_t slot; };
+  std::deque<Pending> pending_slots_;
+  int64_t preemptions_ = 0, cached_tokens_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,65 @@
+// The per-step records that cross from the host scheduler to the executor ("device") and back. A step's
+// SchedulerOutputs is an immutable snapshot owned by its WorkerStepState until the step has been processed:
+// block tables are copied into it, never aliased from live sequence state that the host keeps changing.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "deepinfer/status.h"
+#include "engine/stream.h"
+#include "sample/sampler.h"
+
+namespace deepinfer {
+
+// One row of one step: a run of consecutive positions of one sequence.
+struct SequenceMetadata {
+  uint64_t seq_id = 0;
+  int32_t slot = -1;
+  uint32_t slot_gen = 0;          // generation of the slot at launch (guards against a recycled slot)
+  int32_t q_begin = 0, q_len = 0; // query positions [q_begin, q_begin + q_len); inputs come from the token table
+  bool samples = false;           // false for intermediate prefill chunks
+  int32_t prompt_len = 0;         // tokens before this index are prompt (penalties count only what follows)
+  uint32_t block_table_off = 0, num_blocks = 0;  // slice of SchedulerOutputs::block_tables
+  const SamplingParams* sampling = nullptr;      // owned by the request, alive while the row is in flight
+  uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
+  int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report
+};
+
+struct SchedulerOutputs {
+  uint64_t step = 0;
+  std::vector<SequenceMetadata> rows;
+  std::vector<int32_t> block_tables;  // copies of each row's block table
+  int num_tokens = 0;
+  bool empty() const { return rows.empty(); }
+};
+
+struct SampledToken {
+  int32_t token = -1;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+struct SamplerOutput {
+  std::vector<SampledToken> rows;  // parallel to SchedulerOutputs::rows (meaningful where samples)
+};
+
+struct WorkerStepState {
+  enum class Phase { kFree, kLaunched };
+  SchedulerOutputs sched;
+  SamplerOutput out;
+  Status status;         // the executor's verdict (an error fails the step's requests, not the engine)
+  Fence done = 0;        // step_done: everything the step reads or writes is finished
+  Phase phase = Phase::kFree;
+};
+
+// What runs a step on the "device": forward + sampling, writing sampled tokens into the token table.
+// Execute runs on the stream thread, strictly in step order.
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual void Execute(WorkerStepState& st) = 0;
+  virtual int vocab_size() const = 0;
+};
+
+}  // namespace deepinfer
