@@ -224,11 +224,11 @@ void Engine::StepOnce() {
     process(prev_);
     prev_ = nullptr;
   }
-  sched_->Reclaim(stream_.completed());
   if (cur) {
     if (opt_.overlap) prev_ = cur;
     else process(cur);
   }
+  sched_->Reclaim(stream_.completed());
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.host_seconds += Seconds(Clock::now() - t0) - waited;
   // Snapshot scheduler state for readers on other threads (metrics).

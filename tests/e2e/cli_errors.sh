@@ -42,7 +42,11 @@ expect_error missing-file "no such file" "$bin" generate -m "$tmp/nothing.gguf" 
 expect_error bad-flag "unknown flag '--bogus'" "$bin" generate -m "$tmp/m" --bogus
 expect_error bad-number "--n-predict expects a number" "$bin" generate -m "$tmp/m" -n ten
 expect_error bad-top-p "top_p must be in (0, 1]" "$bin" generate -m "$tmp/m" --top-p 0 -n 1
-expect_error prompt-over-context "the context holds 8" "$bin" generate -m "$tmp/m" -c 8 -p "a b c d e f g h i j k l m n o p q r s t u v w x y z"
+expect_error prompt-over-context "context is 8 tokens" "$bin" generate -m "$tmp/m" -c 8 -p "a b c d e f g h i j k l m n o p q r s t u v w x y z"
+expect_error bad-kv-dtype "--kv-cache-dtype must be f32, bf16 or f16" "$bin" generate -m "$tmp/m" --kv-cache-dtype q4 -n 1
+expect_error bad-kv-size "unknown unit" "$bin" generate -m "$tmp/m" --kv-cache 5XB -n 1
+expect_error input-and-prompt "cannot be combined" "$bin" generate -m "$tmp/m" --input /dev/null -p hi
+expect_error missing-input "cannot open" "$bin" generate -m "$tmp/m" --input "$tmp/none.jsonl"
 expect_error bad-tokens "--tokens must be a non-empty JSON array" "$bin" logprobs -m "$tmp/m" --tokens "nope"
 expect_error token-out-of-range "outside the vocabulary" "$bin" logprobs -m "$tmp/m" --tokens "[1, 99999]"
 

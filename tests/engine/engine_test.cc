@@ -1,0 +1,370 @@
+// The engine's contract: overlap on/off bit-identity, batch invariance, preemption and prefix-cache
+// transparency, refusal of bad requests, and no leaks. Runs on stories260K (a real trained model) and on a
+// tiny random qwen3-layout model (GQA, q/k norm, untied head).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include "engine_harness.h"
+#include "model/make_tiny.h"
+#include "unit/test_util.h"
+
+namespace deepinfer::testing {
+namespace {
+namespace fs = std::filesystem;
+
+const Model& Stories() {
+  static std::unique_ptr<Model> m = [] {
+    auto r = LoadModelFromPath(SharedModels() + "/stories260K.gguf");
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::unique_ptr<Model>();
+    }
+    return std::move(r).value();
+  }();
+  return *m;
+}
+
+const Model& Tiny() {
+  static std::unique_ptr<Model> m = [] {
+    const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_tiny_" + std::to_string(::getpid()));
+    TinySpec s;
+    s.arch = Arch::kQwen3;
+    s.vocab = 384;
+    s.layers = 2;
+    s.ctx = 512;
+    fs::create_directories(dir);
+    EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
+    auto r = LoadModelFromPath((dir / "m.gguf").string());
+    fs::remove_all(dir);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::unique_ptr<Model>();
+    }
+    return std::move(r).value();
+  }();
+  return *m;
+}
+
+EngineOptions SmallEngine() {
+  EngineOptions o;
+  o.max_num_seqs = 16;
+  o.max_batched_tokens = 64;  // forces chunked prefill
+  o.block_size = 8;
+  o.num_kv_blocks = 256;
+  return o;
+}
+
+struct Case {
+  const char* name;
+  const Model& (*model)();
+  std::vector<std::string> stops;
+};
+
+class EngineEquivalence : public ::testing::TestWithParam<int> {
+ protected:
+  Case Get() const {
+    return GetParam() == 0 ? Case{"stories260K", Stories, {".", "Lily", "the park", ", "}}
+                           : Case{"tiny-qwen3", Tiny, {"a", "e ", "\n"}};
+  }
+};
+
+// Must-show 1: 200+ mixed requests, overlap on vs off, bit-identical tokens, logprobs, text, finish reasons.
+TEST_P(EngineEquivalence, OverlapOnAndOffAreBitIdentical) {
+  const Case c = Get();
+  const Model& m = c.model();
+  auto reqs = MixedWorkload(220, m.config.vocab_size, m.tokenizer->bos_id(), 7, c.stops);
+  EngineOptions on = SmallEngine(), off = SmallEngine();
+  off.overlap = false;
+  EngineStats s_on, s_off;
+  auto a = RunRequests(m, on, reqs, &s_on);
+  auto b = RunRequests(m, off, reqs, &s_off);
+  ExpectSameResults(a, b, std::string(c.name) + " overlap on vs off");
+  int stopped = 0, aborted = 0, multi = 0, length = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const auto& s : a[i].samples) {
+      stopped += s.finish_reason == "stop";
+      aborted += s.finish_reason == "abort";
+      length += s.finish_reason == "length";
+      multi += reqs[i].params.n > 1;
+    }
+  // The workload really exercises what it claims to.
+  EXPECT_GT(stopped, 5) << c.name;
+  EXPECT_GT(aborted, 5) << c.name;
+  EXPECT_GT(length, 50) << c.name;
+  EXPECT_GT(multi, 10) << c.name;
+  EXPECT_GT(s_on.ghost_rows, 0) << "overlap never ran a step ahead of a stop";
+  EXPECT_EQ(s_off.ghost_rows, 0) << "depth 0 must never schedule a row past a stop";
+  EXPECT_GT(s_on.cached_prompt_tokens, 0);
+}
+
+// Must-show 2: a request gives the same tokens alone and inside batches of 1..64 other requests.
+TEST_P(EngineEquivalence, RequestIsBatchInvariant) {
+  const Case c = Get();
+  const Model& m = c.model();
+  auto others = MixedWorkload(64, m.config.vocab_size, m.tokenizer->bos_id(), 11, c.stops);
+  for (auto& o : others) o.abort_after = -1;
+  TestRequest target;
+  target.prompt = others[3].prompt;
+  target.params.max_tokens = 40;
+  target.params.has_seed = true;
+  target.params.sampling.seed = 1234;
+  target.params.sampling.temperature = 1.0f;
+  target.params.sampling.top_p = 0.9f;
+  target.params.logprobs = 2;
+  target.params.ignore_eos = true;
+  EngineOptions opt = SmallEngine();
+  opt.max_num_seqs = 80;
+  opt.max_batched_tokens = 256;
+  opt.num_kv_blocks = 2048;
+  auto alone = RunRequests(m, opt, {target});
+  ASSERT_EQ(alone[0].samples[0].tokens.size(), 40u);
+  for (int k : {1, 3, 16, 64}) {
+    std::vector<TestRequest> batch(others.begin(), others.begin() + k);
+    batch.insert(batch.begin() + k / 2, target);
+    auto got = RunRequests(m, opt, batch);
+    ExpectSameResults(alone, {got[k / 2]}, std::string(c.name) + " batch of " + std::to_string(k + 1));
+  }
+}
+
+// Must-show 4: a pool so small that preemption happens constantly gives the same outputs as a large pool.
+TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
+  const Case c = Get();
+  const Model& m = c.model();
+  auto reqs = MixedWorkload(60, m.config.vocab_size, m.tokenizer->bos_id(), 21, c.stops);
+  for (auto& r : reqs) r.abort_after = -1;
+  EngineOptions big = SmallEngine();
+  auto ref = RunRequests(m, big, reqs);
+  for (bool overlap : {true, false}) {
+    EngineOptions tiny = SmallEngine();
+    tiny.block_size = 4;
+    tiny.num_kv_blocks = 48;  // 192 tokens for 16 concurrent sequences of up to ~180 tokens
+    tiny.overlap = overlap;
+    EngineStats st;
+    auto got = RunRequests(m, tiny, reqs, &st);
+    EXPECT_GT(st.preemptions, 20) << "the pool was not small enough to force preemption";
+    ExpectSameResults(ref, got, std::string(c.name) + " tiny pool, overlap " + (overlap ? "on" : "off"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1),
+                         [](const auto& info) { return info.param == 0 ? "Stories260K" : "TinyQwen3"; });
+
+// Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
+TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {
+  const Model& m = Stories();
+  std::mt19937 rng(5);
+  TestRequest r;
+  r.prompt.push_back(m.tokenizer->bos_id());
+  for (int i = 0; i < 300; ++i) r.prompt.push_back(3 + rng() % (m.config.vocab_size - 3));
+  r.params.max_tokens = 30;
+  r.params.ignore_eos = true;
+  EngineOptions cold = SmallEngine();
+  cold.prefix_caching = false;
+  auto ref = RunRequests(m, cold, {r});
+  EngineOptions warm = SmallEngine();
+  EngineStats st;
+  auto got = RunRequests(m, warm, {r, r}, &st);  // the second arrives while the first runs: it must still hit
+  ExpectSameResults(ref, {got[0]}, "first run");
+  ExpectSameResults(ref, {got[1]}, "prefix hit");
+  // Sequential: second request after the first has finished.
+  auto eng = Engine::Create(m, warm);
+  ASSERT_TRUE(eng.ok());
+  std::vector<int32_t> toks[2];
+  int cached[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE((*eng)->Add(r.prompt, r.params, [&, i](const RequestOutput& ev) {
+                     toks[i].insert(toks[i].end(), ev.token_ids.begin(), ev.token_ids.end());
+                     cached[i] = ev.cached_tokens;
+                   }).ok());
+    const int64_t before = (*eng)->Stats().prompt_tokens_computed;
+    ASSERT_TRUE((*eng)->RunUntilIdle().ok());
+    const int64_t computed = (*eng)->Stats().prompt_tokens_computed - before;
+    if (i == 0) {
+      EXPECT_EQ(computed, 301);
+    } else {
+      EXPECT_EQ(cached[1], 296) << "all full 8-token blocks of the 301-token prompt should hit";
+      EXPECT_EQ(computed, 301 - 296);
+    }
+  }
+  EXPECT_EQ(toks[0], ref[0].samples[0].tokens);
+  EXPECT_EQ(toks[1], ref[0].samples[0].tokens);
+  EXPECT_TRUE((*eng)->Shutdown().ok());
+}
+
+// Must-show 6: bad requests are refused with a clear error; the others run undisturbed.
+TEST(EngineTest, InvalidRequestsAreRefusedAndOthersUndisturbed) {
+  const Model& m = Stories();
+  auto good = MixedWorkload(20, m.config.vocab_size, m.tokenizer->bos_id(), 3, {"."});
+  for (auto& g : good) g.abort_after = -1;
+  EngineOptions opt = SmallEngine();
+  auto ref = RunRequests(m, opt, good);
+  std::vector<TestRequest> mixed;
+  std::vector<std::string> expect_error;
+  auto bad = [&](TestRequest r, const std::string& needle) {
+    mixed.push_back(std::move(r));
+    expect_error.push_back(needle);
+  };
+  TestRequest base;
+  base.prompt = {1, 50, 60};
+  TestRequest r = base;
+  r.prompt.assign(600, 50);  // stories260K's context is 512
+  bad(r, "context");
+  r = base;
+  r.prompt = {};
+  bad(r, "empty");
+  r = base;
+  r.prompt = {1, 100000};
+  bad(r, "outside the vocabulary");
+  r = base;
+  r.params.sampling.temperature = -1;
+  bad(r, "temperature");
+  r = base;
+  r.params.sampling.top_p = 0;
+  bad(r, "top_p");
+  r = base;
+  r.params.max_tokens = 0;
+  bad(r, "max_tokens");
+  r = base;
+  r.params.n = 1000;
+  bad(r, "n must be");
+  r = base;
+  r.params.sampling.logit_bias = {{99999, 1.f}};
+  bad(r, "logit_bias");
+  r = base;
+  r.params.sampling.presence_penalty = 3;
+  bad(r, "presence_penalty");
+  for (size_t i = 0; i < good.size(); ++i) {
+    mixed.insert(mixed.begin() + std::min(mixed.size(), i * 2), good[i]);
+    expect_error.insert(expect_error.begin() + std::min(expect_error.size(), i * 2), "");
+  }
+  auto got = RunRequests(m, opt, mixed);
+  std::vector<RequestResult> good_got;
+  for (size_t i = 0; i < mixed.size(); ++i) {
+    if (expect_error[i].empty()) {
+      EXPECT_EQ(got[i].error, "");
+      good_got.push_back(got[i]);
+    } else {
+      EXPECT_NE(got[i].error.find(expect_error[i]), std::string::npos) << "got: '" << got[i].error << "'";
+    }
+  }
+  ExpectSameResults(ref, good_got, "good requests next to bad ones");
+  // A request that can never fit in the KV pool is refused at admission rather than deadlocking.
+  EngineOptions small = SmallEngine();
+  small.num_kv_blocks = 4;  // 32 tokens
+  TestRequest big = base;
+  big.params.max_tokens = 100;
+  auto refused = RunRequests(m, small, {big});
+  EXPECT_NE(refused[0].error.find("whole pool"), std::string::npos) << refused[0].error;
+}
+
+// Stop strings across token boundaries are cut from the text; the streamed text never shows the stop string.
+TEST(EngineTest, StopStringsCutTextAcrossTokens) {
+  const Model& m = Stories();
+  TestRequest r;
+  r.prompt = {m.tokenizer->bos_id()};
+  r.params.max_tokens = 100;
+  auto ref = RunRequests(m, SmallEngine(), {r});
+  const std::string full = ref[0].samples[0].text;
+  ASSERT_NE(full.find("Lily. She"), std::string::npos) << full;
+  r.params.stop = {"ly. Sh"};  // spans the tokens of "Lily", "." and " She"
+  auto got = RunRequests(m, SmallEngine(), {r});
+  EXPECT_EQ(got[0].samples[0].text, full.substr(0, full.find("ly. Sh")));
+  EXPECT_EQ(got[0].samples[0].finish_reason, "stop");
+  EXPECT_EQ(got[0].samples[0].stop_reason, "ly. Sh");
+  r.params.include_stop_str_in_output = true;
+  got = RunRequests(m, SmallEngine(), {r});
+  EXPECT_EQ(got[0].samples[0].text, full.substr(0, full.find("ly. Sh") + 6));
+}
+
+// Must-show 3: thousands of requests with random aborts from another thread while the engine runs on its own
+// thread; every sample gets exactly one final event, and shutdown finds every block and slot free.
+TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
+  const Model& m = Stories();
+  for (bool overlap : {true, false}) {
+    EngineOptions opt = SmallEngine();
+    opt.overlap = overlap;
+    opt.num_kv_blocks = 64;  // tight: preemption under load too
+    opt.block_size = 4;
+    auto eng = Engine::Create(m, opt);
+    ASSERT_TRUE(eng.ok());
+    Engine& e = **eng;
+    e.Start();
+    const int kRequests = 1500;
+    std::vector<std::atomic<int>> finals(kRequests);
+    std::vector<uint64_t> ids(kRequests, 0);
+    std::mt19937 rng(overlap ? 1 : 2);
+    auto work = MixedWorkload(kRequests, m.config.vocab_size, m.tokenizer->bos_id(), 99, {"."});
+    std::atomic<int> submitted{0};
+    std::thread aborter([&] {
+      std::mt19937 r2(3);
+      while (submitted.load() < kRequests) {
+        const int hi = submitted.load();
+        if (hi > 0) {
+          const uint64_t id = ids[r2() % hi];
+          if (id) e.Abort(id);
+          e.Abort(1u << 30);  // unknown ids are ignored
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(r2() % 300));
+      }
+    });
+    for (int i = 0; i < kRequests; ++i) {
+      work[i].params.max_tokens = 1 + rng() % 12;
+      auto id = e.Add(work[i].prompt, work[i].params, [&finals, i](const RequestOutput& ev) {
+        if (ev.finished) finals[i]++;
+      });
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ids[i] = *id;
+      submitted = i + 1;
+      if (rng() % 8 == 0) e.Abort(*id);  // some die while still queued
+      if (rng() % 64 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    aborter.join();
+    // Wait for everything to finish, then shut down (which drains and checks for leaks).
+    for (int spins = 0; spins < 6000; ++spins) {
+      const EngineStats st = e.Stats();
+      if (st.requests_finished + st.requests_aborted >= kRequests) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    Status leaks = e.Shutdown();
+    EXPECT_TRUE(leaks.ok()) << leaks.ToString();
+    const EngineStats st = e.Stats();
+    EXPECT_EQ(st.requests_finished + st.requests_aborted, kRequests);
+    EXPECT_GT(st.requests_aborted, 100);
+    for (int i = 0; i < kRequests; ++i) {
+      ASSERT_EQ(finals[i].load(), work[i].params.n) << "request " << i << ": one final event per sample";
+    }
+  }
+}
+
+// Shutdown with requests still running aborts them, drains the pipeline, and leaves nothing behind.
+TEST(EngineTest, ShutdownMidFlightDrainsAndChecksLeaks) {
+  const Model& m = Stories();
+  auto eng = Engine::Create(m, SmallEngine());
+  ASSERT_TRUE(eng.ok());
+  Engine& e = **eng;
+  std::atomic<int> finals{0}, aborted{0};
+  e.Start();
+  for (int i = 0; i < 40; ++i) {
+    RequestParams p;
+    p.max_tokens = 400;
+    p.ignore_eos = true;
+    ASSERT_TRUE(e.Add({1, static_cast<int32_t>(10 + i)}, p, [&](const RequestOutput& ev) {
+                   if (ev.finished) {
+                     ++finals;
+                     aborted += ev.finish_reason == "abort";
+                   }
+                 }).ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  Status s = e.Shutdown();
+  EXPECT_TRUE(s.ok()) << s.ToString();
+  EXPECT_EQ(finals.load(), 40);
+  EXPECT_GT(aborted.load(), 0);
+  EXPECT_FALSE(e.Add({1, 2}, RequestParams{}, nullptr).ok()) << "a stopped engine refuses new work";
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
