@@ -11,6 +11,7 @@ int CmdGenerate(int argc, char** argv);
 int CmdMakeTiny(int argc, char** argv);
 int CmdPull(int argc, char** argv);
 int CmdBench(int argc, char** argv);
+int CmdBenchEngine(const std::string& mode, int argc, char** argv);  // sim, throughput
 int CmdLogprobs(int argc, char** argv);
 int CmdTokenize(int argc, char** argv);
 int CmdTemplate(int argc, char** argv);
