@@ -9,6 +9,7 @@
 
 #include "engine_harness.h"
 #include "model/make_tiny.h"
+#include "model/transformer.h"
 #include "unit/test_util.h"
 
 namespace deepinfer::testing {
@@ -337,6 +338,61 @@ TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
       ASSERT_EQ(finals[i].load(), work[i].params.n) << "request " << i << ": one final event per sample";
     }
   }
+}
+
+// The engine's reported log-probs (chosen token and alternatives) equal a plain single-sequence forward over the
+// same tokens: positions, slots and block tables are wired right, also across chunked prefill and preemption.
+TEST(EngineTest, LogprobsMatchPlainForward) {
+  const Model& m = Tiny();
+  TestRequest r;
+  for (int i = 0; i < 37; ++i) r.prompt.push_back(3 + (i * 31) % 300);
+  r.params.max_tokens = 20;
+  r.params.logprobs = 3;
+  r.params.ignore_eos = true;
+  EngineOptions opt = SmallEngine();
+  opt.max_batched_tokens = 16;  // the prompt runs in 3 chunks
+  auto got = RunRequests(m, opt, {r});
+  const SampleResult& s = got[0].samples[0];
+  ASSERT_EQ(s.tokens.size(), 20u);
+  std::vector<int32_t> all = r.prompt;
+  all.insert(all.end(), s.tokens.begin(), s.tokens.end());
+  Transformer tf(m, 64);
+  KvCache kv(m.config, 64);
+  const int V = m.config.vocab_size;
+  std::vector<float> logits(all.size() * V);
+  ASSERT_TRUE(tf.Forward(all.data(), static_cast<int>(all.size()), 0, kv, logits.data(), true).ok());
+  for (size_t k = 0; k < s.tokens.size(); ++k) {
+    const size_t row = r.prompt.size() - 1 + k;  // logits at this position predict token k
+    TopLogprobs ref = ComputeLogprobs(logits.data() + row * V, V, s.tokens[k], 3);
+    EXPECT_FLOAT_EQ(s.logprobs[k], ref.logprob) << "token " << k;
+    EXPECT_EQ(s.top[k], ref.top) << "token " << k;
+    EXPECT_EQ(s.tokens[k], ref.top[0].first) << "greedy picks the argmax";
+  }
+}
+
+// bf16 and f16 KV caches: overlap on/off still bit-identical; outputs stay close to the f32 cache's.
+TEST(EngineTest, HalfPrecisionKvCache) {
+  const Model& m = Stories();
+  auto reqs = MixedWorkload(40, m.config.vocab_size, m.tokenizer->bos_id(), 5, {"."});
+  for (auto& q : reqs) q.abort_after = -1;
+  for (DType dt : {DType::kBF16, DType::kF16}) {
+    EngineOptions on = SmallEngine();
+    on.kv_dtype = dt;
+    EngineOptions off = on;
+    off.overlap = false;
+    ExpectSameResults(RunRequests(m, on, reqs), RunRequests(m, off, reqs), DTypeName(dt));
+  }
+  // Greedy logprobs of the first tokens: half-precision K/V moves them only slightly.
+  TestRequest g;
+  g.prompt = {m.tokenizer->bos_id()};
+  g.params.max_tokens = 8;
+  g.params.logprobs = 0;
+  auto f32 = RunRequests(m, SmallEngine(), {g});
+  EngineOptions h = SmallEngine();
+  h.kv_dtype = DType::kBF16;
+  auto bf = RunRequests(m, h, {g});
+  ASSERT_EQ(f32[0].samples[0].tokens[0], bf[0].samples[0].tokens[0]);
+  EXPECT_NEAR(f32[0].samples[0].logprobs[0], bf[0].samples[0].logprobs[0], 0.05);
 }
 
 // Shutdown with requests still running aborts them, drains the pipeline, and leaves nothing behind.
