@@ -47,9 +47,10 @@ void Usage() {
       "usage: deepinfer COMMAND [flags]     (deepinfer COMMAND --help for the flags of one command)\n\n"
       "commands:\n"
       "  generate    generate text from a prompt (streams to the terminal; --json for machine output)\n"
+      "  serve       OpenAI-compatible HTTP API server (completions, chat, SSE streaming, metrics)\n"
       "  pull        download a model from a Hugging Face-style hub into the local cache\n"
       "  make-tiny   write a random-weight model of a supported architecture (HF directory and/or GGUF)\n"
-      "  bench       benchmarks: decode, prefill, membw (memory bandwidth)\n"
+      "  bench       benchmarks: decode, prefill, membw, throughput, sim (engine), tokenize\n"
       "  tokenize    text to token ids (or ids to text with --decode)\n"
       "  template    render a chat template (Jinja) with a JSON context\n"
       "  logprobs    full-vocabulary log-probabilities at every position of a token sequence (JSON)\n\n"
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   if (cmd == "generate") return CmdGenerate(argc - 2, argv + 2);
+  if (cmd == "serve") return CmdServe(argc - 2, argv + 2);
   if (cmd == "make-tiny") return CmdMakeTiny(argc - 2, argv + 2);
   if (cmd == "pull") return CmdPull(argc - 2, argv + 2);
   if (cmd == "bench") return CmdBench(argc - 2, argv + 2);

@@ -85,7 +85,7 @@ Engine::~Engine() {
   if (prev_) stream_.Wait(prev_->done);  // never destroy state a launched step still uses
 }
 
-StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, OutputCallback cb) {
+Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams& p) const {
   const int max_len = sched_cfg_.max_model_len;
   if (prompt.empty()) return InvalidArgument("the prompt is empty");
   for (int32_t t : prompt)
@@ -108,6 +108,11 @@ StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, Out
     return InvalidArgument("the request needs up to " + std::to_string(longest) + " tokens of KV cache (" +
                            std::to_string(blocks) + " blocks) but the whole pool has " +
                            std::to_string(pool_->num_blocks()) + " blocks (raise --kv-cache or lower max_tokens)");
+  return Status::Ok();
+}
+
+StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, OutputCallback cb) {
+  DI_RETURN_IF_ERROR(Validate(prompt, p));
   if (!p.has_seed) p.sampling.seed = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
   auto req = std::make_unique<Request>();
   req->id = next_request_id_.fetch_add(1);

@@ -62,6 +62,8 @@ class Engine {
   // Thread-safe. Validates (clear errors for bad parameters, prompts over the context, requests larger than the
   // whole KV pool) and queues the request; `cb` then receives its outputs on the engine thread.
   StatusOr<uint64_t> Add(std::vector<int32_t> prompt, RequestParams params, OutputCallback cb);
+  // The checks Add makes, without queueing anything (thread-safe).
+  Status Validate(const std::vector<int32_t>& prompt, const RequestParams& params) const;
   // Thread-safe. Ends the request with finish_reason "abort" (its final event says so); unknown or finished
   // ids are ignored.
   void Abort(uint64_t request_id);

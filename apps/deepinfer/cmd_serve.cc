@@ -1,0 +1,106 @@
+// deepinfer serve: the OpenAI-compatible HTTP server. Threads: the HTTP event loop, the engine loop, the
+// engine's executor stream (+ compute pool), and this thread, which waits for SIGTERM/SIGINT and runs the
+// graceful shutdown: stop accepting, give in-flight requests --grace seconds, abort the rest, drain the engine
+// and check for leaks.
+#include <csignal>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "args.h"
+#include "base/logging.h"
+#include "commands.h"
+#include "engine_flags.h"
+#include "server/openai_server.h"
+
+namespace deepinfer::cli {
+
+int CmdServe(int argc, char** argv) {
+  Args args("serve",
+            "OpenAI-compatible API server: POST /v1/completions, /v1/chat/completions (SSE with \"stream\": true),\n"
+            "GET /v1/models, /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGTERM/SIGINT shut down\n"
+            "gracefully.",
+            {
+                {"model", "m", "MODEL", "", "GGUF file, HF model directory or hub reference owner/name[:file]"},
+                {"host", "", "ADDR", "127.0.0.1", "address to bind (0.0.0.0 for all interfaces)"},
+                {"port", "", "N", "8000", "port (0 = any free port, printed at startup)"},
+                {"api-key", "", "KEY", "", "require Authorization: Bearer KEY on /v1/* and /tokenize (or DEEPINFER_API_KEY)"},
+                {"served-model-name", "", "NAME", "model file name", "the model id clients send and /v1/models lists"},
+                {"chat-template", "", "FILE", "model's", "Jinja chat template file (default: the model's, else ChatML)"},
+                {"max-pending", "", "N", "4096", "requests in flight before new ones get 429 + Retry-After"},
+                {"max-body", "", "BYTES", "8388608", "largest request body (413 beyond)"},
+                {"max-connections", "", "N", "16384", "open connections before new ones get 503"},
+                {"request-timeout", "", "SECONDS", "30", "time allowed to send a whole request (slow clients get 408)"},
+                {"idle-timeout", "", "SECONDS", "120", "keep-alive connections idle this long are closed"},
+                {"grace", "", "SECONDS", "10", "on SIGTERM/SIGINT, time in-flight requests get to finish"},
+                {"quiet", "q", "", "", "only errors on stderr"},
+                DI_ENGINE_FLAGS,
+                DI_WEIGHT_FLAGS,
+            });
+  if (!args.Parse(argc, argv)) return 2;
+  if (args.help_requested()) {
+    args.PrintHelp();
+    return 0;
+  }
+  if (args.Has("quiet")) SetLogLevel(LogLevel::kError);
+  EngineOptions eo;
+  if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
+  OpenAiServerOptions so;
+  so.http.host = args.Get("host");
+  so.http.port = static_cast<int>(args.GetInt("port"));
+  if (so.http.port < 0 || so.http.port > 65535) return Fail(InvalidArgument("--port must be in [0, 65535]"));
+  so.http.limits.max_body_bytes = static_cast<size_t>(std::max<long long>(1024, args.GetInt("max-body")));
+  so.http.max_connections = static_cast<int>(std::max<long long>(1, args.GetInt("max-connections")));
+  so.http.request_timeout_s = args.GetFloat("request-timeout");
+  so.http.idle_timeout_s = args.GetFloat("idle-timeout");
+  so.max_pending = static_cast<int>(std::max<long long>(1, args.GetInt("max-pending")));
+  so.api_key = args.Get("api-key");
+  if (so.api_key.empty())
+    if (const char* k = std::getenv("DEEPINFER_API_KEY")) so.api_key = k;
+  if (args.Has("served-model-name")) so.served_model_name = args.Get("served-model-name");
+  if (args.Has("chat-template")) {
+    std::ifstream in(args.Get("chat-template"), std::ios::binary);
+    if (!in) return Fail(NotFound(args.Get("chat-template") + ": cannot open"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    so.chat_template = ss.str();
+  }
+  const double grace = args.GetFloat("grace");
+
+  // Signals are taken by this thread only (sigwait), so every other thread runs undisturbed.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
+  auto engine = Engine::Create(*model, eo);
+  if (!engine.ok()) return Fail(engine.status());
+  OpenAiServer server(**engine, *model, so);
+  if (Status s = server.Listen(); !s.ok()) return Fail(s);
+  (*engine)->Start();
+  std::thread http([&] { server.Run(); });
+  std::printf("deepinfer serve: listening on http://%s:%d\n", so.http.host.c_str(), server.port());
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  DI_LOG_INFO("%s: stopping (no new connections; %lld requests in flight get %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+              static_cast<long long>(server.in_flight()), grace);
+  server.Stop();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
+  while (server.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (server.in_flight() > 0) DI_LOG_WARN("grace period over: aborting %lld requests", static_cast<long long>(server.in_flight()));
+  server.CloseAll();  // closing their connections aborts their requests
+  http.join();
+  Status leaks = (*engine)->Shutdown();  // aborts anything left, drains the pipeline, checks every block and slot
+  if (!leaks.ok()) return Fail(leaks);
+  DI_LOG_INFO("shutdown complete: KV cache and slots all free");
+  return 0;
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,79 @@
+#include "server/metrics.h"
+
+#include <cstdio>
+
+namespace deepinfer {
+namespace {
+
+std::string Num(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+
+void Metric(std::string* out, const char* name, const char* type, const char* help, const std::string& labels, double v) {
+  *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  *out += std::string(name) + labels + " " + Num(v) + "\n";
+}
+
+}  // namespace
+
+void Histogram::Observe(double v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t i = 0;
+  while (i < bounds_.size() && v > bounds_[i]) ++i;
+  ++counts_[i];
+  sum_ += v;
+  ++count_;
+}
+
+void Histogram::Render(const std::string& name, const std::string& help, std::string* out) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  *out += "# HELP " + name + " " + help + "\n# TYPE " + name + " histogram\n";
+  uint64_t cum = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cum += counts_[i];
+    *out += name + "_bucket{le=\"" + Num(bounds_[i]) + "\"} " + std::to_string(cum) + "\n";
+  }
+  cum += counts_.back();
+  *out += name + "_bucket{le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  *out += name + "_sum " + Num(sum_) + "\n" + name + "_count " + std::to_string(count_) + "\n";
+}
+
+std::string ServerMetrics::Render(const EngineStats& st, const std::string& model) const {
+  std::string out;
+  const std::string m = "{model_name=\"" + model + "\"}";
+  out += "# HELP deepinfer_requests_total HTTP API requests by outcome.\n# TYPE deepinfer_requests_total counter\n";
+  out += "deepinfer_requests_total{outcome=\"ok\"} " + std::to_string(requests_ok.load()) + "\n";
+  out += "deepinfer_requests_total{outcome=\"client_error\"} " + std::to_string(requests_client_error.load()) + "\n";
+  out += "deepinfer_requests_total{outcome=\"server_error\"} " + std::to_string(requests_server_error.load()) + "\n";
+  out += "deepinfer_requests_total{outcome=\"rejected_queue_full\"} " + std::to_string(requests_rejected.load()) + "\n";
+  out += "deepinfer_requests_total{outcome=\"client_disconnected\"} " + std::to_string(requests_aborted_by_client.load()) + "\n";
+  out += "# HELP deepinfer_request_finish_total Finished completions (per sample) by finish_reason.\n"
+         "# TYPE deepinfer_request_finish_total counter\n";
+  out += "deepinfer_request_finish_total{finish_reason=\"stop\"} " + std::to_string(finish_stop.load()) + "\n";
+  out += "deepinfer_request_finish_total{finish_reason=\"length\"} " + std::to_string(finish_length.load()) + "\n";
+  out += "deepinfer_request_finish_total{finish_reason=\"abort\"} " + std::to_string(finish_abort.load()) + "\n";
+  Metric(&out, "deepinfer_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", m, static_cast<double>(prompt_tokens.load()));
+  Metric(&out, "deepinfer_generation_tokens_total", "counter", "Generated tokens streamed or returned.", m, static_cast<double>(generation_tokens.load()));
+  Metric(&out, "deepinfer_num_requests_in_flight", "gauge", "API requests accepted and not yet answered.", m, static_cast<double>(in_flight.load()));
+  Metric(&out, "deepinfer_num_requests_running", "gauge", "Sequences holding KV cache (engine).", m, st.running);
+  Metric(&out, "deepinfer_num_requests_waiting", "gauge", "Sequences queued for admission (engine).", m, st.waiting);
+  const double usage = st.kv_blocks_total > 0 ? 1.0 - static_cast<double>(st.kv_blocks_free) / st.kv_blocks_total : 0;
+  Metric(&out, "deepinfer_kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (cached-but-free blocks count as free).", m, usage);
+  Metric(&out, "deepinfer_kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.", m, st.kv_blocks_total);
+  Metric(&out, "deepinfer_kv_cache_blocks_free", "gauge", "KV cache blocks free or evictable.", m, st.kv_blocks_free);
+  const double computed = static_cast<double>(st.prompt_tokens_computed), cached = static_cast<double>(st.cached_prompt_tokens);
+  Metric(&out, "deepinfer_prefix_cache_hit_rate", "gauge", "Prompt tokens served from the prefix cache / all prompt tokens.", m,
+         computed + cached > 0 ? cached / (computed + cached) : 0);
+  Metric(&out, "deepinfer_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", m, cached);
+  Metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.", m,
+         static_cast<double>(st.preemptions));
+  Metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps launched.", m, static_cast<double>(st.steps));
+  ttft.Render("deepinfer_time_to_first_token_seconds", "Time from request arrival to its first token.", &out);
+  inter_token.Render("deepinfer_inter_token_latency_seconds", "Time between consecutive tokens of a sample.", &out);
+  e2e.Render("deepinfer_e2e_request_latency_seconds", "Time from request arrival to its last token.", &out);
+  return out;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,471 @@
+#include "server/openai_server.h"
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+#include "model/gguf.h"
+#include "server/openai_request.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Used when a model ships no template (llama.cpp falls back to ChatML as well).
+constexpr const char* kChatMl =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+const char* ErrorType(int status) {
+  switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 503: return "server_error";
+    default: return status >= 500 ? "server_error" : "invalid_request_error";
+  }
+}
+
+}  // namespace
+
+std::string ModelChatTemplate(const Model& model) {
+  if (model.format == "gguf") {
+    auto g = GgufFile::Open(model.source);
+    if (g.ok()) {
+      auto t = (*g)->GetString("tokenizer.chat_template");
+      if (t.ok()) return *t;
+    }
+    return "";
+  }
+  std::ifstream in(fs::path(model.source) / "tokenizer_config.json");
+  if (!in) return "";
+  json cfg = json::parse(in, nullptr, false);
+  if (cfg.is_discarded() || !cfg.contains("chat_template")) return "";
+  const json& t = cfg["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())  // named templates: use "default"
+    for (const auto& e : t)
+      if (e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        return e["template"].get<std::string>();
+  return "";
+}
+
+struct OpenAiServer::Call {
+  HttpServer::ConnId conn = 0;
+  uint64_t engine_id = 0;
+  bool chat = false, stream = false, include_usage = false, echo = false;
+  int logprobs = -1;
+  std::string id, echo_text;
+  int64_t created = 0;
+  struct Choice {
+    std::string text, finish_reason;
+    int tokens = 0;
+    json logprobs = json::array();  // chat: content entries; completion: built at the end
+    std::vector<TokenLogprob> raw;
+    bool role_sent = false;
+    Clock::time_point last_token;
+  };
+  std::vector<Choice> choices;
+  int unfinished = 0, prompt_tokens = 0, cached_tokens = 0;
+  Clock::time_point start;
+  bool first_token_seen = false;
+};
+
+OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptions opt)
+    : engine_(engine),
+      model_(model),
+      tok_(*model.tokenizer),
+      opt_(std::move(opt)),
+      http_(opt_.http, [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
+            [this](HttpServer::ConnId c) { OnClose(c); }) {
+  name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
+  std::string src = opt_.chat_template.empty() ? ModelChatTemplate(model) : opt_.chat_template;
+  if (src.empty()) {
+    DI_LOG_WARN("the model has no chat template: /v1/chat/completions uses ChatML");
+    src = kChatMl;
+  }
+  auto t = jinja::Template::Parse(src);
+  if (!t.ok()) {
+    DI_LOG_WARN("the chat template does not parse (%s): using ChatML", t.status().ToString().c_str());
+    t = jinja::Template::Parse(kChatMl);
+  }
+  chat_template_ = std::move(*t);
+}
+
+OpenAiServer::~OpenAiServer() = default;
+
+Status OpenAiServer::Listen() {
+  DI_RETURN_IF_ERROR(http_.Listen());
+  DI_LOG_INFO("serving %s on http://%s:%d (OpenAI API at /v1; /health, /metrics)%s", name_.c_str(),
+              opt_.http.host.c_str(), http_.port(), opt_.api_key.empty() ? "" : "; API key required");
+  return Status::Ok();
+}
+
+void OpenAiServer::Run() { http_.Run(); }
+
+void OpenAiServer::Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type,
+                         const std::string& param) {
+  json e = {{"error", {{"message", message}, {"type", type.empty() ? ErrorType(status) : type},
+                       {"param", param.empty() ? json(nullptr) : json(param)}, {"code", status}}}};
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
+  if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
+  (status >= 500 ? metrics_.requests_server_error : metrics_.requests_client_error)++;
+  http_.Respond(c, status, "application/json", Dump(e) + "\n", std::move(headers));
+}
+
+bool OpenAiServer::Authorized(const HttpRequest& req) const {
+  if (opt_.api_key.empty()) return true;
+  const std::string* h = req.Header("authorization");
+  const std::string given = h && h->rfind("Bearer ", 0) == 0 ? h->substr(7) : "";
+  // Constant time in the key: every byte of the expected key is compared whatever matches.
+  const std::string& want = opt_.api_key;
+  unsigned diff = given.size() != want.size();
+  for (size_t i = 0; i < want.size(); ++i) diff |= static_cast<unsigned char>(want[i]) ^ static_cast<unsigned char>(i < given.size() ? given[i] : 0);
+  return diff == 0;
+}
+
+void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
+  const std::string& p = req.path;
+  const bool is_post = req.method == "POST", is_get = req.method == "GET" || req.method == "HEAD";
+  if (p == "/health") {
+    if (!is_get) return Error(c, 405, "use GET");
+    metrics_.requests_ok++;
+    return http_.Respond(c, 200, "application/json", "{\"status\":\"ok\"}\n");
+  }
+  if (p == "/metrics") {
+    if (!is_get) return Error(c, 405, "use GET");
+    metrics_.requests_ok++;
+    return http_.Respond(c, 200, "text/plain; version=0.0.4", metrics_.Render(engine_.Stats(), name_));
+  }
+  const bool known = p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
+                     p == "/detokenize";
+  if (!known) return Error(c, 404, "no route for " + req.method + " " + p.substr(0, 200));
+  if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
+  if (p == "/v1/models") {
+    if (!is_get) return Error(c, 405, "use GET");
+    json j = {{"object", "list"},
+              {"data", json::array({{{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
+                                     {"max_model_len", engine_.max_model_len()}}})}};
+    metrics_.requests_ok++;
+    return http_.Respond(c, 200, "application/json", Dump(j) + "\n");
+  }
+  if (!is_post) return Error(c, 405, "use POST");
+  if (p == "/tokenize") return Tokenize(c, req);
+  if (p == "/detokenize") return Detokenize(c, req);
+  Generate(c, req, p == "/v1/chat/completions");
+}
+
+StatusOr<std::string> OpenAiServer::RenderChat(const std::string& messages_json, bool add_generation_prompt) const {
+  const std::string bos = tok_.bos_id() >= 0 ? tok_.TokenBytes(tok_.bos_id()) : "";
+  const std::string eos = tok_.eos_id() >= 0 ? tok_.TokenBytes(tok_.eos_id()) : "";
+  json ctx = {{"messages", json::parse(messages_json)}, {"add_generation_prompt", add_generation_prompt},
+              {"bos_token", tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : bos},
+              {"eos_token", tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : eos}};
+  return chat_template_->Render(Dump(ctx));
+}
+
+namespace {
+
+// Chat messages -> the list templates expect: content flattened to a string (text parts joined).
+StatusOr<json> NormalizeMessages(const json& msgs) {
+  if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
+  json out = json::array();
+  for (const auto& m : msgs) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return InvalidArgument("each message must be an object with a string 'role'");
+    json n = m;
+    const json c = m.value("content", json(nullptr));
+    if (c.is_array()) {
+      std::string text;
+      for (const auto& part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          return InvalidArgument("only text content parts are supported");
+        text += part["text"].get<std::string>();
+      }
+      n["content"] = text;
+    } else if (c.is_null()) {
+      n["content"] = "";
+    } else if (!c.is_string()) {
+      return InvalidArgument("message 'content' must be a string or a list of text parts");
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
+  if (!body.is_object()) return Error(c, 400, "the request body must be a JSON object");
+  if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
+    if (!m->is_string()) return Error(c, 400, "'model' must be a string", "", "model");
+    if (m->get<std::string>() != name_) return Error(c, 404, "The model `" + m->get<std::string>().substr(0, 200) + "` does not exist.", "", "model");
+  }
+  RequestParams defaults;
+  if (chat) defaults.max_tokens = std::max(1, engine_.max_model_len() - 1);  // chat: until the context is full
+  auto params = ParseRequestParams(body, defaults);
+  if (!params.ok()) return Error(c, 400, params.status().message());
+  std::vector<int32_t> prompt;
+  std::string echo_text;
+  if (chat) {
+    auto msgs = NormalizeMessages(body.value("messages", json(nullptr)));
+    if (!msgs.ok()) return Error(c, 400, msgs.status().message(), "", "messages");
+    auto text = RenderChat(Dump(*msgs), body.value("add_generation_prompt", true));
+    if (!text.ok()) return Error(c, 400, "chat template: " + text.status().message(), "", "messages");
+    const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text->rfind(tok_.piece(tok_.bos_id()), 0) != 0;
+    prompt = tok_.Encode(*text, bos);
+    if (prompt.empty()) return Error(c, 400, "the rendered chat prompt is empty", "", "messages");
+  } else {
+    if (auto pr = body.find("prompt"); pr != body.end() && pr->is_array() && !pr->empty() && (*pr)[0].is_string()) {
+      if (pr->size() != 1) return Error(c, 400, "batched prompts (a list of strings) are not supported; send one request each", "", "prompt");
+      body["prompt"] = (*pr)[0];
+    }
+    auto ids = ParsePrompt(body, tok_);
+    if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "prompt");
+    prompt = std::move(*ids);
+    if (body.value("echo", false)) echo_text = tok_.Decode(prompt);
+  }
+  bool stream = false, include_usage = false;
+  if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
+    if (!s->is_boolean()) return Error(c, 400, "'stream' must be true or false", "", "stream");
+    stream = s->get<bool>();
+  }
+  if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
+    include_usage = so->value("include_usage", false) == true;
+  if (Status v = engine_.Validate(prompt, *params); !v.ok()) return Error(c, 400, v.message());
+  if (metrics_.in_flight.load() >= opt_.max_pending) {
+    metrics_.requests_rejected++;
+    return Error(c, 429, "the server is at its queue limit (" + std::to_string(opt_.max_pending) + " requests); retry later");
+  }
+  auto call = std::make_shared<Call>();
+  call->conn = c;
+  call->chat = chat;
+  call->stream = stream;
+  call->include_usage = include_usage;
+  call->echo = !echo_text.empty();
+  call->echo_text = echo_text;
+  call->logprobs = params->logprobs;
+  call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
+  call->created = UnixNow();
+  call->choices.resize(params->n);
+  call->unfinished = params->n;
+  call->prompt_tokens = static_cast<int>(prompt.size());
+  call->start = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    calls_[c] = call;
+  }
+  metrics_.in_flight++;
+  if (stream) http_.StartStream(c, 200, "text/event-stream");
+  auto id = engine_.Add(std::move(prompt), std::move(*params), [this, call](const RequestOutput& ev) { OnOutput(call, ev); });
+  if (!id.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      calls_.erase(c);
+    }
+    metrics_.in_flight--;
+    if (stream) {  // headers are out: report in-band, as vLLM does, then end the stream
+      json e = {{"error", {{"message", id.status().message()}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", 400}}}};
+      http_.SendChunk(c, "data: " + Dump(e) + "\n\n");
+      http_.SendChunk(c, "data: [DONE]\n\n");
+      http_.EndStream(c);
+      metrics_.requests_client_error++;
+      return;
+    }
+    return Error(c, 400, id.status().message());
+  }
+  call->engine_id = *id;
+  metrics_.prompt_tokens += call->prompt_tokens;
+}
+
+void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev) {
+  // Runs on the engine thread.
+  Call& k = *call;
+  Call::Choice& ch = k.choices[ev.index];
+  const auto now = Clock::now();
+  if (!ev.token_ids.empty()) {
+    if (!k.first_token_seen) {
+      k.first_token_seen = true;
+      metrics_.ttft.Observe(std::chrono::duration<double>(now - k.start).count());
+    } else if (ch.tokens > 0) {
+      metrics_.inter_token.Observe(std::chrono::duration<double>(now - ch.last_token).count());
+    }
+    ch.last_token = now;
+  }
+  ch.tokens += static_cast<int>(ev.token_ids.size());
+  ch.text += ev.text;
+  k.cached_tokens = ev.cached_tokens;
+  metrics_.generation_tokens += ev.token_ids.size();
+  json lp_delta = nullptr;
+  if (k.logprobs >= 0 && !ev.logprobs.empty()) {
+    ch.raw.insert(ch.raw.end(), ev.logprobs.begin(), ev.logprobs.end());
+    if (k.chat) {
+      json content = json::array();
+      for (const auto& l : ev.logprobs) {
+        json top = json::array();
+        for (const auto& [id, v] : l.top) top.push_back({{"token", tok_.TokenBytes(id)}, {"logprob", v}});
+        content.push_back({{"token", tok_.TokenBytes(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
+      }
+      lp_delta = {{"content", content}};
+    } else {
+      json tokens = json::array(), lps = json::array(), tops = json::array();
+      for (const auto& l : ev.logprobs) {
+        tokens.push_back(tok_.TokenBytes(l.token));
+        lps.push_back(l.logprob);
+        json top = json::object();
+        for (const auto& [id, v] : l.top) top[tok_.TokenBytes(id)] = v;
+        tops.push_back(top);
+      }
+      lp_delta = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
+    }
+  }
+  if (ev.finished) {
+    ch.finish_reason = ev.finish_reason;
+    (ev.finish_reason == "stop" ? metrics_.finish_stop : ev.finish_reason == "length" ? metrics_.finish_length : metrics_.finish_abort)++;
+  }
+  int completion_tokens = 0;
+  for (const auto& x : k.choices) completion_tokens += x.tokens;
+  const json usage = {{"prompt_tokens", k.prompt_tokens}, {"completion_tokens", completion_tokens},
+                      {"total_tokens", k.prompt_tokens + completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", k.cached_tokens}}}};
+  const char* object = k.chat ? "chat.completion.chunk" : "text_completion";
+  if (k.stream) {
+    std::string text = ev.text;
+    if (!k.chat && k.echo && !ch.role_sent) text = k.echo_text + text;
+    if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
+      json choice = {{"index", ev.index}, {"logprobs", lp_delta},
+                     {"finish_reason", ev.finished ? json(ev.finish_reason) : json(nullptr)}};
+      if (k.chat) {
+        json delta = json::object();
+        if (!ch.role_sent) delta["role"] = "assistant";
+        if (!text.empty() || !ch.role_sent) delta["content"] = text;
+        choice["delta"] = delta;
+      } else {
+        choice["text"] = text;
+      }
+      ch.role_sent = true;
+      json chunk = {{"id", k.id}, {"object", object}, {"created", k.created}, {"model", name_}, {"choices", json::array({choice})}};
+      if (k.include_usage) chunk["usage"] = nullptr;
+      http_.SendChunk(k.conn, "data: " + Dump(chunk) + "\n\n");
+    }
+  }
+  if (!ev.finished || --k.unfinished > 0) return;
+  // The whole request is done.
+  metrics_.e2e.Observe(std::chrono::duration<double>(now - k.start).count());
+  if (k.stream) {
+    if (k.include_usage) {
+      json chunk = {{"id", k.id}, {"object", object}, {"created", k.created}, {"model", name_}, {"choices", json::array()}, {"usage", usage}};
+      http_.SendChunk(k.conn, "data: " + Dump(chunk) + "\n\n");
+    }
+    http_.SendChunk(k.conn, "data: [DONE]\n\n");
+    http_.EndStream(k.conn);
+  } else {
+    json choices = json::array();
+    for (size_t i = 0; i < k.choices.size(); ++i) {
+      const Call::Choice& x = k.choices[i];
+      json lp = nullptr;
+      if (k.logprobs >= 0) {
+        if (k.chat) {
+          json content = json::array();
+          for (const auto& l : x.raw) {
+            json top = json::array();
+            for (const auto& [id, v] : l.top) top.push_back({{"token", tok_.TokenBytes(id)}, {"logprob", v}});
+            content.push_back({{"token", tok_.TokenBytes(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
+          }
+          lp = {{"content", content}};
+        } else {
+          json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+          size_t off = k.echo_text.size();
+          for (const auto& l : x.raw) {
+            const std::string t = tok_.TokenBytes(l.token);
+            tokens.push_back(t);
+            lps.push_back(l.logprob);
+            offsets.push_back(off);
+            off += t.size();
+            json top = json::object();
+            for (const auto& [id, v] : l.top) top[tok_.TokenBytes(id)] = v;
+            tops.push_back(top);
+          }
+          lp = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+        }
+      }
+      json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
+      if (k.chat) choice["message"] = {{"role", "assistant"}, {"content", x.text}};
+      else choice["text"] = k.echo_text + x.text;
+      choices.push_back(std::move(choice));
+    }
+    json out = {{"id", k.id}, {"object", k.chat ? "chat.completion" : "text_completion"}, {"created", k.created},
+                {"model", name_}, {"choices", choices}, {"usage", usage}};
+    http_.Respond(k.conn, 200, "application/json", Dump(out) + "\n");
+  }
+  metrics_.requests_ok++;
+  metrics_.in_flight--;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
+}
+
+void OpenAiServer::OnClose(HttpServer::ConnId c) {
+  std::shared_ptr<Call> call;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = calls_.find(c);
+    if (it == calls_.end()) return;
+    call = it->second;
+    calls_.erase(it);
+  }
+  metrics_.requests_aborted_by_client++;
+  engine_.Abort(call->engine_id);  // frees its KV; the engine still sends the final events (dropped)
+}
+
+void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object()) return Error(c, 400, "the request body must be a JSON object");
+  std::vector<int32_t> ids;
+  if (body.contains("messages")) {
+    auto msgs = NormalizeMessages(body["messages"]);
+    if (!msgs.ok()) return Error(c, 400, msgs.status().message(), "", "messages");
+    auto text = RenderChat(Dump(*msgs), body.value("add_generation_prompt", true));
+    if (!text.ok()) return Error(c, 400, "chat template: " + text.status().message());
+    ids = tok_.Encode(*text, false);
+  } else {
+    auto p = body.find("prompt");
+    if (p == body.end() || !p->is_string()) return Error(c, 400, "'prompt' (a string) or 'messages' is required", "", "prompt");
+    bool special = true;
+    if (auto a = body.find("add_special_tokens"); a != body.end() && a->is_boolean()) special = a->get<bool>();
+    ids = tok_.Encode(p->get<std::string>(), special && tok_.add_bos() && tok_.bos_id() >= 0);
+  }
+  metrics_.requests_ok++;
+  http_.Respond(c, 200, "application/json",
+                Dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}}) + "\n");
+}
+
+void OpenAiServer::Detokenize(HttpServer::ConnId c, const HttpRequest& req) {
+  json body = json::parse(req.body, nullptr, false);
+  if (body.is_discarded() || !body.is_object() || !body.contains("tokens") || !body["tokens"].is_array())
+    return Error(c, 400, "'tokens' (a list of token ids) is required", "", "tokens");
+  std::vector<int32_t> ids;
+  for (const auto& t : body["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_.vocab_size())
+      return Error(c, 400, "'tokens' must hold token ids in [0, " + std::to_string(tok_.vocab_size()) + ")", "", "tokens");
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  metrics_.requests_ok++;
+  http_.Respond(c, 200, "application/json", Dump({{"prompt", tok_.Decode(ids)}}) + "\n");
+}
+
+}  // namespace deepinfer
