@@ -2,6 +2,8 @@
 // engine's executor stream (+ compute pool), and this thread, which waits for SIGTERM/SIGINT and runs the
 // graceful shutdown: stop accepting, give in-flight requests --grace seconds, abort the rest, drain the engine
 // and check for leaks.
+#include <sys/resource.h>
+
 #include <csignal>
 #include <chrono>
 #include <fstream>
@@ -75,6 +77,12 @@ int CmdServe(int argc, char** argv) {
   sigaddset(&sigs, SIGINT);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // One descriptor per client: raise the soft limit to the hard one (a 1024 default would cap concurrency).
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+    nofile.rlim_cur = nofile.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &nofile);
+  }
 
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   auto engine = Engine::Create(*model, eo);

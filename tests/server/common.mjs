@@ -1,0 +1,56 @@
+// Starts a real `deepinfer serve` on 127.0.0.1 (any free port) for the server tests, and stops it with SIGTERM,
+// returning its exit code (0 only if the shutdown leak check passed).
+import {spawn} from "node:child_process";
+import {createRequire} from "node:module";
+import path from "node:path";
+import {fileURLToPath} from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const repoRoot = path.resolve(here, "../..");
+export const sharedModels = process.env.DEEPINFER_SHARED_MODELS ?? path.resolve(repoRoot, "../shared/models");
+const require = createRequire(path.join(repoRoot, "tools/ref/package.json"));
+export const OpenAI = (await import(require.resolve("openai"))).default;
+
+export async function startServer(bin, extraArgs = []) {
+  const args = ["serve", "-m", path.join(sharedModels, "stories260K.gguf"), "--port", "0", ...extraArgs];
+  const proc = spawn(bin, args, {stdio: ["ignore", "pipe", "pipe"], env: {...process.env, DEEPINFER_NO_PROGRESS: "1"}});
+  let log = "";
+  proc.stderr.on("data", d => { log += d; });
+  const port = await new Promise((resolve, reject) => {
+    let out = "";
+    proc.stdout.on("data", d => {
+      out += d;
+      const m = out.match(/listening on http:\/\/[^:]+:(\d+)/);
+      if (m) resolve(Number(m[1]));
+    });
+    proc.on("exit", code => reject(new Error(`server exited early (${code}): ${log}`)));
+  });
+  const base = `http://127.0.0.1:${port}`;
+  return {
+    proc, port, base,
+    log: () => log,
+    async stop(signal = "SIGTERM") {
+      const code = await new Promise(resolve => { proc.once("exit", c => resolve(c)); proc.kill(signal); });
+      return code;
+    },
+  };
+}
+
+export async function metrics(base) {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const get = name => {
+    const m = text.match(new RegExp(`^${name}(\\{[^}]*\\})? ([0-9.e+-]+)$`, "m"));
+    return m ? Number(m[2]) : NaN;
+  };
+  return {text, get};
+}
+
+export function checker() {
+  let failures = 0;
+  const check = (ok, msg) => { console.log(`${ok ? "ok  " : "FAIL"} ${msg}`); if (!ok) ++failures; };
+  const done = name => {
+    console.log(failures ? `${failures} check(s) failed` : `${name}: all checks passed`);
+    process.stdout.write("", () => process.exit(failures ? 1 : 0));
+  };
+  return {check, done};
+}
