@@ -77,7 +77,7 @@ bool HttpParser::ParseHead() {
   } else if (version == "HTTP/1.0") {
     req_.version_minor = 0;
   } else if (version.substr(0, 5) == "HTTP/") {
-    Fail(505, "only HTTP/1.0 and HTTP/1.1 are supported");
+    Fail(400, "only HTTP/1.0 and HTTP/1.1 are supported");
     return false;
   } else {
     Fail(400, "malformed HTTP version");
@@ -142,7 +142,7 @@ bool HttpParser::ParseHead() {
                                             : connection.find("keep-alive") != std::string::npos;
   if (te) {
     if (Lower(*te) != "chunked") {
-      Fail(501, "unsupported Transfer-Encoding (only chunked)");
+      Fail(400, "unsupported Transfer-Encoding (only chunked)");
       return false;
     }
     state_ = State::kChunkSize;

@@ -1,6 +1,7 @@
 // A strict, incremental HTTP/1.1 request parser for the API server. Bytes arrive in pieces; Feed() consumes
 // what it can and reports a complete request, a need for more bytes, or an error carrying the status to answer
-// with (400 malformed, 413 too large, 414 URI too long, 431 headers too large, 501 unsupported, 505 version).
+// with (400 malformed or unsupported framing/version, 413 too large, 414 URI too long, 431 headers too large):
+// hostile input only ever gets a 4xx.
 // Limits are hard caps checked as bytes arrive, so a hostile client cannot make the server buffer more than
 // max_header_bytes + max_body_bytes per connection.
 #pragma once
