@@ -101,13 +101,14 @@ int BenchTokenize(const Args& args) {
 }  // namespace
 
 int CmdBench(int argc, char** argv) {
+  if (argc >= 1 && std::string(argv[0]) == "serve") return CmdBenchServe(argc - 1, argv + 1);
   if (argc >= 1 && (std::string(argv[0]) == "sim" || std::string(argv[0]) == "throughput"))
     return CmdBenchEngine(argv[0], argc - 1, argv + 1);
   Args args("bench",
             "Benchmarks. decode: batch-1 tokens/s after a short prompt, with the memory-bandwidth roofline. prefill: tokens/s\n"
             "for one long prompt. membw: read bandwidth. With --peer, llama.cpp (node-llama-cpp) runs the same GGUF with the\n"
             "same threads in the same run and the ratio is printed. sim and throughput benchmark the engine (see\n"
-            "deepinfer bench sim --help, deepinfer bench throughput --help).",
+            "deepinfer bench sim --help, deepinfer bench throughput --help, deepinfer bench serve --help).",
             {
                 {"model", "m", "MODEL", "", "model (GGUF for a llama.cpp comparison)"},
                 {"threads", "t", "N", "all cores", "compute threads (also the peer's)"},
@@ -121,7 +122,7 @@ int CmdBench(int argc, char** argv) {
                 {"input", "", "FILE", "", "tokenize: documents, one JSON string per line"},
                 DI_WEIGHT_FLAGS,
             },
-            "{decode|prefill|membw|tokenize|sim|throughput}");
+            "{decode|prefill|membw|tokenize|sim|throughput|serve}");
   if (!args.Parse(argc, argv)) return 2;
   if (args.help_requested() || args.positional().size() != 1) {
     args.PrintHelp();

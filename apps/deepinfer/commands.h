@@ -12,6 +12,7 @@ int CmdServe(int argc, char** argv);
 int CmdMakeTiny(int argc, char** argv);
 int CmdPull(int argc, char** argv);
 int CmdBench(int argc, char** argv);
+int CmdBenchServe(int argc, char** argv);
 int CmdBenchEngine(const std::string& mode, int argc, char** argv);  // sim, throughput
 int CmdLogprobs(int argc, char** argv);
 int CmdTokenize(int argc, char** argv);

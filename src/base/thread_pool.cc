@@ -37,7 +37,12 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   fn(0, num_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin briefly for the other threads' slices, then yield: when the machine is oversubscribed (server threads,
+  // other processes), a descheduled worker would otherwise make this thread burn its whole time slice.
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < 4000) _mm_pause();
+    else std::this_thread::yield();
+  }
   fn_ = nullptr;
 }
 
@@ -46,7 +51,7 @@ void ThreadPool::WorkerLoop(int tid) {
   for (;;) {
     // Spin for a short while (kernels arrive back to back during a forward pass), then sleep.
     uint64_t g = generation_.load(std::memory_order_acquire);
-    for (int spin = 0; g == seen && spin < 20000; ++spin) {
+    for (int spin = 0; g == seen && spin < 2000; ++spin) {
       _mm_pause();
       g = generation_.load(std::memory_order_acquire);
     }
