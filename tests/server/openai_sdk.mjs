@@ -100,4 +100,26 @@ try {
 }
 const code = await srv.stop();
 check(code === 0, `SIGTERM: clean shutdown with the leak check (exit ${code})`);
+
+// Queue limit: with --max-pending 1, a second request while one is in flight gets 429 (RateLimitError) with
+// Retry-After. Then SIGTERM with a request still streaming: it gets --grace to finish, then is cut, and the
+// process still exits cleanly (leak check passed).
+const small = await startServer(bin, ["--max-pending", "1", "--grace", "1"]);
+const c2 = new OpenAI({baseURL: `${small.base}/v1`, apiKey: "none", maxRetries: 0});
+const long = await c2.completions.create({model: "stories260K.gguf", prompt: "Once", max_tokens: 100000, stream: true, n: 48,
+                                         ignore_eos: true, temperature: 1, seed: 1});
+const it = long[Symbol.asyncIterator]();
+await it.next();  // the long request is streaming now
+try {
+  await c2.completions.create({model: "stories260K.gguf", prompt: "x", max_tokens: 2});
+  check(false, "queue limit: no error");
+} catch (e) {
+  check(e instanceof OpenAI.RateLimitError && e.headers?.get?.("retry-after") === "1", `queue limit: ${e.constructor.name} ${e.status}`);
+}
+const t0 = performance.now();
+const exitCode = small.stop();
+let cut = false;
+try { for (let r = await it.next(); !r.done; r = await it.next()); } catch { cut = true; }
+const code2 = await exitCode;
+check(code2 === 0 && performance.now() - t0 < 8000, `SIGTERM mid-stream: stream ended (${cut ? "cut" : "finished"}), exit ${code2} after ${(performance.now() - t0).toFixed(0)} ms`);
 done("openai_sdk");
