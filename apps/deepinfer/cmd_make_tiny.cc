@@ -13,7 +13,7 @@ int CmdMakeTiny(int argc, char** argv) {
             "(default) OUT becomes an HF directory (config.json, model.safetensors, tokenizer.json) that also holds\n"
             "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
             {
-                {"arch", "", "ARCH", "llama", "llama | qwen2 | qwen3 | mistral"},
+                {"arch", "", "ARCH", "llama", "llama | qwen2 | qwen3 | qwen3_moe | mistral"},
                 {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b (sets arch and sizes)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
@@ -27,6 +27,9 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"head-dim", "", "N", "hidden/heads", "head dimension"},
                 {"ffn", "", "N", "128", "MLP intermediate size"},
                 {"ctx", "", "N", "2048", "context length"},
+                {"experts", "", "N", "8", "qwen3_moe: routed experts per layer"},
+                {"experts-used", "", "N", "2", "qwen3_moe: experts per token"},
+                {"expert-ffn", "", "N", "32", "qwen3_moe: expert intermediate size"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},
                 {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32)"},
@@ -52,6 +55,9 @@ int CmdMakeTiny(int argc, char** argv) {
     s.ctx = static_cast<int>(args.GetInt("ctx"));
     s.rope_theta = args.GetFloat("rope-theta");
     s.tie_embeddings = args.Has("tie");
+    s.experts = static_cast<int>(args.GetInt("experts"));
+    s.experts_used = static_cast<int>(args.GetInt("experts-used"));
+    s.moe_intermediate = static_cast<int>(args.GetInt("expert-ffn"));
     if (args.Has("rope-scaling")) {
       if (args.Get("rope-scaling") != "llama3") return Fail(InvalidArgument("--rope-scaling supports llama3"));
       s.llama3_rope_scaling = true;

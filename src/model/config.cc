@@ -11,6 +11,7 @@ const char* ArchName(Arch a) {
     case Arch::kQwen2: return "qwen2";
     case Arch::kQwen3: return "qwen3";
     case Arch::kMistral: return "mistral";
+    case Arch::kQwen3Moe: return "qwen3_moe";
   }
   return "?";
 }
@@ -20,6 +21,7 @@ bool ArchFromName(const std::string& n, Arch* out) {
   else if (n == "qwen2" || n == "Qwen2ForCausalLM") *out = Arch::kQwen2;
   else if (n == "qwen3" || n == "Qwen3ForCausalLM") *out = Arch::kQwen3;
   else if (n == "mistral" || n == "MistralForCausalLM") *out = Arch::kMistral;
+  else if (n == "qwen3_moe" || n == "qwen3moe" || n == "Qwen3MoeForCausalLM") *out = Arch::kQwen3Moe;
   else return false;
   return true;
 }
@@ -31,7 +33,11 @@ std::string ModelConfig::Summary() const {
                 ArchName(arch), vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate, max_ctx,
                 rope_theta, rope_freq_factors.empty() ? "" : " rope_scaling=llama3", tie_embeddings ? " tied" : "",
                 attn_bias ? " qkv_bias" : "", qk_norm ? " qk_norm" : "");
-  return buf;
+  std::string out = buf;
+  if (n_experts > 0)
+    out += " experts=" + std::to_string(n_experts) + " used=" + std::to_string(n_experts_used) +
+           " expert_ffn=" + std::to_string(moe_intermediate) + (norm_topk_prob ? " norm_topk" : "");
+  return out;
 }
 
 std::vector<float> Llama3FreqFactors(int rot_dim, double theta, double factor, double low_freq_factor,

@@ -7,7 +7,7 @@
 
 namespace deepinfer {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral };
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe };
 const char* ArchName(Arch a);
 bool ArchFromName(const std::string& name, Arch* out);  // accepts HF model_type / GGUF architecture names
 
@@ -28,6 +28,16 @@ struct ModelConfig {
   bool tie_embeddings = false;
   bool attn_bias = false;  // q/k/v projection biases (qwen2)
   bool qk_norm = false;    // per-head RMSNorm on q and k before RoPE (qwen3)
+  // Mixture of experts (qwen3_moe): layers whose MLP is routed over n_experts, n_experts_used per token.
+  int n_experts = 0, n_experts_used = 0, moe_intermediate = 0;
+  bool norm_topk_prob = true;
+  int decoder_sparse_step = 1;
+  std::vector<int> mlp_only_layers;
+  bool IsMoeLayer(int l) const {
+    for (int d : mlp_only_layers)
+      if (d == l) return false;
+    return n_experts > 0 && (l + 1) % decoder_sparse_step == 0;
+  }
 
   std::string Summary() const;
 };

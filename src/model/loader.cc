@@ -57,7 +57,43 @@ Status ExpectVec(const TensorSource& src, const std::string& name, int64_t n, st
 struct Names {  // per-format tensor names
   std::string embd, out_norm, lm_head;
   std::function<std::string(int, const char*)> layer;
+  // HF keeps one tensor per expert; GGUF stacks them ({n_expert, rows, cols}) and leaves this null.
+  std::function<std::string(int, int, const char*)> expert;
 };
+
+// Expert e's {rows, cols} matrix inside a stacked {n_expert, rows, cols} tensor.
+TensorView ExpertSlice(const TensorView& stacked, int e) {
+  TensorView v;
+  v.dtype = stacked.dtype;
+  v.shape = {stacked.shape[1], stacked.shape[2]};
+  v.nbytes = stacked.nbytes / static_cast<size_t>(stacked.shape[0]);
+  v.data = static_cast<const uint8_t*>(stacked.data) + v.nbytes * static_cast<size_t>(e);
+  return v;
+}
+
+Status LoadExperts(const ModelConfig& c, const TensorSource& src, const Names& names, int l, LayerWeights& L) {
+  const int64_t h = c.hidden, ff = c.moe_intermediate, E = c.n_experts;
+  DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "router"), {E, h}, &L.router));
+  L.exp_gate.resize(E), L.exp_up.resize(E), L.exp_down.resize(E);
+  if (names.expert) {
+    for (int e = 0; e < E; ++e) {
+      DI_RETURN_IF_ERROR(Expect(src, names.expert(l, e, "gate_proj"), {ff, h}, &L.exp_gate[e]));
+      DI_RETURN_IF_ERROR(Expect(src, names.expert(l, e, "up_proj"), {ff, h}, &L.exp_up[e]));
+      DI_RETURN_IF_ERROR(Expect(src, names.expert(l, e, "down_proj"), {h, ff}, &L.exp_down[e]));
+    }
+    return Status::Ok();
+  }
+  TensorView g, u, d;
+  DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "gate_exps"), {E, ff, h}, &g));
+  DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "up_exps"), {E, ff, h}, &u));
+  DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "down_exps"), {E, h, ff}, &d));
+  for (int e = 0; e < E; ++e) {
+    L.exp_gate[e] = ExpertSlice(g, e);
+    L.exp_up[e] = ExpertSlice(u, e);
+    L.exp_down[e] = ExpertSlice(d, e);
+  }
+  return Status::Ok();
+}
 
 Names GgufNames() {
   Names n{"token_embd.weight", "output_norm.weight", "output.weight", nullptr};
@@ -67,7 +103,8 @@ Names GgufNames() {
         {"wk", "attn_k.weight"}, {"wv", "attn_v.weight"}, {"wo", "attn_output.weight"},
         {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"},
         {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}, {"gate", "ffn_gate.weight"},
-        {"up", "ffn_up.weight"}, {"down", "ffn_down.weight"}};
+        {"up", "ffn_up.weight"}, {"down", "ffn_down.weight"}, {"router", "ffn_gate_inp.weight"},
+        {"gate_exps", "ffn_gate_exps.weight"}, {"up_exps", "ffn_up_exps.weight"}, {"down_exps", "ffn_down_exps.weight"}};
     return "blk." + std::to_string(l) + "." + kMap.at(what);
   };
   return n;
@@ -81,8 +118,12 @@ Names HfNames() {
         {"wq", "self_attn.q_proj.weight"}, {"wk", "self_attn.k_proj.weight"}, {"wv", "self_attn.v_proj.weight"},
         {"wo", "self_attn.o_proj.weight"}, {"bq", "self_attn.q_proj.bias"}, {"bk", "self_attn.k_proj.bias"},
         {"bv", "self_attn.v_proj.bias"}, {"q_norm", "self_attn.q_norm.weight"}, {"k_norm", "self_attn.k_norm.weight"},
-        {"gate", "mlp.gate_proj.weight"}, {"up", "mlp.up_proj.weight"}, {"down", "mlp.down_proj.weight"}};
+        {"gate", "mlp.gate_proj.weight"}, {"up", "mlp.up_proj.weight"}, {"down", "mlp.down_proj.weight"},
+        {"router", "mlp.gate.weight"}};
     return "model.layers." + std::to_string(l) + "." + kMap.at(what);
+  };
+  n.expert = [](int l, int e, const char* proj) {
+    return "model.layers." + std::to_string(l) + ".mlp.experts." + std::to_string(e) + "." + proj + ".weight";
   };
   return n;
 }
@@ -95,6 +136,10 @@ Status Validate(const ModelConfig& c, const std::string& file) {
   if (c.head_dim <= 0 || c.head_dim % 2) return bad("head_dim must be positive and even");
   if (c.hidden > (1 << 20) || c.n_layers > 4096 || c.n_heads > 4096 || c.vocab_size > (1 << 24)) return bad("sizes too large");
   if (c.max_ctx <= 0) return bad("context length must be positive");
+  if (c.n_experts < 0 || c.n_experts > 4096) return bad("expert count out of range");
+  if (c.n_experts > 0 && (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts || c.moe_intermediate <= 0 ||
+                          c.decoder_sparse_step <= 0))
+    return bad("experts used per token must be in [1, n_experts] and the expert FFN size positive");
   return Status::Ok();
 }
 
@@ -119,9 +164,13 @@ Status LoadWeights(Model& m, const TensorSource& src, const Names& names) {
     DI_RETURN_IF_ERROR(Expect(src, N("wk"), {kv_dim, h}, &L.wk));
     DI_RETURN_IF_ERROR(Expect(src, N("wv"), {kv_dim, h}, &L.wv));
     DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, q_dim}, &L.wo));
-    DI_RETURN_IF_ERROR(Expect(src, N("gate"), {c.intermediate, h}, &L.w_gate));
-    DI_RETURN_IF_ERROR(Expect(src, N("up"), {c.intermediate, h}, &L.w_up));
-    DI_RETURN_IF_ERROR(Expect(src, N("down"), {h, c.intermediate}, &L.w_down));
+    if (c.IsMoeLayer(l)) {
+      DI_RETURN_IF_ERROR(LoadExperts(c, src, names, l, L));
+    } else {
+      DI_RETURN_IF_ERROR(Expect(src, N("gate"), {c.intermediate, h}, &L.w_gate));
+      DI_RETURN_IF_ERROR(Expect(src, N("up"), {c.intermediate, h}, &L.w_up));
+      DI_RETURN_IF_ERROR(Expect(src, N("down"), {h, c.intermediate}, &L.w_down));
+    }
     if (c.attn_bias || src.find(N("bq"))) {
       DI_RETURN_IF_ERROR(ExpectVec(src, N("bq"), q_dim, &L.bq));
       DI_RETURN_IF_ERROR(ExpectVec(src, N("bk"), kv_dim, &L.bk));
@@ -145,7 +194,7 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   DI_ASSIGN_OR_RETURN(std::string arch_name, g->GetString("general.architecture"));
   ModelConfig& c = m->config;
   if (!ArchFromName(arch_name, &c.arch))
-    return Unimplemented(path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, mistral)");
+    return Unimplemented(path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, qwen3moe, mistral)");
   auto key = [&](const char* k) { return arch_name + "." + k; };
   auto get_int = [&](const char* k, int64_t def, bool required) -> StatusOr<int64_t> {
     auto v = g->GetInt(key(k));
@@ -155,7 +204,19 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   };
   DI_ASSIGN_OR_RETURN(int64_t hidden, get_int("embedding_length", 0, true));
   DI_ASSIGN_OR_RETURN(int64_t layers, get_int("block_count", 0, true));
-  DI_ASSIGN_OR_RETURN(int64_t ffn, get_int("feed_forward_length", 0, true));
+  DI_ASSIGN_OR_RETURN(int64_t n_expert, get_int("expert_count", 0, false));
+  DI_ASSIGN_OR_RETURN(int64_t ffn, get_int("feed_forward_length", 0, n_expert == 0));
+  if (n_expert > 0) {
+    DI_ASSIGN_OR_RETURN(int64_t used, get_int("expert_used_count", 0, true));
+    DI_ASSIGN_OR_RETURN(int64_t eff, get_int("expert_feed_forward_length", 0, true));
+    if (used <= 0 || used > n_expert || eff <= 0 || eff > (int64_t{1} << 30) || n_expert > 4096)
+      return InvalidArgument(path + ": expert metadata out of range");
+    c.n_experts = static_cast<int>(n_expert);
+    c.n_experts_used = static_cast<int>(used);
+    c.moe_intermediate = static_cast<int>(eff);
+    if (ffn <= 0) ffn = eff;  // no dense layers
+    c.norm_topk_prob = true;  // llama.cpp's qwen3moe always renormalizes
+  }
   DI_ASSIGN_OR_RETURN(int64_t heads, get_int("attention.head_count", 0, true));
   DI_ASSIGN_OR_RETURN(int64_t kv_heads, get_int("attention.head_count_kv", heads, false));
   DI_ASSIGN_OR_RETURN(int64_t ctx, get_int("context_length", 2048, false));
@@ -171,8 +232,9 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   c.head_dim = static_cast<int>(head_dim);
   if (auto v = g->GetFloat(key("attention.layer_norm_rms_epsilon")); v.ok()) c.rms_eps = static_cast<float>(*v);
   if (auto v = g->GetFloat(key("rope.freq_base")); v.ok()) c.rope_theta = *v;
-  c.rope_style = (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3) ? RopeStyle::kHalves : RopeStyle::kAdjacentPairs;
-  c.qk_norm = c.arch == Arch::kQwen3;
+  c.rope_style = (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) ? RopeStyle::kHalves
+                                                                                                  : RopeStyle::kAdjacentPairs;
+  c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
   c.attn_bias = c.arch == Arch::kQwen2;
   const TensorView* embd = g->FindTensor("token_embd.weight");
   if (!embd) return NotFound(path + ": missing tensor 'token_embd.weight'");
@@ -214,7 +276,7 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   ModelConfig& c = m->config;
   std::string arch_name = j.value("model_type", "");
   if (!ArchFromName(arch_name, &c.arch))
-    return Unimplemented(cfg_path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, mistral)");
+    return Unimplemented(cfg_path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, qwen3_moe, mistral)");
   auto geti = [&](const char* k, int64_t def) -> StatusOr<int64_t> {
     if (!j.contains(k) || j[k].is_null()) {
       if (def < 0) return NotFound(cfg_path + ": missing '" + k + "'");
@@ -233,7 +295,9 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   DI_ASSIGN_OR_RETURN(int64_t kv, geti("num_key_value_heads", heads));
   DI_ASSIGN_OR_RETURN(int64_t hd, geti("head_dim", heads > 0 ? hidden / heads : 0));
   DI_ASSIGN_OR_RETURN(int64_t layers, geti("num_hidden_layers", -1));
-  DI_ASSIGN_OR_RETURN(int64_t ffn, geti("intermediate_size", -1));
+  DI_ASSIGN_OR_RETURN(int64_t n_expert, geti("num_experts", 0));
+  DI_ASSIGN_OR_RETURN(int64_t moe_ff, geti("moe_intermediate_size", 0));
+  DI_ASSIGN_OR_RETURN(int64_t ffn, geti("intermediate_size", n_expert > 0 ? moe_ff : -1));
   DI_ASSIGN_OR_RETURN(int64_t vocab, geti("vocab_size", -1));
   DI_ASSIGN_OR_RETURN(int64_t ctx, geti("max_position_embeddings", 2048));
   DI_ASSIGN_OR_RETURN(double eps, getf("rms_norm_eps", 1e-6));
@@ -252,7 +316,21 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   c.rope_theta = theta;
   c.rope_style = RopeStyle::kHalves;  // HF implementations rotate halves for every architecture here
   c.tie_embeddings = j.value("tie_word_embeddings", false);
-  c.qk_norm = c.arch == Arch::kQwen3;
+  c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
+  if (c.arch == Arch::kQwen3Moe && n_expert > 0) {
+    DI_ASSIGN_OR_RETURN(int64_t used, geti("num_experts_per_tok", -1));
+    DI_ASSIGN_OR_RETURN(int64_t step, geti("decoder_sparse_step", 1));
+    if (n_expert > 4096 || used <= 0 || used > n_expert || moe_ff <= 0 || moe_ff > (int64_t{1} << 30) || step <= 0 || step > 4096)
+      return InvalidArgument(cfg_path + ": num_experts / num_experts_per_tok / moe_intermediate_size out of range");
+    c.n_experts = static_cast<int>(n_expert);
+    c.n_experts_used = static_cast<int>(used);
+    c.moe_intermediate = static_cast<int>(moe_ff);
+    c.decoder_sparse_step = static_cast<int>(step);
+    c.norm_topk_prob = j.value("norm_topk_prob", true);
+    if (j.contains("mlp_only_layers") && j["mlp_only_layers"].is_array())
+      for (const auto& v : j["mlp_only_layers"])
+        if (v.is_number_integer()) c.mlp_only_layers.push_back(v.get<int>());
+  }
   c.attn_bias = c.arch == Arch::kQwen2 || (j.contains("attention_bias") && j["attention_bias"].is_boolean() && j["attention_bias"].get<bool>());
   if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
     auto& rs = j["rope_scaling"];
@@ -279,8 +357,16 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
 Status CopyWeights(Model& m, const LoadOptions& opts) {
   std::vector<TensorView*> views = {&m.tok_embd};
   if (m.lm_head.data != m.tok_embd.data) views.push_back(&m.lm_head);
-  for (auto& L : m.layers)
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) views.push_back(t);
+  for (auto& L : m.layers) {
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo}) views.push_back(t);
+    if (L.moe()) {
+      views.push_back(&L.router);
+      for (size_t e = 0; e < L.exp_gate.size(); ++e)
+        for (TensorView* t : {&L.exp_gate[e], &L.exp_up[e], &L.exp_down[e]}) views.push_back(t);
+    } else {
+      for (TensorView* t : {&L.w_gate, &L.w_up, &L.w_down}) views.push_back(t);
+    }
+  }
   constexpr size_t kAlign = 4096;
   size_t total = 0;
   for (auto* t : views) total += (t->nbytes + kAlign - 1) / kAlign * kAlign;

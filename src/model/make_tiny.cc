@@ -162,16 +162,20 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   const bool quant = blk > 1;
   const DType hf_dtype = quant ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
   const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
-  const bool neox = s.arch == Arch::kQwen2 || s.arch == Arch::kQwen3;
+  const bool moe = s.arch == Arch::kQwen3Moe;
+  const bool neox = s.arch == Arch::kQwen2 || s.arch == Arch::kQwen3 || moe;
+  const bool qk_norm = s.arch == Arch::kQwen3 || moe;
   const std::string arch = ArchName(s.arch);
   // llama.cpp has no "mistral" GGUF architecture: its converter writes Mistral checkpoints as "llama".
-  const std::string gguf_arch = s.arch == Arch::kMistral ? "llama" : arch;
+  const std::string gguf_arch = s.arch == Arch::kMistral ? "llama" : moe ? "qwen3moe" : arch;
+  if (moe && (s.experts < 1 || s.experts_used < 1 || s.experts_used > s.experts || s.moe_intermediate % blk))
+    return InvalidArgument("make-tiny: experts_used must be in [1, experts] and the expert FFN a multiple of the block");
   const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
 
   std::vector<SafetensorsEntry> st;
   GgufWriter gw;
   const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
-  size_t n_tensors = 3 + s.layers * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (s.arch == Arch::kQwen3 ? 2 : 0)), done = 0;
+  size_t n_tensors = 3 + s.layers * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0)), done = 0;
   if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
   ProgressBar bar("make-tiny", n_tensors, "tensors");
 
@@ -203,15 +207,34 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       add(p + "self_attn.k_proj.bias", g + "attn_k.bias", {kvd}, 0.1f, 0.f, true, 0);
       add(p + "self_attn.v_proj.bias", g + "attn_v.bias", {kvd}, 0.1f, 0.f, true, 0);
     }
-    if (s.arch == Arch::kQwen3) {
+    if (qk_norm) {
       add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {s.head_dim}, 0.1f, 1.f, true, 0);
       add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {s.head_dim}, 0.1f, 1.f, true, 0);
     }
     add(p + "self_attn.o_proj.weight", g + "attn_output.weight", {h, qd}, lin / std::sqrt(qd), 0.f, false, 0);
     add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
-    add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-    add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-    add(p + "mlp.down_proj.weight", g + "ffn_down.weight", {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
+    if (moe) {
+      add(p + "mlp.gate.weight", g + "ffn_gate_inp.weight", {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      // HF keeps one tensor per expert; GGUF stacks them into {experts, rows, cols} with the same values.
+      const int64_t ff = s.moe_intermediate;
+      struct Proj { const char* hf; const char* gguf; int64_t rows, cols; };
+      for (const Proj& pr : {Proj{"gate_proj", "ffn_gate_exps.weight", ff, h}, Proj{"up_proj", "ffn_up_exps.weight", ff, h},
+                             Proj{"down_proj", "ffn_down_exps.weight", h, ff}}) {
+        std::vector<float> stacked;
+        for (int e = 0; e < s.experts; ++e) {
+          const std::string name = p + "mlp.experts." + std::to_string(e) + "." + pr.hf + ".weight";
+          std::vector<float> v = RoundTrip(s.dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
+                                                                 lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
+          if (want_hf) st.push_back({name, hf_dtype, {pr.rows, pr.cols}, Encode(hf_dtype, v)});
+          stacked.insert(stacked.end(), v.begin(), v.end());
+        }
+        if (want_gguf) gw.AddTensor(g + pr.gguf, s.dtype, {s.experts, pr.rows, pr.cols}, Encode(s.dtype, stacked));
+      }
+    } else {
+      add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+      add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+      add(p + "mlp.down_proj.weight", g + "ffn_down.weight", {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
+    }
   }
   add("model.norm.weight", "output_norm.weight", {h}, 0.1f, 1.f, true, 0);
   if (!s.tie_embeddings) add("lm_head.weight", "output.weight", {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
@@ -238,6 +261,11 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
     gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     gw.SetU32(gguf_arch + ".vocab_size", s.vocab);
+    if (moe) {
+      gw.SetU32(gguf_arch + ".expert_count", s.experts);
+      gw.SetU32(gguf_arch + ".expert_used_count", s.experts_used);
+      gw.SetU32(gguf_arch + ".expert_feed_forward_length", s.moe_intermediate);
+    }
     if (!freq_factors.empty()) {
       std::vector<uint8_t> b(freq_factors.size() * 4);
       std::memcpy(b.data(), freq_factors.data(), b.size());
@@ -260,7 +288,8 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     fs::create_directories(out, ec);
     if (ec) return IoError(out + ": cannot create directory: " + ec.message());
     DI_RETURN_IF_ERROR(WriteSafetensors((fs::path(out) / "model.safetensors").string(), st));
-    static const char* kHfArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM"};
+    static const char* kHfArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
+                                    "Qwen3MoeForCausalLM"};
     nlohmann::json cfg = {
         {"architectures", {kHfArch[static_cast<int>(s.arch)]}}, {"model_type", arch}, {"vocab_size", s.vocab},
         {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
@@ -269,6 +298,14 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
         {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
         {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
     if (s.arch == Arch::kMistral) cfg["sliding_window"] = nullptr;
+    if (moe) {
+      cfg["num_experts"] = s.experts;
+      cfg["num_experts_per_tok"] = s.experts_used;
+      cfg["moe_intermediate_size"] = s.moe_intermediate;
+      cfg["norm_topk_prob"] = true;
+      cfg["decoder_sparse_step"] = 1;
+      cfg["mlp_only_layers"] = nlohmann::json::array();
+    }
     if (s.llama3_rope_scaling)
       cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
                              {"original_max_position_embeddings", 8192}};

@@ -25,6 +25,8 @@ struct TinySpec {
   bool tie_embeddings = false;
   bool llama3_rope_scaling = false;
   DType dtype = DType::kF32;
+  // qwen3_moe: every layer routes over `experts` experts (moe_intermediate each), experts_used per token.
+  int experts = 8, experts_used = 2, moe_intermediate = 32;
   uint64_t seed = 1;
 };
 

@@ -20,6 +20,10 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;       // qwen3
   std::vector<float> bq, bk, bv;           // qwen2
   TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
+  // MoE layers: router {n_experts, hidden}; per expert gate/up {moe_ff, hidden} and down {hidden, moe_ff}.
+  TensorView router;
+  std::vector<TensorView> exp_gate, exp_up, exp_down;
+  bool moe() const { return !exp_gate.empty(); }
 };
 
 struct Model {

@@ -37,6 +37,21 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
   up_.resize(m * c_.intermediate);
   pos_.resize(m);
   slot_of_token_.resize(m);
+  if (c_.n_experts > 0) {
+    router_.n_experts = c_.n_experts;
+    router_.top_k = c_.n_experts_used;
+    router_.scoring = RouterConfig::Scoring::kSoftmax;
+    router_.norm_topk_prob = c_.norm_topk_prob;
+    const size_t k = static_cast<size_t>(c_.n_experts_used);
+    router_logits_.resize(m * c_.n_experts);
+    route_e_.resize(m * k);
+    route_w_.resize(m * k);
+    moe_in_.resize(m * c_.hidden);
+    moe_gate_.resize(m * c_.moe_intermediate);
+    moe_up_.resize(m * c_.moe_intermediate);
+    moe_out_.resize(m * k * c_.hidden);
+    moe_rows_.resize(m * k);
+  }
 }
 
 Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits) {
@@ -142,11 +157,52 @@ void Transformer::Layer(int l, int n, PagedKvCache& kv) {
 
   // MLP block.
   RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
-  MatMul(L.w_gate, xn_.data(), n, gate_.data());
-  MatMul(L.w_up, xn_.data(), n, up_.data());
-  SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(n) * c_.intermediate);
-  MatMul(L.w_down, gate_.data(), n, attn_.data());
+  if (L.moe()) {
+    MoeMlp(L, n);
+  } else {
+    MatMul(L.w_gate, xn_.data(), n, gate_.data());
+    MatMul(L.w_up, xn_.data(), n, up_.data());
+    SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(n) * c_.intermediate);
+    MatMul(L.w_down, gate_.data(), n, attn_.data());
+  }
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += attn_[i];
+}
+
+void Transformer::MoeMlp(const LayerWeights& L, int n) {
+  const int h = c_.hidden, ff = c_.moe_intermediate, K = c_.n_experts_used;
+  MatMul(L.router, xn_.data(), n, router_logits_.data());
+  RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
+  // Tokens grouped per expert: one GEMM per expert over its tokens (rows are independent, so a token's result
+  // does not depend on which other tokens share its expert).
+  for (int e = 0; e < c_.n_experts; ++e) {
+    int cnt = 0;
+    for (int i = 0; i < n * K; ++i)
+      if (route_e_[i] == e) {
+        moe_rows_[cnt] = i;
+        std::memcpy(moe_in_.data() + static_cast<size_t>(cnt) * h, xn_.data() + static_cast<size_t>(i / K) * h, sizeof(float) * h);
+        ++cnt;
+      }
+    if (cnt == 0) continue;
+    MatMul(L.exp_gate[e], moe_in_.data(), cnt, moe_gate_.data());
+    MatMul(L.exp_up[e], moe_in_.data(), cnt, moe_up_.data());
+    SwiGLU(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), static_cast<int64_t>(cnt) * ff);
+    // The down projection writes straight into the (token, slot) rows of moe_out_.
+    MatMul(L.exp_down[e], moe_gate_.data(), cnt, moe_in_.data());
+    for (int r = 0; r < cnt; ++r)
+      std::memcpy(moe_out_.data() + static_cast<size_t>(moe_rows_[r]) * h, moe_in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
+  }
+  // Weighted sum in routing order (best expert first), as llama.cpp adds them.
+  for (int t = 0; t < n; ++t) {
+    float* out = attn_.data() + static_cast<size_t>(t) * h;
+    for (int k = 0; k < K; ++k) {
+      const float w = route_w_[t * K + k];
+      const float* y = moe_out_.data() + static_cast<size_t>(t * K + k) * h;
+      if (k == 0)
+        for (int d = 0; d < h; ++d) out[d] = y[d] * w;
+      else
+        for (int d = 0; d < h; ++d) out[d] += y[d] * w;
+    }
+  }
 }
 
 }  // namespace deepinfer

@@ -13,6 +13,7 @@
 #include "deepinfer/status.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "model/moe.h"
 
 namespace deepinfer {
 
@@ -61,6 +62,8 @@ class Transformer {
 
  private:
   void Layer(int l, int n, PagedKvCache& kv);
+  // Routed MLP over xn_ (n rows) into attn_: each expert runs one GEMM over the tokens routed to it.
+  void MoeMlp(const LayerWeights& L, int n);
 
   const Model& model_;
   const ModelConfig& c_;
@@ -70,6 +73,9 @@ class Transformer {
   std::vector<int32_t> pos_, slot_of_token_, rows_;
   std::vector<AttnSeq> attn_seqs_;
   std::vector<int32_t> logit_rows_;
+  RouterConfig router_;
+  std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
+  std::vector<int32_t> route_e_, moe_rows_;
 };
 
 }  // namespace deepinfer

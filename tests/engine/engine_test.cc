@@ -49,6 +49,29 @@ const Model& Tiny() {
   return *m;
 }
 
+const Model& TinyMoe() {
+  static std::unique_ptr<Model> m = [] {
+    const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_moe_" + std::to_string(::getpid()));
+    TinySpec s;
+    s.arch = Arch::kQwen3Moe;
+    s.vocab = 384;
+    s.layers = 2;
+    s.ctx = 512;
+    s.experts = 8;
+    s.experts_used = 2;
+    fs::create_directories(dir);
+    EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
+    auto r = LoadModelFromPath((dir / "m.gguf").string());
+    fs::remove_all(dir);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::unique_ptr<Model>();
+    }
+    return std::move(r).value();
+  }();
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -67,8 +90,11 @@ struct Case {
 class EngineEquivalence : public ::testing::TestWithParam<int> {
  protected:
   Case Get() const {
-    return GetParam() == 0 ? Case{"stories260K", Stories, {".", "Lily", "the park", ", "}}
-                           : Case{"tiny-qwen3", Tiny, {"a", "e ", "\n"}};
+    switch (GetParam()) {
+      case 0: return Case{"stories260K", Stories, {".", "Lily", "the park", ", "}};
+      case 1: return Case{"tiny-qwen3", Tiny, {"a", "e ", "\n"}};
+      default: return Case{"tiny-qwen3-moe", TinyMoe, {"a", "e ", "\n"}};
+    }
   }
 };
 
@@ -150,8 +176,9 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param == 0 ? "Stories260K" : "TinyQwen3"; });
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2), [](const auto& info) {
+  return info.param == 0 ? "Stories260K" : info.param == 1 ? "TinyQwen3" : "TinyQwen3Moe";
+});
 
 // Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
 TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {

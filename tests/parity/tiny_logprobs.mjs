@@ -3,7 +3,7 @@
 // llama.cpp on the GGUF of the same weights.
 //
 // Tolerances (max |delta log-prob| over all positions and the whole vocabulary):
-//   f32  1e-4, argmax equal at every position (the issue's bar)
+//   f32  1e-4, argmax equal at every position (the issue's bar; MoE included)
 //   bf16 1e-3: both engines round activations to bf16 before each matmul; only summation order differs
 //   f16  1e-2: both round activations to f16; f16's 10-bit mantissa makes the leftover larger (seen: 2.5e-3)
 //   q8_0, q4_0: mean |delta| <= 2e-2 and max <= 0.5. Activations are quantized to 8-bit blocks exactly as
@@ -31,7 +31,14 @@ const cases = [
   {arch: "mistral", dtype: "f32", flags: ["--heads", "8", "--kv-heads", "2", "--seed", "7"]},
   {arch: "qwen2", dtype: "f32", flags: ["--rope-theta", "1000000"]},
   {arch: "qwen3", dtype: "f32", flags: ["--head-dim", "32", "--tie"]},
+  {arch: "qwen3_moe", dtype: "f32", flags: ["--experts", "8", "--experts-used", "2", "--expert-ffn", "32", "--layers", "3"]},
+  {arch: "qwen3_moe", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--expert-ffn", "64", "--tie", "--seed", "5"],
+   name: "qwen3_moe-16x4"},
   {arch: "llama", dtype: "bf16", flags: []},
+  // MoE in bf16: top-k routing is discontinuous. When two experts' router scores tie to within bf16 summation
+  // noise, the engines may pick different experts for that token (seen: one position of 64, max 1.5e-2), so
+  // this case is held to a mean bound plus a loose max, like the quantized types; f32 MoE keeps the 1e-4 bar.
+  {arch: "qwen3_moe", dtype: "bf16", flags: ["--experts", "8", "--experts-used", "2", "--expert-ffn", "64"], tol: 0.1, meanTol: 1e-3},
   {arch: "qwen3", dtype: "f16", flags: []},
   {arch: "qwen2", dtype: "q8_0", flags: []},
   {arch: "llama", dtype: "q4_0", flags: []},
@@ -75,9 +82,10 @@ for (const c of cases) {
   const gguf = path.join(dir, "model.gguf");
   const ref = await llamaLogprobs(gguf, prompt);
   const formats = MEAN_TOL[c.dtype] === undefined ? [["gguf", gguf], ["hf", dir]] : [["gguf", gguf]];
+  const tol = c.tol ?? TOL[c.dtype], meanTol = c.meanTol ?? MEAN_TOL[c.dtype];
   for (const [fmt, m] of formats) {
     const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(prompt)])).logprobs;
-    compare(`${name} ${fmt}`, ours, ref, TOL[c.dtype], MEAN_TOL[c.dtype]);
+    compare(`${name} ${fmt}`, ours, ref, tol, meanTol);
   }
 }
 fs.rmSync(tmp, {recursive: true, force: true});
