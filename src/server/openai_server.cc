@@ -64,21 +64,23 @@ std::string ModelChatTemplate(const Model& model) {
 
 struct OpenAiServer::Call {
   HttpServer::ConnId conn = 0;
-  uint64_t engine_id = 0;
+  std::vector<uint64_t> engine_ids;  // one engine request per prompt
   bool chat = false, stream = false, include_usage = false, echo = false;
   int logprobs = -1;
-  std::string id, echo_text;
+  std::string id;
   int64_t created = 0;
   struct Choice {
     std::string text, finish_reason;
     int tokens = 0;
     json logprobs = json::array();  // chat: content entries; completion: built at the end
     std::vector<TokenLogprob> raw;
+    std::string echo;  // the prompt text when echo is on (completions)
     bool role_sent = false;
     Clock::time_point last_token;
   };
   std::vector<Choice> choices;
-  int unfinished = 0, prompt_tokens = 0, cached_tokens = 0;
+  std::atomic<int> unfinished{0};  // choices not finished (decremented on the engine thread)
+  int prompt_tokens = 0, cached_tokens = 0;
   Clock::time_point start;
   bool first_token_seen = false;
 };
@@ -220,8 +222,9 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   if (chat) defaults.max_tokens = std::max(1, engine_.max_model_len() - 1);  // chat: until the context is full
   auto params = ParseRequestParams(body, defaults);
   if (!params.ok()) return Error(c, 400, params.status().message());
-  std::vector<int32_t> prompt;
-  std::string echo_text;
+  std::vector<std::vector<int32_t>> prompts(1);
+  std::vector<int32_t>& prompt = prompts[0];
+  const bool echo = !chat && body.value("echo", false) == true;
   if (chat) {
     auto msgs = NormalizeMessages(body.value("messages", json(nullptr)));
     if (!msgs.ok()) return Error(c, 400, msgs.status().message(), "", "messages");
@@ -231,14 +234,20 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
     prompt = tok_.Encode(*text, bos);
     if (prompt.empty()) return Error(c, 400, "the rendered chat prompt is empty", "", "messages");
   } else {
-    if (auto pr = body.find("prompt"); pr != body.end() && pr->is_array() && !pr->empty() && (*pr)[0].is_string()) {
-      if (pr->size() != 1) return Error(c, 400, "batched prompts (a list of strings) are not supported; send one request each", "", "prompt");
-      body["prompt"] = (*pr)[0];
+    // A list of strings (or of token-id lists) is a batch: one engine request per prompt, choices numbered
+    // prompt_index * n + sample_index, as OpenAI and vLLM do.
+    json list = json::array();
+    if (auto pr = body.find("prompt"); pr != body.end() && pr->is_array() && !pr->empty() && ((*pr)[0].is_string() || (*pr)[0].is_array()))
+      list = *pr;
+    else
+      list.push_back(body.contains("prompt") ? body["prompt"] : body.value("prompt_token_ids", json(nullptr)));
+    if (list.size() > 256) return Error(c, 400, "at most 256 prompts per request", "", "prompt");
+    prompts.clear();
+    for (const auto& one : list) {
+      auto ids = ParsePrompt(json{{"prompt", one}}, tok_);
+      if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "prompt");
+      prompts.push_back(std::move(*ids));
     }
-    auto ids = ParsePrompt(body, tok_);
-    if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "prompt");
-    prompt = std::move(*ids);
-    if (body.value("echo", false)) echo_text = tok_.Decode(prompt);
   }
   bool stream = false, include_usage = false;
   if (auto s = body.find("stream"); s != body.end() && !s->is_null()) {
@@ -247,7 +256,8 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
-  if (Status v = engine_.Validate(prompt, *params); !v.ok()) return Error(c, 400, v.message());
+  for (const auto& p : prompts)
+    if (Status v = engine_.Validate(p, *params); !v.ok()) return Error(c, 400, v.message());
   if (metrics_.in_flight.load() >= opt_.max_pending) {
     metrics_.requests_rejected++;
     return Error(c, 429, "the server is at its queue limit (" + std::to_string(opt_.max_pending) + " requests); retry later");
@@ -257,14 +267,18 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   call->chat = chat;
   call->stream = stream;
   call->include_usage = include_usage;
-  call->echo = !echo_text.empty();
-  call->echo_text = echo_text;
+  call->echo = echo;
   call->logprobs = params->logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
-  call->choices.resize(params->n);
-  call->unfinished = params->n;
-  call->prompt_tokens = static_cast<int>(prompt.size());
+  const int n = params->n;
+  call->choices.resize(prompts.size() * n);
+  call->unfinished.store(static_cast<int>(call->choices.size()));
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    call->prompt_tokens += static_cast<int>(prompts[p].size());
+    if (echo)
+      for (int i = 0; i < n; ++i) call->choices[p * n + i].echo = tok_.Decode(prompts[p]);
+  }
   call->start = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -272,31 +286,41 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   metrics_.in_flight++;
   if (stream) http_.StartStream(c, 200, "text/event-stream");
-  auto id = engine_.Add(std::move(prompt), std::move(*params), [this, call](const RequestOutput& ev) { OnOutput(call, ev); });
-  if (!id.ok()) {
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const int offset = static_cast<int>(p) * n;
+    auto id = engine_.Add(std::move(prompts[p]), *params, [this, call, offset](const RequestOutput& ev) { OnOutput(call, ev, offset); });
+    if (id.ok()) {
+      call->engine_ids.push_back(*id);
+      continue;
+    }
+    // Only a stopping engine refuses a validated request. Cancel what was queued; report the error.
+    bool forget;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      calls_.erase(c);
+      forget = calls_.erase(c) > 0;
     }
-    metrics_.in_flight--;
+    for (uint64_t e : call->engine_ids) engine_.Abort(e);
+    // Choices of prompts never queued will not finish: drop them; whoever reaches zero ends the call.
+    if (call->unfinished.fetch_sub(static_cast<int>((prompts.size() - p) * n)) == static_cast<int>((prompts.size() - p) * n) && forget)
+      metrics_.in_flight--;
     if (stream) {  // headers are out: report in-band, as vLLM does, then end the stream
-      json e = {{"error", {{"message", id.status().message()}, {"type", "invalid_request_error"}, {"param", nullptr}, {"code", 400}}}};
+      json e = {{"error", {{"message", id.status().message()}, {"type", "server_error"}, {"param", nullptr}, {"code", 503}}}};
       http_.SendChunk(c, "data: " + Dump(e) + "\n\n");
       http_.SendChunk(c, "data: [DONE]\n\n");
       http_.EndStream(c);
-      metrics_.requests_client_error++;
+      metrics_.requests_server_error++;
       return;
     }
-    return Error(c, 400, id.status().message());
+    return Error(c, 503, id.status().message());
   }
-  call->engine_id = *id;
   metrics_.prompt_tokens += call->prompt_tokens;
 }
 
-void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev) {
+void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int offset) {
   // Runs on the engine thread.
   Call& k = *call;
-  Call::Choice& ch = k.choices[ev.index];
+  const int index = offset + ev.index;
+  Call::Choice& ch = k.choices[index];
   const auto now = Clock::now();
   if (!ev.token_ids.empty()) {
     if (!k.first_token_seen) {
@@ -309,7 +333,8 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   }
   ch.tokens += static_cast<int>(ev.token_ids.size());
   ch.text += ev.text;
-  k.cached_tokens = ev.cached_tokens;
+  if (ev.index == 0 && !ev.token_ids.empty() && ch.tokens == static_cast<int>(ev.token_ids.size()))
+    k.cached_tokens += ev.cached_tokens;  // once per prompt
   metrics_.generation_tokens += ev.token_ids.size();
   json lp_delta = nullptr;
   if (k.logprobs >= 0 && !ev.logprobs.empty()) {
@@ -346,9 +371,9 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   const char* object = k.chat ? "chat.completion.chunk" : "text_completion";
   if (k.stream) {
     std::string text = ev.text;
-    if (!k.chat && k.echo && !ch.role_sent) text = k.echo_text + text;
+    if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
     if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
-      json choice = {{"index", ev.index}, {"logprobs", lp_delta},
+      json choice = {{"index", index}, {"logprobs", lp_delta},
                      {"finish_reason", ev.finished ? json(ev.finish_reason) : json(nullptr)}};
       if (k.chat) {
         json delta = json::object();
@@ -364,8 +389,13 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       http_.SendChunk(k.conn, "data: " + Dump(chunk) + "\n\n");
     }
   }
-  if (!ev.finished || --k.unfinished > 0) return;
-  // The whole request is done.
+  if (!ev.finished || k.unfinished.fetch_sub(1) > 1) return;
+  // The whole request is done: forget it first, so a client closing right after the answer is not counted
+  // (or aborted) as a disconnect.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
+  }
   metrics_.e2e.Observe(std::chrono::duration<double>(now - k.start).count());
   if (k.stream) {
     if (k.include_usage) {
@@ -390,7 +420,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
           lp = {{"content", content}};
         } else {
           json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-          size_t off = k.echo_text.size();
+          size_t off = x.echo.size();
           for (const auto& l : x.raw) {
             const std::string t = tok_.TokenBytes(l.token);
             tokens.push_back(t);
@@ -406,7 +436,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
       if (k.chat) choice["message"] = {{"role", "assistant"}, {"content", x.text}};
-      else choice["text"] = k.echo_text + x.text;
+      else choice["text"] = x.echo + x.text;
       choices.push_back(std::move(choice));
     }
     json out = {{"id", k.id}, {"object", k.chat ? "chat.completion" : "text_completion"}, {"created", k.created},
@@ -415,8 +445,6 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   }
   metrics_.requests_ok++;
   metrics_.in_flight--;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
 }
 
 void OpenAiServer::OnClose(HttpServer::ConnId c) {
@@ -429,7 +457,7 @@ void OpenAiServer::OnClose(HttpServer::ConnId c) {
     calls_.erase(it);
   }
   metrics_.requests_aborted_by_client++;
-  engine_.Abort(call->engine_id);  // frees its KV; the engine still sends the final events (dropped)
+  for (uint64_t id : call->engine_ids) engine_.Abort(id);  // frees their KV; final events still come (dropped)
 }
 
 void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {

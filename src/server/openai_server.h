@@ -50,7 +50,7 @@ class OpenAiServer {
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
              const std::string& param = "");
   void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);
-  void OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev);
+  void OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int choice_offset);
   void Tokenize(HttpServer::ConnId c, const HttpRequest& req);
   void Detokenize(HttpServer::ConnId c, const HttpRequest& req);
   StatusOr<std::string> RenderChat(const std::string& body_messages_json, bool add_generation_prompt) const;

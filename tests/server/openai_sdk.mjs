@@ -51,6 +51,12 @@ try {
   check(st.choices[0].finish_reason === "stop" && !st.choices[0].text.includes("Lily") &&
         c1.choices[0].text.startsWith(st.choices[0].text), `stop string cuts the text: ${JSON.stringify(st.choices[0].text)}`);
 
+  // A batch of prompts: choices numbered prompt * n + sample.
+  const bp = await client.completions.create({model, prompt: ["Once upon a time", "The dog"], max_tokens: 8, temperature: 0, n: 2});
+  check(bp.choices.length === 4 && bp.choices.map(c => c.index).join() === "0,1,2,3" &&
+        c1.choices[0].text.startsWith(bp.choices[0].text) && bp.choices[2].text !== bp.choices[0].text,
+        "batched prompts: 2 prompts x n=2, in order");
+
   // Echo.
   const ec = await client.completions.create({model, prompt: "Once upon a time", max_tokens: 5, temperature: 0, echo: true});
   check(ec.choices[0].text.startsWith("Once upon a time"), "echo prepends the prompt");
