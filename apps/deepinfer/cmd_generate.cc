@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "engine/engine.h"
 #include "engine_flags.h"
+#include "server/chat.h"
 #include "server/openai_request.h"
 
 namespace deepinfer::cli {
@@ -109,6 +110,7 @@ int RunBatch(const Args& args, const Model& model, Engine& engine) {
   std::vector<bool> want_logprobs;
   std::string line;
   int line_no = 0, bad = 0;
+  std::unique_ptr<ChatFormatter> chat;  // made on the first "messages" line
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -122,7 +124,13 @@ int RunBatch(const Args& args, const Model& model, Engine& engine) {
       continue;
     }
     auto params = ParseRequestParams(body, defaults);
-    auto prompt = params.ok() ? ParsePrompt(body, *model.tokenizer) : StatusOr<std::vector<int32_t>>(params.status());
+    StatusOr<std::vector<int32_t>> prompt = params.status();
+    if (params.ok() && body.is_object() && body.contains("messages")) {
+      if (!chat) chat = std::make_unique<ChatFormatter>(model);
+      prompt = chat->Encode(body["messages"], body.value("add_generation_prompt", true));
+    } else if (params.ok()) {
+      prompt = ParsePrompt(body, *model.tokenizer);
+    }
     if (!params.ok() || !prompt.ok()) {
       c.error = "line " + std::to_string(line_no) + ": " + (params.ok() ? prompt.status() : params.status()).message();
       ++bad;
@@ -177,8 +185,8 @@ int RunBatch(const Args& args, const Model& model, Engine& engine) {
 int CmdGenerate(int argc, char** argv) {
   Args args("generate",
             "Generate text from a prompt (streams to stdout; --json prints one JSON object), or run a JSONL batch:\n"
-            "--input holds one OpenAI-style request per line (\"prompt\" string or token ids, \"max_tokens\",\n"
-            "\"temperature\", \"top_p\", \"top_k\", \"min_p\", \"seed\", \"stop\", \"n\", \"logprobs\", penalties,\n"
+            "--input holds one OpenAI-style request per line (\"prompt\" string or token ids, or chat \"messages\",\n"
+            "\"max_tokens\", \"temperature\", \"top_p\", \"top_k\", \"min_p\", \"seed\", \"stop\", \"n\", \"logprobs\", penalties,\n"
             "\"logit_bias\", ...; the flags below give the defaults), --output receives one JSON line per input line\n"
             "in input order: {\"text\", \"token_ids\", \"finish_reason\", \"choices\", \"usage\"} or {\"error\"}.",
             {

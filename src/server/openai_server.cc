@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
-#include "model/gguf.h"
+#include "server/chat.h"
 #include "server/openai_request.h"
 
 namespace deepinfer {
@@ -15,11 +15,6 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
-
-// Used when a model ships no template (llama.cpp falls back to ChatML as well).
-constexpr const char* kChatMl =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -39,28 +34,6 @@ const char* ErrorType(int status) {
 }
 
 }  // namespace
-
-std::string ModelChatTemplate(const Model& model) {
-  if (model.format == "gguf") {
-    auto g = GgufFile::Open(model.source);
-    if (g.ok()) {
-      auto t = (*g)->GetString("tokenizer.chat_template");
-      if (t.ok()) return *t;
-    }
-    return "";
-  }
-  std::ifstream in(fs::path(model.source) / "tokenizer_config.json");
-  if (!in) return "";
-  json cfg = json::parse(in, nullptr, false);
-  if (cfg.is_discarded() || !cfg.contains("chat_template")) return "";
-  const json& t = cfg["chat_template"];
-  if (t.is_string()) return t.get<std::string>();
-  if (t.is_array())  // named templates: use "default"
-    for (const auto& e : t)
-      if (e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
-        return e["template"].get<std::string>();
-  return "";
-}
 
 struct OpenAiServer::Call {
   HttpServer::ConnId conn = 0;
@@ -93,17 +66,7 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
       http_(opt_.http, [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
             [this](HttpServer::ConnId c) { OnClose(c); }) {
   name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
-  std::string src = opt_.chat_template.empty() ? ModelChatTemplate(model) : opt_.chat_template;
-  if (src.empty()) {
-    DI_LOG_WARN("the model has no chat template: /v1/chat/completions uses ChatML");
-    src = kChatMl;
-  }
-  auto t = jinja::Template::Parse(src);
-  if (!t.ok()) {
-    DI_LOG_WARN("the chat template does not parse (%s): using ChatML", t.status().ToString().c_str());
-    t = jinja::Template::Parse(kChatMl);
-  }
-  chat_template_ = std::move(*t);
+  chat_ = std::make_unique<ChatFormatter>(model, opt_.chat_template);
 }
 
 OpenAiServer::~OpenAiServer() = default;
@@ -170,46 +133,6 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   Generate(c, req, p == "/v1/chat/completions");
 }
 
-StatusOr<std::string> OpenAiServer::RenderChat(const std::string& messages_json, bool add_generation_prompt) const {
-  const std::string bos = tok_.bos_id() >= 0 ? tok_.TokenBytes(tok_.bos_id()) : "";
-  const std::string eos = tok_.eos_id() >= 0 ? tok_.TokenBytes(tok_.eos_id()) : "";
-  json ctx = {{"messages", json::parse(messages_json)}, {"add_generation_prompt", add_generation_prompt},
-              {"bos_token", tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : bos},
-              {"eos_token", tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : eos}};
-  return chat_template_->Render(Dump(ctx));
-}
-
-namespace {
-
-// Chat messages -> the list templates expect: content flattened to a string (text parts joined).
-StatusOr<json> NormalizeMessages(const json& msgs) {
-  if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
-  json out = json::array();
-  for (const auto& m : msgs) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-      return InvalidArgument("each message must be an object with a string 'role'");
-    json n = m;
-    const json c = m.value("content", json(nullptr));
-    if (c.is_array()) {
-      std::string text;
-      for (const auto& part : c) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
-          return InvalidArgument("only text content parts are supported");
-        text += part["text"].get<std::string>();
-      }
-      n["content"] = text;
-    } else if (c.is_null()) {
-      n["content"] = "";
-    } else if (!c.is_string()) {
-      return InvalidArgument("message 'content' must be a string or a list of text parts");
-    }
-    out.push_back(std::move(n));
-  }
-  return out;
-}
-
-}  // namespace
-
 void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat) {
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
@@ -226,13 +149,9 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   std::vector<int32_t>& prompt = prompts[0];
   const bool echo = !chat && body.value("echo", false) == true;
   if (chat) {
-    auto msgs = NormalizeMessages(body.value("messages", json(nullptr)));
-    if (!msgs.ok()) return Error(c, 400, msgs.status().message(), "", "messages");
-    auto text = RenderChat(Dump(*msgs), body.value("add_generation_prompt", true));
-    if (!text.ok()) return Error(c, 400, "chat template: " + text.status().message(), "", "messages");
-    const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text->rfind(tok_.piece(tok_.bos_id()), 0) != 0;
-    prompt = tok_.Encode(*text, bos);
-    if (prompt.empty()) return Error(c, 400, "the rendered chat prompt is empty", "", "messages");
+    auto ids = chat_->Encode(body.value("messages", json(nullptr)), body.value("add_generation_prompt", true));
+    if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "messages");
+    prompt = std::move(*ids);
   } else {
     // A list of strings (or of token-id lists) is a batch: one engine request per prompt, choices numbered
     // prompt_index * n + sample_index, as OpenAI and vLLM do.
@@ -465,10 +384,8 @@ void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
   if (body.is_discarded() || !body.is_object()) return Error(c, 400, "the request body must be a JSON object");
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    auto msgs = NormalizeMessages(body["messages"]);
-    if (!msgs.ok()) return Error(c, 400, msgs.status().message(), "", "messages");
-    auto text = RenderChat(Dump(*msgs), body.value("add_generation_prompt", true));
-    if (!text.ok()) return Error(c, 400, "chat template: " + text.status().message());
+    auto text = chat_->Render(body["messages"], body.value("add_generation_prompt", true));
+    if (!text.ok()) return Error(c, 400, text.status().message(), "", "messages");
     ids = tok_.Encode(*text, false);
   } else {
     auto p = body.find("prompt");

@@ -13,7 +13,7 @@
 #include "model/model.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
-#include "template/jinja.h"
+#include "server/chat.h"
 
 namespace deepinfer {
 
@@ -25,9 +25,6 @@ struct OpenAiServerOptions {
   std::string chat_template;      // template source; empty: the model's, else ChatML
 };
 
-// The chat template a model ships: GGUF tokenizer.chat_template or tokenizer_config.json's chat_template.
-// Empty when it has none.
-std::string ModelChatTemplate(const Model& model);
 
 class OpenAiServer {
  public:
@@ -53,7 +50,6 @@ class OpenAiServer {
   void OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int choice_offset);
   void Tokenize(HttpServer::ConnId c, const HttpRequest& req);
   void Detokenize(HttpServer::ConnId c, const HttpRequest& req);
-  StatusOr<std::string> RenderChat(const std::string& body_messages_json, bool add_generation_prompt) const;
   bool Authorized(const HttpRequest& req) const;
 
   Engine& engine_;
@@ -61,7 +57,7 @@ class OpenAiServer {
   const Tokenizer& tok_;
   OpenAiServerOptions opt_;
   std::string name_;
-  std::unique_ptr<jinja::Template> chat_template_;
+  std::unique_ptr<ChatFormatter> chat_;
   ServerMetrics metrics_;
   HttpServer http_;
   std::mutex mu_;

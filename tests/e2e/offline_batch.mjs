@@ -24,6 +24,8 @@ const lines = [
   {prompt: "Hello", temperature: -1},
   {prompt: [1, 400, 401], max_tokens: 10, temperature: 0, stop: ["."]},
   {prompt: "Lily", max_tokens: 5000},
+  {messages: [{role: "user", content: "Tell me a story."}], max_tokens: 12, temperature: 0},
+  {messages: "not a list"},
 ];
 const input = path.join(dir, "in.jsonl");
 fs.writeFileSync(input, lines.map(l => typeof l === "string" ? l : JSON.stringify(l)).join("\n") + "\n");
@@ -46,6 +48,8 @@ check(ra[2].choices.length === 2 && ra[2].choices.every(c => c.logprobs.length =
 check(JSON.stringify(ra[2].choices[0].token_ids) !== JSON.stringify(ra[2].choices[1].token_ids),
       "the two samples differ (independent random streams)");
 check(ra[4].finish_reason === "stop" ? !ra[4].text.includes(".") : ra[4].token_ids.length === 10, "stop string honoured");
+check(ra[6].token_ids?.length === 12 && ra[6].usage.prompt_tokens > 10, "chat messages through the chat template");
+check(ra[7].error?.includes("messages"), `bad messages reported: ${ra[7].error}`);
 check(ra[0].usage.prompt_tokens > 0 && ra[0].usage.completion_tokens === ra[0].token_ids.length, "usage counts");
 fs.rmSync(dir, {recursive: true, force: true});
 console.log(failures ? `${failures} check(s) failed` : "offline batch checks passed");

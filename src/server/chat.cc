@@ -1,0 +1,106 @@
+#include "server/chat.h"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+#include "model/gguf.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+
+// Used when a model ships no template (llama.cpp falls back to ChatML as well).
+constexpr const char* kChatMl =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
+
+// Messages -> the list templates expect: content flattened to a string (text parts joined).
+StatusOr<json> NormalizeMessages(const json& msgs) {
+  if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
+  json out = json::array();
+  for (const auto& m : msgs) {
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+      return InvalidArgument("each message must be an object with a string 'role'");
+    json n = m;
+    const json c = m.value("content", json(nullptr));
+    if (c.is_array()) {
+      std::string text;
+      for (const auto& part : c) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") || !part["text"].is_string())
+          return InvalidArgument("only text content parts are supported");
+        text += part["text"].get<std::string>();
+      }
+      n["content"] = text;
+    } else if (c.is_null()) {
+      n["content"] = "";
+    } else if (!c.is_string()) {
+      return InvalidArgument("message 'content' must be a string or a list of text parts");
+    }
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ModelChatTemplate(const Model& model) {
+  namespace fs = std::filesystem;
+  if (model.format == "gguf") {
+    auto g = GgufFile::Open(model.source);
+    if (g.ok()) {
+      auto t = (*g)->GetString("tokenizer.chat_template");
+      if (t.ok()) return *t;
+    }
+    return "";
+  }
+  std::ifstream in(fs::path(model.source) / "tokenizer_config.json");
+  if (!in) return "";
+  json cfg = json::parse(in, nullptr, false);
+  if (cfg.is_discarded() || !cfg.contains("chat_template")) return "";
+  const json& t = cfg["chat_template"];
+  if (t.is_string()) return t.get<std::string>();
+  if (t.is_array())  // named templates: use "default"
+    for (const auto& e : t)
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") && e["template"].is_string())
+        return e["template"].get<std::string>();
+  return "";
+}
+
+ChatFormatter::ChatFormatter(const Model& model, const std::string& template_source) : tok_(*model.tokenizer) {
+  std::string src = template_source.empty() ? ModelChatTemplate(model) : template_source;
+  if (src.empty()) {
+    DI_LOG_WARN("the model has no chat template: chat messages use ChatML");
+    src = kChatMl;
+    fallback_ = true;
+  }
+  auto t = jinja::Template::Parse(src);
+  if (!t.ok()) {
+    DI_LOG_WARN("the chat template does not parse (%s): using ChatML", t.status().ToString().c_str());
+    t = jinja::Template::Parse(kChatMl);
+    fallback_ = true;
+  }
+  tmpl_ = std::move(*t);
+}
+
+StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {
+  DI_ASSIGN_OR_RETURN(json msgs, NormalizeMessages(messages));
+  json ctx = {{"messages", msgs}, {"add_generation_prompt", add_generation_prompt},
+              {"bos_token", tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : ""},
+              {"eos_token", tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : ""}};
+  auto text = tmpl_->Render(ctx.dump(-1, ' ', false, json::error_handler_t::replace));
+  if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
+  return text;
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt) const {
+  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt));
+  const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text.rfind(tok_.piece(tok_.bos_id()), 0) != 0;
+  std::vector<int32_t> ids = tok_.Encode(text, bos);
+  if (ids.empty()) return InvalidArgument("the rendered chat prompt is empty");
+  return ids;
+}
+
+}  // namespace deepinfer
