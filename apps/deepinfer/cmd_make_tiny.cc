@@ -13,7 +13,7 @@ int CmdMakeTiny(int argc, char** argv) {
             "(default) OUT becomes an HF directory (config.json, model.safetensors, tokenizer.json) that also holds\n"
             "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
             {
-                {"arch", "", "ARCH", "llama", "llama | qwen2 | qwen3 | qwen3_moe | mistral"},
+                {"arch", "", "ARCH", "llama", "llama | qwen2 | qwen3 | qwen3_moe | deepseek_v3 | mistral"},
                 {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b (sets arch and sizes)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
@@ -29,7 +29,16 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"ctx", "", "N", "2048", "context length"},
                 {"experts", "", "N", "8", "qwen3_moe: routed experts per layer"},
                 {"experts-used", "", "N", "2", "qwen3_moe: experts per token"},
-                {"expert-ffn", "", "N", "32", "qwen3_moe: expert intermediate size"},
+                {"expert-ffn", "", "N", "32", "MoE: expert intermediate size"},
+                {"q-lora", "", "N", "48", "deepseek_v3: q_lora_rank (0 = plain q projection, as V2-Lite)"},
+                {"kv-lora", "", "N", "32", "deepseek_v3: kv_lora_rank (the cached latent)"},
+                {"qk-nope", "", "N", "16", "deepseek_v3: qk_nope_head_dim"},
+                {"qk-rope", "", "N", "8", "deepseek_v3: qk_rope_head_dim"},
+                {"v-head", "", "N", "16", "deepseek_v3: v_head_dim"},
+                {"shared-experts", "", "N", "1", "deepseek_v3: shared experts"},
+                {"first-dense", "", "N", "1", "deepseek_v3: leading dense layers (first_k_dense_replace)"},
+                {"groups", "", "N", "4", "deepseek_v3: expert groups (n_group)"},
+                {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},
                 {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32)"},
@@ -58,6 +67,15 @@ int CmdMakeTiny(int argc, char** argv) {
     s.experts = static_cast<int>(args.GetInt("experts"));
     s.experts_used = static_cast<int>(args.GetInt("experts-used"));
     s.moe_intermediate = static_cast<int>(args.GetInt("expert-ffn"));
+    s.q_lora = static_cast<int>(args.GetInt("q-lora"));
+    s.kv_lora = static_cast<int>(args.GetInt("kv-lora"));
+    s.qk_nope = static_cast<int>(args.GetInt("qk-nope"));
+    s.qk_rope = static_cast<int>(args.GetInt("qk-rope"));
+    s.v_head = static_cast<int>(args.GetInt("v-head"));
+    s.shared_experts = static_cast<int>(args.GetInt("shared-experts"));
+    s.first_dense = static_cast<int>(args.GetInt("first-dense"));
+    s.n_group = static_cast<int>(args.GetInt("groups"));
+    s.topk_group = static_cast<int>(args.GetInt("groups-used"));
     if (args.Has("rope-scaling")) {
       if (args.Get("rope-scaling") != "llama3") return Fail(InvalidArgument("--rope-scaling supports llama3"));
       s.llama3_rope_scaling = true;

@@ -5,7 +5,7 @@
 namespace deepinfer {
 
 size_t PagedKvCache::BytesPerToken(const ModelConfig& c, DType dtype) {
-  return static_cast<size_t>(c.n_layers) * 2 * c.n_kv_heads * c.head_dim * GetDTypeInfo(dtype).block_bytes;
+  return static_cast<size_t>(c.n_layers) * (c.kv_k_elems() + c.kv_v_elems()) * GetDTypeInfo(dtype).block_bytes;
 }
 
 int PagedKvCache::BlocksForBytes(const ModelConfig& c, DType dtype, int block_size, size_t bytes) {
@@ -24,50 +24,51 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const ModelConfig& 
   kv->num_layers_ = c.n_layers;
   kv->num_blocks_ = num_blocks;
   kv->block_size_ = block_size;
-  kv->kv_dim_ = c.n_kv_heads * c.head_dim;
+  kv->k_elems_ = c.kv_k_elems();
+  kv->v_elems_ = c.kv_v_elems();
   kv->dtype_ = dtype;
-  kv->row_bytes_ = static_cast<size_t>(kv->kv_dim_) * GetDTypeInfo(dtype).block_bytes;
-  kv->plane_bytes_ = kv->row_bytes_ * num_blocks * block_size;
-  DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate(kv->plane_bytes_ * 2 * c.n_layers, /*huge_pages=*/true));
+  const size_t esize = GetDTypeInfo(dtype).block_bytes;
+  kv->k_row_bytes_ = static_cast<size_t>(kv->k_elems_) * esize;
+  kv->v_row_bytes_ = static_cast<size_t>(kv->v_elems_) * esize;
+  kv->k_plane_bytes_ = kv->k_row_bytes_ * num_blocks * block_size;
+  kv->v_plane_bytes_ = kv->v_row_bytes_ * num_blocks * block_size;
+  DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * c.n_layers,
+                                                     /*huge_pages=*/true));
   return kv;
 }
 
+namespace {
+void StoreRow(DType t, const float* src, uint8_t* dst, int n) {
+  switch (t) {
+    case DType::kBF16:
+      for (int d = 0; d < n; ++d) reinterpret_cast<uint16_t*>(dst)[d] = F32ToBF16(src[d]);
+      break;
+    case DType::kF16:
+      for (int d = 0; d < n; ++d) reinterpret_cast<uint16_t*>(dst)[d] = F32ToF16(src[d]);
+      break;
+    default:
+      std::memcpy(dst, src, sizeof(float) * n);
+  }
+}
+}  // namespace
+
 void PagedKvCache::Write(int layer, const float* k, const float* v, const int32_t* rows, int n) {
   uint8_t* kb = buf_->data() + LayerOffset(layer);
-  uint8_t* vb = kb + plane_bytes_;
+  uint8_t* vb = kb + k_plane_bytes_;
   for (int i = 0; i < n; ++i) {
-    const float* kr = k + static_cast<size_t>(i) * kv_dim_;
-    const float* vr = v + static_cast<size_t>(i) * kv_dim_;
-    uint8_t* kd = kb + static_cast<size_t>(rows[i]) * row_bytes_;
-    uint8_t* vd = vb + static_cast<size_t>(rows[i]) * row_bytes_;
-    switch (dtype_) {
-      case DType::kBF16:
-        for (int d = 0; d < kv_dim_; ++d) {
-          reinterpret_cast<uint16_t*>(kd)[d] = F32ToBF16(kr[d]);
-          reinterpret_cast<uint16_t*>(vd)[d] = F32ToBF16(vr[d]);
-        }
-        break;
-      case DType::kF16:
-        for (int d = 0; d < kv_dim_; ++d) {
-          reinterpret_cast<uint16_t*>(kd)[d] = F32ToF16(kr[d]);
-          reinterpret_cast<uint16_t*>(vd)[d] = F32ToF16(vr[d]);
-        }
-        break;
-      default:
-        std::memcpy(kd, kr, row_bytes_);
-        std::memcpy(vd, vr, row_bytes_);
-    }
+    StoreRow(dtype_, k + static_cast<size_t>(i) * k_elems_, kb + static_cast<size_t>(rows[i]) * k_row_bytes_, k_elems_);
+    if (v_elems_ > 0)
+      StoreRow(dtype_, v + static_cast<size_t>(i) * v_elems_, vb + static_cast<size_t>(rows[i]) * v_row_bytes_, v_elems_);
   }
 }
 
 void PagedKvCache::CopyBlock(int32_t src, int32_t dst) {
-  const size_t block_bytes = row_bytes_ * block_size_;
   for (int l = 0; l < num_layers_; ++l) {
-    uint8_t* base = buf_->data() + LayerOffset(l);
-    for (int plane = 0; plane < 2; ++plane) {
-      uint8_t* p = base + plane * plane_bytes_;
-      std::memcpy(p + dst * block_bytes, p + src * block_bytes, block_bytes);
-    }
+    uint8_t* k = buf_->data() + LayerOffset(l);
+    uint8_t* v = k + k_plane_bytes_;
+    const size_t kb = k_row_bytes_ * block_size_, vb = v_row_bytes_ * block_size_;
+    std::memcpy(k + dst * kb, k + src * kb, kb);
+    if (vb) std::memcpy(v + dst * vb, v + src * vb, vb);
   }
 }
 

@@ -26,23 +26,26 @@ class PagedKvCache {
   int block_size() const { return block_size_; }
   DType dtype() const { return dtype_; }
   size_t bytes() const { return buf_->size(); }
-  // Bytes of K+V per token per layer, as stored (the figure the MLA issue checks for its latent cache).
-  size_t bytes_per_token_per_layer() const { return 2 * row_bytes_; }
+  // Bytes of K+V per token per layer, as stored (for MLA: (kv_lora_rank + qk_rope_dim) x element size).
+  size_t bytes_per_token_per_layer() const { return k_row_bytes_ + v_row_bytes_; }
+  int k_row_elems() const { return k_elems_; }
+  int v_row_elems() const { return v_elems_; }
 
   const void* k(int layer) const { return buf_->data() + LayerOffset(layer); }
-  const void* v(int layer) const { return buf_->data() + LayerOffset(layer) + plane_bytes_; }
-  // Stores n rows of K and V (f32, kv_dim each) into slots rows[0..n), converting to the cache dtype.
+  const void* v(int layer) const { return buf_->data() + LayerOffset(layer) + k_plane_bytes_; }
+  // Stores n rows of K and V (f32; k_row_elems / v_row_elems each; v may be null when V rows are empty) into
+  // slots rows[0..n), converting to the cache dtype.
   void Write(int layer, const float* k, const float* v, const int32_t* rows, int n);
   // Copies every layer's rows of block src into block dst.
   void CopyBlock(int32_t src, int32_t dst);
 
  private:
   PagedKvCache() = default;
-  size_t LayerOffset(int layer) const { return static_cast<size_t>(layer) * 2 * plane_bytes_; }
+  size_t LayerOffset(int layer) const { return static_cast<size_t>(layer) * (k_plane_bytes_ + v_plane_bytes_); }
 
-  int num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, kv_dim_ = 0;
+  int num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, k_elems_ = 0, v_elems_ = 0;
   DType dtype_ = DType::kF32;
-  size_t row_bytes_ = 0, plane_bytes_ = 0;
+  size_t k_row_bytes_ = 0, v_row_bytes_ = 0, k_plane_bytes_ = 0, v_plane_bytes_ = 0;
   std::unique_ptr<HostBuffer> buf_;
 };
 

@@ -12,6 +12,7 @@ const char* ArchName(Arch a) {
     case Arch::kQwen3: return "qwen3";
     case Arch::kMistral: return "mistral";
     case Arch::kQwen3Moe: return "qwen3_moe";
+    case Arch::kDeepseekV3: return "deepseek_v3";
   }
   return "?";
 }
@@ -22,6 +23,9 @@ bool ArchFromName(const std::string& n, Arch* out) {
   else if (n == "qwen3" || n == "Qwen3ForCausalLM") *out = Arch::kQwen3;
   else if (n == "mistral" || n == "MistralForCausalLM") *out = Arch::kMistral;
   else if (n == "qwen3_moe" || n == "qwen3moe" || n == "Qwen3MoeForCausalLM") *out = Arch::kQwen3Moe;
+  else if (n == "deepseek_v3" || n == "deepseek_v2" || n == "deepseek2" || n == "DeepseekV3ForCausalLM" ||
+           n == "DeepseekV2ForCausalLM")
+    *out = Arch::kDeepseekV3;
   else return false;
   return true;
 }
@@ -36,7 +40,13 @@ std::string ModelConfig::Summary() const {
   std::string out = buf;
   if (n_experts > 0)
     out += " experts=" + std::to_string(n_experts) + " used=" + std::to_string(n_experts_used) +
-           " expert_ffn=" + std::to_string(moe_intermediate) + (norm_topk_prob ? " norm_topk" : "");
+           " expert_ffn=" + std::to_string(moe_intermediate) + (norm_topk_prob ? " norm_topk" : "") +
+           (n_shared_experts ? " shared=" + std::to_string(n_shared_experts) : "") +
+           (first_k_dense ? " dense_first=" + std::to_string(first_k_dense) : "") + (router_sigmoid ? " sigmoid" : "") +
+           (n_group > 1 ? " groups=" + std::to_string(topk_group) + "/" + std::to_string(n_group) : "");
+  if (mla)
+    out += " mla(q_lora=" + std::to_string(q_lora_rank) + " kv_lora=" + std::to_string(kv_lora_rank) +
+           " nope=" + std::to_string(qk_nope_dim) + " rope=" + std::to_string(qk_rope_dim) + " v=" + std::to_string(v_head_dim) + ")";
   return out;
 }
 

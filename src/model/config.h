@@ -7,7 +7,7 @@
 
 namespace deepinfer {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe };
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3 };
 const char* ArchName(Arch a);
 bool ArchFromName(const std::string& name, Arch* out);  // accepts HF model_type / GGUF architecture names
 
@@ -33,11 +33,25 @@ struct ModelConfig {
   bool norm_topk_prob = true;
   int decoder_sparse_step = 1;
   std::vector<int> mlp_only_layers;
+  int first_k_dense = 0;        // deepseek: the first k layers keep a dense MLP
+  int n_shared_experts = 0;     // deepseek: always-on experts (one SwiGLU of moe_intermediate x n_shared)
+  bool router_sigmoid = false;  // deepseek-v3 scoring (noaux_tc), else softmax
+  bool router_bias = false;     // e_score_correction_bias present (selection only)
+  int n_group = 1, topk_group = 1;
+  float routed_scaling_factor = 1.f;
   bool IsMoeLayer(int l) const {
     for (int d : mlp_only_layers)
       if (d == l) return false;
-    return n_experts > 0 && (l + 1) % decoder_sparse_step == 0;
+    return n_experts > 0 && l >= first_k_dense && (l + 1) % decoder_sparse_step == 0;
   }
+  // Multi-head latent attention (deepseek_v2/v3): q through an optional low-rank q_lora, K/V through a shared
+  // normalized latent of kv_lora_rank plus a rope key of qk_rope_dim that all heads share. The KV cache holds
+  // only [latent, rope key] per token per layer.
+  bool mla = false;
+  int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
+  // Elements per token per layer in the K and V planes of the KV cache.
+  int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
+  int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
 
   std::string Summary() const;
 };

@@ -74,6 +74,13 @@ TensorView ExpertSlice(const TensorView& stacked, int e) {
 Status LoadExperts(const ModelConfig& c, const TensorSource& src, const Names& names, int l, LayerWeights& L) {
   const int64_t h = c.hidden, ff = c.moe_intermediate, E = c.n_experts;
   DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "router"), {E, h}, &L.router));
+  if (c.router_bias) DI_RETURN_IF_ERROR(ExpectVec(src, names.layer(l, "exp_bias"), E, &L.exp_bias));
+  if (c.n_shared_experts > 0) {
+    const int64_t sff = ff * c.n_shared_experts;
+    DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "sh_gate"), {sff, h}, &L.sh_gate));
+    DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "sh_up"), {sff, h}, &L.sh_up));
+    DI_RETURN_IF_ERROR(Expect(src, names.layer(l, "sh_down"), {h, sff}, &L.sh_down));
+  }
   L.exp_gate.resize(E), L.exp_up.resize(E), L.exp_down.resize(E);
   if (names.expert) {
     for (int e = 0; e < E; ++e) {
@@ -104,7 +111,11 @@ Names GgufNames() {
         {"bq", "attn_q.bias"}, {"bk", "attn_k.bias"}, {"bv", "attn_v.bias"},
         {"q_norm", "attn_q_norm.weight"}, {"k_norm", "attn_k_norm.weight"}, {"gate", "ffn_gate.weight"},
         {"up", "ffn_up.weight"}, {"down", "ffn_down.weight"}, {"router", "ffn_gate_inp.weight"},
-        {"gate_exps", "ffn_gate_exps.weight"}, {"up_exps", "ffn_up_exps.weight"}, {"down_exps", "ffn_down_exps.weight"}};
+        {"gate_exps", "ffn_gate_exps.weight"}, {"up_exps", "ffn_up_exps.weight"}, {"down_exps", "ffn_down_exps.weight"},
+        {"exp_bias", "exp_probs_b.bias"}, {"sh_gate", "ffn_gate_shexp.weight"}, {"sh_up", "ffn_up_shexp.weight"},
+        {"sh_down", "ffn_down_shexp.weight"}, {"wq_a", "attn_q_a.weight"}, {"q_a_norm", "attn_q_a_norm.weight"},
+        {"wq_b", "attn_q_b.weight"}, {"wkv_a", "attn_kv_a_mqa.weight"}, {"kv_a_norm", "attn_kv_a_norm.weight"},
+        {"wkv_b", "attn_kv_b.weight"}};
     return "blk." + std::to_string(l) + "." + kMap.at(what);
   };
   return n;
@@ -119,7 +130,12 @@ Names HfNames() {
         {"wo", "self_attn.o_proj.weight"}, {"bq", "self_attn.q_proj.bias"}, {"bk", "self_attn.k_proj.bias"},
         {"bv", "self_attn.v_proj.bias"}, {"q_norm", "self_attn.q_norm.weight"}, {"k_norm", "self_attn.k_norm.weight"},
         {"gate", "mlp.gate_proj.weight"}, {"up", "mlp.up_proj.weight"}, {"down", "mlp.down_proj.weight"},
-        {"router", "mlp.gate.weight"}};
+        {"router", "mlp.gate.weight"}, {"exp_bias", "mlp.gate.e_score_correction_bias"},
+        {"sh_gate", "mlp.shared_experts.gate_proj.weight"}, {"sh_up", "mlp.shared_experts.up_proj.weight"},
+        {"sh_down", "mlp.shared_experts.down_proj.weight"}, {"wq_a", "self_attn.q_a_proj.weight"},
+        {"q_a_norm", "self_attn.q_a_layernorm.weight"}, {"wq_b", "self_attn.q_b_proj.weight"},
+        {"wkv_a", "self_attn.kv_a_proj_with_mqa.weight"}, {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
+        {"wkv_b", "self_attn.kv_b_proj.weight"}};
     return "model.layers." + std::to_string(l) + "." + kMap.at(what);
   };
   n.expert = [](int l, int e, const char* proj) {
@@ -143,6 +159,34 @@ Status Validate(const ModelConfig& c, const std::string& file) {
   return Status::Ok();
 }
 
+Status LoadMla(const ModelConfig& c, const TensorSource& src, const Names& names, int l, LayerWeights& L) {
+  const int64_t h = c.hidden, H = c.n_heads, qk = c.qk_nope_dim + c.qk_rope_dim, kvl = c.kv_lora_rank;
+  auto N = [&](const char* w) { return names.layer(l, w); };
+  if (c.q_lora_rank > 0) {
+    DI_RETURN_IF_ERROR(Expect(src, N("wq_a"), {c.q_lora_rank, h}, &L.wq_a));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("q_a_norm"), c.q_lora_rank, &L.q_a_norm));
+    DI_RETURN_IF_ERROR(Expect(src, N("wq_b"), {H * qk, c.q_lora_rank}, &L.wq_b));
+  } else {
+    DI_RETURN_IF_ERROR(Expect(src, N("wq"), {H * qk, h}, &L.wq));
+  }
+  DI_RETURN_IF_ERROR(Expect(src, N("wkv_a"), {kvl + c.qk_rope_dim, h}, &L.wkv_a));
+  DI_RETURN_IF_ERROR(ExpectVec(src, N("kv_a_norm"), kvl, &L.kv_a_norm));
+  DI_RETURN_IF_ERROR(Expect(src, N("wkv_b"), {H * (c.qk_nope_dim + c.v_head_dim), kvl}, &L.wkv_b));
+  DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, H * c.v_head_dim}, &L.wo));
+  // W_UK[h]^T for the absorbed query: rows [h*(nope+v), h*(nope+v)+nope) of kv_b, transposed, in f32.
+  const int nope = c.qk_nope_dim;
+  if (GetDTypeInfo(L.wkv_b.dtype).block_elems != 1 && kvl % GetDTypeInfo(L.wkv_b.dtype).block_elems)
+    return InvalidArgument(src.file + ": kv_b has an unusable type");
+  L.uk_t.assign(static_cast<size_t>(H) * kvl * nope, 0.f);
+  std::vector<float> row(kvl);
+  for (int64_t hh = 0; hh < H; ++hh)
+    for (int i = 0; i < nope; ++i) {
+      DequantizeRow(L.wkv_b.dtype, L.wkv_b.row(hh * (nope + c.v_head_dim) + i), row.data(), kvl);
+      for (int64_t j = 0; j < kvl; ++j) L.uk_t[(hh * kvl + j) * nope + i] = row[j];
+    }
+  return Status::Ok();
+}
+
 Status LoadWeights(Model& m, const TensorSource& src, const Names& names) {
   const ModelConfig& c = m.config;
   const int64_t h = c.hidden, q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
@@ -160,10 +204,14 @@ Status LoadWeights(Model& m, const TensorSource& src, const Names& names) {
     auto N = [&](const char* w) { return names.layer(l, w); };
     DI_RETURN_IF_ERROR(ExpectVec(src, N("attn_norm"), h, &L.attn_norm));
     DI_RETURN_IF_ERROR(ExpectVec(src, N("ffn_norm"), h, &L.ffn_norm));
-    DI_RETURN_IF_ERROR(Expect(src, N("wq"), {q_dim, h}, &L.wq));
-    DI_RETURN_IF_ERROR(Expect(src, N("wk"), {kv_dim, h}, &L.wk));
-    DI_RETURN_IF_ERROR(Expect(src, N("wv"), {kv_dim, h}, &L.wv));
-    DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, q_dim}, &L.wo));
+    if (c.mla) {
+      DI_RETURN_IF_ERROR(LoadMla(c, src, names, l, L));
+    } else {
+      DI_RETURN_IF_ERROR(Expect(src, N("wq"), {q_dim, h}, &L.wq));
+      DI_RETURN_IF_ERROR(Expect(src, N("wk"), {kv_dim, h}, &L.wk));
+      DI_RETURN_IF_ERROR(Expect(src, N("wv"), {kv_dim, h}, &L.wv));
+      DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, q_dim}, &L.wo));
+    }
     if (c.IsMoeLayer(l)) {
       DI_RETURN_IF_ERROR(LoadExperts(c, src, names, l, L));
     } else {
@@ -234,8 +282,47 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   if (auto v = g->GetFloat(key("rope.freq_base")); v.ok()) c.rope_theta = *v;
   c.rope_style = (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) ? RopeStyle::kHalves
                                                                                                   : RopeStyle::kAdjacentPairs;
+  if (c.arch == Arch::kDeepseekV3) {
+    // deepseek2: key_length = nope + rope, value_length = v, rope.dimension_count = rope; MLA without the
+    // pre-split k_b/v_b tensors (attn_kv_b holds both).
+    DI_ASSIGN_OR_RETURN(int64_t v_len, get_int("attention.value_length", 0, true));
+    DI_ASSIGN_OR_RETURN(int64_t rope, get_int("rope.dimension_count", 0, true));
+    DI_ASSIGN_OR_RETURN(int64_t q_lora, get_int("attention.q_lora_rank", 0, false));
+    DI_ASSIGN_OR_RETURN(int64_t kv_lora, get_int("attention.kv_lora_rank", 0, true));
+    DI_ASSIGN_OR_RETURN(int64_t dense, get_int("leading_dense_block_count", 0, false));
+    DI_ASSIGN_OR_RETURN(int64_t shared, get_int("expert_shared_count", 0, false));
+    DI_ASSIGN_OR_RETURN(int64_t gating, get_int("expert_gating_func", 1, false));
+    DI_ASSIGN_OR_RETURN(int64_t groups, get_int("expert_group_count", 1, false));
+    DI_ASSIGN_OR_RETURN(int64_t groups_used, get_int("expert_group_used_count", 1, false));
+    if (g->Find(key("attention.key_length_mla")))
+      return Unimplemented(path + ": deepseek2 GGUFs with pre-split attn_k_b/attn_v_b are not supported yet");
+    for (int64_t v : {v_len, rope, kv_lora}) if (v <= 0 || v > 65536) return InvalidArgument(path + ": MLA dimensions out of range");
+    if (q_lora < 0 || q_lora > 65536 || rope >= head_dim || dense < 0 || shared < 0 || shared > 64 || groups < 1 ||
+        groups_used < 1 || groups_used > groups)
+      return InvalidArgument(path + ": deepseek2 metadata out of range");
+    c.mla = true;
+    c.q_lora_rank = static_cast<int>(q_lora);
+    c.kv_lora_rank = static_cast<int>(kv_lora);
+    c.qk_rope_dim = static_cast<int>(rope);
+    c.qk_nope_dim = c.head_dim - c.qk_rope_dim;
+    c.v_head_dim = static_cast<int>(v_len);
+    c.first_k_dense = static_cast<int>(dense);
+    c.n_shared_experts = static_cast<int>(shared);
+    c.router_sigmoid = gating == 2;
+    c.n_group = static_cast<int>(groups);
+    c.topk_group = static_cast<int>(groups_used);
+    c.norm_topk_prob = false;
+    if (const GgufValue* nv = g->Find(key("expert_weights_norm")); nv && !nv->is_array()) {
+      if (auto* b = std::get_if<bool>(&nv->scalar)) c.norm_topk_prob = *b;
+      if (auto* i = std::get_if<int64_t>(&nv->scalar)) c.norm_topk_prob = *i != 0;
+    }
+    if (auto v = g->GetFloat(key("expert_weights_scale")); v.ok()) c.routed_scaling_factor = static_cast<float>(*v);
+    c.router_bias = g->FindTensor("blk." + std::to_string(c.first_k_dense) + ".exp_probs_b.bias") != nullptr;
+    c.n_kv_heads = c.n_heads;
+  }
   c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
   c.attn_bias = c.arch == Arch::kQwen2;
+  if (c.arch == Arch::kDeepseekV3) c.norm_topk_prob = c.norm_topk_prob && c.n_experts > 0;
   const TensorView* embd = g->FindTensor("token_embd.weight");
   if (!embd) return NotFound(path + ": missing tensor 'token_embd.weight'");
   if (embd->shape.size() != 2 || embd->shape.front() > (int64_t{1} << 30))
@@ -317,6 +404,42 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   c.rope_style = RopeStyle::kHalves;  // HF implementations rotate halves for every architecture here
   c.tie_embeddings = j.value("tie_word_embeddings", false);
   c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
+  if (c.arch == Arch::kDeepseekV3) {
+    auto int_or = [&](const char* k, int64_t def) -> int64_t {
+      return j.contains(k) && j[k].is_number_integer() ? j[k].get<int64_t>() : def;
+    };
+    c.mla = true;
+    c.q_lora_rank = static_cast<int>(int_or("q_lora_rank", 0));  // null in V2-Lite: no q compression
+    c.kv_lora_rank = static_cast<int>(int_or("kv_lora_rank", 0));
+    c.qk_nope_dim = static_cast<int>(int_or("qk_nope_head_dim", 0));
+    c.qk_rope_dim = static_cast<int>(int_or("qk_rope_head_dim", 0));
+    c.v_head_dim = static_cast<int>(int_or("v_head_dim", 0));
+    c.head_dim = c.qk_nope_dim + c.qk_rope_dim;
+    c.n_kv_heads = c.n_heads;
+    c.rope_style = RopeStyle::kAdjacentPairs;  // DeepSeek's rotary is interleaved (pairs 2i, 2i+1)
+    const int64_t n_exp = int_or("n_routed_experts", 0);
+    if (c.kv_lora_rank <= 0 || c.qk_nope_dim <= 0 || c.qk_rope_dim <= 0 || c.qk_rope_dim % 2 || c.v_head_dim <= 0 ||
+        c.q_lora_rank < 0 || c.kv_lora_rank > 65536 || c.q_lora_rank > 65536 || n_exp < 0 || n_exp > 4096)
+      return InvalidArgument(cfg_path + ": MLA / expert dimensions missing or out of range");
+    if (n_exp > 0) {
+      c.n_experts = static_cast<int>(n_exp);
+      c.n_experts_used = static_cast<int>(int_or("num_experts_per_tok", 0));
+      c.moe_intermediate = static_cast<int>(int_or("moe_intermediate_size", 0));
+      c.n_shared_experts = static_cast<int>(int_or("n_shared_experts", 0));
+      c.first_k_dense = static_cast<int>(int_or("first_k_dense_replace", 0));
+      c.decoder_sparse_step = static_cast<int>(int_or("moe_layer_freq", 1));
+      c.n_group = static_cast<int>(int_or("n_group", 1));
+      c.topk_group = static_cast<int>(int_or("topk_group", 1));
+      c.router_sigmoid = j.value("scoring_func", "softmax") == "sigmoid";
+      c.router_bias = j.value("topk_method", "greedy") == "noaux_tc";
+      c.norm_topk_prob = j.value("norm_topk_prob", false);
+      c.routed_scaling_factor = static_cast<float>(j.value("routed_scaling_factor", 1.0));
+      if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts || c.moe_intermediate <= 0 || c.n_group < 1 ||
+          c.topk_group < 1 || c.topk_group > c.n_group || c.n_experts % c.n_group || c.n_shared_experts < 0 ||
+          c.first_k_dense < 0 || c.decoder_sparse_step < 1)
+        return InvalidArgument(cfg_path + ": DeepSeekMoE settings out of range");
+    }
+  }
   if (c.arch == Arch::kQwen3Moe && n_expert > 0) {
     DI_ASSIGN_OR_RETURN(int64_t used, geti("num_experts_per_tok", -1));
     DI_ASSIGN_OR_RETURN(int64_t step, geti("decoder_sparse_step", 1));
@@ -339,7 +462,8 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
       c.rope_freq_factors = Llama3FreqFactors(c.head_dim, theta, rs.value("factor", 8.0), rs.value("low_freq_factor", 1.0),
                                               rs.value("high_freq_factor", 4.0), rs.value("original_max_position_embeddings", 8192.0));
     } else if (!type.empty() && type != "default") {
-      return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet");
+      return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet" +
+                           (type == "yarn" ? " (YaRN for DeepSeek is planned)" : ""));
     }
   }
   DI_RETURN_IF_ERROR(Validate(c, cfg_path));
@@ -358,7 +482,8 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   std::vector<TensorView*> views = {&m.tok_embd};
   if (m.lm_head.data != m.tok_embd.data) views.push_back(&m.lm_head);
   for (auto& L : m.layers) {
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo}) views.push_back(t);
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wkv_b, &L.sh_gate, &L.sh_up, &L.sh_down})
+      if (t->data) views.push_back(t);
     if (L.moe()) {
       views.push_back(&L.router);
       for (size_t e = 0; e < L.exp_gate.size(); ++e)

@@ -162,20 +162,30 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   const bool quant = blk > 1;
   const DType hf_dtype = quant ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
   const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
-  const bool moe = s.arch == Arch::kQwen3Moe;
+  const bool ds = s.arch == Arch::kDeepseekV3;
+  const bool moe = s.arch == Arch::kQwen3Moe || ds;
   const bool neox = s.arch == Arch::kQwen2 || s.arch == Arch::kQwen3 || moe;
   const bool qk_norm = s.arch == Arch::kQwen3 || moe;
   const std::string arch = ArchName(s.arch);
   // llama.cpp has no "mistral" GGUF architecture: its converter writes Mistral checkpoints as "llama".
-  const std::string gguf_arch = s.arch == Arch::kMistral ? "llama" : moe ? "qwen3moe" : arch;
+  const std::string gguf_arch = s.arch == Arch::kMistral ? "llama" : ds ? "deepseek2" : moe ? "qwen3moe" : arch;
+  if (ds && (s.kv_lora <= 0 || s.qk_nope <= 0 || s.qk_rope <= 0 || s.qk_rope % 2 || s.v_head <= 0 || s.q_lora < 0 ||
+             s.experts % s.n_group || s.topk_group > s.n_group || s.first_dense >= s.layers))
+    return InvalidArgument("make-tiny: deepseek_v3 needs positive MLA sizes, experts divisible by groups, a MoE layer");
+  if (ds) {
+    s.head_dim = s.qk_nope + s.qk_rope;
+    s.kv_heads = s.heads;  // MLA: every head has its own K/V after decompression (llama.cpp's head_count_kv)
+  }
   if (moe && (s.experts < 1 || s.experts_used < 1 || s.experts_used > s.experts || s.moe_intermediate % blk))
     return InvalidArgument("make-tiny: experts_used must be in [1, experts] and the expert FFN a multiple of the block");
   const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
+  const bool is_moe_layer_0 = !ds;  // qwen3_moe routes every layer; deepseek keeps first_dense dense layers
+  (void)is_moe_layer_0;
 
   std::vector<SafetensorsEntry> st;
   GgufWriter gw;
   const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
-  size_t n_tensors = 3 + s.layers * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0)), done = 0;
+  size_t n_tensors = 3 + s.layers * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0) + (ds ? 6 : 0)), done = 0;
   if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
   ProgressBar bar("make-tiny", n_tensors, "tensors");
 
@@ -195,10 +205,59 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     bar.Update(++done);
   };
   const float lin = 1.0f;  // weights scaled 1/sqrt(fan_in): activations stay O(1), logits spread over several nats
+  // Routed experts: HF keeps one tensor per expert; GGUF stacks them into {experts, rows, cols}, same values.
+  auto add_experts = [&](const std::string& p, const std::string& g) {
+    const int64_t ff = s.moe_intermediate;
+    struct Proj { const char* hf; const char* gguf; int64_t rows, cols; };
+    for (const Proj& pr : {Proj{"gate_proj", "ffn_gate_exps.weight", ff, h}, Proj{"up_proj", "ffn_up_exps.weight", ff, h},
+                           Proj{"down_proj", "ffn_down_exps.weight", h, ff}}) {
+      std::vector<float> stacked;
+      for (int e = 0; e < s.experts; ++e) {
+        const std::string name = p + "mlp.experts." + std::to_string(e) + "." + pr.hf + ".weight";
+        std::vector<float> v = RoundTrip(s.dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
+                                                               lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
+        if (want_hf) st.push_back({name, hf_dtype, {pr.rows, pr.cols}, Encode(hf_dtype, v)});
+        stacked.insert(stacked.end(), v.begin(), v.end());
+      }
+      if (want_gguf) gw.AddTensor(g + pr.gguf, s.dtype, {s.experts, pr.rows, pr.cols}, Encode(s.dtype, stacked));
+    }
+  };
   add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
   for (int l = 0; l < s.layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".", g = "blk." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", g + "attn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+    if (ds) {
+      const int64_t H = s.heads, qk = s.qk_nope + s.qk_rope;
+      if (s.q_lora > 0) {
+        add(p + "self_attn.q_a_proj.weight", g + "attn_q_a.weight", {s.q_lora, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add(p + "self_attn.q_a_layernorm.weight", g + "attn_q_a_norm.weight", {s.q_lora}, 0.1f, 1.f, true, 0);
+        add(p + "self_attn.q_b_proj.weight", g + "attn_q_b.weight", {H * qk, s.q_lora}, 2.f / std::sqrt(s.q_lora), 0.f, false, 0);
+      } else {
+        add(p + "self_attn.q_proj.weight", g + "attn_q.weight", {H * qk, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      }
+      add(p + "self_attn.kv_a_proj_with_mqa.weight", g + "attn_kv_a_mqa.weight", {s.kv_lora + s.qk_rope, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      add(p + "self_attn.kv_a_layernorm.weight", g + "attn_kv_a_norm.weight", {s.kv_lora}, 0.1f, 1.f, true, 0);
+      add(p + "self_attn.kv_b_proj.weight", g + "attn_kv_b.weight", {H * (s.qk_nope + s.v_head), s.kv_lora}, 1.f / std::sqrt(s.kv_lora), 0.f, false, 0);
+      add(p + "self_attn.o_proj.weight", g + "attn_output.weight", {h, H * s.v_head}, lin / std::sqrt(H * s.v_head), 0.f, false, 0);
+      add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+      if (l < s.first_dense) {
+        add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add(p + "mlp.down_proj.weight", g + "ffn_down.weight", {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
+        continue;
+      }
+      add(p + "mlp.gate.weight", g + "ffn_gate_inp.weight", {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      // Mostly negative selection biases (as trained V3 checkpoints have): masking must use -inf, not 0.
+      add(p + "mlp.gate.e_score_correction_bias", g + "exp_probs_b.bias", {s.experts}, 0.3f, -0.2f, true, 0);
+      add_experts(p, g);
+      const int64_t sff = int64_t{s.moe_intermediate} * s.shared_experts;
+      if (sff > 0) {
+        add(p + "mlp.shared_experts.gate_proj.weight", g + "ffn_gate_shexp.weight", {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add(p + "mlp.shared_experts.up_proj.weight", g + "ffn_up_shexp.weight", {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add(p + "mlp.shared_experts.down_proj.weight", g + "ffn_down_shexp.weight", {h, sff}, lin / std::sqrt(sff), 0.f, false, 0);
+      }
+      continue;
+    }
     add(p + "self_attn.q_proj.weight", g + "attn_q.weight", {qd, h}, lin / std::sqrt(h) * 2, 0.f, false, neox ? 0 : s.heads);
     add(p + "self_attn.k_proj.weight", g + "attn_k.weight", {kvd, h}, lin / std::sqrt(h) * 2, 0.f, false, neox ? 0 : s.kv_heads);
     add(p + "self_attn.v_proj.weight", g + "attn_v.weight", {kvd, h}, lin / std::sqrt(h), 0.f, false, 0);
@@ -215,21 +274,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
     if (moe) {
       add(p + "mlp.gate.weight", g + "ffn_gate_inp.weight", {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      // HF keeps one tensor per expert; GGUF stacks them into {experts, rows, cols} with the same values.
-      const int64_t ff = s.moe_intermediate;
-      struct Proj { const char* hf; const char* gguf; int64_t rows, cols; };
-      for (const Proj& pr : {Proj{"gate_proj", "ffn_gate_exps.weight", ff, h}, Proj{"up_proj", "ffn_up_exps.weight", ff, h},
-                             Proj{"down_proj", "ffn_down_exps.weight", h, ff}}) {
-        std::vector<float> stacked;
-        for (int e = 0; e < s.experts; ++e) {
-          const std::string name = p + "mlp.experts." + std::to_string(e) + "." + pr.hf + ".weight";
-          std::vector<float> v = RoundTrip(s.dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
-                                                                 lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
-          if (want_hf) st.push_back({name, hf_dtype, {pr.rows, pr.cols}, Encode(hf_dtype, v)});
-          stacked.insert(stacked.end(), v.begin(), v.end());
-        }
-        if (want_gguf) gw.AddTensor(g + pr.gguf, s.dtype, {s.experts, pr.rows, pr.cols}, Encode(s.dtype, stacked));
-      }
+      add_experts(p, g);
     } else {
       add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
       add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
@@ -256,11 +301,22 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     gw.SetU32(gguf_arch + ".attention.head_count", s.heads);
     gw.SetU32(gguf_arch + ".attention.head_count_kv", s.kv_heads);
     gw.SetU32(gguf_arch + ".attention.key_length", s.head_dim);
-    gw.SetU32(gguf_arch + ".attention.value_length", s.head_dim);
-    gw.SetU32(gguf_arch + ".rope.dimension_count", s.head_dim);
+    gw.SetU32(gguf_arch + ".attention.value_length", ds ? s.v_head : s.head_dim);
+    gw.SetU32(gguf_arch + ".rope.dimension_count", ds ? s.qk_rope : s.head_dim);
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
     gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     gw.SetU32(gguf_arch + ".vocab_size", s.vocab);
+    if (ds) {
+      gw.SetU32(gguf_arch + ".attention.q_lora_rank", s.q_lora);
+      gw.SetU32(gguf_arch + ".attention.kv_lora_rank", s.kv_lora);
+      gw.SetU32(gguf_arch + ".leading_dense_block_count", s.first_dense);
+      gw.SetU32(gguf_arch + ".expert_shared_count", s.shared_experts);
+      gw.SetF32(gguf_arch + ".expert_weights_scale", s.routed_scale);
+      gw.SetBool(gguf_arch + ".expert_weights_norm", true);
+      gw.SetU32(gguf_arch + ".expert_gating_func", 2);  // sigmoid
+      gw.SetU32(gguf_arch + ".expert_group_count", s.n_group);
+      gw.SetU32(gguf_arch + ".expert_group_used_count", s.topk_group);
+    }
     if (moe) {
       gw.SetU32(gguf_arch + ".expert_count", s.experts);
       gw.SetU32(gguf_arch + ".expert_used_count", s.experts_used);
@@ -289,7 +345,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     if (ec) return IoError(out + ": cannot create directory: " + ec.message());
     DI_RETURN_IF_ERROR(WriteSafetensors((fs::path(out) / "model.safetensors").string(), st));
     static const char* kHfArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
-                                    "Qwen3MoeForCausalLM"};
+                                    "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"};
     nlohmann::json cfg = {
         {"architectures", {kHfArch[static_cast<int>(s.arch)]}}, {"model_type", arch}, {"vocab_size", s.vocab},
         {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
@@ -298,7 +354,27 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
         {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
         {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
     if (s.arch == Arch::kMistral) cfg["sliding_window"] = nullptr;
-    if (moe) {
+    if (ds) {
+      cfg["q_lora_rank"] = s.q_lora > 0 ? nlohmann::json(s.q_lora) : nlohmann::json(nullptr);
+      cfg["kv_lora_rank"] = s.kv_lora;
+      cfg["qk_nope_head_dim"] = s.qk_nope;
+      cfg["qk_rope_head_dim"] = s.qk_rope;
+      cfg["v_head_dim"] = s.v_head;
+      cfg.erase("head_dim");
+      cfg["n_routed_experts"] = s.experts;
+      cfg["num_experts_per_tok"] = s.experts_used;
+      cfg["moe_intermediate_size"] = s.moe_intermediate;
+      cfg["n_shared_experts"] = s.shared_experts;
+      cfg["first_k_dense_replace"] = s.first_dense;
+      cfg["moe_layer_freq"] = 1;
+      cfg["n_group"] = s.n_group;
+      cfg["topk_group"] = s.topk_group;
+      cfg["topk_method"] = "noaux_tc";
+      cfg["scoring_func"] = "sigmoid";
+      cfg["norm_topk_prob"] = true;
+      cfg["routed_scaling_factor"] = s.routed_scale;
+      cfg["rope_scaling"] = nullptr;
+    } else if (moe) {
       cfg["num_experts"] = s.experts;
       cfg["num_experts_per_tok"] = s.experts_used;
       cfg["moe_intermediate_size"] = s.moe_intermediate;

@@ -27,6 +27,11 @@ struct TinySpec {
   DType dtype = DType::kF32;
   // qwen3_moe: every layer routes over `experts` experts (moe_intermediate each), experts_used per token.
   int experts = 8, experts_used = 2, moe_intermediate = 32;
+  // deepseek_v3: MLA sizes (q_lora 0 = a plain q projection, as V2-Lite), shared experts, leading dense layers,
+  // group-limited sigmoid routing with a correction bias (noaux_tc) and the routed scaling factor.
+  int q_lora = 48, kv_lora = 32, qk_nope = 16, qk_rope = 8, v_head = 16;
+  int shared_experts = 1, first_dense = 1, n_group = 4, topk_group = 2;
+  float routed_scale = 2.5f;
   uint64_t seed = 1;
 };
 

@@ -23,6 +23,13 @@ struct LayerWeights {
   // MoE layers: router {n_experts, hidden}; per expert gate/up {moe_ff, hidden} and down {hidden, moe_ff}.
   TensorView router;
   std::vector<TensorView> exp_gate, exp_up, exp_down;
+  std::vector<float> exp_bias;                // deepseek-v3 e_score_correction_bias (selection only)
+  TensorView sh_gate, sh_up, sh_down;         // deepseek shared experts (one SwiGLU)
+  // MLA (deepseek): wq or wq_a/q_a_norm/wq_b; kv_a {kv_lora + rope, hidden}; kv_b {H * (nope + v), kv_lora}.
+  TensorView wq_a, wq_b, wkv_a, wkv_b;
+  std::vector<float> q_a_norm, kv_a_norm;
+  // Per head h: W_UK[h]^T {kv_lora, nope} (absorbs the key up-projection into the query), as f32.
+  std::vector<float> uk_t;
   bool moe() const { return !exp_gate.empty(); }
 };
 

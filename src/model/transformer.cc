@@ -24,24 +24,42 @@ KvCache::KvCache(const ModelConfig& c, int capacity, DType dtype) : capacity_(ca
 
 Transformer::Transformer(const Model& model, int max_batch_tokens)
     : model_(model), c_(model.config), max_tokens_(max_batch_tokens) {
-  rope_ = RopeTable::Make(c_.rope_style, c_.head_dim, c_.rope_theta, c_.rope_freq_factors);
+  rope_ = RopeTable::Make(c_.rope_style, c_.mla ? c_.qk_rope_dim : c_.head_dim, c_.rope_theta, c_.rope_freq_factors);
   const size_t m = static_cast<size_t>(max_tokens_);
   const size_t qdim = static_cast<size_t>(c_.n_heads) * c_.head_dim, kvdim = static_cast<size_t>(c_.n_kv_heads) * c_.head_dim;
   x_.resize(m * c_.hidden);
   xn_.resize(m * std::max<size_t>(c_.hidden, qdim));
   q_.resize(m * qdim);
-  k_.resize(m * kvdim);
+  k_.resize(m * std::max<size_t>(kvdim, c_.kv_k_elems()));
   v_.resize(m * kvdim);
   attn_.resize(m * std::max<size_t>(c_.hidden, qdim));
   gate_.resize(m * c_.intermediate);
   up_.resize(m * c_.intermediate);
   pos_.resize(m);
   slot_of_token_.resize(m);
+  if (c_.mla) {
+    const size_t H = static_cast<size_t>(c_.n_heads), kvl = static_cast<size_t>(c_.kv_lora_rank);
+    qa_.resize(m * std::max(1, c_.q_lora_rank));
+    qabs_.resize(m * H * (kvl + c_.qk_rope_dim));
+    olat_.resize(m * H * kvl);
+    head_in_.resize(m * std::max<size_t>(kvl, c_.qk_nope_dim));
+    head_out_.resize(m * std::max<size_t>(kvl, c_.v_head_dim));
+    attn_.resize(std::max(attn_.size(), m * H * c_.v_head_dim));
+  }
   if (c_.n_experts > 0) {
     router_.n_experts = c_.n_experts;
     router_.top_k = c_.n_experts_used;
-    router_.scoring = RouterConfig::Scoring::kSoftmax;
+    router_.scoring = c_.router_sigmoid ? RouterConfig::Scoring::kSigmoid : RouterConfig::Scoring::kSoftmax;
     router_.norm_topk_prob = c_.norm_topk_prob;
+    router_.routed_scaling_factor = c_.routed_scaling_factor;
+    router_.n_group = c_.n_group;
+    router_.topk_group = c_.topk_group;
+    // DeepSeek-V3 (sigmoid) ranks groups by the sum of their top two scores, V2 (softmax) by their best one.
+    router_.group_score = c_.router_sigmoid ? RouterConfig::GroupScore::kTop2Sum : RouterConfig::GroupScore::kMax;
+    if (c_.n_shared_experts > 0) {
+      sh_gate_.resize(m * c_.moe_intermediate * c_.n_shared_experts);
+      sh_up_.resize(sh_gate_.size());
+    }
     const size_t k = static_cast<size_t>(c_.n_experts_used);
     router_logits_.resize(m * c_.n_experts);
     route_e_.resize(m * k);
@@ -140,6 +158,11 @@ void Transformer::Layer(int l, int n, PagedKvCache& kv) {
 
   // Attention block.
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
+  if (c_.mla) {
+    MlaAttention(l, n, kv);
+    MatMul(L.wo, attn_.data(), n, xn_.data());
+    for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += xn_[i];
+  } else {
   MatMul(L.wq, xn_.data(), n, q_.data(), L.bq.empty() ? nullptr : L.bq.data());
   MatMul(L.wk, xn_.data(), n, k_.data(), L.bk.empty() ? nullptr : L.bk.data());
   MatMul(L.wv, xn_.data(), n, v_.data(), L.bv.empty() ? nullptr : L.bv.data());
@@ -150,10 +173,11 @@ void Transformer::Layer(int l, int n, PagedKvCache& kv) {
   ApplyRope(rope_, q_.data(), n, nh, hd, pos_.data());
   ApplyRope(rope_, k_.data(), n, nkv, hd, pos_.data());
   kv.Write(l, k_.data(), v_.data(), slot_of_token_.data(), n);
-  PagedAttention(q_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.v(l), kv.dtype(), nh,
-                 nkv, hd, 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
+  PagedAttention(q_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.v(l), kv.dtype(),
+                 AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd}, 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   MatMul(L.wo, attn_.data(), n, xn_.data());
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += xn_[i];
+  }
 
   // MLP block.
   RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
@@ -171,6 +195,7 @@ void Transformer::Layer(int l, int n, PagedKvCache& kv) {
 void Transformer::MoeMlp(const LayerWeights& L, int n) {
   const int h = c_.hidden, ff = c_.moe_intermediate, K = c_.n_experts_used;
   MatMul(L.router, xn_.data(), n, router_logits_.data());
+  router_.correction_bias = L.exp_bias;  // per layer (empty when the model has none)
   RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
   // Tokens grouped per expert: one GEMM per expert over its tokens (rows are independent, so a token's result
   // does not depend on which other tokens share its expert).
@@ -202,6 +227,115 @@ void Transformer::MoeMlp(const LayerWeights& L, int n) {
       else
         for (int d = 0; d < h; ++d) out[d] += y[d] * w;
     }
+  }
+  if (L.sh_gate.data) {  // shared experts: a dense SwiGLU every token takes, added after the routed sum
+    const int64_t sff = static_cast<int64_t>(ff) * c_.n_shared_experts;
+    MatMul(L.sh_gate, xn_.data(), n, sh_gate_.data());
+    MatMul(L.sh_up, xn_.data(), n, sh_up_.data());
+    SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), n * sff);
+    MatMul(L.sh_down, sh_gate_.data(), n, moe_in_.data());
+    for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) attn_[i] += moe_in_[i];
+  }
+}
+
+namespace {
+// Rows [r0, r0 + rows) of a weight matrix as a view.
+TensorView RowSlice(const TensorView& w, int64_t r0, int64_t rows) {
+  TensorView v;
+  v.dtype = w.dtype;
+  v.shape = {rows, w.cols()};
+  v.data = w.row(r0);
+  v.nbytes = static_cast<size_t>(rows) * w.row_bytes();
+  return v;
+}
+}  // namespace
+
+void Transformer::MlaAttention(int l, int n, PagedKvCache& kv) {
+  const LayerWeights& L = model_.layers[l];
+  const int H = c_.n_heads, nope = c_.qk_nope_dim, rope = c_.qk_rope_dim, kvl = c_.kv_lora_rank, vd = c_.v_head_dim;
+  const int qk = nope + rope, krow = kvl + rope;
+  // Queries: [n, H, nope + rope].
+  if (c_.q_lora_rank > 0) {
+    MatMul(L.wq_a, xn_.data(), n, qa_.data());
+    RmsNorm(qa_.data(), L.q_a_norm.data(), c_.rms_eps, n, c_.q_lora_rank, qa_.data());
+    MatMul(L.wq_b, qa_.data(), n, q_.data());
+  } else {
+    MatMul(L.wq, xn_.data(), n, q_.data());
+  }
+  // The cache row: [RMSNorm(latent), RoPE(k_pe)].
+  MatMul(L.wkv_a, xn_.data(), n, k_.data());
+  for (int t = 0; t < n; ++t) RmsNorm(k_.data() + static_cast<size_t>(t) * krow, L.kv_a_norm.data(), c_.rms_eps, 1, kvl,
+                                      k_.data() + static_cast<size_t>(t) * krow);
+  ApplyRope(rope_, k_.data() + kvl, n, 1, krow, pos_.data());
+  ApplyRope(rope_, q_.data() + nope, n, H, qk, pos_.data());
+  kv.Write(l, k_.data(), nullptr, slot_of_token_.data(), n);
+  if (!mla_absorb_) return MlaDecompressedAttention(l, n, kv);
+  const float scale = 1.f / std::sqrt(static_cast<float>(qk));
+  // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly.
+  for (int hh = 0; hh < H; ++hh) {
+    for (int t = 0; t < n; ++t)
+      std::memcpy(head_in_.data() + static_cast<size_t>(t) * nope, q_.data() + (static_cast<size_t>(t) * H + hh) * qk,
+                  sizeof(float) * nope);
+    TensorView uk;
+    uk.dtype = DType::kF32;
+    uk.shape = {kvl, nope};
+    uk.data = L.uk_t.data() + static_cast<size_t>(hh) * kvl * nope;
+    uk.nbytes = sizeof(float) * kvl * nope;
+    MatMul(uk, head_in_.data(), n, head_out_.data());
+    for (int t = 0; t < n; ++t) {
+      float* dst = qabs_.data() + (static_cast<size_t>(t) * H + hh) * krow;
+      std::memcpy(dst, head_out_.data() + static_cast<size_t>(t) * kvl, sizeof(float) * kvl);
+      std::memcpy(dst + kvl, q_.data() + (static_cast<size_t>(t) * H + hh) * qk + nope, sizeof(float) * rope);
+    }
+  }
+  // MQA over the latent: one K/V "head" shared by all H query heads; V is the latent part of the same rows.
+  PagedAttention(qabs_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.k(l), kv.dtype(),
+                 AttnShape{H, 1, krow, kvl, krow, krow}, scale, olat_.data());
+  // Up-project each head's latent output with W_UV[h].
+  for (int hh = 0; hh < H; ++hh) {
+    for (int t = 0; t < n; ++t)
+      std::memcpy(head_in_.data() + static_cast<size_t>(t) * kvl, olat_.data() + (static_cast<size_t>(t) * H + hh) * kvl,
+                  sizeof(float) * kvl);
+    MatMul(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd), head_in_.data(), n, head_out_.data());
+    for (int t = 0; t < n; ++t)
+      std::memcpy(attn_.data() + (static_cast<size_t>(t) * H + hh) * vd, head_out_.data() + static_cast<size_t>(t) * vd,
+                  sizeof(float) * vd);
+  }
+}
+
+void Transformer::MlaDecompressedAttention(int l, int n, PagedKvCache& kv) {
+  const LayerWeights& L = model_.layers[l];
+  // Per sequence: up-project every cached latent to per-head K (nope part) and V, append the shared rope key,
+  // and run ordinary multi-head attention on contiguous buffers.
+  const int H = c_.n_heads, nope = c_.qk_nope_dim, rope = c_.qk_rope_dim, kvl = c_.kv_lora_rank, vd = c_.v_head_dim;
+  const int qk = nope + rope, krow = kvl + rope;
+  const size_t esize = GetDTypeInfo(kv.dtype()).block_bytes;
+  for (const AttnSeq& sq : attn_seqs_) {
+    const int len = sq.start + sq.m;
+    std::vector<float> lat(static_cast<size_t>(len) * krow), K(static_cast<size_t>(len) * H * qk), V(static_cast<size_t>(len) * H * vd);
+    const uint8_t* kl = static_cast<const uint8_t*>(kv.k(l));
+    for (int p = 0; p < len; ++p)
+      DequantizeRow(kv.dtype(), kl + static_cast<size_t>(sq.rows[p]) * krow * esize, lat.data() + static_cast<size_t>(p) * krow, krow);
+    std::vector<float> lat_only(static_cast<size_t>(len) * kvl), tmp(static_cast<size_t>(len) * std::max(nope, vd));
+    for (int p = 0; p < len; ++p)
+      std::memcpy(lat_only.data() + static_cast<size_t>(p) * kvl, lat.data() + static_cast<size_t>(p) * krow, sizeof(float) * kvl);
+    for (int hh = 0; hh < H; ++hh) {
+      MatMul(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd), nope), lat_only.data(), len, tmp.data());
+      for (int p = 0; p < len; ++p) {
+        float* kr = K.data() + (static_cast<size_t>(p) * H + hh) * qk;
+        std::memcpy(kr, tmp.data() + static_cast<size_t>(p) * nope, sizeof(float) * nope);
+        std::memcpy(kr + nope, lat.data() + static_cast<size_t>(p) * krow + kvl, sizeof(float) * rope);
+      }
+      MatMul(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd), lat_only.data(), len, tmp.data());
+      for (int p = 0; p < len; ++p)
+        std::memcpy(V.data() + (static_cast<size_t>(p) * H + hh) * vd, tmp.data() + static_cast<size_t>(p) * vd, sizeof(float) * vd);
+    }
+    std::vector<int32_t> ident(len);
+    for (int p = 0; p < len; ++p) ident[p] = p;
+    const AttnSeq one{0, sq.m, sq.start, ident.data()};
+    PagedAttention(q_.data() + static_cast<size_t>(sq.q_row) * H * qk, &one, 1, K.data(), V.data(), DType::kF32,
+                   AttnShape{H, H, qk, vd, H * qk, H * vd}, 1.f / std::sqrt(static_cast<float>(qk)),
+                   attn_.data() + static_cast<size_t>(sq.q_row) * H * vd);
   }
 }
 

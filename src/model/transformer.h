@@ -64,6 +64,17 @@ class Transformer {
   void Layer(int l, int n, PagedKvCache& kv);
   // Routed MLP over xn_ (n rows) into attn_: each expert runs one GEMM over the tokens routed to it.
   void MoeMlp(const LayerWeights& L, int n);
+  // Multi-head latent attention over xn_ (n rows) into attn_ (n rows of H * v_head_dim), K/V cache = latent.
+  void MlaAttention(int l, int n, PagedKvCache& kv);
+  void MlaDecompressedAttention(int l, int n, PagedKvCache& kv);
+
+ public:
+  // MLA only: false runs attention "decompressed" (K/V up-projected per head from the cached latent, as a
+  // prefill kernel would); true (default) folds W_UK into the query and W_UV after attention. Same math; the
+  // engine uses the absorbed form everywhere. Exposed so the two can be checked against each other.
+  void set_mla_absorb(bool absorb) { mla_absorb_ = absorb; }
+
+ private:
 
   const Model& model_;
   const ModelConfig& c_;
@@ -76,6 +87,9 @@ class Transformer {
   RouterConfig router_;
   std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
   std::vector<int32_t> route_e_, moe_rows_;
+  std::vector<float> sh_gate_, sh_up_;
+  bool mla_absorb_ = true;
+  std::vector<float> qa_, qabs_, olat_, head_in_, head_out_, dk_, dv_;
 };
 
 }  // namespace deepinfer

@@ -72,6 +72,31 @@ const Model& TinyMoe() {
   return *m;
 }
 
+const Model& TinyDeepseek() {
+  static std::unique_ptr<Model> m = [] {
+    const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_ds_" + std::to_string(::getpid()));
+    TinySpec s;
+    s.arch = Arch::kDeepseekV3;
+    s.vocab = 384;
+    s.layers = 3;
+    s.ctx = 512;
+    s.experts = 8;
+    s.experts_used = 2;
+    s.n_group = 2;
+    s.topk_group = 1;
+    fs::create_directories(dir);
+    EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
+    auto r = LoadModelFromPath((dir / "m.gguf").string());
+    fs::remove_all(dir);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::unique_ptr<Model>();
+    }
+    return std::move(r).value();
+  }();
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -93,7 +118,8 @@ class EngineEquivalence : public ::testing::TestWithParam<int> {
     switch (GetParam()) {
       case 0: return Case{"stories260K", Stories, {".", "Lily", "the park", ", "}};
       case 1: return Case{"tiny-qwen3", Tiny, {"a", "e ", "\n"}};
-      default: return Case{"tiny-qwen3-moe", TinyMoe, {"a", "e ", "\n"}};
+      case 2: return Case{"tiny-qwen3-moe", TinyMoe, {"a", "e ", "\n"}};
+      default: return Case{"tiny-deepseek-v3", TinyDeepseek, {"a", "e ", "\n"}};
     }
   }
 };
@@ -176,9 +202,11 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2), [](const auto& info) {
-  return info.param == 0 ? "Stories260K" : info.param == 1 ? "TinyQwen3" : "TinyQwen3Moe";
-});
+std::string ModelName(const ::testing::TestParamInfo<int>& info) {
+  static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3"};
+  return kNames[info.param];
+}
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3), ModelName);
 
 // Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
 TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {

@@ -34,6 +34,11 @@ const cases = [
   {arch: "qwen3_moe", dtype: "f32", flags: ["--experts", "8", "--experts-used", "2", "--expert-ffn", "32", "--layers", "3"]},
   {arch: "qwen3_moe", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--expert-ffn", "64", "--tie", "--seed", "5"],
    name: "qwen3_moe-16x4"},
+  // DeepSeek-V3 layout: MLA (q_lora, latent KV), a dense first layer, 16 routed experts (4 used) in 4 groups of
+  // which 2 are kept, sigmoid scores with a correction bias, routed scaling 2.5, one shared expert.
+  {arch: "deepseek_v3", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3"]},
+  // V2-Lite-like: no q_lora (plain q projection).
+  {arch: "deepseek_v3", dtype: "f32", flags: ["--q-lora", "0", "--layers", "2", "--seed", "3"], name: "deepseek_v3-no-qlora"},
   {arch: "llama", dtype: "bf16", flags: []},
   // MoE in bf16: top-k routing is discontinuous. When two experts' router scores tie to within bf16 summation
   // noise, the engines may pick different experts for that token (seen: one position of 64, max 1.5e-2), so

@@ -242,7 +242,7 @@ TEST(OpsTest, PagedAttentionOverScatteredRowsAndHalfCaches) {
     for (Isa isa : AvailableIsas()) {
       SetIsa(isa);
       std::vector<float> out(5 * n_heads * hd, -1.f);
-      PagedAttention(q.data(), seqs, 2, kb.data(), vb.data(), dt, n_heads, n_kv, hd, 0.25f, out.data());
+      PagedAttention(q.data(), seqs, 2, kb.data(), vb.data(), dt, AttnShape{n_heads, n_kv, hd, hd, kvdim, kvdim}, 0.25f, out.data());
       for (const AttnSeq& sq : seqs)
         for (int i = 0; i < sq.m; ++i)
           for (int h = 0; h < n_heads; ++h) {

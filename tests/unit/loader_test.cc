@@ -133,3 +133,62 @@ TEST_F(LoaderTest, ForwardRejectsBadTokensAndOverflow) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// MLA: the absorbed form (W_UK folded into the query, attention over the cached latent, W_UV afterwards) and the
+// decompressed form (per-head K/V up-projected from the same cached latent) give the same logits; the cache
+// holds exactly kv_lora_rank + qk_rope_head_dim values per token per layer.
+TEST(MlaTest, AbsorbedAndDecompressedAttentionAgreeAndTheCacheHoldsOnlyTheLatent) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("deepinfer_mla_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  TinySpec s;
+  s.arch = Arch::kDeepseekV3;
+  s.layers = 3;
+  s.experts = 8;
+  s.experts_used = 2;
+  s.n_group = 2;
+  s.topk_group = 1;
+  ASSERT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
+  auto m = LoadModelFromPath((dir / "m.gguf").string());
+  fs::remove_all(dir);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const ModelConfig& c = (*m)->config;
+  ASSERT_TRUE(c.mla);
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(3 + (i * 37) % 500);
+  const int V = c.vocab_size, n = static_cast<int>(tokens.size());
+  std::vector<float> a(static_cast<size_t>(n) * V), b(a.size());
+  for (bool absorb : {true, false}) {
+    Transformer tf(**m, 64);
+    tf.set_mla_absorb(absorb);
+    KvCache kv(c, 64);
+    EXPECT_EQ(kv.paged().bytes_per_token_per_layer(), static_cast<size_t>(c.kv_lora_rank + c.qk_rope_dim) * sizeof(float));
+    // Prefill 25 tokens, then decode the rest one at a time (the decode rows read the prefilled latent).
+    std::vector<float>& out = absorb ? a : b;
+    ASSERT_TRUE(tf.Forward(tokens.data(), 25, 0, kv, out.data(), true).ok());
+    for (int i = 25; i < n; ++i)
+      ASSERT_TRUE(tf.Forward(tokens.data() + i, 1, i, kv, out.data() + static_cast<size_t>(i) * V, false).ok());
+  }
+  // Relative error per position, norm-wise: max_t |a_t - b_t| / max_t |b_t| over the vocabulary.
+  double worst = 0, worst_abs = 0;
+  for (int i = 0; i < n; ++i) {
+    double diff = 0, scale = 0;
+    for (int t = 0; t < V; ++t) {
+      diff = std::max(diff, std::fabs(static_cast<double>(a[static_cast<size_t>(i) * V + t]) - b[static_cast<size_t>(i) * V + t]));
+      scale = std::max(scale, std::fabs(static_cast<double>(b[static_cast<size_t>(i) * V + t])));
+    }
+    worst = std::max(worst, diff / scale);
+    worst_abs = std::max(worst_abs, diff);
+  }
+  EXPECT_LT(worst, 1e-5) << "absorbed vs decompressed MLA (max abs " << worst_abs << ")";
+  EXPECT_GT(worst, 0.0) << "the two paths should differ in rounding: are both really computed?";
+  std::printf("MLA absorbed vs decompressed: max relative %.3g, max abs %.3g\n", worst, worst_abs);
+  KvCache bf16(c, 16, DType::kBF16);
+  EXPECT_EQ(bf16.paged().bytes_per_token_per_layer(), static_cast<size_t>(c.kv_lora_rank + c.qk_rope_dim) * 2);
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -251,13 +251,13 @@ void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, floa
 
 namespace {
 template <class L>
-void AttendHeadT(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t row_bytes,
-                 int hd, float scale, float* scores, float* out) {
-  const int full = hd / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (hd - full)) - 1);
+void AttendHeadT(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
+                 int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
+  const int full = hd_k / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (hd_k - full)) - 1);
   float mx = -3.4e38f;
   for (int p = 0; p < len; ++p) {
-    const uint8_t* kr = k + rows[p] * row_bytes;
+    const uint8_t* kr = k + rows[p] * k_row_bytes;
     __m512 acc = _mm512_setzero_ps();
     for (int d = 0; d < full; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + d), L::Load(kr, d), acc);
     if (tail) acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + full), L::Tail(kr, full, tail), acc);
@@ -271,24 +271,26 @@ void AttendHeadT(const float* q, const uint8_t* k, const uint8_t* v, const int32
     sum += scores[p];
   }
   const float inv = static_cast<float>(1.0 / sum);
-  for (int d = 0; d < hd; d += 16) {
-    const __mmask16 m = d + 16 <= hd ? static_cast<__mmask16>(0xffff) : tail;
+  const int vfull = hd_v / 16 * 16;
+  const __mmask16 vtail = static_cast<__mmask16>((1u << (hd_v - vfull)) - 1);
+  for (int d = 0; d < hd_v; d += 16) {
+    const __mmask16 m = d + 16 <= hd_v ? static_cast<__mmask16>(0xffff) : vtail;
     __m512 acc = _mm512_setzero_ps();
     for (int p = 0; p < len; ++p)
-      acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[p]), L::Tail(v + rows[p] * row_bytes, d, m), acc);
+      acc = _mm512_fmadd_ps(_mm512_set1_ps(scores[p]), L::Tail(v + rows[p] * v_row_bytes, d, m), acc);
     _mm512_mask_storeu_ps(out + d, m, _mm512_mul_ps(acc, _mm512_set1_ps(inv)));
   }
 }
 }  // namespace
 
 void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t row_bytes, int hd, float scale, float* scores, float* out) {
+                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
   const uint8_t* kb = static_cast<const uint8_t*>(k);
   const uint8_t* vb = static_cast<const uint8_t*>(v);
   switch (kv_type) {
-    case DType::kBF16: AttendHeadT<LoadBF16>(q, kb, vb, rows, len, row_bytes, hd, scale, scores, out); break;
-    case DType::kF16: AttendHeadT<LoadF16>(q, kb, vb, rows, len, row_bytes, hd, scale, scores, out); break;
-    default: AttendHeadT<LoadF32>(q, kb, vb, rows, len, row_bytes, hd, scale, scores, out); break;
+    case DType::kBF16: AttendHeadT<LoadBF16>(q, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+    case DType::kF16: AttendHeadT<LoadF16>(q, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+    default: AttendHeadT<LoadF32>(q, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
   }
 }
 

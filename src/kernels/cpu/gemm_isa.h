@@ -15,8 +15,9 @@
 namespace deepinfer {
 
 // AttendHead: one query row against the keys/values of positions [0, len): position p lives in row rows[p] of
-// the K and V storage (rows row_bytes apart, elements of kv_type f32/bf16/f16; k and v already point at the
-// head's first element). scores = q.k * scale, softmax, out = sum scores * v. `scores` is scratch of len floats.
+// the K and V storage (rows k_row_bytes / v_row_bytes apart, elements of kv_type f32/bf16/f16; k and v already
+// point at the head's first element). scores = q.k (hd_k) * scale, softmax, out = sum scores * v (hd_v). K and V
+// may be the same storage (MLA: the latent is both). `scores` is scratch of len floats.
 
 struct GemmWeights {
   DType dtype;
@@ -30,16 +31,16 @@ struct GemmWeights {
 namespace isa_avx512 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t row_bytes, int hd, float scale, float* scores, float* out);
+                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
 }
 namespace isa_avx2 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t row_bytes, int hd, float scale, float* scores, float* out);
+                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
 }
 namespace isa_scalar {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t row_bytes, int hd, float scale, float* scores, float* out);
+                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
 }
 }  // namespace deepinfer

@@ -83,8 +83,8 @@ void LogSoftmax(const float* x, float* out, int n) {
 
 
 namespace {
-using AttendFn = void (*)(const float*, const void*, const void*, DType, const int32_t*, int, int64_t, int, float,
-                          float*, float*);
+using AttendFn = void (*)(const float*, const void*, const void*, DType, const int32_t*, int, int64_t, int64_t, int,
+                          int, float, float*, float*);
 AttendFn ActiveAttend() {
   return ActiveIsa() == Isa::kAvx512 ? isa_avx512::AttendHead
          : ActiveIsa() == Isa::kAvx2 ? isa_avx2::AttendHead
@@ -97,21 +97,23 @@ void CausalAttention(const float* q, const float* k_cache, const float* v_cache,
   std::vector<int32_t> rows(static_cast<size_t>(start + m));
   for (int p = 0; p < start + m; ++p) rows[p] = p;
   const AttnSeq seq{0, m, start, rows.data()};
-  PagedAttention(q, &seq, 1, k_cache, v_cache, DType::kF32, n_heads, n_kv, hd, scale, out);
+  const AttnShape shape{n_heads, n_kv, hd, hd, n_kv * hd, n_kv * hd};
+  PagedAttention(q, &seq, 1, k_cache, v_cache, DType::kF32, shape, scale, out);
 }
 
 void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,
-                    DType kv_type, int n_heads, int n_kv, int hd, float scale, float* out) {
-  const int group = n_heads / n_kv;
-  const int64_t q_stride = static_cast<int64_t>(n_heads) * hd;
+                    DType kv_type, const AttnShape& sh, float scale, float* out) {
+  const int group = sh.n_heads / sh.n_kv;
+  const int64_t q_stride = static_cast<int64_t>(sh.n_heads) * sh.hd_k, o_stride = static_cast<int64_t>(sh.n_heads) * sh.hd_v;
   const size_t esize = GetDTypeInfo(kv_type).block_bytes;
-  const int64_t row_bytes = static_cast<int64_t>(n_kv) * hd * static_cast<int64_t>(esize);
+  const int64_t k_row_bytes = static_cast<int64_t>(sh.k_row_elems) * static_cast<int64_t>(esize);
+  const int64_t v_row_bytes = static_cast<int64_t>(sh.v_row_elems) * static_cast<int64_t>(esize);
   // Tasks are (query row, head) over all sequences; each output element is computed by one task in one fixed
   // order, so results do not depend on the partition, the thread count or what else is in the batch.
   std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
   int max_len = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * n_heads;
+    first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * sh.n_heads;
     max_len = std::max(max_len, seqs[s].start + seqs[s].m);
   }
   const AttendFn attend = ActiveAttend();
@@ -125,12 +127,13 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
       while (static_cast<int64_t>(t) >= first_task[s + 1]) ++s;
       const AttnSeq& sq = seqs[s];
       const int64_t local = static_cast<int64_t>(t) - first_task[s];
-      const int i = static_cast<int>(local / n_heads), h = static_cast<int>(local % n_heads), kvh = h / group;
+      const int i = static_cast<int>(local / sh.n_heads), h = static_cast<int>(local % sh.n_heads), kvh = h / group;
       const int64_t row = sq.q_row + i;
-      const size_t head_off = static_cast<size_t>(kvh) * hd * esize;
-      attend(q + row * q_stride + static_cast<int64_t>(h) * hd, static_cast<const uint8_t*>(k_base) + head_off,
-             static_cast<const uint8_t*>(v_base) + head_off, kv_type, sq.rows, sq.start + i + 1, row_bytes, hd, scale,
-             scores.data(), out + row * q_stride + static_cast<int64_t>(h) * hd);
+      attend(q + row * q_stride + static_cast<int64_t>(h) * sh.hd_k,
+             static_cast<const uint8_t*>(k_base) + static_cast<size_t>(kvh) * sh.hd_k * esize,
+             static_cast<const uint8_t*>(v_base) + static_cast<size_t>(kvh) * sh.hd_v * esize, kv_type, sq.rows,
+             sq.start + i + 1, k_row_bytes, v_row_bytes, sh.hd_k, sh.hd_v, scale, scores.data(),
+             out + row * o_stride + static_cast<int64_t>(h) * sh.hd_v);
     }
   });
 }

@@ -43,9 +43,18 @@ struct AttnSeq {
   int start;
   const int32_t* rows;  // start + m entries
 };
-// Causal attention over paged K/V (kv_type f32, bf16 or f16; rows of n_kv*hd elements) for several sequences at
-// once; row i of a sequence sees positions [0, start + i]. Parallel over (row, head) with static partitioning.
+// Head layout of an attention call. Query head h reads K/V head h / (n_heads / n_kv); its K is hd_k elements at
+// kv_head * hd_k within a K row of k_row_elems, its V hd_v elements at kv_head * hd_v within a V row. Standard
+// attention: hd_k = hd_v = head_dim, rows of n_kv * head_dim. MLA (absorbed): n_kv = 1, K row = [latent, rope
+// key] (hd_k = kv_lora + rope), V = the latent inside the same row (hd_v = kv_lora, v_base = k_base).
+struct AttnShape {
+  int n_heads, n_kv, hd_k, hd_v;
+  int k_row_elems, v_row_elems;
+};
+// Causal attention over paged K/V (kv_type f32, bf16 or f16) for several sequences at once; row i of a sequence
+// sees positions [0, start + i]. q: rows of n_heads * hd_k; out: rows of n_heads * hd_v. Parallel over (row,
+// head) with static partitioning.
 void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,
-                    DType kv_type, int n_heads, int n_kv, int hd, float scale, float* out);
+                    DType kv_type, const AttnShape& shape, float scale, float* out);
 
 }  // namespace deepinfer
