@@ -6,6 +6,15 @@
 
 namespace deepinfer {
 
+void TensorView::RowToF32(int64_t r, float* out) const {
+  const int64_t k = cols();
+  DequantizeRow(dtype, row(r), out, static_cast<size_t>(k));
+  if (block_scale) {
+    const float* sc = block_scale + ((scale_row0 + r) / kFp8Block) * scale_cols;
+    for (int64_t c = 0; c < k; ++c) out[c] *= sc[c / kFp8Block];
+  }
+}
+
 std::string TensorView::ShapeString() const {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);

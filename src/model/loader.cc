@@ -41,6 +41,18 @@ Status Expect(const TensorSource& src, const std::string& name, std::vector<int6
   if (squeeze(t->shape) != squeeze(shape))
     return InvalidArgument(src.file + ": tensor '" + name + "' has shape " + t->ShapeString() + ", expected " + want.ShapeString());
   *out = *t;
+  if (t->dtype == DType::kF8E4M3) {  // DeepSeek FP8: 128x128 block scales in '<name>_scale_inv' (multiply)
+    if (t->shape.size() != 2) return InvalidArgument(src.file + ": FP8 tensor '" + name + "' must be 2-D");
+    const std::string sname = name + "_scale_inv";
+    const TensorView* sc = src.find(sname);
+    if (!sc) return NotFound(src.file + ": FP8 tensor '" + name + "' has no '" + sname + "'");
+    const int64_t B = TensorView::kFp8Block, br = (t->shape[0] + B - 1) / B, bc = (t->shape[1] + B - 1) / B;
+    if (sc->dtype != DType::kF32 || sc->shape != std::vector<int64_t>{br, bc})
+      return InvalidArgument(src.file + ": '" + sname + "' must be f32 {" + std::to_string(br) + ", " + std::to_string(bc) +
+                             "}, is " + DTypeName(sc->dtype) + " " + sc->ShapeString());
+    out->block_scale = static_cast<const float*>(sc->data);
+    out->scale_cols = bc;
+  }
   return Status::Ok();
 }
 
@@ -181,7 +193,7 @@ Status LoadMla(const ModelConfig& c, const TensorSource& src, const Names& names
   std::vector<float> row(kvl);
   for (int64_t hh = 0; hh < H; ++hh)
     for (int i = 0; i < nope; ++i) {
-      DequantizeRow(L.wkv_b.dtype, L.wkv_b.row(hh * (nope + c.v_head_dim) + i), row.data(), kvl);
+      L.wkv_b.RowToF32(hh * (nope + c.v_head_dim) + i, row.data());
       for (int64_t j = 0; j < kvl; ++j) L.uk_t[(hh * kvl + j) * nope + i] = row[j];
     }
   return Status::Ok();

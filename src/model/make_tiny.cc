@@ -142,6 +142,29 @@ TinyVocab MakeVocab(int vocab, uint64_t seed) {
   return v;
 }
 
+// DeepSeek-style FP8: per 128x128 block, scale = amax / 448 and q = e4m3(w / scale). Replaces *v by the values
+// the checkpoint represents (e4m3(q) * scale in f32, exactly what the loader computes) and returns (q bytes, scales).
+std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector<float>* v, int64_t rows, int64_t cols) {
+  const int64_t B = TensorView::kFp8Block, br = (rows + B - 1) / B, bc = (cols + B - 1) / B;
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+  std::vector<float> scales(static_cast<size_t>(br * bc));
+  for (int64_t bi = 0; bi < br; ++bi)
+    for (int64_t bj = 0; bj < bc; ++bj) {
+      float amax = 0;
+      for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
+        for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) amax = std::max(amax, std::fabs((*v)[r * cols + c]));
+      const float scale = amax > 0 ? amax / 448.f : 1.f;
+      scales[bi * bc + bj] = scale;
+      for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
+        for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) {
+          float& x = (*v)[r * cols + c];
+          q[r * cols + c] = F32ToFp8E4M3(x / scale);
+          x = Fp8E4M3ToF32(q[r * cols + c]) * scale;
+        }
+    }
+  return {std::move(q), std::move(scales)};
+}
+
 Status WriteText(const fs::path& p, const std::string& s) {
   std::ofstream out(p);
   out << s;
@@ -155,12 +178,17 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   if (s.head_dim == 0) s.head_dim = s.hidden / s.heads;
   if (s.vocab < 260) return InvalidArgument("make-tiny: vocab must be at least 260");
   if (s.heads % s.kv_heads || s.head_dim % 2) return InvalidArgument("make-tiny: heads must be a multiple of kv_heads; head_dim even");
-  const int blk = GetDTypeInfo(s.dtype).block_elems;
+  const int blk = GetDTypeInfo(s.dtype).block_elems;  // 1 for f8_e4m3
   if (s.hidden % blk || s.intermediate % blk || (s.heads * s.head_dim) % blk)
     return InvalidArgument(std::string("make-tiny: dimensions must be multiples of ") + std::to_string(blk) + " for " + DTypeName(s.dtype));
   if (s.dtype == DType::kI32 || s.dtype == DType::kInvalid) return InvalidArgument("make-tiny: unsupported dtype");
   const bool quant = blk > 1;
-  const DType hf_dtype = quant ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
+  // FP8 (DeepSeek's checkpoint format): HF linear weights are e4m3 with 128x128 block scales ('<name>_scale_inv');
+  // everything else, and the whole GGUF (llama.cpp has no FP8), holds f32 = the dequantized values.
+  const bool fp8 = s.dtype == DType::kF8E4M3;
+  if (fp8 && s.arch != Arch::kDeepseekV3) return InvalidArgument("make-tiny: --dtype f8_e4m3 is for deepseek_v3 (HF format)");
+  const DType store_dtype = fp8 ? DType::kF32 : s.dtype;  // what the values are rounded to (fp8 rounds itself)
+  const DType hf_dtype = quant || fp8 ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
   const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
   const bool ds = s.arch == Arch::kDeepseekV3;
   const bool moe = s.arch == Arch::kQwen3Moe || ds;
@@ -195,9 +223,22 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     size_t n = 1;
     for (auto d : shape) n *= static_cast<size_t>(d);
     std::vector<float> v = RandomTensor(s.seed, hf_name, n, std, center);
-    const DType gguf_t = is_vector ? DType::kF32 : s.dtype;
-    v = RoundTrip(is_vector ? vec_dtype : s.dtype, v);  // both files hold exactly these values
-    if (want_hf) st.push_back({hf_name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
+    const DType gguf_t = is_vector ? DType::kF32 : store_dtype;
+    v = RoundTrip(is_vector ? vec_dtype : store_dtype, v);  // both files hold exactly these values
+    const bool as_fp8 = fp8 && !is_vector && shape.size() == 2 && hf_name.find("embed_tokens") == std::string::npos &&
+                        hf_name.find("lm_head") == std::string::npos && hf_name.find("mlp.gate.weight") == std::string::npos;
+    if (as_fp8) {
+      auto [bytes, scales] = Fp8BlockQuantize(&v, shape[0], shape[1]);
+      if (want_hf) {
+        st.push_back({hf_name, DType::kF8E4M3, shape, std::move(bytes)});
+        const int64_t B = TensorView::kFp8Block;
+        std::vector<uint8_t> sb(scales.size() * 4);
+        std::memcpy(sb.data(), scales.data(), sb.size());
+        st.push_back({hf_name + "_scale_inv", DType::kF32, {(shape[0] + B - 1) / B, (shape[1] + B - 1) / B}, std::move(sb)});
+      }
+    } else if (want_hf) {
+      st.push_back({hf_name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
+    }
     if (want_gguf) {
       if (permute_heads) v = PermuteQK(v, permute_heads, shape.back());
       gw.AddTensor(gguf_name, gguf_t, shape, Encode(gguf_t, v));
@@ -214,12 +255,23 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       std::vector<float> stacked;
       for (int e = 0; e < s.experts; ++e) {
         const std::string name = p + "mlp.experts." + std::to_string(e) + "." + pr.hf + ".weight";
-        std::vector<float> v = RoundTrip(s.dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
-                                                               lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
-        if (want_hf) st.push_back({name, hf_dtype, {pr.rows, pr.cols}, Encode(hf_dtype, v)});
+        std::vector<float> v = RoundTrip(store_dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
+                                                                   lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
+        if (fp8) {
+          auto [bytes, scales] = Fp8BlockQuantize(&v, pr.rows, pr.cols);
+          if (want_hf) {
+            const int64_t B = TensorView::kFp8Block;
+            std::vector<uint8_t> sb(scales.size() * 4);
+            std::memcpy(sb.data(), scales.data(), sb.size());
+            st.push_back({name, DType::kF8E4M3, {pr.rows, pr.cols}, std::move(bytes)});
+            st.push_back({name + "_scale_inv", DType::kF32, {(pr.rows + B - 1) / B, (pr.cols + B - 1) / B}, std::move(sb)});
+          }
+        } else if (want_hf) {
+          st.push_back({name, hf_dtype, {pr.rows, pr.cols}, Encode(hf_dtype, v)});
+        }
         stacked.insert(stacked.end(), v.begin(), v.end());
       }
-      if (want_gguf) gw.AddTensor(g + pr.gguf, s.dtype, {s.experts, pr.rows, pr.cols}, Encode(s.dtype, stacked));
+      if (want_gguf) gw.AddTensor(g + pr.gguf, store_dtype, {s.experts, pr.rows, pr.cols}, Encode(store_dtype, stacked));
     }
   };
   add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
@@ -374,6 +426,9 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       cfg["norm_topk_prob"] = true;
       cfg["routed_scaling_factor"] = s.routed_scale;
       cfg["rope_scaling"] = nullptr;
+      if (fp8)
+        cfg["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
+                                      {"weight_block_size", {128, 128}}};
     } else if (moe) {
       cfg["num_experts"] = s.experts;
       cfg["num_experts_per_tok"] = s.experts_used;

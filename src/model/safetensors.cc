@@ -17,6 +17,7 @@ DType DTypeFromSafetensors(const std::string& s) {
   if (s == "F32") return DType::kF32;
   if (s == "F16") return DType::kF16;
   if (s == "BF16") return DType::kBF16;
+  if (s == "F8_E4M3") return DType::kF8E4M3;
   if (s == "I32") return DType::kI32;
   return DType::kInvalid;
 }
@@ -26,6 +27,7 @@ const char* SafetensorsDTypeName(DType t) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
     case DType::kBF16: return "BF16";
+    case DType::kF8E4M3: return "F8_E4M3";
     case DType::kI32: return "I32";
     default: return nullptr;
   }

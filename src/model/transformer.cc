@@ -246,6 +246,9 @@ TensorView RowSlice(const TensorView& w, int64_t r0, int64_t rows) {
   v.shape = {rows, w.cols()};
   v.data = w.row(r0);
   v.nbytes = static_cast<size_t>(rows) * w.row_bytes();
+  v.block_scale = w.block_scale;
+  v.scale_cols = w.scale_cols;
+  v.scale_row0 = w.scale_row0 + r0;
   return v;
 }
 }  // namespace

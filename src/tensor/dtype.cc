@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 namespace deepinfer {
 
 const DTypeInfo& GetDTypeInfo(DType t) {
   static const DTypeInfo kInfo[] = {
-      {"f32", 1, 4}, {"f16", 1, 2}, {"bf16", 1, 2}, {"q8_0", 32, 34}, {"q4_0", 32, 18}, {"i32", 1, 4}, {"invalid", 1, 0},
+      {"f32", 1, 4}, {"f16", 1, 2}, {"bf16", 1, 2}, {"q8_0", 32, 34}, {"q4_0", 32, 18}, {"i32", 1, 4}, {"f8_e4m3", 1, 1}, {"invalid", 1, 0},
   };
   return kInfo[static_cast<int>(t)];
 }
@@ -63,8 +65,36 @@ uint16_t F32ToF16(float f) {  // round to nearest even, with subnormals, inf and
   return static_cast<uint16_t>(sign | h);
 }
 
+float Fp8E4M3ToF32(uint8_t v) {
+  const uint32_t sign = v >> 7, exp = (v >> 3) & 0xf, mant = v & 7;
+  float out;
+  if (exp == 0xf && mant == 7) out = std::numeric_limits<float>::quiet_NaN();
+  else if (exp == 0) out = std::ldexp(static_cast<float>(mant), -9);  // subnormal: mant/8 * 2^-6
+  else out = std::ldexp(1.f + static_cast<float>(mant) / 8.f, static_cast<int>(exp) - 7);
+  return sign ? -out : out;
+}
+
+uint8_t F32ToFp8E4M3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::min(std::fabs(f), 448.f);
+  // Nearest of the 127 non-negative finite codes, ties to even mantissa (the codes are monotonic).
+  uint8_t best = 0;
+  float best_err = std::fabs(a - Fp8E4M3ToF32(0));
+  for (uint8_t c = 1; c < 0x7f; ++c) {
+    const float err = std::fabs(a - Fp8E4M3ToF32(c));
+    if (err < best_err || (err == best_err && (c & 1) == 0)) best = c, best_err = err;
+  }
+  return static_cast<uint8_t>(sign | best);
+}
+
 void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
   switch (t) {
+    case DType::kF8E4M3: {
+      auto* s = static_cast<const uint8_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Fp8E4M3ToF32(s[i]);
+      return;
+    }
     case DType::kF32:
       std::memcpy(dst, src, n * 4);
       return;
@@ -119,6 +149,11 @@ void QuantizeActivationsQ8_0(const float* x, BlockQ8_0* y, size_t n) {
 
 void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
   switch (t) {
+    case DType::kF8E4M3: {
+      auto* d = static_cast<uint8_t*>(dst);
+      for (size_t i = 0; i < n; ++i) d[i] = F32ToFp8E4M3(src[i]);
+      return;
+    }
     case DType::kF32:
       std::memcpy(dst, src, n * 4);
       return;

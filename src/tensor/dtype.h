@@ -7,7 +7,7 @@
 
 namespace deepinfer {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kI32, kInvalid };
+enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kI32, kF8E4M3, kInvalid };
 
 struct DTypeInfo {
   const char* name;
@@ -49,6 +49,10 @@ inline uint16_t F32ToBF16(float f) {  // round to nearest even; NaN stays NaN
   return static_cast<uint16_t>(u >> 16);
 }
 float F16ToF32(uint16_t h);
+// FP8 E4M3 (the "fn" variant DeepSeek ships: no infinities, 0x7f/0xff are NaN, max 448). Conversion to f32 is
+// exact; from f32 rounds to nearest even and saturates to +-448.
+float Fp8E4M3ToF32(uint8_t v);
+uint8_t F32ToFp8E4M3(float f);
 uint16_t F32ToF16(float f);
 
 // Converts n elements of `src` (type t, n a multiple of the block size) to f32.

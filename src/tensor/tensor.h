@@ -14,6 +14,12 @@ struct TensorView {
   std::vector<int64_t> shape;
   const void* data = nullptr;
   size_t nbytes = 0;
+  // FP8 weights with 128x128 block scales (DeepSeek's weight_scale_inv): element (r, c) is
+  // fp8(r, c) * block_scale[(r / 128) * scale_cols + c / 128]. Null for every other tensor.
+  const float* block_scale = nullptr;
+  int64_t scale_cols = 0;
+  int64_t scale_row0 = 0;  // a row slice's first row in the scaled matrix (scales are indexed by that matrix's rows)
+  static constexpr int kFp8Block = 128;
 
   int64_t numel() const {
     int64_t n = 1;
@@ -25,6 +31,8 @@ struct TensorView {
   size_t row_bytes() const { return DTypeBytes(dtype, static_cast<size_t>(cols())); }
   const uint8_t* row(int64_t r) const { return static_cast<const uint8_t*>(data) + r * row_bytes(); }
   std::string ShapeString() const;
+  // Row r as f32, FP8 block scales applied.
+  void RowToF32(int64_t r, float* out) const;
 };
 
 }  // namespace deepinfer

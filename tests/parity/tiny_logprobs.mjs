@@ -22,7 +22,7 @@ import {argmax, fail, llamaLogprobs, runDeepinfer} from "./common.mjs";
 
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
-const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5};
+const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5, f8_e4m3: 1e-4};
 const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2};
 
 const cases = [
@@ -39,6 +39,12 @@ const cases = [
   {arch: "deepseek_v3", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3"]},
   // V2-Lite-like: no q_lora (plain q projection).
   {arch: "deepseek_v3", dtype: "f32", flags: ["--q-lora", "0", "--layers", "2", "--seed", "3"], name: "deepseek_v3-no-qlora"},
+  // FP8 (DeepSeek's checkpoint format, HF only): e4m3 weights with 128x128 block scales, including partial blocks
+  // (kv_lora 160) and per-head W_UV slices that cross a block row (8 heads x 48 rows of kv_b). The GGUF holds the
+  // dequantized values in f32, which is what llama.cpp runs; deepinfer's HF path computes on the FP8 bytes with
+  // the scales applied block by block (activations stay f32), so the f32 bar applies to both.
+  {arch: "deepseek_v3", dtype: "f8_e4m3", flags: ["--hidden", "256", "--heads", "8", "--expert-ffn", "160", "--q-lora", "192",
+                                                  "--kv-lora", "160", "--layers", "2"]},
   {arch: "llama", dtype: "bf16", flags: []},
   // MoE in bf16: top-k routing is discontinuous. When two experts' router scores tie to within bf16 summation
   // noise, the engines may pick different experts for that token (seen: one position of 64, max 1.5e-2), so

@@ -268,3 +268,63 @@ TEST(OpsTest, PagedAttentionOverScatteredRowsAndHalfCaches) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// FP8 e4m3 weights with 128x128 block scales: MatMul equals a double-precision product with the dequantized
+// weights (fp8 x block scale), on every ISA, for a matrix with partial blocks and for a row slice whose scales
+// start inside a block row (scale_row0), as MLA's per-head W_UV views are.
+TEST(GemmTest, Fp8BlockScaledWeights) {
+  const int64_t N = 300, K = 200;  // 3 x 2 blocks, the last ones partial
+  const int m = 5;
+  std::mt19937 rng(3);
+  std::uniform_int_distribution<int> code(0, 255);
+  std::vector<uint8_t> w(N * K);
+  for (auto& b : w) {
+    b = static_cast<uint8_t>(code(rng));
+    if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+  }
+  std::vector<float> scales(3 * 2);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = 0.001f * (i + 1);
+  auto x = RandomVec(m * K, 5);
+  TensorView t;
+  t.dtype = DType::kF8E4M3;
+  t.shape = {N, K};
+  t.data = w.data();
+  t.nbytes = w.size();
+  t.block_scale = scales.data();
+  t.scale_cols = 2;
+  auto check = [&](const TensorView& v, int64_t row0, int64_t rows, const char* what) {
+    std::vector<float> y(m * rows);
+    MatMul(v, x.data(), m, y.data());
+    for (int i = 0; i < m; ++i)
+      for (int64_t n = 0; n < rows; ++n) {
+        double ref = 0;
+        for (int64_t k = 0; k < K; ++k)
+          ref += static_cast<double>(x[i * K + k]) * Fp8E4M3ToF32(w[(row0 + n) * K + k]) * scales[((row0 + n) / 128) * 2 + k / 128];
+        ASSERT_NEAR(y[i * rows + n], ref, 1e-4 * std::max(1.0, std::fabs(ref))) << what << " row " << n;
+      }
+  };
+  IsaGuard guard;
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    check(t, 0, N, IsaName(isa));
+    TensorView slice = t;  // rows [100, 260): crosses the block-row boundary at 128 and 256
+    slice.shape = {160, K};
+    slice.data = w.data() + 100 * K;
+    slice.nbytes = 160 * K;
+    slice.scale_row0 = 100;
+    check(slice, 100, 160, "slice");
+  }
+  // Known e4m3 values: 448 max, smallest subnormal 2^-9, NaN code, round-trip of every finite code.
+  EXPECT_EQ(Fp8E4M3ToF32(0x7e), 448.f);
+  EXPECT_EQ(Fp8E4M3ToF32(0x01), std::ldexp(1.f, -9));
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(0x7f)));
+  EXPECT_EQ(F32ToFp8E4M3(1e6f), 0x7e);  // saturates
+  for (int c = 0; c < 256; ++c)
+    if ((c & 0x7f) != 0x7f) EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(Fp8E4M3ToF32(static_cast<uint8_t>(c)))), Fp8E4M3ToF32(static_cast<uint8_t>(c)));
+}
+
+}  // namespace
+}  // namespace deepinfer

@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -55,7 +56,35 @@ void Prepare(const TensorView& w, const float* x, int m, PreparedX* p) {
   }
 }
 
+// FP8 with block scales: dequantize 16 weight rows at a time (fp8 x scale, in f32) into a thread-local buffer and
+// run the f32 tile kernel on them: the weights are read once at 1 byte per element and never exist as a full
+// f32/bf16 copy, and each output is the same dot product the f32 kernel computes on those f32 values.
+void Fp8Slice(const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  constexpr int64_t kRows = 16;
+  const int64_t k = t.cols();
+  thread_local std::vector<float> buf;
+  buf.resize(static_cast<size_t>(kRows * k));
+  const uint8_t* base = static_cast<const uint8_t*>(t.data);
+  for (int64_t r0 = n0; r0 < n1; r0 += kRows) {
+    const int64_t rows = std::min(kRows, n1 - r0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* src = base + (r0 + r) * k;
+      const float* sc = t.block_scale + ((t.scale_row0 + r0 + r) / TensorView::kFp8Block) * t.scale_cols;
+      float* dst = buf.data() + r * k;
+      for (int64_t c = 0; c < k; ++c) dst[c] = Fp8E4M3ToF32(src[c]) * sc[c / TensorView::kFp8Block];
+    }
+    const GemmWeights w{DType::kF32, reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(k) * 4, rows, k};
+    float* yb = y + r0;
+    switch (ActiveIsa()) {
+      case Isa::kAvx512: isa_avx512::GemmSlice(w, p.x, nullptr, m, yb, ldy, 0, rows); break;
+      case Isa::kAvx2: isa_avx2::GemmSlice(w, p.x, nullptr, m, yb, ldy, 0, rows); break;
+      default: isa_scalar::GemmSlice(w, p.x, nullptr, m, yb, ldy, 0, rows); break;
+    }
+  }
+}
+
 void Slice(const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  if (t.dtype == DType::kF8E4M3) return Fp8Slice(t, p, m, y, ldy, n0, n1);
   const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), t.rows(), t.cols()};
   switch (ActiveIsa()) {
     case Isa::kAvx512: isa_avx512::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
