@@ -41,7 +41,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},
-                {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32)"},
+                {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32); yarn (deepseek_v3): factor 4, original context 32"},
                 {"quiet", "q", "", "", "no progress output"},
             });
   if (!args.Parse(argc, argv)) return 2;
@@ -77,8 +77,10 @@ int CmdMakeTiny(int argc, char** argv) {
     s.n_group = static_cast<int>(args.GetInt("groups"));
     s.topk_group = static_cast<int>(args.GetInt("groups-used"));
     if (args.Has("rope-scaling")) {
-      if (args.Get("rope-scaling") != "llama3") return Fail(InvalidArgument("--rope-scaling supports llama3"));
-      s.llama3_rope_scaling = true;
+      const std::string rs = args.Get("rope-scaling");
+      if (rs == "llama3") s.llama3_rope_scaling = true;
+      else if (rs == "yarn" && s.arch == Arch::kDeepseekV3) s.yarn = true;
+      else return Fail(InvalidArgument("--rope-scaling supports llama3, and yarn for deepseek_v3"));
     }
     if (s.vocab <= 0 || s.hidden <= 0 || s.layers <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0 || s.ctx <= 0)
       return Fail(InvalidArgument("sizes must be positive"));

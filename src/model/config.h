@@ -50,6 +50,8 @@ struct ModelConfig {
   bool mla = false;
   int q_lora_rank = 0, kv_lora_rank = 0, qk_nope_dim = 0, qk_rope_dim = 0, v_head_dim = 0;
   // Elements per token per layer in the K and V planes of the KV cache.
+  YarnParams yarn;                 // rope_scaling yarn (deepseek)
+  float attn_scale_mult = 1.f;     // softmax scale multiplier (YaRN: get_mscale(factor, mscale_all_dim)^2)
   int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
   int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
 

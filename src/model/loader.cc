@@ -330,6 +330,21 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
     }
     if (auto v = g->GetFloat(key("expert_weights_scale")); v.ok()) c.routed_scaling_factor = static_cast<float>(*v);
     c.router_bias = g->FindTensor("blk." + std::to_string(c.first_k_dense) + ".exp_probs_b.bias") != nullptr;
+    if (auto t = g->GetString(key("rope.scaling.type")); t.ok() && *t == "yarn") {
+      auto f = g->GetFloat(key("rope.scaling.factor"));
+      auto oc = g->GetInt(key("rope.scaling.original_context_length"));
+      if (!f.ok() || !oc.ok() || !(*f >= 1 && *f < 1e6) || *oc <= 0)
+        return InvalidArgument(path + ": rope.scaling yarn needs factor >= 1 and original_context_length");
+      c.yarn.factor = *f;
+      c.yarn.original_ctx = static_cast<double>(*oc);
+      if (auto v = g->GetFloat(key("rope.scaling.yarn_beta_fast")); v.ok()) c.yarn.beta_fast = *v;
+      if (auto v = g->GetFloat(key("rope.scaling.yarn_beta_slow")); v.ok()) c.yarn.beta_slow = *v;
+      // llama.cpp stores 0.1 * mscale_all_dim; cos/sin keep scale 1 (mscale == mscale_all_dim, as V2/V3 ship).
+      auto lm = g->GetFloat(key("rope.scaling.yarn_log_multiplier"));
+      const double log_mul = lm.ok() ? *lm : 0.0;
+      const double m = 1 + log_mul * std::log(c.yarn.factor);
+      c.attn_scale_mult = static_cast<float>(m * m);
+    }
     c.n_kv_heads = c.n_heads;
   }
   c.qk_norm = c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe;
@@ -473,9 +488,20 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
     if (type == "llama3") {
       c.rope_freq_factors = Llama3FreqFactors(c.head_dim, theta, rs.value("factor", 8.0), rs.value("low_freq_factor", 1.0),
                                               rs.value("high_freq_factor", 4.0), rs.value("original_max_position_embeddings", 8192.0));
+    } else if (type == "yarn" && c.arch == Arch::kDeepseekV3) {
+      auto num = [&](const char* k, double def) { return rs.contains(k) && rs[k].is_number() ? rs[k].get<double>() : def; };
+      c.yarn.factor = num("factor", 1.0);
+      c.yarn.original_ctx = num("original_max_position_embeddings", 4096.0);
+      c.yarn.beta_fast = num("beta_fast", 32.0);
+      c.yarn.beta_slow = num("beta_slow", 1.0);
+      const double mscale = num("mscale", 1.0), mscale_all = num("mscale_all_dim", 0.0);
+      auto get_mscale = [&](double m) { return c.yarn.factor <= 1 ? 1.0 : 0.1 * m * std::log(c.yarn.factor) + 1.0; };
+      if (!(c.yarn.factor >= 1 && c.yarn.factor < 1e6 && c.yarn.original_ctx > 0 && c.yarn.beta_fast > 0 && c.yarn.beta_slow > 0))
+        return InvalidArgument(cfg_path + ": rope_scaling yarn values out of range");
+      c.yarn.mscale = static_cast<float>(get_mscale(mscale) / get_mscale(mscale_all));
+      c.attn_scale_mult = static_cast<float>(get_mscale(mscale_all) * get_mscale(mscale_all));
     } else if (!type.empty() && type != "default") {
-      return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet" +
-                           (type == "yarn" ? " (YaRN for DeepSeek is planned)" : ""));
+      return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet");
     }
   }
   DI_RETURN_IF_ERROR(Validate(c, cfg_path));

@@ -368,6 +368,14 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       gw.SetU32(gguf_arch + ".expert_gating_func", 2);  // sigmoid
       gw.SetU32(gguf_arch + ".expert_group_count", s.n_group);
       gw.SetU32(gguf_arch + ".expert_group_used_count", s.topk_group);
+      if (s.yarn) {
+        gw.SetString(gguf_arch + ".rope.scaling.type", "yarn");
+        gw.SetF32(gguf_arch + ".rope.scaling.factor", 4.f);
+        gw.SetU32(gguf_arch + ".rope.scaling.original_context_length", 32);
+        gw.SetF32(gguf_arch + ".rope.scaling.yarn_log_multiplier", 0.1f);  // 0.1 x mscale_all_dim
+        gw.SetF32(gguf_arch + ".rope.scaling.yarn_beta_fast", 32.f);
+        gw.SetF32(gguf_arch + ".rope.scaling.yarn_beta_slow", 1.f);
+      }
     }
     if (moe) {
       gw.SetU32(gguf_arch + ".expert_count", s.experts);
@@ -426,6 +434,9 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       cfg["norm_topk_prob"] = true;
       cfg["routed_scaling_factor"] = s.routed_scale;
       cfg["rope_scaling"] = nullptr;
+      if (s.yarn)
+        cfg["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}, {"beta_fast", 32},
+                               {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
       if (fp8)
         cfg["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
                                       {"weight_block_size", {128, 128}}};

@@ -32,6 +32,7 @@ struct TinySpec {
   int q_lora = 48, kv_lora = 32, qk_nope = 16, qk_rope = 8, v_head = 16;
   int shared_experts = 1, first_dense = 1, n_group = 4, topk_group = 2;
   float routed_scale = 2.5f;
+  bool yarn = false;  // deepseek_v3: rope_scaling yarn (factor 4, original context 32, mscale = mscale_all_dim = 1)
   uint64_t seed = 1;
 };
 

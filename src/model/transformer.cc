@@ -24,7 +24,7 @@ KvCache::KvCache(const ModelConfig& c, int capacity, DType dtype) : capacity_(ca
 
 Transformer::Transformer(const Model& model, int max_batch_tokens)
     : model_(model), c_(model.config), max_tokens_(max_batch_tokens) {
-  rope_ = RopeTable::Make(c_.rope_style, c_.mla ? c_.qk_rope_dim : c_.head_dim, c_.rope_theta, c_.rope_freq_factors);
+  rope_ = RopeTable::Make(c_.rope_style, c_.mla ? c_.qk_rope_dim : c_.head_dim, c_.rope_theta, c_.rope_freq_factors, c_.yarn);
   const size_t m = static_cast<size_t>(max_tokens_);
   const size_t qdim = static_cast<size_t>(c_.n_heads) * c_.head_dim, kvdim = static_cast<size_t>(c_.n_kv_heads) * c_.head_dim;
   x_.resize(m * c_.hidden);
@@ -273,7 +273,7 @@ void Transformer::MlaAttention(int l, int n, PagedKvCache& kv) {
   ApplyRope(rope_, q_.data() + nope, n, H, qk, pos_.data());
   kv.Write(l, k_.data(), nullptr, slot_of_token_.data(), n);
   if (!mla_absorb_) return MlaDecompressedAttention(l, n, kv);
-  const float scale = 1.f / std::sqrt(static_cast<float>(qk));
+  const float scale = c_.attn_scale_mult / std::sqrt(static_cast<float>(qk));
   // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly.
   for (int hh = 0; hh < H; ++hh) {
     for (int t = 0; t < n; ++t)
@@ -337,7 +337,7 @@ void Transformer::MlaDecompressedAttention(int l, int n, PagedKvCache& kv) {
     for (int p = 0; p < len; ++p) ident[p] = p;
     const AttnSeq one{0, sq.m, sq.start, ident.data()};
     PagedAttention(q_.data() + static_cast<size_t>(sq.q_row) * H * qk, &one, 1, K.data(), V.data(), DType::kF32,
-                   AttnShape{H, H, qk, vd, H * qk, H * vd}, 1.f / std::sqrt(static_cast<float>(qk)),
+                   AttnShape{H, H, qk, vd, H * qk, H * vd}, c_.attn_scale_mult / std::sqrt(static_cast<float>(qk)),
                    attn_.data() + static_cast<size_t>(sq.q_row) * H * vd);
   }
 }

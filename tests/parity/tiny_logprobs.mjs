@@ -39,6 +39,9 @@ const cases = [
   {arch: "deepseek_v3", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3"]},
   // V2-Lite-like: no q_lora (plain q projection).
   {arch: "deepseek_v3", dtype: "f32", flags: ["--q-lora", "0", "--layers", "2", "--seed", "3"], name: "deepseek_v3-no-qlora"},
+  // YaRN (factor 4 over an original context of 32, so the 64-token prompt runs past it): frequency ramp and the
+  // mscale^2 softmax factor.
+  {arch: "deepseek_v3", dtype: "f32", flags: ["--rope-scaling", "yarn", "--layers", "2", "--seed", "9"], name: "deepseek_v3-yarn"},
   // FP8 (DeepSeek's checkpoint format, HF only): e4m3 weights with 128x128 block scales, including partial blocks
   // (kv_lora 160) and per-head W_UV slices that cross a block row (8 heads x 48 rows of kv_b). The GGUF holds the
   // dequantized values in f32, which is what llama.cpp runs; deepinfer's HF path computes on the FP8 bytes with

@@ -21,14 +21,28 @@ void RmsNorm(const float* x, const float* w, float eps, int m, int n, float* y) 
   }
 }
 
-RopeTable RopeTable::Make(RopeStyle style, int rot_dim, double theta, const std::vector<float>& freq_factors) {
+RopeTable RopeTable::Make(RopeStyle style, int rot_dim, double theta, const std::vector<float>& freq_factors,
+                          const YarnParams& yarn) {
   RopeTable t;
   t.style = style;
   t.rot_dim = rot_dim;
   t.inv_freq.resize(rot_dim / 2);
+  double low = 0, high = 0;
+  if (yarn.factor > 1) {  // the dims whose wavelength fits beta_fast .. beta_slow rotations in the original context
+    auto corr = [&](double rotations) {
+      return rot_dim * std::log(yarn.original_ctx / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    low = std::max(0.0, std::floor(corr(yarn.beta_fast)));
+    high = std::min(rot_dim - 1.0, std::ceil(corr(yarn.beta_slow)));
+    t.mscale = yarn.mscale;
+  }
   for (int i = 0; i < rot_dim / 2; ++i) {
     double f = std::pow(theta, -2.0 * i / rot_dim);
     if (!freq_factors.empty()) f /= freq_factors[i];
+    if (yarn.factor > 1) {
+      const double ramp = 1 - std::clamp((i - low) / std::max(0.001, high - low), 0.0, 1.0);  // 1: keep original
+      f = f / yarn.factor * (1 - ramp) + f * ramp;
+    }
     t.inv_freq[i] = static_cast<float>(f);
   }
   return t;
@@ -40,8 +54,8 @@ void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, c
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < half; ++j) {
       const double a = static_cast<double>(pos[i]) * t.inv_freq[j];
-      cs[j] = static_cast<float>(std::cos(a));
-      sn[j] = static_cast<float>(std::sin(a));
+      cs[j] = static_cast<float>(std::cos(a)) * t.mscale;
+      sn[j] = static_cast<float>(std::sin(a)) * t.mscale;
     }
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + (static_cast<int64_t>(i) * n_heads + h) * head_dim;
