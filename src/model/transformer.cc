@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/logging.h"
+#include "base/thread_pool.h"
 
 #include "kernels/cpu/gemm.h"
 
@@ -274,36 +275,42 @@ void Transformer::MlaAttention(int l, int n, PagedKvCache& kv) {
   kv.Write(l, k_.data(), nullptr, slot_of_token_.data(), n);
   if (!mla_absorb_) return MlaDecompressedAttention(l, n, kv);
   const float scale = c_.attn_scale_mult / std::sqrt(static_cast<float>(qk));
-  // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly.
-  for (int hh = 0; hh < H; ++hh) {
-    for (int t = 0; t < n; ++t)
-      std::memcpy(head_in_.data() + static_cast<size_t>(t) * nope, q_.data() + (static_cast<size_t>(t) * H + hh) * qk,
-                  sizeof(float) * nope);
-    TensorView uk;
-    uk.dtype = DType::kF32;
-    uk.shape = {kvl, nope};
-    uk.data = L.uk_t.data() + static_cast<size_t>(hh) * kvl * nope;
-    uk.nbytes = sizeof(float) * kvl * nope;
-    MatMul(uk, head_in_.data(), n, head_out_.data());
-    for (int t = 0; t < n; ++t) {
-      float* dst = qabs_.data() + (static_cast<size_t>(t) * H + hh) * krow;
-      std::memcpy(dst, head_out_.data() + static_cast<size_t>(t) * kvl, sizeof(float) * kvl);
-      std::memcpy(dst + kvl, q_.data() + (static_cast<size_t>(t) * H + hh) * qk + nope, sizeof(float) * rope);
+  // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly. Heads are split over
+  // the pool (one dispatch, not one per head); each head's GEMM is the same single-threaded kernel either way.
+  ComputePool().Run([&](int tid, int nt) {
+    auto [h0, h1] = ThreadPool::Range(static_cast<size_t>(H), tid, nt);
+    std::vector<float> in(static_cast<size_t>(n) * nope), out(static_cast<size_t>(n) * kvl);
+    for (size_t hh = h0; hh < h1; ++hh) {
+      for (int t = 0; t < n; ++t)
+        std::memcpy(in.data() + static_cast<size_t>(t) * nope, q_.data() + (static_cast<size_t>(t) * H + hh) * qk, sizeof(float) * nope);
+      TensorView uk;
+      uk.dtype = DType::kF32;
+      uk.shape = {kvl, nope};
+      uk.data = L.uk_t.data() + hh * kvl * nope;
+      uk.nbytes = sizeof(float) * kvl * nope;
+      MatMulSlice(uk, in.data(), n, out.data(), kvl, 0, kvl);
+      for (int t = 0; t < n; ++t) {
+        float* dst = qabs_.data() + (static_cast<size_t>(t) * H + hh) * krow;
+        std::memcpy(dst, out.data() + static_cast<size_t>(t) * kvl, sizeof(float) * kvl);
+        std::memcpy(dst + kvl, q_.data() + (static_cast<size_t>(t) * H + hh) * qk + nope, sizeof(float) * rope);
+      }
     }
-  }
+  });
   // MQA over the latent: one K/V "head" shared by all H query heads; V is the latent part of the same rows.
   PagedAttention(qabs_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.k(l), kv.dtype(),
                  AttnShape{H, 1, krow, kvl, krow, krow}, scale, olat_.data());
-  // Up-project each head's latent output with W_UV[h].
-  for (int hh = 0; hh < H; ++hh) {
-    for (int t = 0; t < n; ++t)
-      std::memcpy(head_in_.data() + static_cast<size_t>(t) * kvl, olat_.data() + (static_cast<size_t>(t) * H + hh) * kvl,
-                  sizeof(float) * kvl);
-    MatMul(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd), head_in_.data(), n, head_out_.data());
-    for (int t = 0; t < n; ++t)
-      std::memcpy(attn_.data() + (static_cast<size_t>(t) * H + hh) * vd, head_out_.data() + static_cast<size_t>(t) * vd,
-                  sizeof(float) * vd);
-  }
+  // Up-project each head's latent output with W_UV[h] (heads split over the pool, as above).
+  ComputePool().Run([&](int tid, int nt) {
+    auto [h0, h1] = ThreadPool::Range(static_cast<size_t>(H), tid, nt);
+    std::vector<float> in(static_cast<size_t>(n) * kvl), out(static_cast<size_t>(n) * vd);
+    for (size_t hh = h0; hh < h1; ++hh) {
+      for (int t = 0; t < n; ++t)
+        std::memcpy(in.data() + static_cast<size_t>(t) * kvl, olat_.data() + (static_cast<size_t>(t) * H + hh) * kvl, sizeof(float) * kvl);
+      MatMulSlice(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd), in.data(), n, out.data(), vd, 0, vd);
+      for (int t = 0; t < n; ++t)
+        std::memcpy(attn_.data() + (static_cast<size_t>(t) * H + hh) * vd, out.data() + static_cast<size_t>(t) * vd, sizeof(float) * vd);
+    }
+  });
 }
 
 void Transformer::MlaDecompressedAttention(int l, int n, PagedKvCache& kv) {
