@@ -47,11 +47,13 @@ expect_error bad-kv-dtype "--kv-cache-dtype must be f32, bf16 or f16" "$bin" gen
 expect_error bad-kv-size "unknown unit" "$bin" generate -m "$tmp/m" --kv-cache 5XB -n 1
 expect_error input-and-prompt "cannot be combined" "$bin" generate -m "$tmp/m" --input /dev/null -p hi
 expect_error missing-input "cannot open" "$bin" generate -m "$tmp/m" --input "$tmp/none.jsonl"
+expect_error serve-bad-port "--port must be in" "$bin" serve -m "$tmp/m" --port 99999
+expect_error serve-bad-host "--host" "$bin" serve -m "$tmp/m" --host 999.1.1.1 --port 0
 expect_error bad-tokens "--tokens must be a non-empty JSON array" "$bin" logprobs -m "$tmp/m" --tokens "nope"
 expect_error token-out-of-range "outside the vocabulary" "$bin" logprobs -m "$tmp/m" --tokens "[1, 99999]"
 
 # Help for every command mentions each of its flags.
-for c in generate pull make-tiny bench tokenize logprobs; do
+for c in generate serve pull make-tiny bench tokenize logprobs template; do
   "$bin" "$c" --help | grep -q -- "--" || { echo "FAIL help $c"; fails=$((fails + 1)); }
 done
 ((fails == 0)) && echo "all CLI error checks passed"
