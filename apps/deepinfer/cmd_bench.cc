@@ -17,18 +17,34 @@
 namespace deepinfer::cli {
 namespace {
 
-// Bytes of weights one decode step reads: every layer matrix plus the lm_head row block.
+// Bytes of weights one decode step (batch 1) reads: every dense matrix, the lm_head, and for MoE layers the
+// router, the shared experts and experts_used of the routed experts (one token touches only those).
 double WeightBytesPerToken(const Model& m) {
   double b = static_cast<double>(m.lm_head.nbytes);
-  for (auto& L : m.layers)
-    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) b += static_cast<double>(t->nbytes);
+  for (auto& L : m.layers) {
+    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wq_a, &L.wq_b, &L.wkv_a,
+                                &L.wkv_b, &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
+      b += static_cast<double>(t->nbytes);
+    if (L.moe()) {
+      double experts = 0;
+      for (size_t e = 0; e < L.exp_gate.size(); ++e)
+        experts += static_cast<double>(L.exp_gate[e].nbytes + L.exp_up[e].nbytes + L.exp_down[e].nbytes);
+      b += experts * m.config.n_experts_used / m.config.n_experts;
+    }
+  }
   return b;
 }
 
+// Multiply-adds per token in the matmuls (routed experts: the ones a token uses), for prefill GFLOP/s.
 double MatmulParams(const Model& m) {
   double p = static_cast<double>(m.lm_head.numel());
-  for (auto& L : m.layers)
-    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down}) p += static_cast<double>(t->numel());
+  for (auto& L : m.layers) {
+    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wq_a, &L.wq_b, &L.wkv_a,
+                                &L.wkv_b, &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
+      if (t->data) p += static_cast<double>(t->numel());
+    if (L.moe() && !L.exp_gate.empty())
+      p += static_cast<double>(L.exp_gate[0].numel() + L.exp_up[0].numel() + L.exp_down[0].numel()) * m.config.n_experts_used;
+  }
   return p;
 }
 
