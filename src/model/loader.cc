@@ -115,7 +115,7 @@ Status LoadExperts(const ModelConfig& c, const TensorSource& src, const Names& n
 }
 
 Names GgufNames() {
-  Names n{"token_embd.weight", "output_norm.weight", "output.weight", nullptr};
+  Names n{"token_embd.weight", "output_norm.weight", "output.weight", nullptr, nullptr};
   n.layer = [](int l, const char* what) {
     static const std::map<std::string, std::string> kMap = {
         {"attn_norm", "attn_norm.weight"}, {"ffn_norm", "ffn_norm.weight"}, {"wq", "attn_q.weight"},
@@ -134,7 +134,7 @@ Names GgufNames() {
 }
 
 Names HfNames() {
-  Names n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", nullptr};
+  Names n{"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight", nullptr, nullptr};
   n.layer = [](int l, const char* what) {
     static const std::map<std::string, std::string> kMap = {
         {"attn_norm", "input_layernorm.weight"}, {"ffn_norm", "post_attention_layernorm.weight"},

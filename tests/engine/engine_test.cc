@@ -28,71 +28,53 @@ const Model& Stories() {
   return *m;
 }
 
+// A random model of the given layout, written as GGUF and loaded once per test binary.
+std::unique_ptr<Model> MakeTiny(TinySpec s, const std::string& tag) {
+  const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_" + tag + "_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
+  auto r = LoadModelFromPath((dir / "m.gguf").string());
+  fs::remove_all(dir);
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().ToString();
+    return nullptr;
+  }
+  return std::move(r).value();
+}
+
+TinySpec SmallSpec(Arch arch) {
+  TinySpec s;
+  s.arch = arch;
+  s.vocab = 384;
+  s.layers = 2;
+  s.ctx = 512;
+  return s;
+}
+
 const Model& Tiny() {
-  static std::unique_ptr<Model> m = [] {
-    const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_tiny_" + std::to_string(::getpid()));
-    TinySpec s;
-    s.arch = Arch::kQwen3;
-    s.vocab = 384;
-    s.layers = 2;
-    s.ctx = 512;
-    fs::create_directories(dir);
-    EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
-    auto r = LoadModelFromPath((dir / "m.gguf").string());
-    fs::remove_all(dir);
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      return std::unique_ptr<Model>();
-    }
-    return std::move(r).value();
-  }();
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kQwen3), "qwen3");
   return *m;
 }
 
 const Model& TinyMoe() {
   static std::unique_ptr<Model> m = [] {
-    const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_moe_" + std::to_string(::getpid()));
-    TinySpec s;
-    s.arch = Arch::kQwen3Moe;
-    s.vocab = 384;
-    s.layers = 2;
-    s.ctx = 512;
+    TinySpec s = SmallSpec(Arch::kQwen3Moe);
     s.experts = 8;
     s.experts_used = 2;
-    fs::create_directories(dir);
-    EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
-    auto r = LoadModelFromPath((dir / "m.gguf").string());
-    fs::remove_all(dir);
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      return std::unique_ptr<Model>();
-    }
-    return std::move(r).value();
+    return MakeTiny(s, "moe");
   }();
   return *m;
 }
 
 const Model& TinyDeepseek() {
   static std::unique_ptr<Model> m = [] {
-    const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_ds_" + std::to_string(::getpid()));
-    TinySpec s;
-    s.arch = Arch::kDeepseekV3;
-    s.vocab = 384;
+    TinySpec s = SmallSpec(Arch::kDeepseekV3);
     s.layers = 3;
-    s.ctx = 512;
     s.experts = 8;
     s.experts_used = 2;
     s.n_group = 2;
     s.topk_group = 1;
-    fs::create_directories(dir);
-    EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
-    auto r = LoadModelFromPath((dir / "m.gguf").string());
-    fs::remove_all(dir);
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      return std::unique_ptr<Model>();
-    }
-    return std::move(r).value();
+    return MakeTiny(s, "ds");
   }();
   return *m;
 }
