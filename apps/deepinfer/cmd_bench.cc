@@ -55,19 +55,26 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
   return t;
 }
 
-// Runs the peer script; returns its JSON (or null when it is unavailable).
-nlohmann::json RunPeer(const std::string& script, const std::string& mode, const std::string& model, int threads, int n, int prompt) {
-  std::string cmd = "node '" + script + "' " + mode + " '" + model + "' " + std::to_string(threads) + " " + std::to_string(n) + " " +
-                    std::to_string(prompt) + " 2>/dev/null";
+}  // namespace
+
+nlohmann::json RunNodeJson(const std::string& args) {
+  const std::string cmd = "node " + args + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return nullptr;
   std::string out;
   char buf[4096];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, k);
+  for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, k);
   if (pclose(p) != 0) return nullptr;
   auto j = nlohmann::json::parse(out, nullptr, false);
   return j.is_discarded() ? nullptr : j;
+}
+
+namespace {
+
+// Runs the llama.cpp peer script for decode/prefill; null when it is unavailable.
+nlohmann::json RunPeer(const std::string& script, const std::string& mode, const std::string& model, int threads, int n, int prompt) {
+  return RunNodeJson("'" + script + "' " + mode + " '" + model + "' " + std::to_string(threads) + " " + std::to_string(n) + " " +
+                     std::to_string(prompt));
 }
 
 // Single-thread encode and decode throughput over a document set (the tokenizer cache starts cold each rep).

@@ -138,16 +138,8 @@ int BenchSim(int argc, char** argv) {
 }
 
 nlohmann::json RunPeerThroughput(const std::string& script, const std::string& model, int threads, int c, int n_prompt, int n_gen) {
-  const std::string cmd = "node '" + script + "' '" + model + "' " + std::to_string(threads) + " " + std::to_string(c) + " " +
-                          std::to_string(n_prompt) + " " + std::to_string(n_gen) + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return nullptr;
-  std::string out;
-  char buf[4096];
-  for (size_t k; (k = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, k);
-  if (pclose(p) != 0) return nullptr;
-  auto j = nlohmann::json::parse(out, nullptr, false);
-  return j.is_discarded() ? nullptr : j;
+  return RunNodeJson("'" + script + "' '" + model + "' " + std::to_string(threads) + " " + std::to_string(c) + " " +
+                     std::to_string(n_prompt) + " " + std::to_string(n_gen));
 }
 
 int BenchThroughput(int argc, char** argv) {

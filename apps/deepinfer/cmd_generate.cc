@@ -258,6 +258,7 @@ int CmdGenerate(int argc, char** argv) {
   Clock::time_point t_first;
   const uint64_t seed = params.sampling.seed;
   const size_t n_prompt = ids.size();
+  const std::vector<int32_t> prompt_ids = ids;  // reported in --json
   auto id = engine.Add(std::move(ids), std::move(params), [&](const RequestOutput& ev) {
     if (res.choices[0].tokens.empty() && !ev.token_ids.empty()) t_first = Clock::now();
     res.Take(ev);
@@ -278,7 +279,7 @@ int CmdGenerate(int argc, char** argv) {
     json out = {{"text", c.text},
                 {"token_ids", c.tokens},
                 {"finish_reason", c.finish_reason},
-                {"prompt_token_ids", tok.Encode(prompt, bos && tok.bos_id() >= 0)},
+                {"prompt_token_ids", prompt_ids},
                 {"seed", seed},
                 {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", c.tokens.size()}}},
                 {"timings", {{"prefill_seconds", prefill_s}, {"decode_seconds", decode_s},

@@ -1,5 +1,6 @@
 #pragma once
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 
 #include "deepinfer/status.h"
@@ -28,5 +29,7 @@ LoadOptions LoadOptionsFromArgs(const Args& args);
   {"mmap", "", "", "", "keep weights in the mmapped files (no copy, less RAM; slower decode on 4 KiB pages)"},      \
       {"no-mmap", "", "", "", "always copy weights into huge-page memory (default: copy when they fit in RAM)"}
 int Fail(const Status& s);
+// Runs `node ARGS` (reference tools) and parses its stdout as JSON; null if it fails or prints no JSON.
+nlohmann::json RunNodeJson(const std::string& args);
 
 }  // namespace deepinfer::cli

@@ -195,8 +195,10 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   call->unfinished.store(static_cast<int>(call->choices.size()));
   for (size_t p = 0; p < prompts.size(); ++p) {
     call->prompt_tokens += static_cast<int>(prompts[p].size());
-    if (echo)
-      for (int i = 0; i < n; ++i) call->choices[p * n + i].echo = tok_.Decode(prompts[p]);
+    if (echo) {
+      const std::string text = tok_.Decode(prompts[p]);
+      for (int i = 0; i < n; ++i) call->choices[p * n + i].echo = text;
+    }
   }
   call->start = Clock::now();
   {
