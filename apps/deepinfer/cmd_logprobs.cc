@@ -12,11 +12,14 @@ namespace deepinfer::cli {
 
 int CmdLogprobs(int argc, char** argv) {
   Args args("logprobs", "Full-vocabulary log-probabilities of the next token at every position of a token sequence, as JSON\n"
-                        "{\"logprobs\": [[...vocab...], ...]} (one row per input token). Used by the parity tests.",
+                        "{\"logprobs\": [[...vocab...], ...]} (one row per input token). Used by the parity tests.\n"
+                        "With --mtp (DeepSeek-V3 checkpoints with an MTP module) the output adds \"mtp\": n-1 rows, row i\n"
+                        "being the MTP module's prediction of token i+2 from token i+1 and the model's hidden state at i.",
             {
                 {"model", "m", "MODEL", "", "GGUF file, HF model directory or hub reference"},
                 {"tokens", "", "JSON", "", "token ids as a JSON array, e.g. [1,2,3]"},
                 {"chunk", "", "N", "512", "tokens per forward chunk"},
+                {"mtp", "", "", "", "also run the MTP (next-n) module and print its log-probabilities"},
                 {"threads", "t", "N", "all cores", "compute threads"},
                 DI_WEIGHT_FLAGS,
             });
@@ -38,18 +41,42 @@ int CmdLogprobs(int argc, char** argv) {
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
   Transformer tf(*model, static_cast<int>(args.GetInt("chunk")));
   KvCache kv(model->config, n);
-  std::vector<float> logits(static_cast<size_t>(n) * V), lp(V);
-  if (Status s = tf.Forward(ids.data(), n, 0, kv, logits.data(), true); !s.ok()) return Fail(s);
+  const bool mtp = args.Has("mtp");
+  if (mtp && model->mtp.empty()) return Fail(InvalidArgument(args.Get("model") + ": the model has no MTP module"));
+  if (mtp && n < 2) return Fail(InvalidArgument("--mtp needs at least two tokens"));
+  std::vector<float> logits(static_cast<size_t>(n) * V), lp(V), hidden;
+  if (mtp) hidden.resize(static_cast<size_t>(n) * model->config.hidden);
+  if (Status s = tf.Forward(ids.data(), n, 0, kv, logits.data(), true, mtp ? hidden.data() : nullptr); !s.ok()) return Fail(s);
   std::string out = "{\"logprobs\":[";
   char buf[32];
-  for (int i = 0; i < n; ++i) {
-    LogSoftmax(logits.data() + static_cast<size_t>(i) * V, lp.data(), V);
-    out += i ? ",[" : "[";
-    for (int t = 0; t < V; ++t) {
-      std::snprintf(buf, sizeof buf, t ? ",%.9g" : "%.9g", lp[t]);
-      out += buf;
+  auto append_rows = [&](const float* rows, int count) {
+    for (int i = 0; i < count; ++i) {
+      LogSoftmax(rows + static_cast<size_t>(i) * V, lp.data(), V);
+      out += i ? ",[" : "[";
+      for (int t = 0; t < V; ++t) {
+        std::snprintf(buf, sizeof buf, t ? ",%.9g" : "%.9g", lp[t]);
+        out += buf;
+      }
+      out += "]";
     }
-    out += "]";
+  };
+  append_rows(logits.data(), n);
+  if (mtp) {
+    // Row i: token i+1 with h_i at position i, one row per SeqForward so every row yields logits.
+    KvCache mtp_kv(tf.MtpKvConfig(), n);
+    const int nb = static_cast<int>(mtp_kv.block_table().size()), chunk = tf.max_batch_tokens();
+    std::vector<SeqForward> rows;
+    for (int done = 0; done < n - 1; done += chunk) {
+      const int len = std::min(chunk, n - 1 - done);
+      rows.clear();
+      for (int i = done; i < done + len; ++i) rows.push_back({&ids[i + 1], 1, i, mtp_kv.block_table().data(), nb, true});
+      if (Status s = tf.ForwardMtp(0, rows.data(), len, hidden.data() + static_cast<size_t>(done) * model->config.hidden,
+                                   mtp_kv.paged(), logits.data() + static_cast<size_t>(done) * V);
+          !s.ok())
+        return Fail(s);
+    }
+    out += "],\"mtp\":[";
+    append_rows(logits.data(), n - 1);
   }
   out += "]}\n";
   std::fwrite(out.data(), 1, out.size(), stdout);

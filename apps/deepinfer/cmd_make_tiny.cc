@@ -39,6 +39,8 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"first-dense", "", "N", "1", "deepseek_v3: leading dense layers (first_k_dense_replace)"},
                 {"groups", "", "N", "4", "deepseek_v3: expert groups (n_group)"},
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
+                {"mtp", "", "", "", "deepseek_v3: add one MTP (next-token prediction) module after the last layer"},
+                {"split-kv-b", "", "", "", "deepseek_v3 GGUF: store kv_b pre-split as attn_k_b/attn_v_b (llama.cpp's current layout)"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},
                 {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32); yarn (deepseek_v3): factor 4, original context 32"},
@@ -76,6 +78,10 @@ int CmdMakeTiny(int argc, char** argv) {
     s.first_dense = static_cast<int>(args.GetInt("first-dense"));
     s.n_group = static_cast<int>(args.GetInt("groups"));
     s.topk_group = static_cast<int>(args.GetInt("groups-used"));
+    s.mtp = args.Has("mtp");
+    s.split_kv_b = args.Has("split-kv-b");
+    if ((s.mtp || s.split_kv_b) && s.arch != Arch::kDeepseekV3)
+      return Fail(InvalidArgument("--mtp and --split-kv-b are for --arch deepseek_v3"));
     if (args.Has("rope-scaling")) {
       const std::string rs = args.Get("rope-scaling");
       if (rs == "llama3") s.llama3_rope_scaling = true;

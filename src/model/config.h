@@ -52,6 +52,8 @@ struct ModelConfig {
   // Elements per token per layer in the K and V planes of the KV cache.
   YarnParams yarn;                 // rope_scaling yarn (deepseek)
   float attn_scale_mult = 1.f;     // softmax scale multiplier (YaRN: get_mscale(factor, mscale_all_dim)^2)
+  // DeepSeek-V3 MTP modules loaded (num_nextn_predict_layers); each has its own KV layer when used.
+  int n_mtp = 0;
   int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
   int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
 

@@ -127,7 +127,10 @@ Names GgufNames() {
         {"exp_bias", "exp_probs_b.bias"}, {"sh_gate", "ffn_gate_shexp.weight"}, {"sh_up", "ffn_up_shexp.weight"},
         {"sh_down", "ffn_down_shexp.weight"}, {"wq_a", "attn_q_a.weight"}, {"q_a_norm", "attn_q_a_norm.weight"},
         {"wq_b", "attn_q_b.weight"}, {"wkv_a", "attn_kv_a_mqa.weight"}, {"kv_a_norm", "attn_kv_a_norm.weight"},
-        {"wkv_b", "attn_kv_b.weight"}};
+        {"wkv_b", "attn_kv_b.weight"}, {"wk_b", "attn_k_b.weight"}, {"wv_b", "attn_v_b.weight"},
+        {"enorm", "nextn.enorm.weight"}, {"hnorm", "nextn.hnorm.weight"}, {"eh_proj", "nextn.eh_proj.weight"},
+        {"mtp_embd", "nextn.embed_tokens.weight"}, {"mtp_head_norm", "nextn.shared_head_norm.weight"},
+        {"mtp_head", "nextn.shared_head_head.weight"}};
     return "blk." + std::to_string(l) + "." + kMap.at(what);
   };
   return n;
@@ -147,7 +150,10 @@ Names HfNames() {
         {"sh_down", "mlp.shared_experts.down_proj.weight"}, {"wq_a", "self_attn.q_a_proj.weight"},
         {"q_a_norm", "self_attn.q_a_layernorm.weight"}, {"wq_b", "self_attn.q_b_proj.weight"},
         {"wkv_a", "self_attn.kv_a_proj_with_mqa.weight"}, {"kv_a_norm", "self_attn.kv_a_layernorm.weight"},
-        {"wkv_b", "self_attn.kv_b_proj.weight"}};
+        {"wkv_b", "self_attn.kv_b_proj.weight"}, {"wk_b", "self_attn.k_b_proj.weight"},
+        {"wv_b", "self_attn.v_b_proj.weight"}, {"enorm", "enorm.weight"}, {"hnorm", "hnorm.weight"},
+        {"eh_proj", "eh_proj.weight"}, {"mtp_embd", "embed_tokens.weight"}, {"mtp_head_norm", "shared_head.norm.weight"},
+        {"mtp_head", "shared_head.head.weight"}};
     return "model.layers." + std::to_string(l) + "." + kMap.at(what);
   };
   n.expert = [](int l, int e, const char* proj) {
@@ -183,10 +189,25 @@ Status LoadMla(const ModelConfig& c, const TensorSource& src, const Names& names
   }
   DI_RETURN_IF_ERROR(Expect(src, N("wkv_a"), {kvl + c.qk_rope_dim, h}, &L.wkv_a));
   DI_RETURN_IF_ERROR(ExpectVec(src, N("kv_a_norm"), kvl, &L.kv_a_norm));
-  DI_RETURN_IF_ERROR(Expect(src, N("wkv_b"), {H * (c.qk_nope_dim + c.v_head_dim), kvl}, &L.wkv_b));
   DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, H * c.v_head_dim}, &L.wo));
-  // W_UK[h]^T for the absorbed query: rows [h*(nope+v), h*(nope+v)+nope) of kv_b, transposed, in f32.
   const int nope = c.qk_nope_dim;
+  if (src.find(N("wk_b"))) {
+    // llama.cpp's layout: k_b = W_UK^T per head {H, kv_lora, nope} (already our uk_t layout), v_b {H, v, kv_lora}.
+    TensorView kb;
+    DI_RETURN_IF_ERROR(Expect(src, N("wk_b"), {H, kvl, nope}, &kb));
+    DI_RETURN_IF_ERROR(Expect(src, N("wv_b"), {H, c.v_head_dim, kvl}, &L.wv_b));
+    for (TensorView* t : {&kb, &L.wv_b})
+      if (t->dtype == DType::kF8E4M3 || GetDTypeInfo(t->dtype).block_elems > t->shape.back() ||
+          t->shape.back() % GetDTypeInfo(t->dtype).block_elems)
+        return InvalidArgument(src.file + ": attn_k_b/attn_v_b have an unusable type");
+    kb.shape = {H * kvl, nope};
+    L.wv_b.shape = {H * c.v_head_dim, kvl};
+    L.uk_t.resize(static_cast<size_t>(H) * kvl * nope);
+    for (int64_t r = 0; r < H * kvl; ++r) kb.RowToF32(r, L.uk_t.data() + r * nope);
+    return Status::Ok();
+  }
+  DI_RETURN_IF_ERROR(Expect(src, N("wkv_b"), {H * (c.qk_nope_dim + c.v_head_dim), kvl}, &L.wkv_b));
+  // W_UK[h]^T for the absorbed query: rows [h*(nope+v), h*(nope+v)+nope) of kv_b, transposed, in f32.
   if (GetDTypeInfo(L.wkv_b.dtype).block_elems != 1 && kvl % GetDTypeInfo(L.wkv_b.dtype).block_elems)
     return InvalidArgument(src.file + ": kv_b has an unusable type");
   L.uk_t.assign(static_cast<size_t>(H) * kvl * nope, 0.f);
@@ -199,9 +220,41 @@ Status LoadMla(const ModelConfig& c, const TensorSource& src, const Names& names
   return Status::Ok();
 }
 
+Status LoadLayer(const ModelConfig& c, const TensorSource& src, const Names& names, int l, LayerWeights& L) {
+  const int64_t h = c.hidden, q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  auto N = [&](const char* w) { return names.layer(l, w); };
+  DI_RETURN_IF_ERROR(ExpectVec(src, N("attn_norm"), h, &L.attn_norm));
+  DI_RETURN_IF_ERROR(ExpectVec(src, N("ffn_norm"), h, &L.ffn_norm));
+  if (c.mla) {
+    DI_RETURN_IF_ERROR(LoadMla(c, src, names, l, L));
+  } else {
+    DI_RETURN_IF_ERROR(Expect(src, N("wq"), {q_dim, h}, &L.wq));
+    DI_RETURN_IF_ERROR(Expect(src, N("wk"), {kv_dim, h}, &L.wk));
+    DI_RETURN_IF_ERROR(Expect(src, N("wv"), {kv_dim, h}, &L.wv));
+    DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, q_dim}, &L.wo));
+  }
+  if (c.IsMoeLayer(l)) {
+    DI_RETURN_IF_ERROR(LoadExperts(c, src, names, l, L));
+  } else {
+    DI_RETURN_IF_ERROR(Expect(src, N("gate"), {c.intermediate, h}, &L.w_gate));
+    DI_RETURN_IF_ERROR(Expect(src, N("up"), {c.intermediate, h}, &L.w_up));
+    DI_RETURN_IF_ERROR(Expect(src, N("down"), {h, c.intermediate}, &L.w_down));
+  }
+  if (c.attn_bias || src.find(N("bq"))) {
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("bq"), q_dim, &L.bq));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("bk"), kv_dim, &L.bk));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("bv"), kv_dim, &L.bv));
+  }
+  if (c.qk_norm) {
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("q_norm"), c.head_dim, &L.q_norm));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("k_norm"), c.head_dim, &L.k_norm));
+  }
+  return Status::Ok();
+}
+
 Status LoadWeights(Model& m, const TensorSource& src, const Names& names) {
   const ModelConfig& c = m.config;
-  const int64_t h = c.hidden, q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
+  const int64_t h = c.hidden;
   DI_RETURN_IF_ERROR(Expect(src, names.embd, {c.vocab_size, h}, &m.tok_embd));
   DI_RETURN_IF_ERROR(ExpectVec(src, names.out_norm, h, &m.out_norm));
   if (src.find(names.lm_head) && !m.config.tie_embeddings) {
@@ -211,35 +264,28 @@ Status LoadWeights(Model& m, const TensorSource& src, const Names& names) {
     m.lm_head = m.tok_embd;
   }
   m.layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    LayerWeights& L = m.layers[l];
+  for (int l = 0; l < c.n_layers; ++l) DI_RETURN_IF_ERROR(LoadLayer(c, src, names, l, m.layers[l]));
+  // MTP modules follow the last layer. A GGUF converted without them ("trunk only") still loads, without MTP.
+  if (m.config.n_mtp > 0 && !src.find(names.layer(c.n_layers, "eh_proj"))) {
+    DI_LOG_INFO("%s: the config announces %d MTP module(s) but the weights hold none; loading without MTP",
+                src.file.c_str(), m.config.n_mtp);
+    m.config.n_mtp = 0;
+  }
+  m.mtp.resize(m.config.n_mtp);
+  for (int k = 0; k < m.config.n_mtp; ++k) {
+    const int l = c.n_layers + k;
+    MtpWeights& P = m.mtp[k];
     auto N = [&](const char* w) { return names.layer(l, w); };
-    DI_RETURN_IF_ERROR(ExpectVec(src, N("attn_norm"), h, &L.attn_norm));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N("ffn_norm"), h, &L.ffn_norm));
-    if (c.mla) {
-      DI_RETURN_IF_ERROR(LoadMla(c, src, names, l, L));
-    } else {
-      DI_RETURN_IF_ERROR(Expect(src, N("wq"), {q_dim, h}, &L.wq));
-      DI_RETURN_IF_ERROR(Expect(src, N("wk"), {kv_dim, h}, &L.wk));
-      DI_RETURN_IF_ERROR(Expect(src, N("wv"), {kv_dim, h}, &L.wv));
-      DI_RETURN_IF_ERROR(Expect(src, N("wo"), {h, q_dim}, &L.wo));
-    }
-    if (c.IsMoeLayer(l)) {
-      DI_RETURN_IF_ERROR(LoadExperts(c, src, names, l, L));
-    } else {
-      DI_RETURN_IF_ERROR(Expect(src, N("gate"), {c.intermediate, h}, &L.w_gate));
-      DI_RETURN_IF_ERROR(Expect(src, N("up"), {c.intermediate, h}, &L.w_up));
-      DI_RETURN_IF_ERROR(Expect(src, N("down"), {h, c.intermediate}, &L.w_down));
-    }
-    if (c.attn_bias || src.find(N("bq"))) {
-      DI_RETURN_IF_ERROR(ExpectVec(src, N("bq"), q_dim, &L.bq));
-      DI_RETURN_IF_ERROR(ExpectVec(src, N("bk"), kv_dim, &L.bk));
-      DI_RETURN_IF_ERROR(ExpectVec(src, N("bv"), kv_dim, &L.bv));
-    }
-    if (c.qk_norm) {
-      DI_RETURN_IF_ERROR(ExpectVec(src, N("q_norm"), c.head_dim, &L.q_norm));
-      DI_RETURN_IF_ERROR(ExpectVec(src, N("k_norm"), c.head_dim, &L.k_norm));
-    }
+    DI_RETURN_IF_ERROR(LoadLayer(c, src, names, l, P.layer));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("enorm"), h, &P.enorm));
+    DI_RETURN_IF_ERROR(ExpectVec(src, N("hnorm"), h, &P.hnorm));
+    DI_RETURN_IF_ERROR(Expect(src, N("eh_proj"), {h, 2 * h}, &P.eh_proj));
+    P.embed = m.tok_embd;
+    P.head = m.lm_head;
+    P.head_norm = m.out_norm;
+    if (src.find(N("mtp_embd"))) DI_RETURN_IF_ERROR(Expect(src, N("mtp_embd"), {c.vocab_size, h}, &P.embed));
+    if (src.find(N("mtp_head"))) DI_RETURN_IF_ERROR(Expect(src, N("mtp_head"), {c.vocab_size, h}, &P.head));
+    if (src.find(N("mtp_head_norm"))) DI_RETURN_IF_ERROR(ExpectVec(src, N("mtp_head_norm"), h, &P.head_norm));
   }
   return Status::Ok();
 }
@@ -264,6 +310,11 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   };
   DI_ASSIGN_OR_RETURN(int64_t hidden, get_int("embedding_length", 0, true));
   DI_ASSIGN_OR_RETURN(int64_t layers, get_int("block_count", 0, true));
+  // block_count includes MTP ("nextn") blocks, which follow the decoder layers.
+  DI_ASSIGN_OR_RETURN(int64_t nextn, get_int("nextn_predict_layers", 0, false));
+  if (nextn < 0 || nextn >= layers) return InvalidArgument(path + ": nextn_predict_layers out of range");
+  layers -= nextn;
+  c.n_mtp = static_cast<int>(nextn);
   DI_ASSIGN_OR_RETURN(int64_t n_expert, get_int("expert_count", 0, false));
   DI_ASSIGN_OR_RETURN(int64_t ffn, get_int("feed_forward_length", 0, n_expert == 0));
   if (n_expert > 0) {
@@ -295,9 +346,14 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   c.rope_style = (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) ? RopeStyle::kHalves
                                                                                                   : RopeStyle::kAdjacentPairs;
   if (c.arch == Arch::kDeepseekV3) {
-    // deepseek2: key_length = nope + rope, value_length = v, rope.dimension_count = rope; MLA without the
-    // pre-split k_b/v_b tensors (attn_kv_b holds both).
-    DI_ASSIGN_OR_RETURN(int64_t v_len, get_int("attention.value_length", 0, true));
+    // deepseek2, legacy layout (attn_kv_b): key_length = nope + rope, value_length = v. Current layout
+    // (attn_k_b/attn_v_b, MQA form): key_length = kv_lora + rope, value_length = kv_lora, and the per-head sizes
+    // in key_length_mla / value_length_mla. rope.dimension_count = rope in both.
+    const bool split = g->Find(key("attention.key_length_mla")) != nullptr;
+    if (split) {
+      DI_ASSIGN_OR_RETURN(head_dim, get_int("attention.key_length_mla", 0, true));
+    }
+    DI_ASSIGN_OR_RETURN(int64_t v_len, get_int(split ? "attention.value_length_mla" : "attention.value_length", 0, true));
     DI_ASSIGN_OR_RETURN(int64_t rope, get_int("rope.dimension_count", 0, true));
     DI_ASSIGN_OR_RETURN(int64_t q_lora, get_int("attention.q_lora_rank", 0, false));
     DI_ASSIGN_OR_RETURN(int64_t kv_lora, get_int("attention.kv_lora_rank", 0, true));
@@ -306,16 +362,15 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
     DI_ASSIGN_OR_RETURN(int64_t gating, get_int("expert_gating_func", 1, false));
     DI_ASSIGN_OR_RETURN(int64_t groups, get_int("expert_group_count", 1, false));
     DI_ASSIGN_OR_RETURN(int64_t groups_used, get_int("expert_group_used_count", 1, false));
-    if (g->Find(key("attention.key_length_mla")))
-      return Unimplemented(path + ": deepseek2 GGUFs with pre-split attn_k_b/attn_v_b are not supported yet");
     for (int64_t v : {v_len, rope, kv_lora}) if (v <= 0 || v > 65536) return InvalidArgument(path + ": MLA dimensions out of range");
-    if (q_lora < 0 || q_lora > 65536 || rope >= head_dim || dense < 0 || shared < 0 || shared > 64 || groups < 1 ||
+    if (head_dim <= 0 || head_dim > 65536 || q_lora < 0 || q_lora > 65536 || rope >= head_dim || dense < 0 || shared < 0 || shared > 64 || groups < 1 ||
         groups_used < 1 || groups_used > groups)
       return InvalidArgument(path + ": deepseek2 metadata out of range");
     c.mla = true;
     c.q_lora_rank = static_cast<int>(q_lora);
     c.kv_lora_rank = static_cast<int>(kv_lora);
     c.qk_rope_dim = static_cast<int>(rope);
+    c.head_dim = static_cast<int>(head_dim);
     c.qk_nope_dim = c.head_dim - c.qk_rope_dim;
     c.v_head_dim = static_cast<int>(v_len);
     c.first_k_dense = static_cast<int>(dense);
@@ -444,6 +499,8 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
     c.head_dim = c.qk_nope_dim + c.qk_rope_dim;
     c.n_kv_heads = c.n_heads;
     c.rope_style = RopeStyle::kAdjacentPairs;  // DeepSeek's rotary is interleaved (pairs 2i, 2i+1)
+    c.n_mtp = static_cast<int>(int_or("num_nextn_predict_layers", 0));
+    if (c.n_mtp < 0 || c.n_mtp > 16) return InvalidArgument(cfg_path + ": num_nextn_predict_layers out of range");
     const int64_t n_exp = int_or("n_routed_experts", 0);
     if (c.kv_lora_rank <= 0 || c.qk_nope_dim <= 0 || c.qk_rope_dim <= 0 || c.qk_rope_dim % 2 || c.v_head_dim <= 0 ||
         c.q_lora_rank < 0 || c.kv_lora_rank > 65536 || c.q_lora_rank > 65536 || n_exp < 0 || n_exp > 4096)
@@ -519,8 +576,17 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
 Status CopyWeights(Model& m, const LoadOptions& opts) {
   std::vector<TensorView*> views = {&m.tok_embd};
   if (m.lm_head.data != m.tok_embd.data) views.push_back(&m.lm_head);
-  for (auto& L : m.layers) {
-    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wkv_b, &L.sh_gate, &L.sh_up, &L.sh_down})
+  std::vector<LayerWeights*> all_layers;
+  for (auto& L : m.layers) all_layers.push_back(&L);
+  for (auto& P : m.mtp) {
+    all_layers.push_back(&P.layer);
+    views.push_back(&P.eh_proj);
+    if (P.embed.data != m.tok_embd.data) views.push_back(&P.embed);
+    if (P.head.data != m.lm_head.data) views.push_back(&P.head);
+  }
+  for (LayerWeights* Lp : all_layers) {
+    LayerWeights& L = *Lp;
+    for (TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wq_b, &L.wkv_a, &L.wkv_b, &L.wv_b, &L.sh_gate, &L.sh_up, &L.sh_down})
       if (t->data) views.push_back(t);
     if (L.moe()) {
       views.push_back(&L.router);
@@ -542,6 +608,9 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   }
   DI_ASSIGN_OR_RETURN(m.weights, HostBuffer::Allocate(total));
   const bool tied = m.lm_head.data == m.tok_embd.data;
+  // MTP modules without their own embedding/head share the model's: re-point them after the copy.
+  std::vector<std::pair<bool, bool>> mtp_shares;
+  for (auto& P : m.mtp) mtp_shares.emplace_back(P.embed.data == m.tok_embd.data, P.head.data == m.lm_head.data);
   std::vector<size_t> offsets;
   size_t off = 0;
   for (auto* t : views) {
@@ -571,6 +640,10 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   }
   for (size_t i = 0; i < views.size(); ++i) views[i]->data = m.weights->data() + offsets[i];
   if (tied) m.lm_head = m.tok_embd;
+  for (size_t k = 0; k < m.mtp.size(); ++k) {
+    if (mtp_shares[k].first) m.mtp[k].embed = m.tok_embd;
+    if (mtp_shares[k].second) m.mtp[k].head = m.lm_head;
+  }
   DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
   return Status::Ok();
 }

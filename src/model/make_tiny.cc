@@ -213,20 +213,23 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   std::vector<SafetensorsEntry> st;
   GgufWriter gw;
   const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
-  size_t n_tensors = 3 + s.layers * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0) + (ds ? 6 : 0)), done = 0;
+  size_t n_tensors = 3 + 6 * s.mtp + (s.layers + s.mtp) * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0) + (ds ? 6 : 0)), done = 0;
   if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
   ProgressBar bar("make-tiny", n_tensors, "tensors");
 
   // One tensor: generate, round to the stored type, emit to both formats.
+  // An empty gguf_name leaves the tensor out of the GGUF (the caller writes it in another layout); returns the
+  // values both files represent.
   auto add = [&](const std::string& hf_name, const std::string& gguf_name, std::vector<int64_t> shape, float std,
-                 float center, bool is_vector, int permute_heads) {
+                 float center, bool is_vector, int permute_heads) -> std::vector<float> {
     size_t n = 1;
     for (auto d : shape) n *= static_cast<size_t>(d);
     std::vector<float> v = RandomTensor(s.seed, hf_name, n, std, center);
     const DType gguf_t = is_vector ? DType::kF32 : store_dtype;
     v = RoundTrip(is_vector ? vec_dtype : store_dtype, v);  // both files hold exactly these values
     const bool as_fp8 = fp8 && !is_vector && shape.size() == 2 && hf_name.find("embed_tokens") == std::string::npos &&
-                        hf_name.find("lm_head") == std::string::npos && hf_name.find("mlp.gate.weight") == std::string::npos;
+                        hf_name.find("lm_head") == std::string::npos && hf_name.find("mlp.gate.weight") == std::string::npos &&
+                        hf_name.find("shared_head.head") == std::string::npos;
     if (as_fp8) {
       auto [bytes, scales] = Fp8BlockQuantize(&v, shape[0], shape[1]);
       if (want_hf) {
@@ -239,11 +242,10 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     } else if (want_hf) {
       st.push_back({hf_name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
     }
-    if (want_gguf) {
-      if (permute_heads) v = PermuteQK(v, permute_heads, shape.back());
-      gw.AddTensor(gguf_name, gguf_t, shape, Encode(gguf_t, v));
-    }
+    if (want_gguf && !gguf_name.empty())
+      gw.AddTensor(gguf_name, gguf_t, shape, Encode(gguf_t, permute_heads ? PermuteQK(v, permute_heads, shape.back()) : v));
     bar.Update(++done);
+    return v;
   };
   const float lin = 1.0f;  // weights scaled 1/sqrt(fan_in): activations stay O(1), logits spread over several nats
   // Routed experts: HF keeps one tensor per expert; GGUF stacks them into {experts, rows, cols}, same values.
@@ -275,8 +277,17 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     }
   };
   add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
-  for (int l = 0; l < s.layers; ++l) {
+  const int all_layers = s.layers + (ds && s.mtp ? 1 : 0);
+  for (int l = 0; l < all_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".", g = "blk." + std::to_string(l) + ".";
+    if (l == s.layers) {  // the MTP module's own tensors (its decoder layer follows, as any MoE layer)
+      add(p + "enorm.weight", g + "nextn.enorm.weight", {h}, 0.1f, 1.f, true, 0);
+      add(p + "hnorm.weight", g + "nextn.hnorm.weight", {h}, 0.1f, 1.f, true, 0);
+      add(p + "eh_proj.weight", g + "nextn.eh_proj.weight", {h, 2 * h}, lin / std::sqrt(2.f * h), 0.f, false, 0);
+      add(p + "embed_tokens.weight", g + "nextn.embed_tokens.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
+      add(p + "shared_head.norm.weight", g + "nextn.shared_head_norm.weight", {h}, 0.1f, 1.f, true, 0);
+      add(p + "shared_head.head.weight", g + "nextn.shared_head_head.weight", {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
+    }
     add(p + "input_layernorm.weight", g + "attn_norm.weight", {h}, 0.1f, 1.f, true, 0);
     if (ds) {
       const int64_t H = s.heads, qk = s.qk_nope + s.qk_rope;
@@ -289,7 +300,19 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       }
       add(p + "self_attn.kv_a_proj_with_mqa.weight", g + "attn_kv_a_mqa.weight", {s.kv_lora + s.qk_rope, h}, 2.f / std::sqrt(h), 0.f, false, 0);
       add(p + "self_attn.kv_a_layernorm.weight", g + "attn_kv_a_norm.weight", {s.kv_lora}, 0.1f, 1.f, true, 0);
-      add(p + "self_attn.kv_b_proj.weight", g + "attn_kv_b.weight", {H * (s.qk_nope + s.v_head), s.kv_lora}, 1.f / std::sqrt(s.kv_lora), 0.f, false, 0);
+      const int64_t nope = s.qk_nope, vh = s.v_head, kvl = s.kv_lora;
+      const std::vector<float> kv_b = add(p + "self_attn.kv_b_proj.weight", s.split_kv_b ? "" : g + "attn_kv_b.weight",
+                                          {H * (nope + vh), kvl}, 1.f / std::sqrt(s.kv_lora), 0.f, false, 0);
+      if (s.split_kv_b && want_gguf) {  // k_b[h][c][d] = W_UK[h][d][c]; v_b[h][d][c] = W_UV[h][d][c]
+        std::vector<float> k_b(static_cast<size_t>(H * kvl * nope)), v_b(static_cast<size_t>(H * vh * kvl));
+        for (int64_t hh = 0; hh < H; ++hh)
+          for (int64_t c = 0; c < kvl; ++c) {
+            for (int64_t d = 0; d < nope; ++d) k_b[(hh * kvl + c) * nope + d] = kv_b[(hh * (nope + vh) + d) * kvl + c];
+            for (int64_t d = 0; d < vh; ++d) v_b[(hh * vh + d) * kvl + c] = kv_b[(hh * (nope + vh) + nope + d) * kvl + c];
+          }
+        gw.AddTensor(g + "attn_k_b.weight", store_dtype, {H, kvl, nope}, Encode(store_dtype, k_b));
+        gw.AddTensor(g + "attn_v_b.weight", store_dtype, {H, vh, kvl}, Encode(store_dtype, v_b));
+      }
       add(p + "self_attn.o_proj.weight", g + "attn_output.weight", {h, H * s.v_head}, lin / std::sqrt(H * s.v_head), 0.f, false, 0);
       add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
       if (l < s.first_dense) {
@@ -348,12 +371,21 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     gw.SetU32("general.alignment", 32);
     gw.SetU32(gguf_arch + ".context_length", s.ctx);
     gw.SetU32(gguf_arch + ".embedding_length", s.hidden);
-    gw.SetU32(gguf_arch + ".block_count", s.layers);
+    gw.SetU32(gguf_arch + ".block_count", all_layers);
     gw.SetU32(gguf_arch + ".feed_forward_length", s.intermediate);
     gw.SetU32(gguf_arch + ".attention.head_count", s.heads);
-    gw.SetU32(gguf_arch + ".attention.head_count_kv", s.kv_heads);
-    gw.SetU32(gguf_arch + ".attention.key_length", s.head_dim);
-    gw.SetU32(gguf_arch + ".attention.value_length", ds ? s.v_head : s.head_dim);
+    if (ds && s.split_kv_b) {  // MQA form: one latent "head" of kv_lora + rope (V = the latent)
+      gw.SetU32(gguf_arch + ".attention.head_count_kv", 1);
+      gw.SetU32(gguf_arch + ".attention.key_length", s.kv_lora + s.qk_rope);
+      gw.SetU32(gguf_arch + ".attention.value_length", s.kv_lora);
+      gw.SetU32(gguf_arch + ".attention.key_length_mla", s.head_dim);
+      gw.SetU32(gguf_arch + ".attention.value_length_mla", s.v_head);
+    } else {
+      gw.SetU32(gguf_arch + ".attention.head_count_kv", s.kv_heads);
+      gw.SetU32(gguf_arch + ".attention.key_length", s.head_dim);
+      gw.SetU32(gguf_arch + ".attention.value_length", ds ? s.v_head : s.head_dim);
+    }
+    if (ds && s.mtp) gw.SetU32(gguf_arch + ".nextn_predict_layers", 1);
     gw.SetU32(gguf_arch + ".rope.dimension_count", ds ? s.qk_rope : s.head_dim);
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
     gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
@@ -433,6 +465,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       cfg["scoring_func"] = "sigmoid";
       cfg["norm_topk_prob"] = true;
       cfg["routed_scaling_factor"] = s.routed_scale;
+      cfg["num_nextn_predict_layers"] = s.mtp ? 1 : 0;
       cfg["rope_scaling"] = nullptr;
       if (s.yarn)
         cfg["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}, {"beta_fast", 32},

@@ -33,6 +33,12 @@ struct TinySpec {
   int shared_experts = 1, first_dense = 1, n_group = 4, topk_group = 2;
   float routed_scale = 2.5f;
   bool yarn = false;  // deepseek_v3: rope_scaling yarn (factor 4, original context 32, mscale = mscale_all_dim = 1)
+  // deepseek_v3: one MTP (next-n) module after the last layer: model.layers.{layers}.* with enorm/hnorm/eh_proj/
+  // shared_head and its own embed_tokens/head copies (GGUF: blk.{layers}.nextn.*, block_count = layers + 1).
+  bool mtp = false;
+  // deepseek_v3 GGUF: write kv_b pre-split as attn_k_b (W_UK transposed) / attn_v_b, as llama.cpp's converter
+  // does today (MQA form: key_length = kv_lora + rope, head_count_kv = 1). The HF directory keeps kv_b_proj.
+  bool split_kv_b = false;
   uint64_t seed = 1;
 };
 

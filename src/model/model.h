@@ -28,9 +28,22 @@ struct LayerWeights {
   // MLA (deepseek): wq or wq_a/q_a_norm/wq_b; kv_a {kv_lora + rope, hidden}; kv_b {H * (nope + v), kv_lora}.
   TensorView wq_a, wq_b, wkv_a, wkv_b;
   std::vector<float> q_a_norm, kv_a_norm;
+  // GGUFs in llama.cpp's current layout split kv_b: W_UV as {H * v, kv_lora} (wv_b; wkv_b is then empty).
+  TensorView wv_b;
   // Per head h: W_UK[h]^T {kv_lora, nope} (absorbs the key up-projection into the query), as f32.
   std::vector<float> uk_t;
   bool moe() const { return !exp_gate.empty(); }
+};
+
+// DeepSeek-V3 multi-token prediction (MTP, "next-n") module: from the main model's final-normed hidden state h_i
+// at position i and the embedding of token i+1, one more decoder layer predicts token i+2:
+//   x = eh_proj [enorm(embed(t_{i+1})), hnorm(h_i)];  x = layer(x);  logits = head(head_norm(x))
+// Checkpoints store it as layer num_hidden_layers (HF model.layers.{L}.*, GGUF blk.{L}.* and blk.{L}.nextn.*).
+struct MtpWeights {
+  LayerWeights layer;
+  std::vector<float> enorm, hnorm, head_norm;
+  TensorView eh_proj;      // {hidden, 2 * hidden}
+  TensorView embed, head;  // the module's own copies when the checkpoint has them, else the model's
 };
 
 struct Model {
@@ -39,6 +52,7 @@ struct Model {
   TensorView lm_head;   // {vocab, hidden}; tok_embd when tied
   std::vector<float> out_norm;
   std::vector<LayerWeights> layers;
+  std::vector<MtpWeights> mtp;  // config.n_mtp modules (empty when the checkpoint has none)
   std::unique_ptr<Tokenizer> tokenizer;
   std::string source;  // path it was loaded from
   std::string format;  // "gguf" or "hf"

@@ -73,7 +73,8 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
   }
 }
 
-Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits) {
+Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits,
+                            float* hidden) {
   if (n <= 0) return InvalidArgument("forward: no tokens");
   if (start < 0 || start + n > kv.capacity())
     return OutOfRange("forward: positions [" + std::to_string(start) + ", " + std::to_string(start + n) +
@@ -88,20 +89,20 @@ Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv
       rows.clear();
       for (int i = 0; i < len; ++i)
         rows.push_back({tokens + done + i, 1, start + done + i, kv.block_table().data(), nb, true});
-      DI_RETURN_IF_ERROR(ForwardBatch(rows.data(), len, kv.paged(), logits + static_cast<size_t>(done) * c_.vocab_size));
+      DI_RETURN_IF_ERROR(ForwardBatch(rows.data(), len, kv.paged(), logits + static_cast<size_t>(done) * c_.vocab_size,
+                                      hidden ? hidden + static_cast<size_t>(done) * c_.hidden : nullptr));
     }
     return Status::Ok();
   }
   for (int done = 0; done < n; done += max_tokens_) {
     const int len = std::min(max_tokens_, n - done);
     SeqForward s{tokens + done, len, start + done, kv.block_table().data(), nb, done + len == n};
-    DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits));
+    DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits, hidden ? hidden + static_cast<size_t>(done) * c_.hidden : nullptr));
   }
   return Status::Ok();
 }
 
-Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits) {
-  const int bs = kv.block_size();
+Status Transformer::PlanBatch(const SeqForward* seqs, int num_seqs, int bs, int* total_out) {
   int total = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const SeqForward& q = seqs[s];
@@ -121,7 +122,7 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
   rows_.clear();
   attn_seqs_.clear();
   logit_rows_.clear();
-  const int h = c_.hidden;
+  tokens_.resize(total);
   int row = 0;
   std::vector<size_t> rows_begin;
   rows_begin.reserve(num_seqs);
@@ -130,7 +131,7 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
     rows_begin.push_back(rows_.size());
     for (int p = 0; p < q.start + q.n; ++p) rows_.push_back(q.block_table[p / bs] * bs + p % bs);
     for (int i = 0; i < q.n; ++i) {
-      DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(q.tokens[i]), x_.data() + static_cast<size_t>(row + i) * h, h);
+      tokens_[row + i] = q.tokens[i];
       pos_[row + i] = q.start + i;
       slot_of_token_[row + i] = rows_[rows_begin.back() + q.start + i];
     }
@@ -142,25 +143,65 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
     attn_seqs_.push_back({row, seqs[s].n, seqs[s].start, rows_.data() + rows_begin[s]});
     row += seqs[s].n;
   }
-
-  for (int l = 0; l < c_.n_layers; ++l) Layer(l, total, kv);
-  if (logit_rows_.empty()) return Status::Ok();
-  const int rows = static_cast<int>(logit_rows_.size());
-  for (int r = 0; r < rows; ++r)
-    RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, model_.out_norm.data(), c_.rms_eps, 1, h,
-            xn_.data() + static_cast<size_t>(r) * h);
-  MatMul(model_.lm_head, xn_.data(), rows, logits);
+  *total_out = total;
   return Status::Ok();
 }
 
-void Transformer::Layer(int l, int n, PagedKvCache& kv) {
-  const LayerWeights& L = model_.layers[l];
+// RMSNorm of the logit rows of x_ with `norm`, then the vocabulary projection.
+void Transformer::Logits(const std::vector<float>& norm, const TensorView& head, float* logits) {
+  const int h = c_.hidden, rows = static_cast<int>(logit_rows_.size());
+  for (int r = 0; r < rows; ++r)
+    RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
+            xn_.data() + static_cast<size_t>(r) * h);
+  MatMul(head, xn_.data(), rows, logits);
+}
+
+Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits, float* hidden) {
+  int total = 0;
+  DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
+  const int h = c_.hidden;
+  for (int r = 0; r < total; ++r)
+    DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+  for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, total, kv);
+  if (hidden) RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+  if (!logit_rows_.empty()) Logits(model_.out_norm, model_.lm_head, logits);
+  return Status::Ok();
+}
+
+ModelConfig Transformer::MtpKvConfig() const {
+  ModelConfig c = c_;
+  c.n_layers = std::max(1, c_.n_mtp);
+  return c;
+}
+
+Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv,
+                               float* logits) {
+  if (k < 0 || k >= static_cast<int>(model_.mtp.size()))
+    return InvalidArgument("forward: the model has no MTP module " + std::to_string(k));
+  int total = 0;
+  DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, mtp_kv.block_size(), &total));
+  const MtpWeights& P = model_.mtp[k];
+  const int h = c_.hidden;
+  mtp_in_.resize(static_cast<size_t>(max_tokens_) * 2 * h);
+  for (int r = 0; r < total; ++r) {
+    float* in = mtp_in_.data() + static_cast<size_t>(r) * 2 * h;
+    DequantizeRow(P.embed.dtype, P.embed.row(tokens_[r]), in, h);
+    RmsNorm(in, P.enorm.data(), c_.rms_eps, 1, h, in);
+    RmsNorm(hidden + static_cast<size_t>(r) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
+  }
+  MatMul(P.eh_proj, mtp_in_.data(), total, x_.data());
+  Layer(P.layer, k, total, mtp_kv);
+  if (!logit_rows_.empty()) Logits(P.head_norm, P.head, logits);
+  return Status::Ok();
+}
+
+void Transformer::Layer(const LayerWeights& L, int l, int n, PagedKvCache& kv) {
   const int h = c_.hidden, hd = c_.head_dim, nh = c_.n_heads, nkv = c_.n_kv_heads;
 
   // Attention block.
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (c_.mla) {
-    MlaAttention(l, n, kv);
+    MlaAttention(L, l, n, kv);
     MatMul(L.wo, attn_.data(), n, xn_.data());
     for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += xn_[i];
   } else {
@@ -252,10 +293,14 @@ TensorView RowSlice(const TensorView& w, int64_t r0, int64_t rows) {
   v.scale_row0 = w.scale_row0 + r0;
   return v;
 }
+// W_UV of head hh, {v, kv_lora}: rows of kv_b (interleaved per head with W_UK) or of the split v_b.
+TensorView UvHead(const LayerWeights& L, int hh, int nope, int vd) {
+  if (L.wv_b.data) return RowSlice(L.wv_b, static_cast<int64_t>(hh) * vd, vd);
+  return RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd);
+}
 }  // namespace
 
-void Transformer::MlaAttention(int l, int n, PagedKvCache& kv) {
-  const LayerWeights& L = model_.layers[l];
+void Transformer::MlaAttention(const LayerWeights& L, int l, int n, PagedKvCache& kv) {
   const int H = c_.n_heads, nope = c_.qk_nope_dim, rope = c_.qk_rope_dim, kvl = c_.kv_lora_rank, vd = c_.v_head_dim;
   const int qk = nope + rope, krow = kvl + rope;
   // Queries: [n, H, nope + rope].
@@ -273,7 +318,7 @@ void Transformer::MlaAttention(int l, int n, PagedKvCache& kv) {
   ApplyRope(rope_, k_.data() + kvl, n, 1, krow, pos_.data());
   ApplyRope(rope_, q_.data() + nope, n, H, qk, pos_.data());
   kv.Write(l, k_.data(), nullptr, slot_of_token_.data(), n);
-  if (!mla_absorb_) return MlaDecompressedAttention(l, n, kv);
+  if (!mla_absorb_) return MlaDecompressedAttention(L, l, n, kv);
   const float scale = c_.attn_scale_mult / std::sqrt(static_cast<float>(qk));
   // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly. Heads are split over
   // the pool (one dispatch, not one per head); each head's GEMM is the same single-threaded kernel either way.
@@ -306,15 +351,14 @@ void Transformer::MlaAttention(int l, int n, PagedKvCache& kv) {
     for (size_t hh = h0; hh < h1; ++hh) {
       for (int t = 0; t < n; ++t)
         std::memcpy(in.data() + static_cast<size_t>(t) * kvl, olat_.data() + (static_cast<size_t>(t) * H + hh) * kvl, sizeof(float) * kvl);
-      MatMulSlice(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd), in.data(), n, out.data(), vd, 0, vd);
+      MatMulSlice(UvHead(L, static_cast<int>(hh), nope, vd), in.data(), n, out.data(), vd, 0, vd);
       for (int t = 0; t < n; ++t)
         std::memcpy(attn_.data() + (static_cast<size_t>(t) * H + hh) * vd, out.data() + static_cast<size_t>(t) * vd, sizeof(float) * vd);
     }
   });
 }
 
-void Transformer::MlaDecompressedAttention(int l, int n, PagedKvCache& kv) {
-  const LayerWeights& L = model_.layers[l];
+void Transformer::MlaDecompressedAttention(const LayerWeights& L, int l, int n, PagedKvCache& kv) {
   // Per sequence: up-project every cached latent to per-head K (nope part) and V, append the shared rope key,
   // and run ordinary multi-head attention on contiguous buffers.
   const int H = c_.n_heads, nope = c_.qk_nope_dim, rope = c_.qk_rope_dim, kvl = c_.kv_lora_rank, vd = c_.v_head_dim;
@@ -329,14 +373,23 @@ void Transformer::MlaDecompressedAttention(int l, int n, PagedKvCache& kv) {
     std::vector<float> lat_only(static_cast<size_t>(len) * kvl), tmp(static_cast<size_t>(len) * std::max(nope, vd));
     for (int p = 0; p < len; ++p)
       std::memcpy(lat_only.data() + static_cast<size_t>(p) * kvl, lat.data() + static_cast<size_t>(p) * krow, sizeof(float) * kvl);
+    std::vector<float> uk(static_cast<size_t>(nope) * kvl);
     for (int hh = 0; hh < H; ++hh) {
-      MatMul(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd), nope), lat_only.data(), len, tmp.data());
+      // W_UK[hh] {nope, kv_lora}: the transpose of the f32 uk_t every layout provides.
+      for (int d = 0; d < nope; ++d)
+        for (int c = 0; c < kvl; ++c) uk[static_cast<size_t>(d) * kvl + c] = L.uk_t[(static_cast<size_t>(hh) * kvl + c) * nope + d];
+      TensorView ukv;
+      ukv.dtype = DType::kF32;
+      ukv.shape = {nope, kvl};
+      ukv.data = uk.data();
+      ukv.nbytes = uk.size() * sizeof(float);
+      MatMul(ukv, lat_only.data(), len, tmp.data());
       for (int p = 0; p < len; ++p) {
         float* kr = K.data() + (static_cast<size_t>(p) * H + hh) * qk;
         std::memcpy(kr, tmp.data() + static_cast<size_t>(p) * nope, sizeof(float) * nope);
         std::memcpy(kr + nope, lat.data() + static_cast<size_t>(p) * krow + kvl, sizeof(float) * rope);
       }
-      MatMul(RowSlice(L.wkv_b, static_cast<int64_t>(hh) * (nope + vd) + nope, vd), lat_only.data(), len, tmp.data());
+      MatMul(UvHead(L, hh, nope, vd), lat_only.data(), len, tmp.data());
       for (int p = 0; p < len; ++p)
         std::memcpy(V.data() + (static_cast<size_t>(p) * H + hh) * vd, tmp.data() + static_cast<size_t>(p) * vd, sizeof(float) * vd);
     }

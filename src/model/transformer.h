@@ -51,22 +51,39 @@ class Transformer {
 
   // Batched forward over the paged cache. logits receives vocab-size rows, one per sequence with want_logits,
   // in order. The caller guarantees block tables cover every position (the engine's scheduler does).
-  Status ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits);
+  // hidden (optional): receives the final-normed hidden state of every token (hidden-size rows, batch order),
+  // the input of the MTP modules.
+  Status ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits, float* hidden = nullptr);
+
+  // MTP module k (model.mtp[k]) over the same batch layout: row r pairs the token seqs[..].tokens[i] (token
+  // p + 1 of the sequence) with hidden[r], the main model's final-normed state at position p = start + i, and
+  // predicts token p + 2. Positions, block tables and want_logits work as in ForwardBatch; the module's K/V
+  // live in layer k of mtp_kv (a cache made from MtpKvConfig(), indexed by the same block tables). Rotary
+  // positions are those of the hidden states (as vLLM and SGLang run it; a uniform shift would not change
+  // attention, which only sees relative positions).
+  Status ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv, float* logits);
+  // The configuration to size an MTP KV cache with: one layer per MTP module.
+  ModelConfig MtpKvConfig() const;
 
   // Single sequence: tokens at positions [start, start + n). Writes vocab-size logits for every token when
-  // all_logits (n rows), else for the last token only (1 row).
-  Status Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits);
+  // all_logits (n rows), else for the last token only (1 row); hidden (optional) as in ForwardBatch (n rows).
+  Status Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits,
+                 float* hidden = nullptr);
 
   const Model& model() const { return model_; }
   int max_batch_tokens() const { return max_tokens_; }
 
  private:
-  void Layer(int l, int n, PagedKvCache& kv);
+  // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows.
+  Status PlanBatch(const SeqForward* seqs, int num_seqs, int block_size, int* total);
+  void Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
+  // One decoder layer over x_ (n rows); its K/V go to layer kv_layer of kv.
+  void Layer(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
   // Routed MLP over xn_ (n rows) into attn_: each expert runs one GEMM over the tokens routed to it.
   void MoeMlp(const LayerWeights& L, int n);
   // Multi-head latent attention over xn_ (n rows) into attn_ (n rows of H * v_head_dim), K/V cache = latent.
-  void MlaAttention(int l, int n, PagedKvCache& kv);
-  void MlaDecompressedAttention(int l, int n, PagedKvCache& kv);
+  void MlaAttention(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
+  void MlaDecompressedAttention(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
 
  public:
   // MLA only: false runs attention "decompressed" (K/V up-projected per head from the cached latent, as a
@@ -81,7 +98,8 @@ class Transformer {
   int max_tokens_;
   RopeTable rope_;
   std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_;
-  std::vector<int32_t> pos_, slot_of_token_, rows_;
+  std::vector<int32_t> tokens_, pos_, slot_of_token_, rows_;
+  std::vector<float> mtp_in_;  // MTP: [enorm(embedding), hnorm(h)] per row
   std::vector<AttnSeq> attn_seqs_;
   std::vector<int32_t> logit_rows_;
   RouterConfig router_;

@@ -64,3 +64,32 @@ export function fail(msg) {
   console.error("FAIL: " + msg);
   process.exitCode = 1;
 }
+
+// Max |delta log-prob| over every row and the whole vocabulary, argmax per row (a mismatch is forgiven only under
+// a loose tol when the reference's top-2 margin is within it), optional mean bound. Prints one line; a failure
+// sets the exit code.
+export function compareLogprobs(label, ours, ref, tol, meanTol) {
+  let maxDiff = 0, argmaxBad = 0, worst = "", sum = 0, count = 0;
+  if (ours.length !== ref.length) return fail(`${label}: ${ours.length} rows vs ${ref.length}`);
+  for (let i = 0; i < ours.length; ++i) {
+    const a = ours[i], b = ref[i];
+    if (a.length !== b.length) return fail(`${label}: vocab ${a.length} vs ${b.length}`);
+    for (let t = 0; t < a.length; ++t) {
+      const d = Math.abs(a[t] - b[t]);
+      sum += d;
+      ++count;
+      if (!(d <= maxDiff)) { maxDiff = d; worst = `pos ${i} token ${t}`; }
+    }
+    const ia = argmax(a), ib = argmax(b);
+    if (ia !== ib) {
+      const sorted = [...b].sort((x, y) => y - x);
+      const margin = sorted[0] - sorted[1];
+      if (tol <= 1e-4 || margin > tol) ++argmaxBad;
+    }
+  }
+  const mean = sum / count;
+  const ok = maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol);
+  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${maxDiff.toExponential(2)} (tol ${tol}) at ${worst}; ` +
+              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}`);
+  if (!ok) process.exitCode = 1;
+}

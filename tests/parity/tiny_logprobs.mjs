@@ -18,7 +18,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {argmax, fail, llamaLogprobs, runDeepinfer} from "./common.mjs";
+import {compareLogprobs as compare, llamaLogprobs, runDeepinfer} from "./common.mjs";
 
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
@@ -62,32 +62,6 @@ const cases = [
 // A fixed 64-token prompt (LCG), covering the whole vocabulary range.
 let s = 42;
 const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
-
-function compare(label, ours, ref, tol, meanTol) {
-  let maxDiff = 0, argmaxBad = 0, worst = "", sum = 0, count = 0;
-  if (ours.length !== ref.length) return fail(`${label}: ${ours.length} rows vs ${ref.length}`);
-  for (let i = 0; i < ours.length; ++i) {
-    const a = ours[i], b = ref[i];
-    if (a.length !== b.length) return fail(`${label}: vocab ${a.length} vs ${b.length}`);
-    for (let t = 0; t < a.length; ++t) {
-      const d = Math.abs(a[t] - b[t]);
-      sum += d;
-      ++count;
-      if (!(d <= maxDiff)) { maxDiff = d; worst = `pos ${i} token ${t}`; }
-    }
-    const ia = argmax(a), ib = argmax(b);
-    if (ia !== ib) {
-      const sorted = [...b].sort((x, y) => y - x);
-      const margin = sorted[0] - sorted[1];
-      if (tol <= 1e-4 || margin > tol) ++argmaxBad;
-    }
-  }
-  const mean = sum / count;
-  const ok = maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol);
-  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${maxDiff.toExponential(2)} (tol ${tol}) at ${worst}; ` +
-              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}`);
-  if (!ok) process.exitCode = 1;
-}
 
 for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype}`;

@@ -1,0 +1,62 @@
+// DeepSeek-V3 MTP (next-n) module and llama.cpp's current deepseek2 GGUF layout (pre-split attn_k_b/attn_v_b),
+// against llama.cpp: tools/ref/llama_mtp_ref runs the main model and then the MTP module through llama.cpp's C++
+// API (node-llama-cpp cannot run MTP) and prints full-vocabulary log-probabilities for both.
+//
+// For each case, make-tiny writes the same weights twice (same seed): with the GGUF in the split layout (which
+// llama.cpp's MTP graph needs) and in the legacy attn_kv_b layout. deepinfer runs the split GGUF, the legacy GGUF
+// and the HF directory; every one is compared with the reference computed on the split GGUF.
+// Rows: main = 64 positions; MTP = 63 rows, row i predicting token i+2 from token i+1 and the main model's
+// final-normed hidden state at i (llama.cpp's h_nextn). Tolerance: 1e-4 on log-probs (f32), argmax equal.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import {execFileSync} from "node:child_process";
+import {compareLogprobs, runDeepinfer} from "./common.mjs";
+
+const [bin, refTool, backendDir] = process.argv.slice(2);
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-mtp-"));
+const TOL = 1e-4;
+
+const cases = [
+  // V3 layout: q_lora, a dense first layer, 16 routed experts (4 used) in 4 groups, one shared expert; the MTP
+  // module is a MoE layer with its own embedding and head copies.
+  {name: "deepseek_v3-mtp", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3"]},
+  // YaRN positions in the MTP layer too (the prompt runs past the original context of 32).
+  {name: "deepseek_v3-mtp-yarn", flags: ["--rope-scaling", "yarn", "--layers", "2", "--seed", "9"]},
+  // FP8 HF checkpoint (block-scaled e4m3 incl. the MTP's eh_proj and experts); the GGUFs hold the same values in f32.
+  {name: "deepseek_v3-mtp-fp8", dtype: "f8_e4m3",
+   flags: ["--hidden", "256", "--heads", "8", "--expert-ffn", "160", "--q-lora", "192", "--kv-lora", "160", "--layers", "2"]},
+];
+
+let s = 42;
+const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+
+for (const c of cases) {
+  const split = path.join(tmp, c.name + "-split"), legacy = path.join(tmp, c.name + "-legacy");
+  const common = ["make-tiny", "--arch", "deepseek_v3", "--dtype", c.dtype ?? "f32", "--mtp", "-q", ...c.flags];
+  runDeepinfer(bin, [...common, "--split-kv-b", "--out", split]);
+  runDeepinfer(bin, [...common, "--out", legacy]);
+  const ref = JSON.parse(execFileSync(refTool, [backendDir, path.join(split, "model.gguf"), prompt.join(",")],
+                                      {encoding: "utf8", maxBuffer: 1 << 30}));
+  for (const [fmt, m] of [["split gguf", path.join(split, "model.gguf")], ["legacy gguf", path.join(legacy, "model.gguf")],
+                          ["hf", split]]) {
+    const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--mtp", "--tokens", JSON.stringify(prompt)]));
+    compareLogprobs(`${c.name} ${fmt} main`, ours.logprobs, ref.main, TOL);
+    compareLogprobs(`${c.name} ${fmt} mtp`, ours.mtp, ref.mtp, TOL);
+  }
+}
+
+// A model without an MTP module is refused with a clear error.
+const plain = path.join(tmp, "plain");
+runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v3", "--layers", "2", "-q", "--out", plain]);
+try {
+  runDeepinfer(bin, ["logprobs", "-m", plain, "--mtp", "--tokens", "[1,2,3]"]);
+  console.log("FAIL --mtp on a model without MTP succeeded");
+  process.exitCode = 1;
+} catch (e) {
+  const ok = /no MTP module/.test(String(e.stderr));
+  console.log(`${ok ? "ok  " : "FAIL"} --mtp without an MTP module: ${String(e.stderr).trim().split("\n").pop()}`);
+  if (!ok) process.exitCode = 1;
+}
+fs.rmSync(tmp, {recursive: true, force: true});
+process.exit(process.exitCode ?? 0);
