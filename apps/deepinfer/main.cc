@@ -50,6 +50,7 @@ void Usage() {
       "  serve       OpenAI-compatible HTTP API server (completions, chat, SSE streaming, metrics)\n"
       "  pull        download a model from a Hugging Face-style hub into the local cache\n"
       "  make-tiny   write a random-weight model of a supported architecture (HF directory and/or GGUF)\n"
+      "  convert     convert a Hugging Face checkpoint directory to GGUF (llama.cpp's layout)\n"
       "  bench       benchmarks: decode, prefill, membw, throughput, sim (engine), tokenize\n"
       "  tokenize    text to token ids (or ids to text with --decode)\n"
       "  template    render a chat template (Jinja) with a JSON context\n"
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return CmdGenerate(argc - 2, argv + 2);
   if (cmd == "serve") return CmdServe(argc - 2, argv + 2);
   if (cmd == "make-tiny") return CmdMakeTiny(argc - 2, argv + 2);
+  if (cmd == "convert") return CmdConvert(argc - 2, argv + 2);
   if (cmd == "pull") return CmdPull(argc - 2, argv + 2);
   if (cmd == "bench") return CmdBench(argc - 2, argv + 2);
   if (cmd == "logprobs") return CmdLogprobs(argc - 2, argv + 2);

@@ -337,10 +337,17 @@ void GgufWriter::SetF32Array(const std::string& k, const std::vector<float>& v) 
 void GgufWriter::SetI32Array(const std::string& k, const std::vector<int32_t>& v) { SetArray(k, 5, v); }
 
 void GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<uint8_t> bytes) {
-  tensors_.push_back({name, dtype, shape, std::move(bytes)});
+  const size_t n = bytes.size();
+  tensors_.push_back({name, dtype, shape, std::move(bytes), nullptr, n});
 }
 
-Status GgufWriter::Write(const std::string& path) const {
+void GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, TensorMaker make) {
+  int64_t elems = 1;
+  for (int64_t d : shape) elems *= d;
+  tensors_.push_back({name, dtype, shape, {}, std::move(make), DTypeBytes(dtype, static_cast<size_t>(elems))});
+}
+
+Status GgufWriter::Write(const std::string& path, const std::function<void(size_t, size_t)>& progress) const {
   constexpr uint64_t kAlign = 32;
   std::vector<uint8_t> head;
   Put<uint32_t>(head, kMagic);
@@ -358,7 +365,7 @@ Status GgufWriter::Write(const std::string& path) const {
     for (size_t d = t.shape.size(); d-- > 0;) Put<uint64_t>(head, static_cast<uint64_t>(t.shape[d]));
     Put<uint32_t>(head, GgmlFromDType(t.dtype));
     Put<uint64_t>(head, offset);
-    offset = (offset + t.bytes.size() + kAlign - 1) / kAlign * kAlign;
+    offset = (offset + t.nbytes + kAlign - 1) / kAlign * kAlign;
   }
   head.resize((head.size() + kAlign - 1) / kAlign * kAlign, 0);
   std::string tmp = path + ".tmp";
@@ -366,10 +373,26 @@ Status GgufWriter::Write(const std::string& path) const {
   if (!f) return IoError(path + ": cannot create");
   bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
   static const uint8_t kZeros[kAlign] = {};
+  std::vector<uint8_t> made;
+  size_t written = 0;
   for (auto& t : tensors_) {
-    ok = ok && std::fwrite(t.bytes.data(), 1, t.bytes.size(), f) == t.bytes.size();
-    size_t pad = (kAlign - t.bytes.size() % kAlign) % kAlign;
+    const std::vector<uint8_t>* bytes = &t.bytes;
+    if (t.make) {
+      made.assign(t.nbytes, 0);
+      t.make(&made);
+      if (made.size() != t.nbytes) {
+        std::fclose(f);
+        std::remove(tmp.c_str());
+        return Internal(path + ": tensor '" + t.name + "' produced " + std::to_string(made.size()) + " bytes, expected " +
+                        std::to_string(t.nbytes));
+      }
+      bytes = &made;
+    }
+    ok = ok && std::fwrite(bytes->data(), 1, bytes->size(), f) == bytes->size();
+    size_t pad = (kAlign - bytes->size() % kAlign) % kAlign;
     ok = ok && std::fwrite(kZeros, 1, pad, f) == pad;
+    written += bytes->size();
+    if (progress) progress(written, static_cast<size_t>(offset));
   }
   ok = (std::fclose(f) == 0) && ok;
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -69,7 +70,12 @@ class GgufWriter {
   void SetI32Array(const std::string& k, const std::vector<int32_t>& v);
   // shape is outermost-first (PyTorch order); the bytes are copied into the writer.
   void AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<uint8_t> bytes);
-  Status Write(const std::string& path) const;
+  // A tensor produced while the file is written (one at a time, so a converter never holds the whole model):
+  // `make` fills exactly DTypeBytes(dtype, elements) bytes.
+  using TensorMaker = std::function<void(std::vector<uint8_t>* bytes)>;
+  void AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, TensorMaker make);
+  // progress (optional): called with (bytes written, total bytes) after every tensor.
+  Status Write(const std::string& path, const std::function<void(size_t, size_t)>& progress = {}) const;
 
  private:
   template <typename T>
@@ -82,6 +88,8 @@ class GgufWriter {
     DType dtype;
     std::vector<int64_t> shape;
     std::vector<uint8_t> bytes;
+    TensorMaker make;  // set for tensors produced at write time
+    size_t nbytes = 0;
   };
   std::vector<std::pair<std::string, std::vector<uint8_t>>> kv_;  // key -> encoded (type + value)
   std::vector<Tensor> tensors_;

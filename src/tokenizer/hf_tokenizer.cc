@@ -30,7 +30,8 @@ class Regex {
   static StatusOr<std::shared_ptr<Regex>> Compile(const std::string& pattern, bool literal) {
     int err = 0;
     PCRE2_SIZE off = 0;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0);
+    // PCRE2_LITERAL refuses PCRE2_UCP (Unicode properties mean nothing to a literal string).
+    const uint32_t opts = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), opts, &err, &off, nullptr);
     if (!code) {
       PCRE2_UCHAR msg[256];

@@ -43,6 +43,9 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& gguf);
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir);
 // A .gguf file (its embedded vocabulary) or a directory holding tokenizer.json.
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromPath(const std::string& path);
+// The GGUF `tokenizer.ggml.pre` name for a tokenizer.json byte-level pre-tokenizer: its Split regexes in order,
+// plus ByteLevel's own GPT-2 regex when use_regex is on. Unimplemented when no known name matches.
+StatusOr<std::string> GgufPreForHfPreTokenizer(const std::vector<std::string>& split_regexes, bool byte_level_regex);
 
 // Streams text out of a growing token sequence without ever emitting a broken UTF-8 sequence. The text of a
 // continuation is Decode(prefix + generated) minus Decode(prefix): decoding in context keeps the spaces that

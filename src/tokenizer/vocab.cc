@@ -2,6 +2,7 @@
 // the tokenizer.json pipeline with its pre-tokenizer regexes. Also the loaders by path.
 
 #include <array>
+#include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -149,6 +150,50 @@ StatusOr<PreSpec> PreForGguf(const std::string& pre) {
 }
 
 }  // namespace
+
+// One spelling per regex: literal CR/LF/TAB become \r \n \t, other non-ASCII characters \x{hex} (tokenizer.json
+// files write "[\u4e00-\u9fa5]" as literal characters where the table above uses \x{4e00}).
+std::string CanonicalRegex(const std::string& r) {
+  std::string o;
+  for (size_t i = 0; i < r.size();) {
+    const size_t n = utf8::CharLen(r, i);
+    const unsigned char c = static_cast<unsigned char>(r[i]);
+    if (c == '\r') o += "\\r";
+    else if (c == '\n') o += "\\n";
+    else if (c == '\t') o += "\\t";
+    else if (c < 0x80 || n == 1) o += r[i];
+    else {
+      uint32_t cp = c & (n == 2 ? 0x1F : n == 3 ? 0x0F : 0x07);
+      for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(r[i + k]) & 0x3F);
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\x{%x}", cp);
+      o += buf;
+    }
+    i += n;
+  }
+  return o;
+}
+
+StatusOr<std::string> GgufPreForRegexes(const std::vector<std::string>& regexes) {
+  std::vector<std::string> want;
+  for (const auto& r : regexes) want.push_back(CanonicalRegex(r));
+  // Every name PreForGguf knows, in its canonical spelling (the one llama.cpp's converter writes).
+  for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "starcoder", "deepseek-v3", "qwen35", "deepseek-llm",
+                           "deepseek-coder", "falcon"}) {
+    auto spec = PreForGguf(name);
+    if (!spec.ok() || spec->regexes.size() != want.size()) continue;
+    bool same = true;
+    for (size_t i = 0; i < want.size() && same; ++i) same = CanonicalRegex(spec->regexes[i]) == want[i];
+    if (same) return std::string(name);
+  }
+  return Unimplemented("the tokenizer's pre-tokenizer regexes match no GGUF tokenizer.ggml.pre type known here");
+}
+
+StatusOr<std::string> GgufPreForHfPreTokenizer(const std::vector<std::string>& split_regexes, bool byte_level_regex) {
+  std::vector<std::string> all = split_regexes;
+  if (byte_level_regex) all.push_back(kGpt2Regex);
+  return GgufPreForRegexes(all);
+}
 
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& g) {
   const std::string& path = g.path();

@@ -53,7 +53,7 @@ expect_error bad-tokens "--tokens must be a non-empty JSON array" "$bin" logprob
 expect_error token-out-of-range "outside the vocabulary" "$bin" logprobs -m "$tmp/m" --tokens "[1, 99999]"
 
 # Help for every command mentions each of its flags.
-for c in generate serve pull make-tiny bench tokenize logprobs template; do
+for c in generate serve pull make-tiny convert bench tokenize logprobs template; do
   "$bin" "$c" --help | grep -q -- "--" || { echo "FAIL help $c"; fails=$((fails + 1)); }
 done
 ((fails == 0)) && echo "all CLI error checks passed"

@@ -4,7 +4,8 @@
 //
 // For each case, make-tiny writes the same weights twice (same seed): with the GGUF in the split layout (which
 // llama.cpp's MTP graph needs) and in the legacy attn_kv_b layout. deepinfer runs the split GGUF, the legacy GGUF
-// and the HF directory; every one is compared with the reference computed on the split GGUF.
+// and the HF directory; every one is compared with the reference computed on the split GGUF. Then the HF directory
+// goes through `deepinfer convert` and llama.cpp runs the converted file: the same bar against it.
 // Rows: main = 64 positions; MTP = 63 rows, row i predicting token i+2 from token i+1 and the main model's
 // final-normed hidden state at i (llama.cpp's h_nextn). Tolerance: 1e-4 on log-probs (f32), argmax equal.
 import fs from "node:fs";
@@ -44,6 +45,13 @@ for (const c of cases) {
     compareLogprobs(`${c.name} ${fmt} main`, ours.logprobs, ref.main, TOL);
     compareLogprobs(`${c.name} ${fmt} mtp`, ours.mtp, ref.mtp, TOL);
   }
+  // `deepinfer convert` of the HF directory (MTP kept as blk.N.nextn.*): llama.cpp runs the converted file.
+  const conv = path.join(tmp, c.name + "-converted.gguf");
+  runDeepinfer(bin, ["convert", "-m", legacy, "-o", conv, "--outtype", "f32", "-q"]);
+  const refConv = JSON.parse(execFileSync(refTool, [backendDir, conv, prompt.join(",")], {encoding: "utf8", maxBuffer: 1 << 30}));
+  const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", legacy, "--mtp", "--tokens", JSON.stringify(prompt)]));
+  compareLogprobs(`${c.name} hf vs llama.cpp on the converted gguf: main`, ours.logprobs, refConv.main, TOL);
+  compareLogprobs(`${c.name} hf vs llama.cpp on the converted gguf: mtp`, ours.mtp, refConv.mtp, TOL);
 }
 
 // A model without an MTP module is refused with a clear error.

@@ -28,6 +28,21 @@ TEST(HfTokenizerTest, MinimalBpeMerges) {
   EXPECT_EQ((*t)->Encode("ba", false), (std::vector<int32_t>{1, 0}));
 }
 
+// SentencePiece-style tokenizer.json (Llama 2, Mistral): Metaspace turns spaces into U+2581 and splits before
+// each one. (Its literal patterns once failed to compile: PCRE2_LITERAL refuses PCRE2_UCP.)
+TEST(HfTokenizerTest, MetaspacePreTokenizer) {
+  auto t = ParseHfTokenizer(R"({"model": {"type": "BPE", "vocab": {"\u2581Hello": 0, "\u2581world": 1, "\u2581": 2, "H": 3},
+                                 "merges": [], "ignore_merges": true},
+                                "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                                  "split": true}, "decoder": null})",
+                            "", "tok.json");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  // ignore_merges: a piece found whole in the vocabulary is one token ("▁Hello", "▁world"); otherwise BPE runs on
+  // characters, and with no merges and no unk token the unknown ones drop out ("Hi" -> "▁", "H").
+  EXPECT_EQ((*t)->Encode("Hello world", false), (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ((*t)->Encode("Hi", false), (std::vector<int32_t>{2, 3}));
+}
+
 TEST(HfTokenizerTest, MalformedFilesGiveClearErrors) {
   EXPECT_NE(Error("{not json").find("tok.json: not valid JSON"), std::string::npos);
   EXPECT_NE(Error("{}").find("no \"model\" object"), std::string::npos);

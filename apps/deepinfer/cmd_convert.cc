@@ -1,0 +1,42 @@
+#include <cstdio>
+
+#include "args.h"
+#include "base/logging.h"
+#include "commands.h"
+#include "model/convert.h"
+
+namespace deepinfer::cli {
+
+int CmdConvert(int argc, char** argv) {
+  Args args("convert",
+            "Convert a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) to one GGUF file\n"
+            "in the layout llama.cpp's converter writes, so the same weights run in llama.cpp. Architectures: llama,\n"
+            "mistral, qwen2, qwen3, qwen3_moe, deepseek_v2/v3 (MLA as split attn_k_b/attn_v_b, MTP modules as\n"
+            "blk.N.nextn.*). Tokenizers: byte-level BPE (Llama 3, Qwen, DeepSeek).",
+            {
+                {"model", "m", "DIR", "", "Hugging Face model directory"},
+                {"out", "o", "FILE", "", "output .gguf file (written atomically)"},
+                {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0"},
+                {"no-mtp", "", "", "", "leave DeepSeek MTP modules out"},
+                {"quiet", "q", "", "", "no progress output"},
+            });
+  if (!args.Parse(argc, argv)) return 2;
+  if (args.help_requested()) {
+    args.PrintHelp();
+    return 0;
+  }
+  if (!args.Has("model") || !args.Has("out")) return Fail(InvalidArgument("convert needs -m DIR and -o FILE"));
+  ConvertOptions opts;
+  const std::string t = args.Get("outtype");
+  if (t != "auto") {
+    opts.outtype = DTypeFromName(t);
+    if (opts.outtype == DType::kInvalid) return Fail(InvalidArgument("unknown --outtype '" + t + "'"));
+  }
+  opts.mtp = !args.Has("no-mtp");
+  opts.progress = !args.Has("quiet");
+  if (args.Has("quiet")) SetLogLevel(LogLevel::kWarn);
+  if (Status s = ConvertHfToGguf(args.Get("model"), args.Get("out"), opts); !s.ok()) return Fail(s);
+  return 0;
+}
+
+}  // namespace deepinfer::cli
