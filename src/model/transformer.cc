@@ -1,5 +1,6 @@
 #include "model/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -60,6 +61,7 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
     if (c_.n_shared_experts > 0) {
       sh_gate_.resize(m * c_.moe_intermediate * c_.n_shared_experts);
       sh_up_.resize(sh_gate_.size());
+      sh_out_.resize(m * c_.hidden);
     }
     const size_t k = static_cast<size_t>(c_.n_experts_used);
     router_logits_.resize(m * c_.n_experts);
@@ -196,42 +198,66 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
 }
 
 void Transformer::Layer(const LayerWeights& L, int l, int n, PagedKvCache& kv) {
-  const int h = c_.hidden, hd = c_.head_dim, nh = c_.n_heads, nkv = c_.n_kv_heads;
+  AttentionBlock(L, l, n, kv);
+  MlpBlock(L, n);
+}
 
-  // Attention block.
+void Transformer::AttentionBlock(const LayerWeights& L, int l, int n, PagedKvCache& kv) {
+  const int h = c_.hidden, hd = c_.head_dim, nh = c_.n_heads, nkv = c_.n_kv_heads;
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (c_.mla) {
     MlaAttention(L, l, n, kv);
-    MatMul(L.wo, attn_.data(), n, xn_.data());
-    for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += xn_[i];
   } else {
-  MatMul(L.wq, xn_.data(), n, q_.data(), L.bq.empty() ? nullptr : L.bq.data());
-  MatMul(L.wk, xn_.data(), n, k_.data(), L.bk.empty() ? nullptr : L.bk.data());
-  MatMul(L.wv, xn_.data(), n, v_.data(), L.bv.empty() ? nullptr : L.bv.data());
-  if (c_.qk_norm) {
-    RmsNorm(q_.data(), L.q_norm.data(), c_.rms_eps, n * nh, hd, q_.data());
-    RmsNorm(k_.data(), L.k_norm.data(), c_.rms_eps, n * nkv, hd, k_.data());
+    MatMul(L.wq, xn_.data(), n, q_.data(), L.bq.empty() ? nullptr : L.bq.data());
+    MatMul(L.wk, xn_.data(), n, k_.data(), L.bk.empty() ? nullptr : L.bk.data());
+    MatMul(L.wv, xn_.data(), n, v_.data(), L.bv.empty() ? nullptr : L.bv.data());
+    if (c_.qk_norm) {
+      RmsNorm(q_.data(), L.q_norm.data(), c_.rms_eps, n * nh, hd, q_.data());
+      RmsNorm(k_.data(), L.k_norm.data(), c_.rms_eps, n * nkv, hd, k_.data());
+    }
+    ApplyRope(rope_, q_.data(), n, nh, hd, pos_.data());
+    ApplyRope(rope_, k_.data(), n, nkv, hd, pos_.data());
+    kv.Write(l, k_.data(), v_.data(), slot_of_token_.data(), n);
+    PagedAttention(q_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.v(l), kv.dtype(),
+                   AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd}, 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   }
-  ApplyRope(rope_, q_.data(), n, nh, hd, pos_.data());
-  ApplyRope(rope_, k_.data(), n, nkv, hd, pos_.data());
-  kv.Write(l, k_.data(), v_.data(), slot_of_token_.data(), n);
-  PagedAttention(q_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), kv.k(l), kv.v(l), kv.dtype(),
-                 AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd}, 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   MatMul(L.wo, attn_.data(), n, xn_.data());
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += xn_[i];
-  }
+}
 
-  // MLP block.
+void Transformer::MlpBlock(const LayerWeights& L, int n) {
+  const int h = c_.hidden;
   RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (L.moe()) {
     MoeMlp(L, n);
   } else {
-    MatMul(L.w_gate, xn_.data(), n, gate_.data());
-    MatMul(L.w_up, xn_.data(), n, up_.data());
+    const MatMulJob gate_up[2] = {{&L.w_gate, xn_.data(), n, gate_.data()}, {&L.w_up, xn_.data(), n, up_.data()}};
+    MatMulMany(gate_up, 2);
     SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(n) * c_.intermediate);
     MatMul(L.w_down, gate_.data(), n, attn_.data());
   }
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += attn_[i];
+}
+
+Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, PagedKvCache& kv) {
+  if (l < 0 || l >= c_.n_layers) return InvalidArgument("bench: no layer " + std::to_string(l));
+  int total = 0;
+  DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
+  const int h = c_.hidden;
+  for (int r = 0; r < total; ++r)
+    DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+  AttentionBlock(model_.layers[l], l, total, kv);
+  return Status::Ok();
+}
+
+StatusOr<int> Transformer::BenchMoe(int l, const float* xn, int n) {
+  if (l < 0 || l >= c_.n_layers || !model_.layers[l].moe()) return InvalidArgument("bench: layer " + std::to_string(l) + " is not a MoE layer");
+  if (n <= 0 || n > max_tokens_) return OutOfRange("bench: batch outside [1, max_batch_tokens]");
+  std::memcpy(xn_.data(), xn, sizeof(float) * static_cast<size_t>(n) * c_.hidden);
+  MoeMlp(model_.layers[l], n);
+  std::vector<bool> hit(c_.n_experts, false);
+  for (int i = 0; i < n * c_.n_experts_used; ++i) hit[route_e_[i]] = true;
+  return static_cast<int>(std::count(hit.begin(), hit.end(), true));
 }
 
 void Transformer::MoeMlp(const LayerWeights& L, int n) {
@@ -239,24 +265,57 @@ void Transformer::MoeMlp(const LayerWeights& L, int n) {
   MatMul(L.router, xn_.data(), n, router_logits_.data());
   router_.correction_bias = L.exp_bias;  // per layer (empty when the model has none)
   RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
-  // Tokens grouped per expert: one GEMM per expert over its tokens (rows are independent, so a token's result
-  // does not depend on which other tokens share its expert).
-  for (int e = 0; e < c_.n_experts; ++e) {
-    int cnt = 0;
-    for (int i = 0; i < n * K; ++i)
-      if (route_e_[i] == e) {
-        moe_rows_[cnt] = i;
-        std::memcpy(moe_in_.data() + static_cast<size_t>(cnt) * h, xn_.data() + static_cast<size_t>(i / K) * h, sizeof(float) * h);
-        ++cnt;
-      }
-    if (cnt == 0) continue;
-    MatMul(L.exp_gate[e], moe_in_.data(), cnt, moe_gate_.data());
-    MatMul(L.exp_up[e], moe_in_.data(), cnt, moe_up_.data());
-    SwiGLU(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), static_cast<int64_t>(cnt) * ff);
-    // The down projection writes straight into the (token, slot) rows of moe_out_.
-    MatMul(L.exp_down[e], moe_gate_.data(), cnt, moe_in_.data());
-    for (int r = 0; r < cnt; ++r)
+  // (token, slot) pairs grouped per expert: one GEMM per expert over its tokens, rows are independent, so a
+  // token's result does not depend on which other tokens share its expert. Experts run in waves of at most
+  // max_batch_tokens gathered rows (the buffers' size); a wave's gate/up products (and the shared experts', in the
+  // first wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert
+  // the batch touched, so the layer streams its expert weights in two passes rather than three per expert.
+  const int pairs = n * K;
+  std::vector<MatMulJob>& jobs = moe_jobs_;
+  int e = 0;
+  bool shared_pending = L.sh_gate.data != nullptr;
+  const int64_t sff = static_cast<int64_t>(ff) * c_.n_shared_experts;
+  while (e < c_.n_experts || shared_pending) {
+    // Gather the wave's rows into moe_in_ (expert by expert), remembering each expert's first row.
+    int rows = 0;
+    wave_experts_.clear();
+    for (; e < c_.n_experts; ++e) {
+      int cnt = 0;
+      for (int i = 0; i < pairs; ++i) cnt += route_e_[i] == e;
+      if (cnt == 0) continue;
+      if (rows + cnt > max_tokens_) break;
+      wave_experts_.push_back({e, rows, cnt});
+      for (int i = 0; i < pairs; ++i)
+        if (route_e_[i] == e) {
+          moe_rows_[rows] = i;
+          std::memcpy(moe_in_.data() + static_cast<size_t>(rows) * h, xn_.data() + static_cast<size_t>(i / K) * h, sizeof(float) * h);
+          ++rows;
+        }
+    }
+    jobs.clear();
+    for (const WaveExpert& w : wave_experts_) {
+      const float* in = moe_in_.data() + static_cast<size_t>(w.first) * h;
+      jobs.push_back({&L.exp_gate[w.expert], in, w.count, moe_gate_.data() + static_cast<size_t>(w.first) * ff});
+      jobs.push_back({&L.exp_up[w.expert], in, w.count, moe_up_.data() + static_cast<size_t>(w.first) * ff});
+    }
+    const bool shared = shared_pending;
+    if (shared) {
+      jobs.push_back({&L.sh_gate, xn_.data(), n, sh_gate_.data()});
+      jobs.push_back({&L.sh_up, xn_.data(), n, sh_up_.data()});
+    }
+    MatMulMany(jobs.data(), static_cast<int>(jobs.size()));
+    SwiGLU(moe_gate_.data(), moe_up_.data(), moe_gate_.data(), static_cast<int64_t>(rows) * ff);
+    if (shared) SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), n * sff);
+    // Down projections: routed rows land in moe_in_ (its inputs are consumed), the shared ones in sh_out_.
+    jobs.clear();
+    for (const WaveExpert& w : wave_experts_)
+      jobs.push_back({&L.exp_down[w.expert], moe_gate_.data() + static_cast<size_t>(w.first) * ff, w.count,
+                      moe_in_.data() + static_cast<size_t>(w.first) * h});
+    if (shared) jobs.push_back({&L.sh_down, sh_gate_.data(), n, sh_out_.data()});
+    MatMulMany(jobs.data(), static_cast<int>(jobs.size()));
+    for (int r = 0; r < rows; ++r)
       std::memcpy(moe_out_.data() + static_cast<size_t>(moe_rows_[r]) * h, moe_in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
+    shared_pending = false;
   }
   // Weighted sum in routing order (best expert first), as llama.cpp adds them.
   for (int t = 0; t < n; ++t) {
@@ -270,14 +329,9 @@ void Transformer::MoeMlp(const LayerWeights& L, int n) {
         for (int d = 0; d < h; ++d) out[d] += y[d] * w;
     }
   }
-  if (L.sh_gate.data) {  // shared experts: a dense SwiGLU every token takes, added after the routed sum
-    const int64_t sff = static_cast<int64_t>(ff) * c_.n_shared_experts;
-    MatMul(L.sh_gate, xn_.data(), n, sh_gate_.data());
-    MatMul(L.sh_up, xn_.data(), n, sh_up_.data());
-    SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), n * sff);
-    MatMul(L.sh_down, sh_gate_.data(), n, moe_in_.data());
-    for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) attn_[i] += moe_in_[i];
-  }
+  // Shared experts: a dense SwiGLU every token takes, added after the routed sum.
+  if (L.sh_gate.data)
+    for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) attn_[i] += sh_out_[i];
 }
 
 namespace {
@@ -304,15 +358,16 @@ void Transformer::MlaAttention(const LayerWeights& L, int l, int n, PagedKvCache
   const int H = c_.n_heads, nope = c_.qk_nope_dim, rope = c_.qk_rope_dim, kvl = c_.kv_lora_rank, vd = c_.v_head_dim;
   const int qk = nope + rope, krow = kvl + rope;
   // Queries: [n, H, nope + rope].
+  // The two projections of xn_ in one dispatch: the query (or its low-rank down-projection) and the cache row.
+  const MatMulJob proj[2] = {c_.q_lora_rank > 0 ? MatMulJob{&L.wq_a, xn_.data(), n, qa_.data()}
+                                                : MatMulJob{&L.wq, xn_.data(), n, q_.data()},
+                             {&L.wkv_a, xn_.data(), n, k_.data()}};
+  MatMulMany(proj, 2);
   if (c_.q_lora_rank > 0) {
-    MatMul(L.wq_a, xn_.data(), n, qa_.data());
     RmsNorm(qa_.data(), L.q_a_norm.data(), c_.rms_eps, n, c_.q_lora_rank, qa_.data());
     MatMul(L.wq_b, qa_.data(), n, q_.data());
-  } else {
-    MatMul(L.wq, xn_.data(), n, q_.data());
   }
   // The cache row: [RMSNorm(latent), RoPE(k_pe)].
-  MatMul(L.wkv_a, xn_.data(), n, k_.data());
   for (int t = 0; t < n; ++t) RmsNorm(k_.data() + static_cast<size_t>(t) * krow, L.kv_a_norm.data(), c_.rms_eps, 1, kvl,
                                       k_.data() + static_cast<size_t>(t) * krow);
   ApplyRope(rope_, k_.data() + kvl, n, 1, krow, pos_.data());

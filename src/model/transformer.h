@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "deepinfer/status.h"
+#include "kernels/cpu/gemm.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -70,6 +71,12 @@ class Transformer {
   Status Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits,
                  float* hidden = nullptr);
 
+  // Microbenchmark hooks (deepinfer bench layers). BenchAttention: layer l's attention block alone for a batch
+  // laid out as in ForwardBatch (its K/V rows are written). BenchMoe: n rows of normed hidden states through
+  // layer l's routed and shared experts; returns how many distinct experts the batch touched.
+  Status BenchAttention(int l, const SeqForward* seqs, int num_seqs, PagedKvCache& kv);
+  StatusOr<int> BenchMoe(int l, const float* xn, int n);
+
   const Model& model() const { return model_; }
   int max_batch_tokens() const { return max_tokens_; }
 
@@ -77,8 +84,10 @@ class Transformer {
   // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows.
   Status PlanBatch(const SeqForward* seqs, int num_seqs, int block_size, int* total);
   void Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
-  // One decoder layer over x_ (n rows); its K/V go to layer kv_layer of kv.
+  // One decoder layer over x_ (n rows); its K/V go to layer kv_layer of kv. The two residual blocks:
   void Layer(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
+  void AttentionBlock(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
+  void MlpBlock(const LayerWeights& L, int n);
   // Routed MLP over xn_ (n rows) into attn_: each expert runs one GEMM over the tokens routed to it.
   void MoeMlp(const LayerWeights& L, int n);
   // Multi-head latent attention over xn_ (n rows) into attn_ (n rows of H * v_head_dim), K/V cache = latent.
@@ -105,7 +114,12 @@ class Transformer {
   RouterConfig router_;
   std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
   std::vector<int32_t> route_e_, moe_rows_;
-  std::vector<float> sh_gate_, sh_up_;
+  struct WaveExpert {
+    int expert, first, count;  // the expert's gathered rows are [first, first + count) of moe_in_
+  };
+  std::vector<WaveExpert> wave_experts_;
+  std::vector<MatMulJob> moe_jobs_;
+  std::vector<float> sh_gate_, sh_up_, sh_out_;
   bool mla_absorb_ = true;
   std::vector<float> qa_, qabs_, olat_, head_in_, head_out_, dk_, dv_;
 };

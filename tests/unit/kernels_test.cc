@@ -331,3 +331,108 @@ TEST(GemmTest, Fp8BlockScaledWeights) {
 
 }  // namespace
 }  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// Many query heads on one K/V head (absorbed MLA: K row = [latent, rope key], V = the latent inside it) are
+// computed in blocks of heads that share each row read. Checks, on every ISA and thread count: the result
+// matches a double reference, and each head is bitwise what it is when attended alone (so the blocking, which
+// depends on the head count and the thread count, never changes a number).
+TEST(OpsTest, GroupedHeadsMatchSingleHeadBitwise) {
+  const int n_heads = 19, hd_k = 36, hd_v = 20;  // 19 = 8 + 8 + 3 heads per block; hd 36/20: masked tails
+  const int cached = 23, m = 2, len_max = cached + m;
+  std::vector<int32_t> rows(len_max);
+  for (int p = 0; p < len_max; ++p) rows[p] = (p * 7 + 3) % len_max;  // scattered slots
+  const AttnSeq seq{0, m, cached, rows.data()};
+  const auto q = RandomVec(m * n_heads * hd_k, 41), kv = RandomVec(len_max * hd_k, 42);
+  IsaGuard guard;
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    for (int threads : {1, 2, 5}) {
+      SetComputeThreads(threads);
+      std::vector<float> all(m * n_heads * hd_v, -1.f);
+      PagedAttention(q.data(), &seq, 1, kv.data(), kv.data(), DType::kF32, AttnShape{n_heads, 1, hd_k, hd_v, hd_k, hd_k},
+                     0.2f, all.data());
+      for (int h = 0; h < n_heads; ++h) {
+        // The same head alone: its query rows copied out, one head per call.
+        std::vector<float> qh(m * hd_k), oh(m * hd_v, -2.f);
+        for (int i = 0; i < m; ++i) std::memcpy(&qh[i * hd_k], &q[(i * n_heads + h) * hd_k], hd_k * sizeof(float));
+        PagedAttention(qh.data(), &seq, 1, kv.data(), kv.data(), DType::kF32, AttnShape{1, 1, hd_k, hd_v, hd_k, hd_k}, 0.2f,
+                       oh.data());
+        for (int i = 0; i < m; ++i) {
+          const int len = cached + i + 1;
+          std::vector<double> s(len);
+          double mx = -1e30, z = 0;
+          for (int p = 0; p < len; ++p) {
+            double d = 0;
+            for (int e = 0; e < hd_k; ++e) d += q[(i * n_heads + h) * hd_k + e] * kv[rows[p] * hd_k + e];
+            mx = std::max(mx, s[p] = d * 0.2);
+          }
+          for (auto& e : s) z += (e = std::exp(e - mx));
+          for (int e = 0; e < hd_v; ++e) {
+            double ref = 0;
+            for (int p = 0; p < len; ++p) ref += s[p] / z * kv[rows[p] * hd_k + e];
+            const float got = all[(i * n_heads + h) * hd_v + e];
+            EXPECT_NEAR(got, ref, 2e-5) << IsaName(isa) << " head " << h;
+            EXPECT_EQ(got, oh[i * hd_v + e]) << IsaName(isa) << " threads " << threads << " head " << h;
+          }
+        }
+      }
+    }
+  }
+  SetComputeThreads(0);
+}
+
+// MatMulMany runs several products in one dispatch; each output must be bitwise MatMul's (the engine relies on it
+// for batch invariance), for mixed types, row counts that are not multiples of the 16-row slices, and thread counts.
+TEST(GemmTest, MatMulManyEqualsSeparateMatMuls) {
+  struct Spec {
+    DType dtype;
+    int64_t n, k;
+    int m;
+  };
+  const Spec specs[] = {{DType::kBF16, 37, 64, 3}, {DType::kF32, 5, 32, 1}, {DType::kQ8_0, 70, 96, 2}, {DType::kBF16, 16, 64, 4}};
+  std::vector<std::vector<uint8_t>> wbytes;
+  std::vector<TensorView> ws;
+  std::vector<std::vector<float>> xs;
+  for (size_t j = 0; j < std::size(specs); ++j) {
+    const Spec& s = specs[j];
+    const auto wf = RandomVec(s.n * s.k, 300 + j, 0.5f);
+    wbytes.emplace_back(DTypeBytes(s.dtype, s.n * s.k));
+    for (int64_t r = 0; r < s.n; ++r)
+      QuantizeRow(s.dtype, wf.data() + r * s.k, wbytes.back().data() + r * DTypeBytes(s.dtype, s.k), s.k);
+    xs.push_back(RandomVec(s.m * s.k, 400 + j));
+  }
+  for (size_t j = 0; j < std::size(specs); ++j) {
+    TensorView w;
+    w.dtype = specs[j].dtype;
+    w.shape = {specs[j].n, specs[j].k};
+    w.data = wbytes[j].data();
+    w.nbytes = wbytes[j].size();
+    ws.push_back(w);
+  }
+  IsaGuard guard;
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    for (int threads : {1, 2, 3, 7}) {
+      SetComputeThreads(threads);
+      std::vector<std::vector<float>> many, single;
+      std::vector<MatMulJob> jobs;
+      for (size_t j = 0; j < std::size(specs); ++j) {
+        many.emplace_back(specs[j].m * specs[j].n, -5.f);
+        single.emplace_back(specs[j].m * specs[j].n, -6.f);
+      }
+      for (size_t j = 0; j < std::size(specs); ++j) jobs.push_back({&ws[j], xs[j].data(), specs[j].m, many[j].data()});
+      MatMulMany(jobs.data(), static_cast<int>(jobs.size()));
+      for (size_t j = 0; j < std::size(specs); ++j) {
+        MatMul(ws[j], xs[j].data(), specs[j].m, single[j].data());
+        EXPECT_EQ(many[j], single[j]) << IsaName(isa) << " threads " << threads << " job " << j;
+      }
+    }
+  }
+  SetComputeThreads(0);
+}
+
+}  // namespace
+}  // namespace deepinfer

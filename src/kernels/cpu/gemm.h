@@ -12,6 +12,19 @@ namespace deepinfer {
 // Computes y = x * W^T (+ bias when non-null). x: m*K floats, y: m*N floats (ldy = N).
 void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias = nullptr);
 
+// One product of a MatMulMany batch: y = x * W^T with x m rows of W's columns, y m rows of W's rows.
+struct MatMulJob {
+  const TensorView* w;
+  const float* x;
+  int m;
+  float* y;
+};
+
+// Independent products in one pool dispatch: the weight rows of all jobs are laid end to end and split over the
+// threads, so many small matrices (a MoE layer's experts at decode, gate and up of an MLP) stream as one pass
+// instead of paying a dispatch and a bandwidth ramp-up each. Every y is bitwise what MatMul computes.
+void MatMulMany(const MatMulJob* jobs, int count);
+
 // Single-threaded kernel on a slice of weight rows [n0, n1): y[i][n] for n in the slice. Exposed for tests.
 // x is f32; it is converted to the weight type's dot type here, as MatMul does.
 void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, int64_t n0, int64_t n1);

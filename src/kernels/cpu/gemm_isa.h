@@ -14,10 +14,14 @@
 
 namespace deepinfer {
 
-// AttendHead: one query row against the keys/values of positions [0, len): position p lives in row rows[p] of
-// the K and V storage (rows k_row_bytes / v_row_bytes apart, elements of kv_type f32/bf16/f16; k and v already
-// point at the head's first element). scores = q.k (hd_k) * scale, softmax, out = sum scores * v (hd_v). K and V
-// may be the same storage (MLA: the latent is both). `scores` is scratch of len floats.
+// AttendHeads: nh query heads of one row that share one K/V head (GQA group, or all heads for absorbed MLA),
+// against the keys/values of positions [0, len): position p lives in row rows[p] of the K and V storage (rows
+// k_row_bytes / v_row_bytes apart, elements of kv_type f32/bf16/f16; k and v already point at the K/V head's
+// first element). Head h's query is q + h * hd_k, its output out + h * hd_v: scores = q.k (hd_k) * scale,
+// softmax, out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both). `scores` is
+// scratch of min(nh, kMaxAttendHeads) * len floats. Each head's result is bitwise independent of nh: heads are
+// computed in blocks that read each K/V row once, with every head's sums in the single-head order.
+constexpr int kMaxAttendHeads = 8;
 
 struct GemmWeights {
   DType dtype;
@@ -30,17 +34,17 @@ struct GemmWeights {
 
 namespace isa_avx512 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
+void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
+                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
 }
 namespace isa_avx2 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
+void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
+                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
 }
 namespace isa_scalar {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHead(const float* q, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
+void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
+                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
 }
 }  // namespace deepinfer

@@ -97,12 +97,12 @@ void LogSoftmax(const float* x, float* out, int n) {
 
 
 namespace {
-using AttendFn = void (*)(const float*, const void*, const void*, DType, const int32_t*, int, int64_t, int64_t, int,
-                          int, float, float*, float*);
+using AttendFn = void (*)(const float*, int, const void*, const void*, DType, const int32_t*, int, int64_t, int64_t,
+                          int, int, float, float*, float*);
 AttendFn ActiveAttend() {
-  return ActiveIsa() == Isa::kAvx512 ? isa_avx512::AttendHead
-         : ActiveIsa() == Isa::kAvx2 ? isa_avx2::AttendHead
-                                     : isa_scalar::AttendHead;
+  return ActiveIsa() == Isa::kAvx512 ? isa_avx512::AttendHeads
+         : ActiveIsa() == Isa::kAvx2 ? isa_avx2::AttendHeads
+                                     : isa_scalar::AttendHeads;
 }
 }  // namespace
 
@@ -122,28 +122,37 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   const size_t esize = GetDTypeInfo(kv_type).block_bytes;
   const int64_t k_row_bytes = static_cast<int64_t>(sh.k_row_elems) * static_cast<int64_t>(esize);
   const int64_t v_row_bytes = static_cast<int64_t>(sh.v_row_elems) * static_cast<int64_t>(esize);
-  // Tasks are (query row, head) over all sequences; each output element is computed by one task in one fixed
-  // order, so results do not depend on the partition, the thread count or what else is in the batch.
-  std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
+  // Tasks are (query row, K/V head, block of the heads sharing it) over all sequences. A task's heads read each
+  // cached row once (see AttendHeads); blocks are made smaller only when there are fewer tasks than threads.
+  // Each output element is computed by one task in one fixed order that does not depend on the blocking, so
+  // results do not depend on the partition, the thread count or what else is in the batch.
+  const int nt_pool = ComputePool().size();
+  int64_t total_rows = 0;
   int max_len = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * sh.n_heads;
+    total_rows += seqs[s].m;
     max_len = std::max(max_len, seqs[s].start + seqs[s].m);
   }
+  int hb = std::min(group, kMaxAttendHeads);
+  while (hb > 1 && total_rows * sh.n_kv * ((group + hb - 1) / hb) < nt_pool) hb = (hb + 1) / 2;
+  const int blocks = (group + hb - 1) / hb, per_row = sh.n_kv * blocks;
+  std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
+  for (int s = 0; s < num_seqs; ++s) first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * per_row;
   const AttendFn attend = ActiveAttend();
   ComputePool().Run([&](int tid, int nt) {
     auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(first_task[num_seqs]), tid, nt);
     if (t0 >= t1) return;
-    std::vector<float> scores(static_cast<size_t>(max_len));
+    std::vector<float> scores(static_cast<size_t>(max_len) * hb);
     int s = static_cast<int>(std::upper_bound(first_task.begin(), first_task.end(), static_cast<int64_t>(t0)) -
                              first_task.begin()) - 1;
     for (size_t t = t0; t < t1; ++t) {
       while (static_cast<int64_t>(t) >= first_task[s + 1]) ++s;
       const AttnSeq& sq = seqs[s];
       const int64_t local = static_cast<int64_t>(t) - first_task[s];
-      const int i = static_cast<int>(local / sh.n_heads), h = static_cast<int>(local % sh.n_heads), kvh = h / group;
+      const int i = static_cast<int>(local / per_row), kvh = static_cast<int>(local % per_row) / blocks;
+      const int h = kvh * group + static_cast<int>(local % blocks) * hb, nh = std::min(hb, (kvh + 1) * group - h);
       const int64_t row = sq.q_row + i;
-      attend(q + row * q_stride + static_cast<int64_t>(h) * sh.hd_k,
+      attend(q + row * q_stride + static_cast<int64_t>(h) * sh.hd_k, nh,
              static_cast<const uint8_t*>(k_base) + static_cast<size_t>(kvh) * sh.hd_k * esize,
              static_cast<const uint8_t*>(v_base) + static_cast<size_t>(kvh) * sh.hd_v * esize, kv_type, sq.rows,
              sq.start + i + 1, k_row_bytes, v_row_bytes, sh.hd_k, sh.hd_v, scale, scores.data(),
