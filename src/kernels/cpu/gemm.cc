@@ -118,28 +118,17 @@ void MatMul(const TensorView& w, const float* x, int m, float* y, const float* b
 
 void MatMulMany(const MatMulJob* jobs, int count) {
   if (count <= 0) return;
-  // Slices start on 16-row boundaries of each job, the same boundaries MatMul's partition can produce, so each
-  // output row is computed by the same kernel calls as in MatMul.
-  constexpr size_t kAlign = 16;
   thread_local std::vector<PreparedX> prepared;
   if (prepared.size() < static_cast<size_t>(count)) prepared.resize(static_cast<size_t>(count));
-  thread_local std::vector<size_t> first;  // job j's rows are [first[j], first[j] + rows) of the padded row space
-  first.assign(static_cast<size_t>(count) + 1, 0);
-  for (int j = 0; j < count; ++j) {
-    Prepare(*jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j]);
-    const size_t rows = static_cast<size_t>(jobs[j].w->rows());
-    first[j + 1] = first[j] + (rows + kAlign - 1) / kAlign * kAlign;
-  }
+  for (int j = 0; j < count; ++j) Prepare(*jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j]);
   const PreparedX* p = prepared.data();
-  const size_t* f = first.data();
-  ComputePool().Run([&, p, f](int tid, int nt) {
-    auto [r0, r1] = ThreadPool::Range(f[count], tid, nt, kAlign);
-    for (int j = 0; j < count && r0 < r1; ++j) {
-      const size_t rows = static_cast<size_t>(jobs[j].w->rows());
-      const size_t a = std::max(r0, f[j]), b = std::min(r1, f[j] + rows);
-      if (a < b)
-        Slice(*jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(rows), static_cast<int64_t>(a - f[j]),
-              static_cast<int64_t>(b - f[j]));
+  // Every job is split over the threads exactly as MatMul splits it (so each output row comes from the same
+  // kernel calls, and jobs with many x rows do not load one thread more than another).
+  ComputePool().Run([&, p](int tid, int nt) {
+    for (int j = 0; j < count; ++j) {
+      const int64_t rows = jobs[j].w->rows();
+      auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(rows), tid, nt, 16);
+      if (n0 < n1) Slice(*jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(rows), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     }
   });
 }

@@ -20,9 +20,9 @@ struct MatMulJob {
   float* y;
 };
 
-// Independent products in one pool dispatch: the weight rows of all jobs are laid end to end and split over the
-// threads, so many small matrices (a MoE layer's experts at decode, gate and up of an MLP) stream as one pass
-// instead of paying a dispatch and a bandwidth ramp-up each. Every y is bitwise what MatMul computes.
+// Independent products in one pool dispatch: each thread takes its share of every job's weight rows in turn, so
+// many small matrices (a MoE layer's experts, gate and up of an MLP) cost one dispatch and one wake-up instead of
+// one each. Every y is bitwise what MatMul computes.
 void MatMulMany(const MatMulJob* jobs, int count);
 
 // Single-threaded kernel on a slice of weight rows [n0, n1): y[i][n] for n in the slice. Exposed for tests.
