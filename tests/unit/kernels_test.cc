@@ -8,6 +8,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_isa.h"
 #include "kernels/cpu/ops.h"
 #include "test_util.h"
 
@@ -432,6 +433,42 @@ TEST(GemmTest, MatMulManyEqualsSeparateMatMuls) {
     }
   }
   SetComputeThreads(0);
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// q8_0/q4_0 on AVX-512: the VNNI tiles (x offset to unsigned, vpdpbusd) must give bitwise the results of the
+// sign/maddubs/madd tiles, for one x row (decode tiles) and several (prefill tiles, with a partial x tile).
+TEST(GemmTest, VnniQuantizedTilesMatchTheGenericAvx512TilesBitwise) {
+  if (!DetectCpu().avx512 || !__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  IsaGuard guard;
+  SetIsa(Isa::kAvx512);
+  const int64_t n = 70, k = 256;
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0}) {
+    const auto wf = RandomVec(n * k, 500, 0.5f);
+    std::vector<uint8_t> wb(DTypeBytes(dt, n * k));
+    for (int64_t r = 0; r < n; ++r) QuantizeRow(dt, wf.data() + r * k, wb.data() + r * DTypeBytes(dt, k), k);
+    TensorView w;
+    w.dtype = dt;
+    w.shape = {n, k};
+    w.data = wb.data();
+    w.nbytes = wb.size();
+    for (int m : {1, 7}) {
+      auto x = RandomVec(m * k, 600 + m);
+      x[3] = -x[3] * 40.f;  // one large value per block row: quantized x reaches -127/127
+      std::vector<float> generic(m * n), vnni(m * n);
+      const bool was = isa_avx512::SetVnni(false);
+      MatMul(w, x.data(), m, generic.data());
+      isa_avx512::SetVnni(true);
+      MatMul(w, x.data(), m, vnni.data());
+      isa_avx512::SetVnni(was);
+      EXPECT_EQ(generic, vnni) << DTypeName(dt) << " m=" << m;
+    }
+  }
 }
 
 }  // namespace

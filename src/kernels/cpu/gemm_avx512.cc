@@ -202,6 +202,77 @@ void TileQ(const Args& a, int64_t n, int i) {
     }
 }
 
+// The same product on CPUs with AVX512-VNNI (Ice Lake, Zen 4 and later): x is offset to unsigned (x + 128, an
+// XOR of the sign bit) so one vpdpbusd per (x row, weight row) replaces sign + maddubs + madd, starting from
+// -128 * (sum of the block's weights in each 4-byte group). The integer sums are exactly those of TileQ (same
+// 4-byte lane groups) and the float steps are the same operations, so the results are bitwise identical; only
+// the instruction count drops (4 instead of 7 per pair and block). Its own function: the target attribute must
+// not let the compiler emit VNNI in code that runs on AVX-512 CPUs without it.
+template <bool kQ4, int RX, int RW>
+__attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, int i) {
+  __m256 acc[RX][RW];
+  const uint8_t* wr[RW];
+  const BlockQ8_0* xr[RX];
+  const int64_t nb = a.k / 32;
+  for (int r = 0; r < RW; ++r) wr[r] = a.w->row(n + r);
+  for (int s = 0; s < RX; ++s) {
+    xr[s] = static_cast<const BlockQ8_0*>(a.xq) + (i + s) * nb;
+    for (int r = 0; r < RW; ++r) acc[s][r] = _mm256_setzero_ps();
+  }
+  const __m256i ones_u8 = _mm256_set1_epi8(1), sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
+  const int64_t row_bytes = static_cast<int64_t>(a.w->row_bytes), ahead = static_cast<int64_t>(kPrefetchTiles) * RW * row_bytes;
+  const int prefetch = i == a.first_x && n + (kPrefetchTiles + 1) * RW <= a.w->rows ? (RX == 1 ? 1 : 2) : 0;
+  const int64_t blk_bytes = kQ4 ? static_cast<int64_t>(sizeof(BlockQ4_0)) : static_cast<int64_t>(sizeof(BlockQ8_0));
+  int64_t next_line = 0;
+  for (int64_t b = 0; b < nb; ++b) {
+    __m256i wq[RW], base[RW];
+    __m256 dw[RW];
+    if (prefetch && (b + 1) * blk_bytes > next_line) {
+      for (int r = 0; r < RW; ++r) {
+        const char* line = reinterpret_cast<const char*>(wr[r]) + next_line + ahead;
+        if (prefetch == 1) _mm_prefetch(line, _MM_HINT_T0);
+        else _mm_prefetch(line, _MM_HINT_T1);
+      }
+      next_line += 64;
+    }
+    for (int r = 0; r < RW; ++r) {
+      if constexpr (kQ4) {
+        const auto* blk = reinterpret_cast<const BlockQ4_0*>(wr[r]) + b;
+        wq[r] = UnpackQ4(blk);
+        dw[r] = _mm256_set1_ps(_cvtsh_ss(blk->d));
+      } else {
+        const auto* blk = reinterpret_cast<const BlockQ8_0*>(wr[r]) + b;
+        wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+        dw[r] = _mm256_set1_ps(_cvtsh_ss(blk->d));
+      }
+      // -128 * (w0 + w1 + w2 + w3) per 4-byte group: cancels the +128 offset of x.
+      base[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones_u8, wq[r]), 7));
+    }
+    for (int s = 0; s < RX; ++s) {
+      const __m256i xu = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[s][b].qs)), sign_bit);
+      const __m256 dx = _mm256_set1_ps(_cvtsh_ss(xr[s][b].d));
+      for (int r = 0; r < RW; ++r) {
+        const __m256i p32 = _mm256_dpbusd_epi32(base[r], xu, wq[r]);
+        acc[s][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_mul_ps(dw[r], dx), acc[s][r]);
+      }
+    }
+  }
+  for (int s = 0; s < RX; ++s)
+    for (int r = 0; r < RW; ++r) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[s][r]), _mm256_extractf128_ps(acc[s][r], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_movehdup_ps(v));
+      a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm_cvtss_f32(v);
+    }
+}
+
+// Whether the VNNI tiles run: detected once, and switchable so tests can check both paths give the same bits.
+bool DetectVnni() {
+  __builtin_cpu_init();  // may run from a static initializer, before libgcc has filled in the CPU model
+  return __builtin_cpu_supports("avx512vnni");
+}
+bool g_use_vnni = DetectVnni();
+
 using TileFn = void (*)(const Args&, int64_t, int);
 
 template <class L>
@@ -213,6 +284,11 @@ template <bool kQ4>
 struct QTiles {
   template <int RX, int RW>
   static void Fn(const Args& a, int64_t n, int i) { TileQ<kQ4, RX, RW>(a, n, i); }
+};
+template <bool kQ4>
+struct QTilesVnni {
+  template <int RX, int RW>
+  static void Fn(const Args& a, int64_t n, int i) { TileQVnni<kQ4, RX, RW>(a, n, i); }
 };
 struct DpTiles {
   template <int RX, int RW>
@@ -256,6 +332,12 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
 
 }  // namespace
 
+bool SetVnni(bool enable) {
+  const bool was = g_use_vnni;
+  g_use_vnni = enable && DetectVnni();
+  return was;
+}
+
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
   Args a{&w, x, xq, y, ldy, w.k};
   const size_t xf = static_cast<size_t>(a.k) * 4;
@@ -266,8 +348,14 @@ void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, floa
       if (xq) RunSlice<DpTiles>(a, m, n0, n1, xf / 2);
       else RunSlice<F32Tiles<LoadBF16>>(a, m, n0, n1, xf);
       break;
-    case DType::kQ8_0: RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4); break;
-    case DType::kQ4_0: RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4); break;
+    case DType::kQ8_0:
+      if (g_use_vnni) RunSlice<QTilesVnni<false>>(a, m, n0, n1, xf / 4);
+      else RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4);
+      break;
+    case DType::kQ4_0:
+      if (g_use_vnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
+      else RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
+      break;
     default: break;
   }
 }

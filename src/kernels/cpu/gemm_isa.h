@@ -33,6 +33,9 @@ struct GemmWeights {
 };
 
 namespace isa_avx512 {
+// q8_0/q4_0 tiles with AVX512-VNNI when the CPU has it (bitwise the same results). Returns the previous setting;
+// enabling is a no-op on a CPU without VNNI. For tests and benchmarks.
+bool SetVnni(bool enable);
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
                  int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
