@@ -320,8 +320,12 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
   for (int i0 = 0; i0 < m; i0 += xb) {
     const int i1 = m < i0 + xb ? m : i0 + xb;
     block.first_x = i0;
-    for (int64_t n = n0; n < n1; n += kMaxRW) {
-      const int rw = static_cast<int>(n1 - n < kMaxRW ? n1 - n : kMaxRW);
+    // One x row (decode, bandwidth bound): weight rows one at a time, so each thread reads its slice as one
+    // sequential stream (what hardware prefetchers follow best); +8-35% over 4 interleaved row streams. Every
+    // (x row, weight row) pair is the same dot product in any tile shape, so results do not change.
+    const int max_rw = m == 1 ? 1 : kMaxRW;
+    for (int64_t n = n0; n < n1; n += max_rw) {
+      const int rw = static_cast<int>(n1 - n < max_rw ? n1 - n : max_rw);
       for (int i = i0; i < i1; i += kMaxRX) {
         const int rx = i1 - i < kMaxRX ? i1 - i : kMaxRX;
         table.fn[rx - 1][rw - 1](block, n, i);
