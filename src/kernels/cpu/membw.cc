@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/host_buffer.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/cpu_features.h"
 
@@ -86,7 +87,11 @@ double MeasurePeakGflops(bool bf16) {
 
 double MeasureReadBandwidthGBs(size_t bytes, int reps) {
   bytes = bytes / 4096 * 4096;
-  auto* buf = static_cast<uint8_t*>(std::aligned_alloc(4096, bytes));
+  // The same memory the weights live in (2 MiB transparent huge pages where allowed): with 4 KiB pages the
+  // hardware prefetchers stop at every page and the probe reads well below what decode actually streams.
+  auto host = HostBuffer::Allocate(bytes);
+  if (!host.ok()) return 0;
+  uint8_t* buf = (*host)->data();
   ThreadPool& pool = ComputePool();
   // First touch from the threads that will read (matters on NUMA machines).
   pool.Run([&](int tid, int nt) {
@@ -105,7 +110,6 @@ double MeasureReadBandwidthGBs(size_t bytes, int reps) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, bytes / s / 1e9);
   }
-  std::free(buf);
   return best;
 }
 
