@@ -430,22 +430,16 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
 
 // ------------------------------------------------------------------------------------------------ HF
 
-StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
-  namespace fs = std::filesystem;
-  const std::string cfg_path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(cfg_path);
-  if (!in) return NotFound(cfg_path + ": cannot open");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+}  // namespace
+
+StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& cfg_path) {
+  auto j = nlohmann::json::parse(json_text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return DataLoss(cfg_path + ": not valid JSON");
-  auto m = std::make_unique<Model>();
-  m->source = dir;
-  m->format = "hf";
-  ModelConfig& c = m->config;
+  ModelConfig c;
   std::string arch_name = j.value("model_type", "");
   if (!ArchFromName(arch_name, &c.arch))
-    return Unimplemented(cfg_path + ": unknown architecture '" + arch_name + "' (supported: llama, qwen2, qwen3, qwen3_moe, mistral)");
+    return Unimplemented(cfg_path + ": unknown architecture '" + arch_name +
+                         "' (supported: llama, mistral, qwen2, qwen3, qwen3_moe, deepseek_v2, deepseek_v3)");
   auto geti = [&](const char* k, int64_t def) -> StatusOr<int64_t> {
     if (!j.contains(k) || j[k].is_null()) {
       if (def < 0) return NotFound(cfg_path + ": missing '" + k + "'");
@@ -562,6 +556,22 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
     }
   }
   DI_RETURN_IF_ERROR(Validate(c, cfg_path));
+  return c;
+}
+
+namespace {
+
+StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string cfg_path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(cfg_path);
+  if (!in) return NotFound(cfg_path + ": cannot open");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto m = std::make_unique<Model>();
+  m->source = dir;
+  m->format = "hf";
+  DI_ASSIGN_OR_RETURN(m->config, ParseHfConfig(ss.str(), cfg_path));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
   SafetensorsModel* sp = st.get();
   TensorSource src{dir, [sp](const std::string& n) { return sp->Find(n); }};

@@ -77,6 +77,10 @@ struct LoadOptions {
 
 // Loads a GGUF file or an HF directory (config.json + safetensors + tokenizer.json). Every problem is reported
 // with the file and tensor it concerns.
+// The configuration an HF config.json describes (architecture, shapes, MoE/MLA/YaRN settings), validated;
+// cfg_path names the file in errors. LoadModelFromPath uses it for HF directories.
+StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& cfg_path);
+
 StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, const LoadOptions& opts = {});
 
 }  // namespace deepinfer

@@ -1,0 +1,161 @@
+// HF config.json parsing on the configurations the model authors publish (the texts below are the files from
+// deepseek-ai/DeepSeek-V3, deepseek-ai/DeepSeek-V2-Lite and Qwen/Qwen3-30B-A3B on the Hugging Face hub, trimmed of
+// fields no loader reads). Full-size weights do not fit this machine, so this is where the real shapes are
+// checked: every derived number below is written out from the papers/model cards, not recomputed by our code.
+#include <gtest/gtest.h>
+
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr const char* kDeepSeekV3 = R"({
+  "architectures": ["DeepseekV3ForCausalLM"], "attention_bias": false, "bos_token_id": 0, "eos_token_id": 1,
+  "ep_size": 1, "first_k_dense_replace": 3, "hidden_act": "silu", "hidden_size": 7168, "intermediate_size": 18432,
+  "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3", "moe_intermediate_size": 2048,
+  "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256, "n_shared_experts": 1, "norm_topk_prob": true,
+  "num_attention_heads": 128, "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 128,
+  "num_nextn_predict_layers": 1, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "quantization_config": {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]},
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "tie_word_embeddings": false,
+  "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16", "v_head_dim": 128, "vocab_size": 129280
+})";
+
+constexpr const char* kDeepSeekV2Lite = R"({
+  "architectures": ["DeepseekV2ForCausalLM"], "attention_bias": false, "aux_loss_alpha": 0.001, "bos_token_id": 100000,
+  "eos_token_id": 100001, "first_k_dense_replace": 1, "hidden_act": "silu", "hidden_size": 2048,
+  "intermediate_size": 10944, "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v2",
+  "moe_intermediate_size": 1408, "moe_layer_freq": 1, "n_group": 1, "n_routed_experts": 64, "n_shared_experts": 2,
+  "norm_topk_prob": false, "num_attention_heads": 16, "num_experts_per_tok": 6, "num_hidden_layers": 27,
+  "num_key_value_heads": 16, "pretraining_tp": 1, "q_lora_rank": null, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 0.707, "mscale_all_dim": 0.707,
+                   "original_max_position_embeddings": 4096, "type": "yarn"},
+  "rope_theta": 10000, "routed_scaling_factor": 1.0, "scoring_func": "softmax", "seq_aux": true,
+  "tie_word_embeddings": false, "topk_group": 1, "topk_method": "greedy", "torch_dtype": "bfloat16",
+  "v_head_dim": 128, "vocab_size": 102400
+})";
+
+constexpr const char* kQwen3_30B_A3B = R"({
+  "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "bos_token_id": 151643, "decoder_sparse_step": 1,
+  "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 6144,
+  "max_position_embeddings": 40960, "max_window_layers": 48, "mlp_only_layers": [], "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768, "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+  "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+  "rope_scaling": null, "rope_theta": 1000000.0, "sliding_window": null, "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16", "use_sliding_window": false, "vocab_size": 151936
+})";
+
+TEST(HfConfigTest, DeepSeekV3) {
+  auto c = ParseHfConfig(kDeepSeekV3, "DeepSeek-V3/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kDeepseekV3);
+  EXPECT_EQ(c->vocab_size, 129280);
+  EXPECT_EQ(c->hidden, 7168);
+  EXPECT_EQ(c->n_layers, 61);
+  EXPECT_EQ(c->n_heads, 128);
+  EXPECT_TRUE(c->mla);
+  EXPECT_EQ(c->q_lora_rank, 1536);
+  EXPECT_EQ(c->kv_lora_rank, 512);
+  EXPECT_EQ(c->head_dim, 192);  // qk_nope 128 + qk_rope 64
+  EXPECT_EQ(c->v_head_dim, 128);
+  EXPECT_EQ(c->rope_style, RopeStyle::kAdjacentPairs);
+  // The cache holds the 512-wide latent and the 64-wide rope key per token per layer, nothing else:
+  // 576 x 2 bytes x 61 layers = 70,272 bytes per token in bf16 (vs 128 heads x (192 + 128) x 2 x 61 = 4.99 MB
+  // for the decompressed K/V).
+  EXPECT_EQ(c->kv_k_elems(), 576);
+  EXPECT_EQ(c->kv_v_elems(), 0);
+  EXPECT_EQ(PagedKvCache::BytesPerToken(*c, DType::kBF16), 70272u);
+  // DeepSeekMoE: 256 routed (8 per token) + 1 shared, first 3 layers dense, 8 groups keep 4, sigmoid scores with
+  // the noaux_tc correction bias, renormalized, scaled by 2.5.
+  EXPECT_EQ(c->n_experts, 256);
+  EXPECT_EQ(c->n_experts_used, 8);
+  EXPECT_EQ(c->moe_intermediate, 2048);
+  EXPECT_EQ(c->intermediate, 18432);
+  EXPECT_EQ(c->n_shared_experts, 1);
+  EXPECT_EQ(c->first_k_dense, 3);
+  EXPECT_FALSE(c->IsMoeLayer(2));
+  EXPECT_TRUE(c->IsMoeLayer(3));
+  EXPECT_TRUE(c->IsMoeLayer(60));
+  EXPECT_EQ(c->n_group, 8);
+  EXPECT_EQ(c->topk_group, 4);
+  EXPECT_TRUE(c->router_sigmoid);
+  EXPECT_TRUE(c->router_bias);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_FLOAT_EQ(c->routed_scaling_factor, 2.5f);
+  EXPECT_EQ(c->n_mtp, 1);
+  // YaRN x40 from a 4096 context: mscale == mscale_all_dim, so cos/sin are unscaled, and the softmax scale is
+  // multiplied by (0.1 * ln 40 + 1)^2 = 1.87385...
+  EXPECT_DOUBLE_EQ(c->yarn.factor, 40.0);
+  EXPECT_DOUBLE_EQ(c->yarn.original_ctx, 4096.0);
+  EXPECT_FLOAT_EQ(c->yarn.mscale, 1.0f);
+  EXPECT_NEAR(c->attn_scale_mult, 1.8738542, 1e-6);
+  EXPECT_EQ(c->max_ctx, 163840);
+}
+
+TEST(HfConfigTest, DeepSeekV2Lite) {
+  auto c = ParseHfConfig(kDeepSeekV2Lite, "DeepSeek-V2-Lite/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kDeepseekV3);  // one implementation for V2 and V3
+  EXPECT_EQ(c->q_lora_rank, 0);           // null: a plain q projection
+  EXPECT_EQ(c->kv_k_elems(), 576);
+  EXPECT_EQ(c->n_experts, 64);
+  EXPECT_EQ(c->n_experts_used, 6);
+  EXPECT_EQ(c->n_shared_experts, 2);
+  EXPECT_EQ(c->first_k_dense, 1);
+  EXPECT_EQ(c->n_group, 1);
+  EXPECT_FALSE(c->router_sigmoid);  // softmax, greedy top-6, not renormalized
+  EXPECT_FALSE(c->router_bias);
+  EXPECT_FALSE(c->norm_topk_prob);
+  EXPECT_FLOAT_EQ(c->routed_scaling_factor, 1.0f);
+  EXPECT_EQ(c->n_mtp, 0);
+  EXPECT_NEAR(c->attn_scale_mult, 1.5896262, 1e-6);  // (0.1 * 0.707 * ln 40 + 1)^2
+}
+
+TEST(HfConfigTest, Qwen3MoE30BA3B) {
+  auto c = ParseHfConfig(kQwen3_30B_A3B, "Qwen3-30B-A3B/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kQwen3Moe);
+  EXPECT_FALSE(c->mla);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->head_dim, 128);  // explicit, not hidden / heads (= 64)
+  EXPECT_EQ(c->n_kv_heads, 4);
+  EXPECT_EQ(c->kv_k_elems(), 512);
+  EXPECT_EQ(c->kv_v_elems(), 512);
+  EXPECT_EQ(c->n_experts, 128);
+  EXPECT_EQ(c->n_experts_used, 8);
+  EXPECT_EQ(c->moe_intermediate, 768);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_TRUE(c->IsMoeLayer(0));
+  EXPECT_TRUE(c->IsMoeLayer(47));
+  EXPECT_DOUBLE_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalves);
+}
+
+TEST(HfConfigTest, RejectsBrokenDeepSeekSettingsWithTheReason) {
+  auto edit = [](const std::string& from, const std::string& to) {
+    std::string s = kDeepSeekV3;
+    const size_t at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    return s.replace(at, from.size(), to);
+  };
+  auto expect_error = [](const std::string& text, const std::string& needle) {
+    auto c = ParseHfConfig(text, "config.json");
+    ASSERT_FALSE(c.ok()) << needle;
+    EXPECT_NE(c.status().ToString().find(needle), std::string::npos) << c.status().ToString();
+  };
+  expect_error(edit("\"topk_group\": 4", "\"topk_group\": 9"), "DeepSeekMoE settings");
+  expect_error(edit("\"kv_lora_rank\": 512,", ""), "MLA");
+  expect_error(edit("\"qk_rope_head_dim\": 64", "\"qk_rope_head_dim\": 63"), "MLA");
+  expect_error(edit("\"num_nextn_predict_layers\": 1", "\"num_nextn_predict_layers\": 100"), "num_nextn_predict_layers");
+  expect_error(edit("\"factor\": 40", "\"factor\": 0.5"), "yarn");
+  expect_error(edit("\"model_type\": \"deepseek_v3\"", "\"model_type\": \"deepseek_v4\""), "deepseek_v3");
+  expect_error("{\"model_type\": ", "not valid JSON");
+}
+
+}  // namespace
+}  // namespace deepinfer
