@@ -43,7 +43,7 @@ class Args {
           return false;
         }
         if (f->value.empty()) {
-          values_[f->name] = "1";
+          values_[f->name].assign(1, '1');  // (not = "1": a GCC 12 -Wrestrict false positive)
         } else if (has_inline) {
           values_[f->name] = inline_val;
         } else {
