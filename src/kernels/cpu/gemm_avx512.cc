@@ -142,6 +142,53 @@ inline __m256i UnpackQ4(const BlockQ4_0* b) {
   return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
 }
 
+// Pieces both q8_0/q4_0 tiles share. Software prefetch of the rows kPrefetchTiles tiles ahead on the pass that
+// first reads this weight tile, as in TileDpBF16 (hardware prefetchers stop at 4 KiB pages): one 64-byte line per
+// row every ~2 blocks, into L1 for one x row, L2 otherwise.
+template <bool kQ4, int RX, int RW>
+struct QPrefetch {
+  static constexpr int64_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
+  int mode;  // 0 none, 1 L1, 2 L2
+  int64_t ahead, next_line = 0;
+  QPrefetch(const Args& a, int64_t n, int i)
+      : mode(i == a.first_x && n + (kPrefetchTiles + 1) * RW <= a.w->rows ? (RX == 1 ? 1 : 2) : 0),
+        ahead(static_cast<int64_t>(kPrefetchTiles) * RW * static_cast<int64_t>(a.w->row_bytes)) {}
+  void Step(const uint8_t* const* wr, int64_t b) {
+    if (!mode || (b + 1) * kBlockBytes <= next_line) return;
+    for (int r = 0; r < RW; ++r) {
+      const char* line = reinterpret_cast<const char*>(wr[r]) + next_line + ahead;
+      if (mode == 1) _mm_prefetch(line, _MM_HINT_T0);
+      else _mm_prefetch(line, _MM_HINT_T1);
+    }
+    next_line += 64;
+  }
+};
+
+// Block b of a weight row as 32 signed bytes, and its scale.
+template <bool kQ4>
+inline __m256i LoadQBlock(const uint8_t* row, int64_t b, float* d) {
+  if constexpr (kQ4) {
+    const auto* blk = reinterpret_cast<const BlockQ4_0*>(row) + b;
+    *d = _cvtsh_ss(blk->d);
+    return UnpackQ4(blk);
+  } else {
+    const auto* blk = reinterpret_cast<const BlockQ8_0*>(row) + b;
+    *d = _cvtsh_ss(blk->d);
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
+  }
+}
+
+template <int RX, int RW>
+inline void StoreQSums(__m256 (&acc)[RX][RW], const Args& a, int64_t n, int i) {
+  for (int s = 0; s < RX; ++s)
+    for (int r = 0; r < RW; ++r) {
+      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[s][r]), _mm256_extractf128_ps(acc[s][r], 1));
+      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
+      v = _mm_add_ss(v, _mm_movehdup_ps(v));
+      a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm_cvtss_f32(v);
+    }
+}
+
 template <bool kQ4, int RX, int RW>
 void TileQ(const Args& a, int64_t n, int i) {
   __m256 acc[RX][RW];
@@ -154,34 +201,12 @@ void TileQ(const Args& a, int64_t n, int i) {
     for (int r = 0; r < RW; ++r) acc[s][r] = _mm256_setzero_ps();
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  // Software prefetch of the rows kPrefetchTiles tiles ahead on the pass that first reads this weight tile, as
-  // in TileDpBF16 (hardware prefetchers stop at 4 KiB pages). One 64-byte line per ~2 blocks.
-  const int64_t row_bytes = static_cast<int64_t>(a.w->row_bytes), ahead = static_cast<int64_t>(kPrefetchTiles) * RW * row_bytes;
-  const int prefetch = i == a.first_x && n + (kPrefetchTiles + 1) * RW <= a.w->rows ? (RX == 1 ? 1 : 2) : 0;
-  const int64_t blk_bytes = kQ4 ? static_cast<int64_t>(sizeof(BlockQ4_0)) : static_cast<int64_t>(sizeof(BlockQ8_0));
-  int64_t next_line = 0;  // byte offset within the row of the next line to prefetch
+  QPrefetch<kQ4, RX, RW> prefetch(a, n, i);
   for (int64_t b = 0; b < nb; ++b) {
+    prefetch.Step(wr, b);
     __m256i wq[RW];
     float dw[RW];
-    if (prefetch && (b + 1) * blk_bytes > next_line) {
-      for (int r = 0; r < RW; ++r) {
-        const char* line = reinterpret_cast<const char*>(wr[r]) + next_line + ahead;
-        if (prefetch == 1) _mm_prefetch(line, _MM_HINT_T0);
-        else _mm_prefetch(line, _MM_HINT_T1);
-      }
-      next_line += 64;
-    }
-    for (int r = 0; r < RW; ++r) {
-      if constexpr (kQ4) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(wr[r]) + b;
-        wq[r] = UnpackQ4(blk);
-        dw[r] = _cvtsh_ss(blk->d);
-      } else {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(wr[r]) + b;
-        wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-        dw[r] = _cvtsh_ss(blk->d);
-      }
-    }
+    for (int r = 0; r < RW; ++r) wq[r] = LoadQBlock<kQ4>(wr[r], b, &dw[r]);
     for (int s = 0; s < RX; ++s) {
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[s][b].qs));
       const __m256i ax = _mm256_sign_epi8(xq, xq);
@@ -193,13 +218,7 @@ void TileQ(const Args& a, int64_t n, int i) {
       }
     }
   }
-  for (int s = 0; s < RX; ++s)
-    for (int r = 0; r < RW; ++r) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[s][r]), _mm256_extractf128_ps(acc[s][r], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_movehdup_ps(v));
-      a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm_cvtss_f32(v);
-    }
+  StoreQSums<RX, RW>(acc, a, n, i);
 }
 
 // The same product on CPUs with AVX512-VNNI (Ice Lake, Zen 4 and later): x is offset to unsigned (x + 128, an
@@ -220,31 +239,15 @@ __attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, i
     for (int r = 0; r < RW; ++r) acc[s][r] = _mm256_setzero_ps();
   }
   const __m256i ones_u8 = _mm256_set1_epi8(1), sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
-  const int64_t row_bytes = static_cast<int64_t>(a.w->row_bytes), ahead = static_cast<int64_t>(kPrefetchTiles) * RW * row_bytes;
-  const int prefetch = i == a.first_x && n + (kPrefetchTiles + 1) * RW <= a.w->rows ? (RX == 1 ? 1 : 2) : 0;
-  const int64_t blk_bytes = kQ4 ? static_cast<int64_t>(sizeof(BlockQ4_0)) : static_cast<int64_t>(sizeof(BlockQ8_0));
-  int64_t next_line = 0;
+  QPrefetch<kQ4, RX, RW> prefetch(a, n, i);
   for (int64_t b = 0; b < nb; ++b) {
+    prefetch.Step(wr, b);
     __m256i wq[RW], base[RW];
     __m256 dw[RW];
-    if (prefetch && (b + 1) * blk_bytes > next_line) {
-      for (int r = 0; r < RW; ++r) {
-        const char* line = reinterpret_cast<const char*>(wr[r]) + next_line + ahead;
-        if (prefetch == 1) _mm_prefetch(line, _MM_HINT_T0);
-        else _mm_prefetch(line, _MM_HINT_T1);
-      }
-      next_line += 64;
-    }
     for (int r = 0; r < RW; ++r) {
-      if constexpr (kQ4) {
-        const auto* blk = reinterpret_cast<const BlockQ4_0*>(wr[r]) + b;
-        wq[r] = UnpackQ4(blk);
-        dw[r] = _mm256_set1_ps(_cvtsh_ss(blk->d));
-      } else {
-        const auto* blk = reinterpret_cast<const BlockQ8_0*>(wr[r]) + b;
-        wq[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk->qs));
-        dw[r] = _mm256_set1_ps(_cvtsh_ss(blk->d));
-      }
+      float d;
+      wq[r] = LoadQBlock<kQ4>(wr[r], b, &d);
+      dw[r] = _mm256_set1_ps(d);
       // -128 * (w0 + w1 + w2 + w3) per 4-byte group: cancels the +128 offset of x.
       base[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones_u8, wq[r]), 7));
     }
@@ -257,13 +260,7 @@ __attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, i
       }
     }
   }
-  for (int s = 0; s < RX; ++s)
-    for (int r = 0; r < RW; ++r) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[s][r]), _mm256_extractf128_ps(acc[s][r], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_movehdup_ps(v));
-      a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm_cvtss_f32(v);
-    }
+  StoreQSums<RX, RW>(acc, a, n, i);
 }
 
 // Whether the VNNI tiles run: detected once, and switchable so tests can check both paths give the same bits.
