@@ -216,7 +216,8 @@ namespace deepinfer {
 namespace {
 
 // Paged attention over scattered rows in f32, bf16 and f16 caches matches a double-precision reference computed
-// on the values as stored (so the only error is summation order, not the storage rounding).
+// on the values as stored (so the only error is summation order, not the storage rounding). A bf16 cache is
+// dotted with q rounded to bf16 (the dot-type rule, as for bf16 weights); f16 and f32 caches use q as it is.
 TEST(OpsTest, PagedAttentionOverScatteredRowsAndHalfCaches) {
   const int n_heads = 4, n_kv = 2, hd = 24, kvdim = n_kv * hd;
   const int total_rows = 40;
@@ -253,7 +254,10 @@ TEST(OpsTest, PagedAttentionOverScatteredRowsAndHalfCaches) {
             double mx = -1e30, z = 0;
             for (int p = 0; p < len; ++p) {
               double d = 0;
-              for (int e = 0; e < hd; ++e) d += qr[e] * ks[sq.rows[p] * kvdim + kvh * hd + e];
+              for (int e = 0; e < hd; ++e) {
+                const double qe = dt == DType::kBF16 ? BF16ToF32(F32ToBF16(qr[e])) : qr[e];
+                d += qe * ks[sq.rows[p] * kvdim + kvh * hd + e];
+              }
               mx = std::max(mx, s[p] = d * 0.25);
             }
             for (auto& e : s) z += (e = std::exp(e - mx));
@@ -347,36 +351,42 @@ TEST(OpsTest, GroupedHeadsMatchSingleHeadBitwise) {
   for (int p = 0; p < len_max; ++p) rows[p] = (p * 7 + 3) % len_max;  // scattered slots
   const AttnSeq seq{0, m, cached, rows.data()};
   const auto q = RandomVec(m * n_heads * hd_k, 41), kv = RandomVec(len_max * hd_k, 42);
+  // The cache in f32 and in bf16 (which also dots with q rounded to bf16, and uses vdpbf16ps where present).
+  std::vector<uint16_t> kv_bf16(kv.size());
+  for (size_t i = 0; i < kv.size(); ++i) kv_bf16[i] = F32ToBF16(kv[i]);
   IsaGuard guard;
-  for (Isa isa : AvailableIsas()) {
-    SetIsa(isa);
-    for (int threads : {1, 2, 5}) {
-      SetComputeThreads(threads);
-      std::vector<float> all(m * n_heads * hd_v, -1.f);
-      PagedAttention(q.data(), &seq, 1, kv.data(), kv.data(), DType::kF32, AttnShape{n_heads, 1, hd_k, hd_v, hd_k, hd_k},
-                     0.2f, all.data());
-      for (int h = 0; h < n_heads; ++h) {
-        // The same head alone: its query rows copied out, one head per call.
-        std::vector<float> qh(m * hd_k), oh(m * hd_v, -2.f);
-        for (int i = 0; i < m; ++i) std::memcpy(&qh[i * hd_k], &q[(i * n_heads + h) * hd_k], hd_k * sizeof(float));
-        PagedAttention(qh.data(), &seq, 1, kv.data(), kv.data(), DType::kF32, AttnShape{1, 1, hd_k, hd_v, hd_k, hd_k}, 0.2f,
-                       oh.data());
-        for (int i = 0; i < m; ++i) {
-          const int len = cached + i + 1;
-          std::vector<double> s(len);
-          double mx = -1e30, z = 0;
-          for (int p = 0; p < len; ++p) {
-            double d = 0;
-            for (int e = 0; e < hd_k; ++e) d += q[(i * n_heads + h) * hd_k + e] * kv[rows[p] * hd_k + e];
-            mx = std::max(mx, s[p] = d * 0.2);
-          }
-          for (auto& e : s) z += (e = std::exp(e - mx));
-          for (int e = 0; e < hd_v; ++e) {
-            double ref = 0;
-            for (int p = 0; p < len; ++p) ref += s[p] / z * kv[rows[p] * hd_k + e];
-            const float got = all[(i * n_heads + h) * hd_v + e];
-            EXPECT_NEAR(got, ref, 2e-5) << IsaName(isa) << " head " << h;
-            EXPECT_EQ(got, oh[i * hd_v + e]) << IsaName(isa) << " threads " << threads << " head " << h;
+  for (DType dt : {DType::kF32, DType::kBF16}) {
+    const void* cache = dt == DType::kF32 ? static_cast<const void*>(kv.data()) : static_cast<const void*>(kv_bf16.data());
+    auto stored = [&](int idx) { return dt == DType::kF32 ? static_cast<double>(kv[idx]) : BF16ToF32(kv_bf16[idx]); };
+    auto q_used = [&](int idx) { return dt == DType::kF32 ? static_cast<double>(q[idx]) : BF16ToF32(F32ToBF16(q[idx])); };
+    for (Isa isa : AvailableIsas()) {
+      SetIsa(isa);
+      for (int threads : {1, 2, 5}) {
+        SetComputeThreads(threads);
+        std::vector<float> all(m * n_heads * hd_v, -1.f);
+        PagedAttention(q.data(), &seq, 1, cache, cache, dt, AttnShape{n_heads, 1, hd_k, hd_v, hd_k, hd_k}, 0.2f, all.data());
+        for (int h = 0; h < n_heads; ++h) {
+          // The same head alone: its query rows copied out, one head per call.
+          std::vector<float> qh(m * hd_k), oh(m * hd_v, -2.f);
+          for (int i = 0; i < m; ++i) std::memcpy(&qh[i * hd_k], &q[(i * n_heads + h) * hd_k], hd_k * sizeof(float));
+          PagedAttention(qh.data(), &seq, 1, cache, cache, dt, AttnShape{1, 1, hd_k, hd_v, hd_k, hd_k}, 0.2f, oh.data());
+          for (int i = 0; i < m; ++i) {
+            const int len = cached + i + 1;
+            std::vector<double> s(len);
+            double mx = -1e30, z = 0;
+            for (int p = 0; p < len; ++p) {
+              double d = 0;
+              for (int e = 0; e < hd_k; ++e) d += q_used((i * n_heads + h) * hd_k + e) * stored(rows[p] * hd_k + e);
+              mx = std::max(mx, s[p] = d * 0.2);
+            }
+            for (auto& e : s) z += (e = std::exp(e - mx));
+            for (int e = 0; e < hd_v; ++e) {
+              double ref = 0;
+              for (int p = 0; p < len; ++p) ref += s[p] / z * stored(rows[p] * hd_k + e);
+              const float got = all[(i * n_heads + h) * hd_v + e];
+              EXPECT_NEAR(got, ref, 2e-5) << IsaName(isa) << " " << DTypeName(dt) << " head " << h;
+              EXPECT_EQ(got, oh[i * hd_v + e]) << IsaName(isa) << " " << DTypeName(dt) << " threads " << threads << " head " << h;
+            }
           }
         }
       }

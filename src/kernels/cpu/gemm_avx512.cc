@@ -3,6 +3,7 @@
 // serves decode (m = 1, streaming weights) and prefill (x block kept in L2, weight tile in L1) alike.
 #include <immintrin.h>
 #include <math.h>
+#include <stdlib.h>
 
 #include "kernels/cpu/gemm_isa.h"
 
@@ -25,12 +26,14 @@ constexpr int kPrefetchTiles = DI_PREFETCH_TILES;
 inline __mmask16 TailMask16(int64_t left) { return static_cast<__mmask16>((1u << left) - 1); }
 
 struct LoadF32 {
+  static constexpr bool kBF16 = false;
   static __m512 Load(const uint8_t* r, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(r) + k); }
   static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
     return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(r) + k);
   }
 };
 struct LoadF16 {
+  static constexpr bool kBF16 = false;
   static __m512 Load(const uint8_t* r, int64_t k) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(r) + k)));
   }
@@ -39,6 +42,7 @@ struct LoadF16 {
   }
 };
 struct LoadBF16 {
+  static constexpr bool kBF16 = true;
   static __m512 Widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
   static __m512 Load(const uint8_t* r, int64_t k) {
     return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(r) + k)));
@@ -411,11 +415,60 @@ void ValuesBlock(const float* scores, const float* inv, const uint8_t* v, const 
   }
 }
 
+// Scores against a bf16 cache with vdpbf16ps (32 products per instruction, twice the f32 FMA rate; the K row
+// is used as stored, no widening). q arrives rounded to bf16 (PagedAttention applies the dot-type rule for a
+// bf16 cache on every ISA), so converting it here is exact.
+template <int NB>
+void ScoresBlockDp(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
+                   float scale, float* scores, float* mx) {
+  const int full = hd_k / 32 * 32, padded = full + (hd_k > full ? 32 : 0);
+  const __mmask32 tail = static_cast<__mmask32>((1ull << (hd_k - full)) - 1);
+  uint16_t* qb = static_cast<uint16_t*>(aligned_alloc(64, sizeof(uint16_t) * static_cast<size_t>(NB) * padded));
+  for (int h = 0; h < NB; ++h)
+    for (int d = 0; d < padded; d += 16) {
+      const __mmask16 m = d + 16 <= hd_k ? static_cast<__mmask16>(0xffff)
+                          : d < hd_k     ? static_cast<__mmask16>((1u << (hd_k - d)) - 1)
+                                         : static_cast<__mmask16>(0);
+      const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, q + h * hd_k + d));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + h * padded + d), (__m256i)b);
+    }
+  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
+  for (int p = 0; p < len; ++p) {
+    const uint16_t* kr = reinterpret_cast<const uint16_t*>(k + rows[p] * k_row_bytes);
+    __m512 acc[NB];
+    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
+    for (int d = 0; d < full; d += 32) {
+      const __m512bh kv = (__m512bh)_mm512_loadu_si512(kr + d);
+      for (int h = 0; h < NB; ++h) acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + d), kv);
+    }
+    if (tail) {
+      const __m512bh kv = (__m512bh)_mm512_maskz_loadu_epi16(tail, kr + full);
+      for (int h = 0; h < NB; ++h)
+        acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + full), kv);
+    }
+    for (int h = 0; h < NB; ++h) {
+      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
+      scores[static_cast<int64_t>(h) * len + p] = sc;
+      mx[h] = sc > mx[h] ? sc : mx[h];
+    }
+  }
+  free(qb);
+}
+
+bool DetectBf16Dp() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16");
+}
+const bool g_bf16_dp = DetectBf16Dp();
+
 template <class L, int NB>
 void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
                  int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
   float mx[NB], inv[NB];
-  ScoresBlock<L, NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
+  if (L::kBF16 && g_bf16_dp)
+    ScoresBlockDp<NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
+  else
+    ScoresBlock<L, NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
   for (int h = 0; h < NB; ++h) {
     float* s = scores + static_cast<int64_t>(h) * len;
     double sum = 0;

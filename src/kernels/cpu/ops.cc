@@ -139,6 +139,16 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
   for (int s = 0; s < num_seqs; ++s) first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * per_row;
   const AttendFn attend = ActiveAttend();
+  // A bf16 cache is dotted with q rounded to bf16, the dot-type rule MatMul applies to bf16 weights: the same
+  // inputs on every ISA, and AVX512-BF16 multiplies the stored rows directly with vdpbf16ps.
+  thread_local std::vector<float> q_bf16;
+  if (kv_type == DType::kBF16) {
+    int64_t q_rows = 0;
+    for (int s = 0; s < num_seqs; ++s) q_rows = std::max(q_rows, seqs[s].q_row + seqs[s].m);
+    q_bf16.resize(static_cast<size_t>(q_rows * q_stride));
+    for (size_t i = 0; i < q_bf16.size(); ++i) q_bf16[i] = BF16ToF32(F32ToBF16(q[i]));
+    q = q_bf16.data();
+  }
   ComputePool().Run([&](int tid, int nt) {
     auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(first_task[num_seqs]), tid, nt);
     if (t0 >= t1) return;
