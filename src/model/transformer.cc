@@ -72,6 +72,7 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
     moe_up_.resize(m * c_.moe_intermediate);
     moe_out_.resize(m * k * c_.hidden);
     moe_rows_.resize(m * k);
+    expert_first_.resize(c_.n_experts + 1);
   }
 }
 
@@ -271,27 +272,32 @@ void Transformer::MoeMlp(const LayerWeights& L, int n) {
   // first wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert
   // the batch touched, so the layer streams its expert weights in two passes rather than three per expert.
   const int pairs = n * K;
+  // Counting sort of the pairs by expert (stable: each expert's pairs stay in token order): moe_rows_ lists
+  // them expert by expert, expert e's at [expert_first_[e], expert_first_[e + 1]).
+  std::fill(expert_first_.begin(), expert_first_.end(), 0);
+  for (int i = 0; i < pairs; ++i) ++expert_first_[route_e_[i] + 1];
+  for (int e = 0; e < c_.n_experts; ++e) expert_first_[e + 1] += expert_first_[e];
+  sort_next_.assign(expert_first_.begin(), expert_first_.end() - 1);
+  for (int i = 0; i < pairs; ++i) moe_rows_[sort_next_[route_e_[i]]++] = i;
   std::vector<MatMulJob>& jobs = moe_jobs_;
   int e = 0;
   bool shared_pending = L.sh_gate.data != nullptr;
   const int64_t sff = static_cast<int64_t>(ff) * c_.n_shared_experts;
   while (e < c_.n_experts || shared_pending) {
-    // Gather the wave's rows into moe_in_ (expert by expert), remembering each expert's first row.
-    int rows = 0;
+    // The wave: the next experts whose pairs fit in moe_in_, gathered there in sorted order (wave row r is pair
+    // moe_rows_[wave0 + r]).
+    const int wave0 = expert_first_[e];
     wave_experts_.clear();
     for (; e < c_.n_experts; ++e) {
-      int cnt = 0;
-      for (int i = 0; i < pairs; ++i) cnt += route_e_[i] == e;
+      const int first = expert_first_[e] - wave0, cnt = expert_first_[e + 1] - expert_first_[e];
       if (cnt == 0) continue;
-      if (rows + cnt > max_tokens_) break;
-      wave_experts_.push_back({e, rows, cnt});
-      for (int i = 0; i < pairs; ++i)
-        if (route_e_[i] == e) {
-          moe_rows_[rows] = i;
-          std::memcpy(moe_in_.data() + static_cast<size_t>(rows) * h, xn_.data() + static_cast<size_t>(i / K) * h, sizeof(float) * h);
-          ++rows;
-        }
+      if (first + cnt > max_tokens_) break;
+      wave_experts_.push_back({e, first, cnt});
     }
+    const int rows = expert_first_[e] - wave0;
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(moe_in_.data() + static_cast<size_t>(r) * h, xn_.data() + static_cast<size_t>(moe_rows_[wave0 + r] / K) * h,
+                  sizeof(float) * h);
     jobs.clear();
     for (const WaveExpert& w : wave_experts_) {
       const float* in = moe_in_.data() + static_cast<size_t>(w.first) * h;
@@ -314,7 +320,8 @@ void Transformer::MoeMlp(const LayerWeights& L, int n) {
     if (shared) jobs.push_back({&L.sh_down, sh_gate_.data(), n, sh_out_.data()});
     MatMulMany(jobs.data(), static_cast<int>(jobs.size()));
     for (int r = 0; r < rows; ++r)
-      std::memcpy(moe_out_.data() + static_cast<size_t>(moe_rows_[r]) * h, moe_in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
+      std::memcpy(moe_out_.data() + static_cast<size_t>(moe_rows_[wave0 + r]) * h, moe_in_.data() + static_cast<size_t>(r) * h,
+                  sizeof(float) * h);
     shared_pending = false;
   }
   // Weighted sum in routing order (best expert first), as llama.cpp adds them.

@@ -118,6 +118,7 @@ class Transformer {
     int expert, first, count;  // the expert's gathered rows are [first, first + count) of moe_in_
   };
   std::vector<WaveExpert> wave_experts_;
+  std::vector<int> expert_first_, sort_next_;  // pairs sorted by expert: offsets into moe_rows_, fill cursors
   std::vector<MatMulJob> moe_jobs_;
   std::vector<float> sh_gate_, sh_up_, sh_out_;
   bool mla_absorb_ = true;

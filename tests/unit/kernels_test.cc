@@ -454,7 +454,7 @@ namespace {
 // q8_0/q4_0 on AVX-512: the VNNI tiles (x offset to unsigned, vpdpbusd) must give bitwise the results of the
 // sign/maddubs/madd tiles, for one x row (decode tiles) and several (prefill tiles, with a partial x tile).
 TEST(GemmTest, VnniQuantizedTilesMatchTheGenericAvx512TilesBitwise) {
-  if (!DetectCpu().avx512 || !__builtin_cpu_supports("avx512vnni")) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  if (!DetectCpu().avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
   IsaGuard guard;
   SetIsa(Isa::kAvx512);
   const int64_t n = 70, k = 256;

@@ -13,6 +13,7 @@ const CpuFeatures& DetectCpu() {
     c.avx512 = c.avx2_fma && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
     c.avx512_bf16 = c.avx512 && __builtin_cpu_supports("avx512bf16");
+    c.avx512_vnni = c.avx512 && __builtin_cpu_supports("avx512vnni");
     return c;
   }();
   return f;

@@ -9,6 +9,7 @@ struct CpuFeatures {
   bool avx2_fma = false;
   bool avx512 = false;       // F + BW + VL + DQ
   bool avx512_bf16 = false;  // vdpbf16ps
+  bool avx512_vnni = false;  // vpdpbusd
 };
 
 const CpuFeatures& DetectCpu();

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_isa.h"
 
 namespace deepinfer {
@@ -61,6 +62,14 @@ struct Args {
   int first_x = 0;  // first x row of the current block: the pass that brings each weight tile in from memory
 };
 
+// Software prefetch for a tile: 1 = into L1 (one x row: decode, bandwidth bound), 2 = into L2 (the first pass
+// over this weight tile when more x tiles follow; an L1 prefetch would evict the x tile), 0 = none (a later pass,
+// or too close to the end of the matrix).
+inline int PrefetchMode(const Args& a, int64_t n, int i, int rx, int rw) {
+  if (i != a.first_x || n + (kPrefetchTiles + 1) * rw > a.w->rows) return 0;
+  return rx == 1 ? 1 : 2;
+}
+
 template <class L, int RX, int RW>
 void TileF32(const Args& a, int64_t n, int i) {
   __m512 acc[RX][RW];
@@ -106,18 +115,15 @@ void TileDpBF16(const Args& a, int64_t n, int i) {
   }
   int64_t k = 0;
   // Rows are often exactly one 4 KiB page (K = 2048 bf16) and hardware prefetchers stop at page boundaries, so
-  // the pass that first reads a weight tile fetches the rows kPrefetchTiles tiles ahead in software: into L1 in
-  // decode (one x row, bandwidth bound), into L2 when more x tiles follow (a MoE expert's few rows, prefill),
-  // where an L1 prefetch would evict the x tile. Measured on the V2-Lite-shaped MoE layer: +10-25% at 8-64
-  // tokens (docs/benchmarks.md).
+  // the pass that first reads a weight tile fetches the rows kPrefetchTiles tiles ahead in software (see
+  // PrefetchMode). Measured on the V2-Lite-shaped MoE layer: +10-25% at 8-64 tokens (docs/benchmarks.md).
   const int64_t ahead = static_cast<int64_t>(kPrefetchTiles) * RW * a.k;
-  const bool prefetch = RX == 1 && n + (kPrefetchTiles + 1) * RW <= a.w->rows;
-  const bool prefetch_l2 = RX > 1 && i == a.first_x && n + (kPrefetchTiles + 1) * RW <= a.w->rows;
+  const int prefetch = PrefetchMode(a, n, i, RX, RW);
   for (; k + 32 <= a.k; k += 32) {
     __m512bh wv[RW];
-    if (prefetch)
+    if (prefetch == 1)
       for (int r = 0; r < RW; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + k + ahead), _MM_HINT_T0);
-    if (prefetch_l2)
+    else if (prefetch == 2)
       for (int r = 0; r < RW; ++r) _mm_prefetch(reinterpret_cast<const char*>(wr[r] + k + ahead), _MM_HINT_T1);
     for (int r = 0; r < RW; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(wr[r] + k);
     for (int s = 0; s < RX; ++s) {
@@ -146,16 +152,15 @@ inline __m256i UnpackQ4(const BlockQ4_0* b) {
   return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
 }
 
-// Pieces both q8_0/q4_0 tiles share. Software prefetch of the rows kPrefetchTiles tiles ahead on the pass that
-// first reads this weight tile, as in TileDpBF16 (hardware prefetchers stop at 4 KiB pages): one 64-byte line per
-// row every ~2 blocks, into L1 for one x row, L2 otherwise.
+// Pieces both q8_0/q4_0 tiles share. Software prefetch of the rows kPrefetchTiles tiles ahead (PrefetchMode),
+// one 64-byte line per row every ~2 blocks.
 template <bool kQ4, int RX, int RW>
 struct QPrefetch {
   static constexpr int64_t kBlockBytes = kQ4 ? sizeof(BlockQ4_0) : sizeof(BlockQ8_0);
-  int mode;  // 0 none, 1 L1, 2 L2
+  int mode;
   int64_t ahead, next_line = 0;
   QPrefetch(const Args& a, int64_t n, int i)
-      : mode(i == a.first_x && n + (kPrefetchTiles + 1) * RW <= a.w->rows ? (RX == 1 ? 1 : 2) : 0),
+      : mode(PrefetchMode(a, n, i, RX, RW)),
         ahead(static_cast<int64_t>(kPrefetchTiles) * RW * static_cast<int64_t>(a.w->row_bytes)) {}
   void Step(const uint8_t* const* wr, int64_t b) {
     if (!mode || (b + 1) * kBlockBytes <= next_line) return;
@@ -267,12 +272,8 @@ __attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, i
   StoreQSums<RX, RW>(acc, a, n, i);
 }
 
-// Whether the VNNI tiles run: detected once, and switchable so tests can check both paths give the same bits.
-bool DetectVnni() {
-  __builtin_cpu_init();  // may run from a static initializer, before libgcc has filled in the CPU model
-  return __builtin_cpu_supports("avx512vnni");
-}
-bool g_use_vnni = DetectVnni();
+// Whether the VNNI tiles run; switchable so tests can check both paths give the same bits.
+bool g_use_vnni = DetectCpu().avx512_vnni;
 
 using TileFn = void (*)(const Args&, int64_t, int);
 
@@ -339,7 +340,7 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
 
 bool SetVnni(bool enable) {
   const bool was = g_use_vnni;
-  g_use_vnni = enable && DetectVnni();
+  g_use_vnni = enable && DetectCpu().avx512_vnni;
   return was;
 }
 
@@ -455,11 +456,7 @@ void ScoresBlockDp(const float* q, int hd_k, const uint8_t* k, const int32_t* ro
   free(qb);
 }
 
-bool DetectBf16Dp() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx512bf16");
-}
-const bool g_bf16_dp = DetectBf16Dp();
+const bool g_bf16_dp = DetectCpu().avx512_bf16;
 
 template <class L, int NB>
 void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
