@@ -2,7 +2,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto g = deepinfer::GgufFile::Parse(data, size, "fuzz.gguf");

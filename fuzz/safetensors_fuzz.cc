@@ -2,7 +2,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto st = deepinfer::SafetensorsFile::Parse(data, size, "fuzz.safetensors");

@@ -138,7 +138,7 @@ int CmdBenchLayers(int argc, char** argv) {
   const double weight_elems = AttentionWeightElems(c, L0);
   std::printf("\n%s decode, layer 0: %d cached tokens per sequence, %s KV cache (%zu B per token per layer)\n",
               c.mla ? "MLA (absorbed)" : "attention", ctx, DTypeName(kv_dtype),
-              PagedKvCache::BytesPerToken(c, kv_dtype) / static_cast<size_t>(c.n_layers));
+              PagedKvCache::BytesPerToken(c.kv_layout(), kv_dtype) / static_cast<size_t>(c.n_layers));
   // Arithmetic per decoded token: every weight once (2 FLOP per element) and, per head, q.k over hd_k and p.v over
   // hd_v for each cached position. Absorbed MLA is compute-heavy: all heads read the same latent rows.
   const int hd_k = c.mla ? c.kv_lora_rank + c.qk_rope_dim : c.head_dim, hd_v = c.mla ? c.kv_lora_rank : c.head_dim;
@@ -152,7 +152,7 @@ int CmdBenchLayers(int argc, char** argv) {
   constexpr int kBlock = 16;
   const int blocks_per_seq = (ctx + 1 + kBlock - 1) / kBlock;
   for (int b : batches) {
-    auto kv = PagedKvCache::Create(c, b * blocks_per_seq, kBlock, kv_dtype);
+    auto kv = PagedKvCache::Create(c.kv_layout(), b * blocks_per_seq, kBlock, kv_dtype);
     if (!kv.ok()) return Fail(kv.status());
     // Real bytes in every slot of layer 0 (an untouched buffer would read the shared zero page).
     {

@@ -63,7 +63,7 @@ int CmdLogprobs(int argc, char** argv) {
   append_rows(logits.data(), n);
   if (mtp) {
     // Row i: token i+1 with h_i at position i, one row per SeqForward so every row yields logits.
-    KvCache mtp_kv(tf.MtpKvConfig(), n);
+    KvCache mtp_kv(tf.MtpKvLayout(), n);
     const int nb = static_cast<int>(mtp_kv.block_table().size()), chunk = tf.max_batch_tokens();
     std::vector<SeqForward> rows;
     for (int done = 0; done < n - 1; done += chunk) {

@@ -4,16 +4,16 @@
 
 namespace deepinfer {
 
-size_t PagedKvCache::BytesPerToken(const ModelConfig& c, DType dtype) {
-  return static_cast<size_t>(c.n_layers) * (c.kv_k_elems() + c.kv_v_elems()) * GetDTypeInfo(dtype).block_bytes;
+size_t PagedKvCache::BytesPerToken(const KvLayout& layout, DType dtype) {
+  return static_cast<size_t>(layout.num_layers) * (layout.k_elems + layout.v_elems) * GetDTypeInfo(dtype).block_bytes;
 }
 
-int PagedKvCache::BlocksForBytes(const ModelConfig& c, DType dtype, int block_size, size_t bytes) {
-  const size_t per_block = BytesPerToken(c, dtype) * block_size;
+int PagedKvCache::BlocksForBytes(const KvLayout& layout, DType dtype, int block_size, size_t bytes) {
+  const size_t per_block = BytesPerToken(layout, dtype) * block_size;
   return static_cast<int>(std::min<size_t>(bytes / per_block, 1u << 30));
 }
 
-StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const ModelConfig& c, int num_blocks, int block_size,
+StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvLayout& layout, int num_blocks, int block_size,
                                                              DType dtype) {
   if (dtype != DType::kF32 && dtype != DType::kBF16 && dtype != DType::kF16)
     return InvalidArgument(std::string("KV cache dtype must be f32, bf16 or f16, not ") + DTypeName(dtype));
@@ -21,18 +21,18 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const ModelConfig& 
     return InvalidArgument("KV cache needs at least one block of at least one token (got " +
                            std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + ")");
   std::unique_ptr<PagedKvCache> kv(new PagedKvCache);
-  kv->num_layers_ = c.n_layers;
+  kv->num_layers_ = layout.num_layers;
   kv->num_blocks_ = num_blocks;
   kv->block_size_ = block_size;
-  kv->k_elems_ = c.kv_k_elems();
-  kv->v_elems_ = c.kv_v_elems();
+  kv->k_elems_ = layout.k_elems;
+  kv->v_elems_ = layout.v_elems;
   kv->dtype_ = dtype;
   const size_t esize = GetDTypeInfo(dtype).block_bytes;
   kv->k_row_bytes_ = static_cast<size_t>(kv->k_elems_) * esize;
   kv->v_row_bytes_ = static_cast<size_t>(kv->v_elems_) * esize;
   kv->k_plane_bytes_ = kv->k_row_bytes_ * num_blocks * block_size;
   kv->v_plane_bytes_ = kv->v_row_bytes_ * num_blocks * block_size;
-  DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * c.n_layers,
+  DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * layout.num_layers,
                                                      /*huge_pages=*/true));
   return kv;
 }

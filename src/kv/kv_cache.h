@@ -8,19 +8,19 @@
 
 #include "base/host_buffer.h"
 #include "deepinfer/status.h"
-#include "model/config.h"
+#include "kv/kv_layout.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer {
 
 class PagedKvCache {
  public:
-  static StatusOr<std::unique_ptr<PagedKvCache>> Create(const ModelConfig& c, int num_blocks, int block_size,
+  static StatusOr<std::unique_ptr<PagedKvCache>> Create(const KvLayout& layout, int num_blocks, int block_size,
                                                         DType dtype);
   // K+V bytes one token occupies across all layers.
-  static size_t BytesPerToken(const ModelConfig& c, DType dtype);
+  static size_t BytesPerToken(const KvLayout& layout, DType dtype);
   // Blocks that fit in `bytes`.
-  static int BlocksForBytes(const ModelConfig& c, DType dtype, int block_size, size_t bytes);
+  static int BlocksForBytes(const KvLayout& layout, DType dtype, int block_size, size_t bytes);
 
   int num_blocks() const { return num_blocks_; }
   int block_size() const { return block_size_; }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops.h"
+#include "kv/kv_layout.h"
 
 namespace deepinfer {
 
@@ -56,6 +57,8 @@ struct ModelConfig {
   int n_mtp = 0;
   int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
   int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
+  // The paged KV cache's shape for this model's decoder layers.
+  KvLayout kv_layout() const { return {n_layers, kv_k_elems(), kv_v_elems()}; }
 
   std::string Summary() const;
 };

@@ -6,7 +6,7 @@
 
 #include "base/logging.h"
 #include "base/progress.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
 #include "tokenizer/gguf_vocab_export.h"
 

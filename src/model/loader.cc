@@ -12,9 +12,9 @@
 #include "base/logging.h"
 #include "base/progress.h"
 #include "base/thread_pool.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/model.h"
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 namespace deepinfer {
 

@@ -8,8 +8,8 @@
 #include <set>
 
 #include "base/progress.h"
-#include "model/gguf.h"
-#include "model/safetensors.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
 
 namespace deepinfer {
 namespace fs = std::filesystem;

@@ -12,10 +12,10 @@
 
 namespace deepinfer {
 
-KvCache::KvCache(const ModelConfig& c, int capacity, DType dtype) : capacity_(capacity) {
+KvCache::KvCache(const KvLayout& layout, int capacity, DType dtype) : capacity_(capacity) {
   constexpr int kBlock = 16;
   const int blocks = std::max(1, (capacity + kBlock - 1) / kBlock);
-  auto kv = PagedKvCache::Create(c, blocks, kBlock, dtype);
+  auto kv = PagedKvCache::Create(layout, blocks, kBlock, dtype);
   if (!kv.ok()) {  // only an allocation failure can get here (the arguments are valid by construction)
     DI_LOG_ERROR("KV cache: %s", kv.status().ToString().c_str());
     std::abort();
@@ -171,10 +171,10 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
   return Status::Ok();
 }
 
-ModelConfig Transformer::MtpKvConfig() const {
-  ModelConfig c = c_;
-  c.n_layers = std::max(1, c_.n_mtp);
-  return c;
+KvLayout Transformer::MtpKvLayout() const {
+  KvLayout layout = c_.kv_layout();
+  layout.num_layers = std::max(1, c_.n_mtp);
+  return layout;
 }
 
 Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv,

@@ -33,7 +33,8 @@ struct SeqForward {
 // whose block table is simply 0, 1, 2, ...
 class KvCache {
  public:
-  KvCache(const ModelConfig& c, int capacity, DType dtype = DType::kF32);
+  KvCache(const KvLayout& layout, int capacity, DType dtype = DType::kF32);
+  KvCache(const ModelConfig& c, int capacity, DType dtype = DType::kF32) : KvCache(c.kv_layout(), capacity, dtype) {}
   int capacity() const { return capacity_; }
   PagedKvCache& paged() { return *paged_; }
   const std::vector<int32_t>& block_table() const { return table_; }
@@ -59,12 +60,12 @@ class Transformer {
   // MTP module k (model.mtp[k]) over the same batch layout: row r pairs the token seqs[..].tokens[i] (token
   // p + 1 of the sequence) with hidden[r], the main model's final-normed state at position p = start + i, and
   // predicts token p + 2. Positions, block tables and want_logits work as in ForwardBatch; the module's K/V
-  // live in layer k of mtp_kv (a cache made from MtpKvConfig(), indexed by the same block tables). Rotary
+  // live in layer k of mtp_kv (a cache made from MtpKvLayout(), indexed by the same block tables). Rotary
   // positions are those of the hidden states (as vLLM and SGLang run it; a uniform shift would not change
   // attention, which only sees relative positions).
   Status ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv, float* logits);
-  // The configuration to size an MTP KV cache with: one layer per MTP module.
-  ModelConfig MtpKvConfig() const;
+  // The shape of an MTP KV cache: one layer per MTP module.
+  KvLayout MtpKvLayout() const;
 
   // Single sequence: tokens at positions [start, start + n). Writes vocab-size logits for every token when
   // all_logits (n rows), else for the last token only (1 row); hidden (optional) as in ForwardBatch (n rows).

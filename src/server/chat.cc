@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace deepinfer {
 namespace {

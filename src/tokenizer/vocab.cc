@@ -9,7 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/hf_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 namespace deepinfer {
 namespace {

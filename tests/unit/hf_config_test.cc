@@ -69,7 +69,7 @@ TEST(HfConfigTest, DeepSeekV3) {
   // for the decompressed K/V).
   EXPECT_EQ(c->kv_k_elems(), 576);
   EXPECT_EQ(c->kv_v_elems(), 0);
-  EXPECT_EQ(PagedKvCache::BytesPerToken(*c, DType::kBF16), 70272u);
+  EXPECT_EQ(PagedKvCache::BytesPerToken(c->kv_layout(), DType::kBF16), 70272u);
   // DeepSeekMoE: 256 routed (8 per token) + 1 shared, first 3 layers dense, 8 groups keep 4, sigmoid scores with
   // the noaux_tc correction bias, renormalized, scaled by 2.5.
   EXPECT_EQ(c->n_experts, 256);

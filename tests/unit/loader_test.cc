@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "model/make_tiny.h"
 #include "model/model.h"
 #include "model/transformer.h"

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 namespace deepinfer {
 namespace {

@@ -2,7 +2,7 @@
 
 #include "test_util.h"
 
-#include "model/gguf.h"
+#include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace deepinfer {

@@ -1,4 +1,4 @@
-#include "model/gguf.h"
+#include "format/gguf.h"
 
 #include <cstdio>
 #include <cstring>

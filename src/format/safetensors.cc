@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "format/safetensors.h"
 
 #include <cstdio>
 #include <cstring>
