@@ -22,13 +22,11 @@ namespace {
 double WeightBytesPerToken(const Model& m) {
   double b = static_cast<double>(m.lm_head.nbytes);
   for (auto& L : m.layers) {
-    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wq_a, &L.wq_b, &L.wkv_a,
-                                &L.wkv_b, &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
-      b += static_cast<double>(t->nbytes);
-    if (L.moe()) {
+    for (const TensorView* t : L.Matrices()) b += static_cast<double>(t->nbytes);
+    if (L.is_moe()) {
       double experts = 0;
-      for (size_t e = 0; e < L.exp_gate.size(); ++e)
-        experts += static_cast<double>(L.exp_gate[e].nbytes + L.exp_up[e].nbytes + L.exp_down[e].nbytes);
+      for (size_t e = 0; e < L.moe.gate.size(); ++e)
+        experts += static_cast<double>(L.moe.gate[e].nbytes + L.moe.up[e].nbytes + L.moe.down[e].nbytes);
       b += experts * m.config.n_experts_used / m.config.n_experts;
     }
   }
@@ -39,11 +37,10 @@ double WeightBytesPerToken(const Model& m) {
 double MatmulParams(const Model& m) {
   double p = static_cast<double>(m.lm_head.numel());
   for (auto& L : m.layers) {
-    for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down, &L.wq_a, &L.wq_b, &L.wkv_a,
-                                &L.wkv_b, &L.router, &L.sh_gate, &L.sh_up, &L.sh_down})
+    for (const TensorView* t : L.Matrices())
       if (t->data) p += static_cast<double>(t->numel());
-    if (L.moe() && !L.exp_gate.empty())
-      p += static_cast<double>(L.exp_gate[0].numel() + L.exp_up[0].numel() + L.exp_down[0].numel()) * m.config.n_experts_used;
+    if (L.is_moe())
+      p += static_cast<double>(L.moe.gate[0].numel() + L.moe.up[0].numel() + L.moe.down[0].numel()) * m.config.n_experts_used;
   }
   return p;
 }
@@ -199,7 +196,7 @@ int CmdBench(int argc, char** argv) {
         best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       const double gflops = 2 * MatmulParams(m) * best / 1e9;
-      const bool bf16 = m.layers[0].wq.dtype == DType::kBF16 && DetectCpu().avx512_bf16 && ActiveIsa() == Isa::kAvx512;
+      const bool bf16 = (m.config.mla ? m.layers[0].mla.wkv_a : m.layers[0].gqa.wq).dtype == DType::kBF16 && DetectCpu().avx512_bf16 && ActiveIsa() == Isa::kAvx512;
       const double peak = MeasurePeakGflops(bf16);
       std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f GFLOP/s in matmuls; %s peak %.1f GFLOP/s -> %.1f%%)\n",
                   n_prompt, best, gflops, bf16 ? "vdpbf16ps" : "f32 FMA", peak, peak > 0 ? 100 * gflops / peak : 0.0);

@@ -26,17 +26,18 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 double ExpertBytes(const LayerWeights& L, int e) {
-  return static_cast<double>(L.exp_gate[e].nbytes + L.exp_up[e].nbytes + L.exp_down[e].nbytes);
+  return static_cast<double>(L.moe.gate[e].nbytes + L.moe.up[e].nbytes + L.moe.down[e].nbytes);
 }
 
 // Bytes the attention block reads from weights for one step (batch-independent).
 double AttentionWeightBytes(const ModelConfig& c, const LayerWeights& L) {
   double b = 0;
-  for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wq_b, &L.wkv_a}) b += static_cast<double>(t->nbytes);
+  for (const TensorView* t : {&L.gqa.wq, &L.gqa.wk, &L.gqa.wv, &L.gqa.wo, &L.mla.wq, &L.mla.wo, &L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a})
+    b += static_cast<double>(t->nbytes);
   if (c.mla) {
-    b += static_cast<double>(L.uk_t.size() * sizeof(float));
-    b += L.wv_b.data ? static_cast<double>(L.wv_b.nbytes)
-                     : static_cast<double>(L.wkv_b.nbytes) * c.v_head_dim / (c.qk_nope_dim + c.v_head_dim);
+    b += static_cast<double>(L.mla.uk_t.size() * sizeof(float));
+    b += L.mla.wv_b.data ? static_cast<double>(L.mla.wv_b.nbytes)
+                         : static_cast<double>(L.mla.wkv_b.nbytes) * c.v_head_dim / (c.qk_nope_dim + c.v_head_dim);
   }
   return b;
 }
@@ -44,7 +45,7 @@ double AttentionWeightBytes(const ModelConfig& c, const LayerWeights& L) {
 // Weight elements the attention block multiplies per token (the same tensors as AttentionWeightBytes).
 double AttentionWeightElems(const ModelConfig& c, const LayerWeights& L) {
   double e = 0;
-  for (const TensorView* t : {&L.wq, &L.wk, &L.wv, &L.wo, &L.wq_a, &L.wq_b, &L.wkv_a})
+  for (const TensorView* t : {&L.gqa.wq, &L.gqa.wk, &L.gqa.wv, &L.gqa.wo, &L.mla.wq, &L.mla.wo, &L.mla.wq_a, &L.mla.wq_b, &L.mla.wkv_a})
     if (t->data) e += static_cast<double>(t->numel());
   if (c.mla) e += static_cast<double>(c.n_heads) * c.kv_lora_rank * (c.qk_nope_dim + c.v_head_dim);  // W_UK^T, W_UV
   return e;
@@ -104,12 +105,13 @@ int CmdBenchLayers(int argc, char** argv) {
   // ---- MoE layer
   int moe_layer = -1;
   for (int l = 0; l < c.n_layers && moe_layer < 0; ++l)
-    if (m.layers[l].moe()) moe_layer = l;
+    if (m.layers[l].is_moe()) moe_layer = l;
   if (moe_layer >= 0) {
     const LayerWeights& L = m.layers[moe_layer];
-    double fixed = static_cast<double>(L.router.nbytes + L.sh_gate.nbytes + L.sh_up.nbytes + L.sh_down.nbytes);
+    double fixed = static_cast<double>(L.moe.router.nbytes + L.moe.shared.gate.nbytes + L.moe.shared.up.nbytes +
+                                       L.moe.shared.down.nbytes + L.moe.shared_gate.nbytes);
     std::printf("\nMoE layer %d: %d experts, %d used per token, expert FFN %d, %d shared (%s)\n", moe_layer, c.n_experts,
-                c.n_experts_used, c.moe_intermediate, c.n_shared_experts, DTypeName(L.exp_gate[0].dtype));
+                c.n_experts_used, c.moe_intermediate, c.n_shared_experts, DTypeName(L.moe.gate[0].dtype));
     std::printf("%6s %8s %12s %12s %10s %10s\n", "batch", "experts", "tokens/s", "MB/step", "GB/s", "roofline");
     for (int b : batches) {
       std::vector<float> xn(static_cast<size_t>(b) * c.hidden);

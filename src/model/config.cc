@@ -5,29 +5,20 @@
 
 namespace deepinfer {
 
-const char* ArchName(Arch a) {
-  switch (a) {
-    case Arch::kLlama: return "llama";
-    case Arch::kQwen2: return "qwen2";
-    case Arch::kQwen3: return "qwen3";
-    case Arch::kMistral: return "mistral";
-    case Arch::kQwen3Moe: return "qwen3_moe";
-    case Arch::kDeepseekV3: return "deepseek_v3";
-  }
-  return "?";
-}
-
-bool ArchFromName(const std::string& n, Arch* out) {
-  if (n == "llama" || n == "LlamaForCausalLM") *out = Arch::kLlama;
-  else if (n == "qwen2" || n == "Qwen2ForCausalLM") *out = Arch::kQwen2;
-  else if (n == "qwen3" || n == "Qwen3ForCausalLM") *out = Arch::kQwen3;
-  else if (n == "mistral" || n == "MistralForCausalLM") *out = Arch::kMistral;
-  else if (n == "qwen3_moe" || n == "qwen3moe" || n == "Qwen3MoeForCausalLM") *out = Arch::kQwen3Moe;
-  else if (n == "deepseek_v3" || n == "deepseek_v2" || n == "deepseek2" || n == "DeepseekV3ForCausalLM" ||
-           n == "DeepseekV2ForCausalLM")
-    *out = Arch::kDeepseekV3;
-  else return false;
-  return true;
+Status ValidateConfig(const ModelConfig& c, const std::string& file) {
+  auto bad = [&](const std::string& what) { return InvalidArgument(file + ": invalid model configuration: " + what); };
+  if (c.vocab_size <= 0 || c.hidden <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.intermediate <= 0)
+    return bad("sizes must be positive (" + c.Summary() + ")");
+  if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads) return bad("head_count must be a multiple of head_count_kv");
+  if (c.head_dim <= 0 || c.head_dim % 2) return bad("head_dim must be positive and even");
+  if (c.hidden > (1 << 20) || c.n_layers > 4096 || c.n_heads > 4096 || c.vocab_size > (1 << 24)) return bad("sizes too large");
+  if (c.max_ctx <= 0) return bad("context length must be positive");
+  if (c.n_experts < 0 || c.n_experts > 4096) return bad("expert count out of range");
+  if (c.n_experts > 0 && (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts || c.moe_intermediate <= 0 ||
+                          c.decoder_sparse_step <= 0))
+    return bad("experts used per token must be in [1, n_experts] and the expert FFN size positive");
+  if (c.shared_ffn < 0) return bad("shared expert size must not be negative");
+  return Status::Ok();
 }
 
 std::string ModelConfig::Summary() const {

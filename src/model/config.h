@@ -3,14 +3,16 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/status.h"
 #include "kernels/cpu/ops.h"
 #include "kv/kv_layout.h"
 
 namespace deepinfer {
 
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3 };
+// Model families; each is declared once in model/arch/ (names, config rules, tensor spellings).
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe };
 const char* ArchName(Arch a);
-bool ArchFromName(const std::string& name, Arch* out);  // accepts HF model_type / GGUF architecture names
+bool ArchFromName(const std::string& name, Arch* out);  // deepinfer, HF model_type/class or GGUF architecture names
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -36,6 +38,8 @@ struct ModelConfig {
   std::vector<int> mlp_only_layers;
   int first_k_dense = 0;        // deepseek: the first k layers keep a dense MLP
   int n_shared_experts = 0;     // deepseek: always-on experts (one SwiGLU of moe_intermediate x n_shared)
+  int shared_ffn = 0;           // hidden size of the shared expert SwiGLU every token takes (0: none)
+  bool shared_expert_gate = false;  // qwen2_moe: the shared expert's output is scaled by sigmoid(x . w_gate)
   bool router_sigmoid = false;  // deepseek-v3 scoring (noaux_tc), else softmax
   bool router_bias = false;     // e_score_correction_bias present (selection only)
   int n_group = 1, topk_group = 1;
@@ -62,6 +66,9 @@ struct ModelConfig {
 
   std::string Summary() const;
 };
+
+// Sizes positive and in range, heads divisible, expert settings coherent; `file` names the source in errors.
+Status ValidateConfig(const ModelConfig& c, const std::string& file);
 
 // llama3 rope_scaling -> per-frequency divisors, as the HF implementation defines them.
 std::vector<float> Llama3FreqFactors(int rot_dim, double theta, double factor, double low_freq_factor,

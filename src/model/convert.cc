@@ -7,23 +7,13 @@
 #include "base/logging.h"
 #include "base/progress.h"
 #include "format/gguf.h"
+#include "model/arch/arch.h"
+#include "model/layers/linear.h"
 #include "model/model.h"
 #include "tokenizer/gguf_vocab_export.h"
 
 namespace deepinfer {
 namespace {
-
-const char* GgufArch(Arch a) {
-  switch (a) {
-    case Arch::kLlama:
-    case Arch::kMistral: return "llama";  // llama.cpp has no "mistral" architecture
-    case Arch::kQwen2: return "qwen2";
-    case Arch::kQwen3: return "qwen3";
-    case Arch::kQwen3Moe: return "qwen3moe";
-    case Arch::kDeepseekV3: return "deepseek2";
-  }
-  return "";
-}
 
 // Writes tensors into a GgufWriter as producers: each reads its source rows when the file is written.
 class TensorEmitter {
@@ -93,6 +83,13 @@ class TensorEmitter {
     });
   }
 
+  // A {1, n} weight (Qwen2-MoE's shared-expert gate) as the f32 vector {n} llama.cpp expects.
+  void VectorFrom(const std::string& name, const TensorView& t) {
+    std::vector<float> v(static_cast<size_t>(t.cols()));
+    t.RowToF32(0, v.data());
+    Vector(name, v);
+  }
+
   void Vector(const std::string& name, const std::vector<float>& v) {
     std::vector<uint8_t> b(v.size() * sizeof(float));
     std::memcpy(b.data(), v.data(), b.size());
@@ -105,21 +102,16 @@ class TensorEmitter {
 };
 
 Status CheckConvertible(const ModelConfig& c, const std::string& dir) {
-  auto refuse = [&](const std::string& why) { return Unimplemented(dir + ": cannot convert to GGUF: " + why); };
-  if (c.arch == Arch::kQwen3Moe) {
-    if (c.decoder_sparse_step != 1 || !c.mlp_only_layers.empty())
-      return refuse("llama.cpp's qwen3moe routes every layer (decoder_sparse_step 1, no mlp_only_layers)");
-    if (!c.norm_topk_prob) return refuse("llama.cpp's qwen3moe always renormalizes the top-k weights (norm_topk_prob false)");
-  }
-  if (c.arch == Arch::kDeepseekV3 && c.n_experts > 0 && c.decoder_sparse_step != 1)
-    return refuse("llama.cpp's deepseek2 has no moe_layer_freq other than 1");
-  if (c.arch == Arch::kDeepseekV3 && c.yarn.factor > 1 && std::fabs(c.yarn.mscale - 1.f) > 1e-6f)
-    return refuse("YaRN with mscale != mscale_all_dim has no GGUF representation");
-  return Status::Ok();
+  const ArchSpec& a = GetArch(c.arch);
+  if (!a.gguf_convertible) return Status::Ok();
+  Status s = a.gguf_convertible(c);
+  if (s.ok()) return s;
+  return Status(s.code(), dir + ": cannot convert to GGUF: " + s.message());
 }
 
 void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter& gw) {
   const ModelConfig& c = m.config;
+  const ArchSpec& a = GetArch(c.arch);
   auto k = [&](const char* key) { return ga + "." + key; };
   gw.SetString("general.architecture", ga);
   gw.SetString("general.name", m.source.substr(m.source.find_last_of('/') + 1));
@@ -132,108 +124,75 @@ void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter
   gw.SetF32(k("rope.freq_base"), static_cast<float>(c.rope_theta));
   gw.SetF32(k("attention.layer_norm_rms_epsilon"), c.rms_eps);
   gw.SetU32(k("vocab_size"), c.vocab_size);
-  if (c.n_experts > 0) {
-    gw.SetU32(k("expert_count"), c.n_experts);
-    gw.SetU32(k("expert_used_count"), c.n_experts_used);
-    gw.SetU32(k("expert_feed_forward_length"), c.moe_intermediate);
-  }
-  if (c.arch != Arch::kDeepseekV3) {
+  if (!c.mla) {  // MLA families write their attention keys themselves
     gw.SetU32(k("attention.head_count_kv"), c.n_kv_heads);
     gw.SetU32(k("attention.key_length"), c.head_dim);
     gw.SetU32(k("attention.value_length"), c.head_dim);
     gw.SetU32(k("rope.dimension_count"), c.head_dim);
-    return;
   }
-  // deepseek2 in llama.cpp's current MLA layout (MQA over the latent; per-head sizes in *_mla).
-  gw.SetU32(k("attention.head_count_kv"), 1);
-  gw.SetU32(k("attention.key_length"), c.kv_lora_rank + c.qk_rope_dim);
-  gw.SetU32(k("attention.value_length"), c.kv_lora_rank);
-  gw.SetU32(k("attention.key_length_mla"), c.qk_nope_dim + c.qk_rope_dim);
-  gw.SetU32(k("attention.value_length_mla"), c.v_head_dim);
-  gw.SetU32(k("rope.dimension_count"), c.qk_rope_dim);
-  gw.SetU32(k("attention.q_lora_rank"), c.q_lora_rank);  // 0 = no q compression; llama.cpp requires the key
-  gw.SetU32(k("attention.kv_lora_rank"), c.kv_lora_rank);
-  gw.SetU32(k("leading_dense_block_count"), c.n_experts > 0 ? c.first_k_dense : c.n_layers);
-  gw.SetU32(k("expert_shared_count"), c.n_shared_experts);
-  if (c.n_experts > 0) {
-    gw.SetF32(k("expert_weights_scale"), c.routed_scaling_factor);
-    if (c.norm_topk_prob) gw.SetBool(k("expert_weights_norm"), true);
-    gw.SetU32(k("expert_gating_func"), c.router_sigmoid ? 2 : 1);
-    gw.SetU32(k("expert_group_count"), c.n_group);
-    gw.SetU32(k("expert_group_used_count"), c.topk_group);
-  }
-  if (c.yarn.factor > 1) {
-    gw.SetString(k("rope.scaling.type"), "yarn");
-    gw.SetF32(k("rope.scaling.factor"), static_cast<float>(c.yarn.factor));
-    gw.SetU32(k("rope.scaling.original_context_length"), static_cast<uint32_t>(c.yarn.original_ctx));
-    gw.SetF32(k("rope.scaling.yarn_beta_fast"), static_cast<float>(c.yarn.beta_fast));
-    gw.SetF32(k("rope.scaling.yarn_beta_slow"), static_cast<float>(c.yarn.beta_slow));
-    // llama.cpp stores 0.1 * mscale_all_dim; attn_scale_mult = (0.1 * mscale_all_dim * ln(factor) + 1)^2.
-    const double mscale_all = (std::sqrt(c.attn_scale_mult) - 1.0) / (0.1 * std::log(c.yarn.factor));
-    gw.SetF32(k("rope.scaling.yarn_log_multiplier"), static_cast<float>(0.1 * mscale_all));
-  }
+  if (a.gguf_metadata) a.gguf_metadata(c, ga + ".", gw);
   if (c.n_mtp > 0 && blocks > c.n_layers) gw.SetU32(k("nextn_predict_layers"), blocks - c.n_layers);
 }
 
-void WriteLayer(const ModelConfig& c, const LayerWeights& L, const std::string& g, TensorEmitter& out) {
-  const bool pairs = c.arch == Arch::kLlama || c.arch == Arch::kMistral;  // GGUF llama: adjacent-pair RoPE rows
-  out.Vector(g + "attn_norm.weight", L.attn_norm);
+void WriteLayer(const ModelConfig& c, const LayerWeights& L, int l, TensorEmitter& out) {
+  const ArchSpec& a = GetArch(c.arch);
+  auto N = [&](TensorId id) { return TensorName(a, WeightFormat::kGguf, id, l); };
+  out.Vector(N(TensorId::kAttnNorm), L.attn_norm);
   if (c.mla) {
+    const MlaWeights& W = L.mla;
     if (c.q_lora_rank > 0) {
-      out.Matrix(g + "attn_q_a.weight", L.wq_a);
-      out.Vector(g + "attn_q_a_norm.weight", L.q_a_norm);
-      out.Matrix(g + "attn_q_b.weight", L.wq_b);
+      out.Matrix(N(TensorId::kAttnQA), W.wq_a);
+      out.Vector(N(TensorId::kAttnQANorm), W.q_a_norm);
+      out.Matrix(N(TensorId::kAttnQB), W.wq_b);
     } else {
-      out.Matrix(g + "attn_q.weight", L.wq);
+      out.Matrix(N(TensorId::kAttnQ), W.wq);
     }
-    out.Matrix(g + "attn_kv_a_mqa.weight", L.wkv_a);
-    out.Vector(g + "attn_kv_a_norm.weight", L.kv_a_norm);
+    out.Matrix(N(TensorId::kAttnKvA), W.wkv_a);
+    out.Vector(N(TensorId::kAttnKvANorm), W.kv_a_norm);
     // k_b = W_UK^T per head {H, kv_lora, nope} (the loader's uk_t), v_b = W_UV {H, v, kv_lora}.
     const int64_t H = c.n_heads, kvl = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
-    out.F32Rows(g + "attn_k_b.weight", L.uk_t, {H, kvl, nope}, L.wkv_b.data ? L.wkv_b.dtype : L.wv_b.dtype);
+    out.F32Rows(N(TensorId::kAttnKB), W.uk_t, {H, kvl, nope}, W.wkv_b.data ? W.wkv_b.dtype : W.wv_b.dtype);
     std::vector<TensorView> uv(static_cast<size_t>(H));
-    for (int64_t hh = 0; hh < H; ++hh) {
-      TensorView v = L.wv_b.data ? L.wv_b : L.wkv_b;
-      const int64_t r0 = L.wv_b.data ? hh * vd : hh * (nope + vd) + nope;
-      v.shape = {vd, kvl};
-      v.data = (L.wv_b.data ? L.wv_b : L.wkv_b).row(r0);
-      v.nbytes = static_cast<size_t>(vd) * v.row_bytes();
-      v.scale_row0 += r0;
-      uv[static_cast<size_t>(hh)] = v;
-    }
-    out.Stacked(g + "attn_v_b.weight", uv);
+    for (int64_t hh = 0; hh < H; ++hh)
+      uv[static_cast<size_t>(hh)] = W.wv_b.data ? RowSlice(W.wv_b, hh * vd, vd) : RowSlice(W.wkv_b, hh * (nope + vd) + nope, vd);
+    out.Stacked(N(TensorId::kAttnVB), uv);
+    out.Matrix(N(TensorId::kAttnOut), W.wo);
   } else {
-    out.Matrix(g + "attn_q.weight", L.wq, pairs ? c.n_heads : 0);
-    out.Matrix(g + "attn_k.weight", L.wk, pairs ? c.n_kv_heads : 0);
-    out.Matrix(g + "attn_v.weight", L.wv);
-    if (!L.bq.empty()) {
-      out.Vector(g + "attn_q.bias", L.bq);
-      out.Vector(g + "attn_k.bias", L.bk);
-      out.Vector(g + "attn_v.bias", L.bv);
+    const GqaWeights& W = L.gqa;
+    const bool pairs = a.gguf_permutes_qk();  // GGUF llama: adjacent-pair RoPE rows
+    out.Matrix(N(TensorId::kAttnQ), W.wq, pairs ? c.n_heads : 0);
+    out.Matrix(N(TensorId::kAttnK), W.wk, pairs ? c.n_kv_heads : 0);
+    out.Matrix(N(TensorId::kAttnV), W.wv);
+    if (!W.bq.empty()) {
+      out.Vector(N(TensorId::kAttnQBias), W.bq);
+      out.Vector(N(TensorId::kAttnKBias), W.bk);
+      out.Vector(N(TensorId::kAttnVBias), W.bv);
     }
-    if (!L.q_norm.empty()) {
-      out.Vector(g + "attn_q_norm.weight", L.q_norm);
-      out.Vector(g + "attn_k_norm.weight", L.k_norm);
+    if (!W.q_norm.empty()) {
+      out.Vector(N(TensorId::kAttnQNorm), W.q_norm);
+      out.Vector(N(TensorId::kAttnKNorm), W.k_norm);
     }
+    out.Matrix(N(TensorId::kAttnOut), W.wo);
   }
-  out.Matrix(g + "attn_output.weight", L.wo);
-  out.Vector(g + "ffn_norm.weight", L.ffn_norm);
-  if (!L.moe()) {
-    out.Matrix(g + "ffn_gate.weight", L.w_gate);
-    out.Matrix(g + "ffn_up.weight", L.w_up);
-    out.Matrix(g + "ffn_down.weight", L.w_down);
+  out.Vector(N(TensorId::kFfnNorm), L.ffn_norm);
+  if (!L.is_moe()) {
+    out.Matrix(N(TensorId::kFfnGate), L.mlp.gate);
+    out.Matrix(N(TensorId::kFfnUp), L.mlp.up);
+    out.Matrix(N(TensorId::kFfnDown), L.mlp.down);
     return;
   }
-  out.Matrix(g + "ffn_gate_inp.weight", L.router);
-  if (!L.exp_bias.empty()) out.Vector(g + "exp_probs_b.bias", L.exp_bias);
-  out.Stacked(g + "ffn_gate_exps.weight", L.exp_gate);
-  out.Stacked(g + "ffn_up_exps.weight", L.exp_up);
-  out.Stacked(g + "ffn_down_exps.weight", L.exp_down);
-  if (L.sh_gate.data) {
-    out.Matrix(g + "ffn_gate_shexp.weight", L.sh_gate);
-    out.Matrix(g + "ffn_up_shexp.weight", L.sh_up);
-    out.Matrix(g + "ffn_down_shexp.weight", L.sh_down);
+  const MoeWeights& W = L.moe;
+  out.Matrix(N(TensorId::kFfnRouter), W.router);
+  if (!W.exp_probs_bias.empty()) out.Vector(N(TensorId::kFfnExpProbsBias), W.exp_probs_bias);
+  out.Stacked(N(TensorId::kFfnGateExps), W.gate);
+  out.Stacked(N(TensorId::kFfnUpExps), W.up);
+  out.Stacked(N(TensorId::kFfnDownExps), W.down);
+  if (!W.shared.empty()) {
+    out.Matrix(N(TensorId::kFfnGateShexp), W.shared.gate);
+    out.Matrix(N(TensorId::kFfnUpShexp), W.shared.up);
+    out.Matrix(N(TensorId::kFfnDownShexp), W.shared.down);
   }
+  if (W.shared_gate.data) out.VectorFrom(N(TensorId::kFfnShexpGate), W.shared_gate);
 }
 
 }  // namespace
@@ -249,33 +208,35 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   if (m->format != "hf") return InvalidArgument(hf_dir + ": convert reads a Hugging Face model directory");
   const ModelConfig& c = m->config;
   DI_RETURN_IF_ERROR(CheckConvertible(c, hf_dir));
-  if (c.arch == Arch::kDeepseekV3 && !c.router_sigmoid && c.n_group > 1)
+  if (c.mla && c.n_experts > 0 && !c.router_sigmoid && c.n_group > 1)
     DI_LOG_WARN("%s: llama.cpp ranks expert groups by their top-2 sum; this V2-style router ranks by the best score",
                 hf_dir.c_str());
 
   GgufWriter gw;
-  const std::string ga = GgufArch(c.arch);
+  const ArchSpec& arch = GetArch(c.arch);
+  const std::string ga = arch.gguf_arch;
   const int n_mtp = opts.mtp ? static_cast<int>(m->mtp.size()) : 0;
   WriteMetadata(*m, ga, c.n_layers + n_mtp, gw);
   DI_RETURN_IF_ERROR(ExportHfTokenizerToGguf(hf_dir, c.vocab_size, gw));
 
   TensorEmitter emit(gw, opts.outtype);
-  emit.Matrix("token_embd.weight", m->tok_embd);
-  if (!c.rope_freq_factors.empty()) emit.Vector("rope_freqs.weight", c.rope_freq_factors);
-  for (int l = 0; l < c.n_layers; ++l) WriteLayer(c, m->layers[l], "blk." + std::to_string(l) + ".", emit);
+  auto N = [&](TensorId id, int layer = -1) { return TensorName(arch, WeightFormat::kGguf, id, layer); };
+  emit.Matrix(N(TensorId::kTokEmbd), m->tok_embd);
+  if (!c.rope_freq_factors.empty()) emit.Vector(N(TensorId::kRopeFreqs), c.rope_freq_factors);
+  for (int l = 0; l < c.n_layers; ++l) WriteLayer(c, m->layers[l], l, emit);
   for (int k = 0; k < n_mtp; ++k) {
     const MtpWeights& P = m->mtp[k];
-    const std::string g = "blk." + std::to_string(c.n_layers + k) + ".";
-    WriteLayer(c, P.layer, g, emit);
-    emit.Vector(g + "nextn.enorm.weight", P.enorm);
-    emit.Vector(g + "nextn.hnorm.weight", P.hnorm);
-    emit.Matrix(g + "nextn.eh_proj.weight", P.eh_proj);
-    emit.Vector(g + "nextn.shared_head_norm.weight", P.head_norm);
-    if (P.embed.data != m->tok_embd.data) emit.Matrix(g + "nextn.embed_tokens.weight", P.embed);
-    if (P.head.data != m->lm_head.data) emit.Matrix(g + "nextn.shared_head_head.weight", P.head);
+    const int l = c.n_layers + k;
+    WriteLayer(c, P.layer, l, emit);
+    emit.Vector(N(TensorId::kMtpENorm, l), P.enorm);
+    emit.Vector(N(TensorId::kMtpHNorm, l), P.hnorm);
+    emit.Matrix(N(TensorId::kMtpEhProj, l), P.eh_proj);
+    emit.Vector(N(TensorId::kMtpHeadNorm, l), P.head_norm);
+    if (P.embed.data != m->tok_embd.data) emit.Matrix(N(TensorId::kMtpEmbd, l), P.embed);
+    if (P.head.data != m->lm_head.data) emit.Matrix(N(TensorId::kMtpHead, l), P.head);
   }
-  emit.Vector("output_norm.weight", m->out_norm);
-  if (!c.tie_embeddings) emit.Matrix("output.weight", m->lm_head);
+  emit.Vector(N(TensorId::kOutputNorm), m->out_norm);
+  if (!c.tie_embeddings) emit.Matrix(N(TensorId::kOutput), m->lm_head);
 
   std::unique_ptr<ProgressBar> bar;
   DI_RETURN_IF_ERROR(gw.Write(out, [&](size_t done, size_t total) {

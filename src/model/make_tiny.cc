@@ -10,6 +10,7 @@
 #include "base/progress.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "model/arch/arch.h"
 
 namespace deepinfer {
 namespace fs = std::filesystem;
@@ -186,24 +187,22 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   // FP8 (DeepSeek's checkpoint format): HF linear weights are e4m3 with 128x128 block scales ('<name>_scale_inv');
   // everything else, and the whole GGUF (llama.cpp has no FP8), holds f32 = the dequantized values.
   const bool fp8 = s.dtype == DType::kF8E4M3;
-  if (fp8 && s.arch != Arch::kDeepseekV3) return InvalidArgument("make-tiny: --dtype f8_e4m3 is for deepseek_v3 (HF format)");
+  const ArchSpec& family = GetArch(s.arch);
+  if (fp8 && !family.mla) return InvalidArgument("make-tiny: --dtype f8_e4m3 is for deepseek_v3 (HF format)");
   const DType store_dtype = fp8 ? DType::kF32 : s.dtype;  // what the values are rounded to (fp8 rounds itself)
   const DType hf_dtype = quant || fp8 ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
   const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
-  const bool ds = s.arch == Arch::kDeepseekV3;
-  const bool moe = s.arch == Arch::kQwen3Moe || ds;
-  const bool neox = s.arch == Arch::kQwen2 || s.arch == Arch::kQwen3 || moe;
-  const bool qk_norm = s.arch == Arch::kQwen3 || moe;
-  const std::string arch = ArchName(s.arch);
-  // llama.cpp has no "mistral" GGUF architecture: its converter writes Mistral checkpoints as "llama".
-  const std::string gguf_arch = s.arch == Arch::kMistral ? "llama" : ds ? "deepseek2" : moe ? "qwen3moe" : arch;
+  const bool ds = family.mla;  // MLA attention and DeepSeekMoE layers
+  const bool moe = family.moe;
+  const bool permute_qk = family.gguf_permutes_qk();
+  const bool qk_norm = family.qk_norm;
+  const bool shared_gate = family.shared_expert_gate;
+  const std::string arch = family.name;
+  const std::string gguf_arch = family.gguf_arch;
   if (ds && (s.kv_lora <= 0 || s.qk_nope <= 0 || s.qk_rope <= 0 || s.qk_rope % 2 || s.v_head <= 0 || s.q_lora < 0 ||
              s.experts % s.n_group || s.topk_group > s.n_group || s.first_dense >= s.layers))
     return InvalidArgument("make-tiny: deepseek_v3 needs positive MLA sizes, experts divisible by groups, a MoE layer");
-  if (ds) {
-    s.head_dim = s.qk_nope + s.qk_rope;
-    s.kv_heads = s.heads;  // MLA: every head has its own K/V after decompression (llama.cpp's head_count_kv)
-  }
+  if (family.tiny_adjust) family.tiny_adjust(&s);
   if (moe && (s.experts < 1 || s.experts_used < 1 || s.experts_used > s.experts || s.moe_intermediate % blk))
     return InvalidArgument("make-tiny: experts_used must be in [1, experts] and the expert FFN a multiple of the block");
   const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
@@ -213,7 +212,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   std::vector<SafetensorsEntry> st;
   GgufWriter gw;
   const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
-  size_t n_tensors = 3 + 6 * s.mtp + (s.layers + s.mtp) * (9 + (s.arch == Arch::kQwen2 ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0) + (ds ? 6 : 0)), done = 0;
+  size_t n_tensors = 3 + 6 * s.mtp + (s.layers + s.mtp) * (9 + (family.attn_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0) + (ds ? 6 : 0) + (shared_gate ? 4 : 0)), done = 0;
   if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
   ProgressBar bar("make-tiny", n_tensors, "tensors");
 
@@ -247,16 +246,21 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     bar.Update(++done);
     return v;
   };
+  // Names from the family's table (model/arch/): HF and GGUF spellings of tensor `id` of layer `l`.
+  auto HfName = [&](TensorId id, int l = -1, int e = -1) { return TensorName(family, WeightFormat::kHf, id, l, e); };
+  auto GgufName = [&](TensorId id, int l = -1) { return TensorName(family, WeightFormat::kGguf, id, l); };
+  auto add_t = [&](TensorId id, int l, std::vector<int64_t> shape, float std, float center, bool is_vector, int permute_heads) {
+    return add(HfName(id, l), GgufName(id, l), std::move(shape), std, center, is_vector, permute_heads);
+  };
   const float lin = 1.0f;  // weights scaled 1/sqrt(fan_in): activations stay O(1), logits spread over several nats
   // Routed experts: HF keeps one tensor per expert; GGUF stacks them into {experts, rows, cols}, same values.
-  auto add_experts = [&](const std::string& p, const std::string& g) {
+  auto add_experts = [&](int l) {
     const int64_t ff = s.moe_intermediate;
-    struct Proj { const char* hf; const char* gguf; int64_t rows, cols; };
-    for (const Proj& pr : {Proj{"gate_proj", "ffn_gate_exps.weight", ff, h}, Proj{"up_proj", "ffn_up_exps.weight", ff, h},
-                           Proj{"down_proj", "ffn_down_exps.weight", h, ff}}) {
+    struct Proj { TensorId id; int64_t rows, cols; };
+    for (const Proj& pr : {Proj{TensorId::kFfnGateExps, ff, h}, Proj{TensorId::kFfnUpExps, ff, h}, Proj{TensorId::kFfnDownExps, h, ff}}) {
       std::vector<float> stacked;
       for (int e = 0; e < s.experts; ++e) {
-        const std::string name = p + "mlp.experts." + std::to_string(e) + "." + pr.hf + ".weight";
+        const std::string name = HfName(pr.id, l, e);
         std::vector<float> v = RoundTrip(store_dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
                                                                    lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
         if (fp8) {
@@ -273,35 +277,34 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
         }
         stacked.insert(stacked.end(), v.begin(), v.end());
       }
-      if (want_gguf) gw.AddTensor(g + pr.gguf, store_dtype, {s.experts, pr.rows, pr.cols}, Encode(store_dtype, stacked));
+      if (want_gguf) gw.AddTensor(GgufName(pr.id, l), store_dtype, {s.experts, pr.rows, pr.cols}, Encode(store_dtype, stacked));
     }
   };
-  add("model.embed_tokens.weight", "token_embd.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
+  add_t(TensorId::kTokEmbd, -1, {s.vocab, h}, 1.0f, 0.f, false, 0);
   const int all_layers = s.layers + (ds && s.mtp ? 1 : 0);
   for (int l = 0; l < all_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".", g = "blk." + std::to_string(l) + ".";
     if (l == s.layers) {  // the MTP module's own tensors (its decoder layer follows, as any MoE layer)
-      add(p + "enorm.weight", g + "nextn.enorm.weight", {h}, 0.1f, 1.f, true, 0);
-      add(p + "hnorm.weight", g + "nextn.hnorm.weight", {h}, 0.1f, 1.f, true, 0);
-      add(p + "eh_proj.weight", g + "nextn.eh_proj.weight", {h, 2 * h}, lin / std::sqrt(2.f * h), 0.f, false, 0);
-      add(p + "embed_tokens.weight", g + "nextn.embed_tokens.weight", {s.vocab, h}, 1.0f, 0.f, false, 0);
-      add(p + "shared_head.norm.weight", g + "nextn.shared_head_norm.weight", {h}, 0.1f, 1.f, true, 0);
-      add(p + "shared_head.head.weight", g + "nextn.shared_head_head.weight", {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
+      add_t(TensorId::kMtpENorm, l, {h}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kMtpHNorm, l, {h}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kMtpEhProj, l, {h, 2 * h}, lin / std::sqrt(2.f * h), 0.f, false, 0);
+      add_t(TensorId::kMtpEmbd, l, {s.vocab, h}, 1.0f, 0.f, false, 0);
+      add_t(TensorId::kMtpHeadNorm, l, {h}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kMtpHead, l, {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
     }
-    add(p + "input_layernorm.weight", g + "attn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+    add_t(TensorId::kAttnNorm, l, {h}, 0.1f, 1.f, true, 0);
     if (ds) {
       const int64_t H = s.heads, qk = s.qk_nope + s.qk_rope;
       if (s.q_lora > 0) {
-        add(p + "self_attn.q_a_proj.weight", g + "attn_q_a.weight", {s.q_lora, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add(p + "self_attn.q_a_layernorm.weight", g + "attn_q_a_norm.weight", {s.q_lora}, 0.1f, 1.f, true, 0);
-        add(p + "self_attn.q_b_proj.weight", g + "attn_q_b.weight", {H * qk, s.q_lora}, 2.f / std::sqrt(s.q_lora), 0.f, false, 0);
+        add_t(TensorId::kAttnQA, l, {s.q_lora, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kAttnQANorm, l, {s.q_lora}, 0.1f, 1.f, true, 0);
+        add_t(TensorId::kAttnQB, l, {H * qk, s.q_lora}, 2.f / std::sqrt(s.q_lora), 0.f, false, 0);
       } else {
-        add(p + "self_attn.q_proj.weight", g + "attn_q.weight", {H * qk, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kAttnQ, l, {H * qk, h}, 2.f / std::sqrt(h), 0.f, false, 0);
       }
-      add(p + "self_attn.kv_a_proj_with_mqa.weight", g + "attn_kv_a_mqa.weight", {s.kv_lora + s.qk_rope, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      add(p + "self_attn.kv_a_layernorm.weight", g + "attn_kv_a_norm.weight", {s.kv_lora}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kAttnKvA, l, {s.kv_lora + s.qk_rope, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      add_t(TensorId::kAttnKvANorm, l, {s.kv_lora}, 0.1f, 1.f, true, 0);
       const int64_t nope = s.qk_nope, vh = s.v_head, kvl = s.kv_lora;
-      const std::vector<float> kv_b = add(p + "self_attn.kv_b_proj.weight", s.split_kv_b ? "" : g + "attn_kv_b.weight",
+      const std::vector<float> kv_b = add(HfName(TensorId::kAttnKvB, l), s.split_kv_b ? "" : GgufName(TensorId::kAttnKvB, l),
                                           {H * (nope + vh), kvl}, 1.f / std::sqrt(s.kv_lora), 0.f, false, 0);
       if (s.split_kv_b && want_gguf) {  // k_b[h][c][d] = W_UK[h][d][c]; v_b[h][d][c] = W_UV[h][d][c]
         std::vector<float> k_b(static_cast<size_t>(H * kvl * nope)), v_b(static_cast<size_t>(H * vh * kvl));
@@ -310,60 +313,69 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
             for (int64_t d = 0; d < nope; ++d) k_b[(hh * kvl + c) * nope + d] = kv_b[(hh * (nope + vh) + d) * kvl + c];
             for (int64_t d = 0; d < vh; ++d) v_b[(hh * vh + d) * kvl + c] = kv_b[(hh * (nope + vh) + nope + d) * kvl + c];
           }
-        gw.AddTensor(g + "attn_k_b.weight", store_dtype, {H, kvl, nope}, Encode(store_dtype, k_b));
-        gw.AddTensor(g + "attn_v_b.weight", store_dtype, {H, vh, kvl}, Encode(store_dtype, v_b));
+        gw.AddTensor(GgufName(TensorId::kAttnKB, l), store_dtype, {H, kvl, nope}, Encode(store_dtype, k_b));
+        gw.AddTensor(GgufName(TensorId::kAttnVB, l), store_dtype, {H, vh, kvl}, Encode(store_dtype, v_b));
       }
-      add(p + "self_attn.o_proj.weight", g + "attn_output.weight", {h, H * s.v_head}, lin / std::sqrt(H * s.v_head), 0.f, false, 0);
-      add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kAttnOut, l, {h, H * s.v_head}, lin / std::sqrt(H * s.v_head), 0.f, false, 0);
+      add_t(TensorId::kFfnNorm, l, {h}, 0.1f, 1.f, true, 0);
       if (l < s.first_dense) {
-        add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add(p + "mlp.down_proj.weight", g + "ffn_down.weight", {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
+        add_t(TensorId::kFfnGate, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kFfnUp, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kFfnDown, l, {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
         continue;
       }
-      add(p + "mlp.gate.weight", g + "ffn_gate_inp.weight", {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      add_t(TensorId::kFfnRouter, l, {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
       // Mostly negative selection biases (as trained V3 checkpoints have): masking must use -inf, not 0.
-      add(p + "mlp.gate.e_score_correction_bias", g + "exp_probs_b.bias", {s.experts}, 0.3f, -0.2f, true, 0);
-      add_experts(p, g);
+      add_t(TensorId::kFfnExpProbsBias, l, {s.experts}, 0.3f, -0.2f, true, 0);
+      add_experts(l);
       const int64_t sff = int64_t{s.moe_intermediate} * s.shared_experts;
       if (sff > 0) {
-        add(p + "mlp.shared_experts.gate_proj.weight", g + "ffn_gate_shexp.weight", {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add(p + "mlp.shared_experts.up_proj.weight", g + "ffn_up_shexp.weight", {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add(p + "mlp.shared_experts.down_proj.weight", g + "ffn_down_shexp.weight", {h, sff}, lin / std::sqrt(sff), 0.f, false, 0);
+        add_t(TensorId::kFfnGateShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kFfnUpShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kFfnDownShexp, l, {h, sff}, lin / std::sqrt(sff), 0.f, false, 0);
       }
       continue;
     }
-    add(p + "self_attn.q_proj.weight", g + "attn_q.weight", {qd, h}, lin / std::sqrt(h) * 2, 0.f, false, neox ? 0 : s.heads);
-    add(p + "self_attn.k_proj.weight", g + "attn_k.weight", {kvd, h}, lin / std::sqrt(h) * 2, 0.f, false, neox ? 0 : s.kv_heads);
-    add(p + "self_attn.v_proj.weight", g + "attn_v.weight", {kvd, h}, lin / std::sqrt(h), 0.f, false, 0);
-    if (s.arch == Arch::kQwen2) {
-      add(p + "self_attn.q_proj.bias", g + "attn_q.bias", {qd}, 0.1f, 0.f, true, 0);
-      add(p + "self_attn.k_proj.bias", g + "attn_k.bias", {kvd}, 0.1f, 0.f, true, 0);
-      add(p + "self_attn.v_proj.bias", g + "attn_v.bias", {kvd}, 0.1f, 0.f, true, 0);
+    add_t(TensorId::kAttnQ, l, {qd, h}, lin / std::sqrt(h) * 2, 0.f, false, permute_qk ? s.heads : 0);
+    add_t(TensorId::kAttnK, l, {kvd, h}, lin / std::sqrt(h) * 2, 0.f, false, permute_qk ? s.kv_heads : 0);
+    add_t(TensorId::kAttnV, l, {kvd, h}, lin / std::sqrt(h), 0.f, false, 0);
+    if (family.attn_bias) {
+      add_t(TensorId::kAttnQBias, l, {qd}, 0.1f, 0.f, true, 0);
+      add_t(TensorId::kAttnKBias, l, {kvd}, 0.1f, 0.f, true, 0);
+      add_t(TensorId::kAttnVBias, l, {kvd}, 0.1f, 0.f, true, 0);
     }
     if (qk_norm) {
-      add(p + "self_attn.q_norm.weight", g + "attn_q_norm.weight", {s.head_dim}, 0.1f, 1.f, true, 0);
-      add(p + "self_attn.k_norm.weight", g + "attn_k_norm.weight", {s.head_dim}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kAttnQNorm, l, {s.head_dim}, 0.1f, 1.f, true, 0);
+      add_t(TensorId::kAttnKNorm, l, {s.head_dim}, 0.1f, 1.f, true, 0);
     }
-    add(p + "self_attn.o_proj.weight", g + "attn_output.weight", {h, qd}, lin / std::sqrt(qd), 0.f, false, 0);
-    add(p + "post_attention_layernorm.weight", g + "ffn_norm.weight", {h}, 0.1f, 1.f, true, 0);
+    add_t(TensorId::kAttnOut, l, {h, qd}, lin / std::sqrt(qd), 0.f, false, 0);
+    add_t(TensorId::kFfnNorm, l, {h}, 0.1f, 1.f, true, 0);
     if (moe) {
-      add(p + "mlp.gate.weight", g + "ffn_gate_inp.weight", {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      add_experts(p, g);
+      add_t(TensorId::kFfnRouter, l, {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+      add_experts(l);
+      if (shared_gate) {  // Qwen2-MoE: one shared expert behind a sigmoid gate
+        const int64_t sff = int64_t{s.moe_intermediate} * s.shared_experts;
+        add_t(TensorId::kFfnGateShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kFfnUpShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
+        add_t(TensorId::kFfnDownShexp, l, {h, sff}, lin / std::sqrt(sff), 0.f, false, 0);
+        // GGUF keeps the gate as a vector {hidden}; HF as a {1, hidden} linear.
+        const std::vector<float> gv = add(HfName(TensorId::kFfnShexpGate, l), "", {1, h}, 2.f / std::sqrt(h), 0.f, false, 0);
+        if (want_gguf) gw.AddTensor(GgufName(TensorId::kFfnShexpGate, l), DType::kF32, {h}, Encode(DType::kF32, gv));
+      }
     } else {
-      add(p + "mlp.gate_proj.weight", g + "ffn_gate.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-      add(p + "mlp.up_proj.weight", g + "ffn_up.weight", {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-      add(p + "mlp.down_proj.weight", g + "ffn_down.weight", {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
+      add_t(TensorId::kFfnGate, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+      add_t(TensorId::kFfnUp, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
+      add_t(TensorId::kFfnDown, l, {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
     }
   }
-  add("model.norm.weight", "output_norm.weight", {h}, 0.1f, 1.f, true, 0);
-  if (!s.tie_embeddings) add("lm_head.weight", "output.weight", {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
+  add_t(TensorId::kOutputNorm, -1, {h}, 0.1f, 1.f, true, 0);
+  if (!s.tie_embeddings) add_t(TensorId::kOutput, -1, {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
   bar.Finish();
 
   std::vector<float> freq_factors;
   if (s.llama3_rope_scaling) freq_factors = Llama3FreqFactors(s.head_dim, s.rope_theta, 32.0, 1.0, 4.0, 8192.0);
   const TinyVocab vocab = MakeVocab(s.vocab, s.seed);
-  const bool add_bos = !neox;
+  const bool add_bos = family.adds_bos;
 
   if (want_gguf) {
     gw.SetString("general.architecture", gguf_arch);
@@ -390,34 +402,11 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
     gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     gw.SetU32(gguf_arch + ".vocab_size", s.vocab);
-    if (ds) {
-      gw.SetU32(gguf_arch + ".attention.q_lora_rank", s.q_lora);
-      gw.SetU32(gguf_arch + ".attention.kv_lora_rank", s.kv_lora);
-      gw.SetU32(gguf_arch + ".leading_dense_block_count", s.first_dense);
-      gw.SetU32(gguf_arch + ".expert_shared_count", s.shared_experts);
-      gw.SetF32(gguf_arch + ".expert_weights_scale", s.routed_scale);
-      gw.SetBool(gguf_arch + ".expert_weights_norm", true);
-      gw.SetU32(gguf_arch + ".expert_gating_func", 2);  // sigmoid
-      gw.SetU32(gguf_arch + ".expert_group_count", s.n_group);
-      gw.SetU32(gguf_arch + ".expert_group_used_count", s.topk_group);
-      if (s.yarn) {
-        gw.SetString(gguf_arch + ".rope.scaling.type", "yarn");
-        gw.SetF32(gguf_arch + ".rope.scaling.factor", 4.f);
-        gw.SetU32(gguf_arch + ".rope.scaling.original_context_length", 32);
-        gw.SetF32(gguf_arch + ".rope.scaling.yarn_log_multiplier", 0.1f);  // 0.1 x mscale_all_dim
-        gw.SetF32(gguf_arch + ".rope.scaling.yarn_beta_fast", 32.f);
-        gw.SetF32(gguf_arch + ".rope.scaling.yarn_beta_slow", 1.f);
-      }
-    }
-    if (moe) {
-      gw.SetU32(gguf_arch + ".expert_count", s.experts);
-      gw.SetU32(gguf_arch + ".expert_used_count", s.experts_used);
-      gw.SetU32(gguf_arch + ".expert_feed_forward_length", s.moe_intermediate);
-    }
+    if (family.tiny_gguf_metadata) family.tiny_gguf_metadata(s, gguf_arch + ".", gw);
     if (!freq_factors.empty()) {
       std::vector<uint8_t> b(freq_factors.size() * 4);
       std::memcpy(b.data(), freq_factors.data(), b.size());
-      gw.AddTensor("rope_freqs.weight", DType::kF32, {static_cast<int64_t>(freq_factors.size())}, std::move(b));
+      gw.AddTensor(GgufName(TensorId::kRopeFreqs), DType::kF32, {static_cast<int64_t>(freq_factors.size())}, std::move(b));
     }
     gw.SetString("tokenizer.ggml.model", "gpt2");
     gw.SetString("tokenizer.ggml.pre", "gpt-2");
@@ -436,51 +425,14 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     fs::create_directories(out, ec);
     if (ec) return IoError(out + ": cannot create directory: " + ec.message());
     DI_RETURN_IF_ERROR(WriteSafetensors((fs::path(out) / "model.safetensors").string(), st));
-    static const char* kHfArch[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "MistralForCausalLM",
-                                    "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM"};
     nlohmann::json cfg = {
-        {"architectures", {kHfArch[static_cast<int>(s.arch)]}}, {"model_type", arch}, {"vocab_size", s.vocab},
+        {"architectures", {family.hf_class}}, {"model_type", arch}, {"vocab_size", s.vocab},
         {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
         {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"intermediate_size", s.intermediate},
         {"max_position_embeddings", s.ctx}, {"rms_norm_eps", 1e-5}, {"rope_theta", s.rope_theta},
         {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
         {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
-    if (s.arch == Arch::kMistral) cfg["sliding_window"] = nullptr;
-    if (ds) {
-      cfg["q_lora_rank"] = s.q_lora > 0 ? nlohmann::json(s.q_lora) : nlohmann::json(nullptr);
-      cfg["kv_lora_rank"] = s.kv_lora;
-      cfg["qk_nope_head_dim"] = s.qk_nope;
-      cfg["qk_rope_head_dim"] = s.qk_rope;
-      cfg["v_head_dim"] = s.v_head;
-      cfg.erase("head_dim");
-      cfg["n_routed_experts"] = s.experts;
-      cfg["num_experts_per_tok"] = s.experts_used;
-      cfg["moe_intermediate_size"] = s.moe_intermediate;
-      cfg["n_shared_experts"] = s.shared_experts;
-      cfg["first_k_dense_replace"] = s.first_dense;
-      cfg["moe_layer_freq"] = 1;
-      cfg["n_group"] = s.n_group;
-      cfg["topk_group"] = s.topk_group;
-      cfg["topk_method"] = "noaux_tc";
-      cfg["scoring_func"] = "sigmoid";
-      cfg["norm_topk_prob"] = true;
-      cfg["routed_scaling_factor"] = s.routed_scale;
-      cfg["num_nextn_predict_layers"] = s.mtp ? 1 : 0;
-      cfg["rope_scaling"] = nullptr;
-      if (s.yarn)
-        cfg["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32}, {"beta_fast", 32},
-                               {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
-      if (fp8)
-        cfg["quantization_config"] = {{"activation_scheme", "dynamic"}, {"fmt", "e4m3"}, {"quant_method", "fp8"},
-                                      {"weight_block_size", {128, 128}}};
-    } else if (moe) {
-      cfg["num_experts"] = s.experts;
-      cfg["num_experts_per_tok"] = s.experts_used;
-      cfg["moe_intermediate_size"] = s.moe_intermediate;
-      cfg["norm_topk_prob"] = true;
-      cfg["decoder_sparse_step"] = 1;
-      cfg["mlp_only_layers"] = nlohmann::json::array();
-    }
+    if (family.tiny_hf_config) family.tiny_hf_config(s, &cfg);
     if (s.llama3_rope_scaling)
       cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
                              {"original_max_position_embeddings", 8192}};

@@ -7,6 +7,10 @@
 #include "base/host_buffer.h"
 #include "deepinfer/status.h"
 #include "model/config.h"
+#include "model/layers/attention_gqa.h"
+#include "model/layers/attention_mla.h"
+#include "model/layers/mlp_dense.h"
+#include "model/layers/mlp_moe.h"
 #include "tensor/tensor.h"
 #include "tokenizer/tokenizer.h"
 
@@ -15,24 +19,19 @@ namespace deepinfer {
 class GgufFile;
 class SafetensorsModel;
 
+// One decoder layer's weights: the two norms and the weights of the attention and MLP it composes (each owned
+// by its layer in model/layers/). Which attention and which MLP a layer has follows from the configuration
+// (config.mla, config.IsMoeLayer(l)); the other structs stay empty.
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // small vectors are kept in f32
-  std::vector<float> q_norm, k_norm;       // qwen3
-  std::vector<float> bq, bk, bv;           // qwen2
-  TensorView wq, wk, wv, wo, w_gate, w_up, w_down;
-  // MoE layers: router {n_experts, hidden}; per expert gate/up {moe_ff, hidden} and down {hidden, moe_ff}.
-  TensorView router;
-  std::vector<TensorView> exp_gate, exp_up, exp_down;
-  std::vector<float> exp_bias;                // deepseek-v3 e_score_correction_bias (selection only)
-  TensorView sh_gate, sh_up, sh_down;         // deepseek shared experts (one SwiGLU)
-  // MLA (deepseek): wq or wq_a/q_a_norm/wq_b; kv_a {kv_lora + rope, hidden}; kv_b {H * (nope + v), kv_lora}.
-  TensorView wq_a, wq_b, wkv_a, wkv_b;
-  std::vector<float> q_a_norm, kv_a_norm;
-  // GGUFs in llama.cpp's current layout split kv_b: W_UV as {H * v, kv_lora} (wv_b; wkv_b is then empty).
-  TensorView wv_b;
-  // Per head h: W_UK[h]^T {kv_lora, nope} (absorbs the key up-projection into the query), as f32.
-  std::vector<float> uk_t;
-  bool moe() const { return !exp_gate.empty(); }
+  GqaWeights gqa;
+  MlaWeights mla;
+  DenseMlpWeights mlp;
+  MoeWeights moe;
+  bool is_moe() const { return !moe.gate.empty(); }
+  // Every weight matrix the layer holds except the routed experts (moe.gate/up/down), set or not.
+  std::vector<const TensorView*> Matrices() const;
+  std::vector<TensorView*> MutableMatrices();
 };
 
 // DeepSeek-V3 multi-token prediction (MTP, "next-n") module: from the main model's final-normed hidden state h_i
@@ -75,11 +74,14 @@ struct LoadOptions {
   bool progress = true;
 };
 
+// The configuration an HF config.json describes (architecture, shapes, MoE/MLA/YaRN settings), validated;
+// cfg_path names the file in errors (hf_config.cc). LoadModelFromPath uses it for HF directories.
+StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& cfg_path);
+// The same from a GGUF file's metadata (gguf_config.cc).
+StatusOr<ModelConfig> ParseGgufConfig(const GgufFile& g);
+
 // Loads a GGUF file or an HF directory (config.json + safetensors + tokenizer.json). Every problem is reported
 // with the file and tensor it concerns.
-// The configuration an HF config.json describes (architecture, shapes, MoE/MLA/YaRN settings), validated;
-// cfg_path names the file in errors. LoadModelFromPath uses it for HF directories.
-StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& cfg_path);
 
 StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, const LoadOptions& opts = {});
 

@@ -1,5 +1,8 @@
-// The decoder-only transformer forward pass shared by llama, qwen2, qwen3 and mistral: RMSNorm, GQA attention
-// with RoPE (and optional q/k norm and qkv bias), SwiGLU MLP, tied or untied lm_head.
+// The decoder-only transformer forward pass every family shares: embeddings, then per layer
+//   x += attention(RMSNorm(x))   (GQA or MLA, model/layers/attention_*.h)
+//   x += mlp(RMSNorm(x))         (dense SwiGLU or routed experts, model/layers/mlp_*.h)
+// then the final norm and the vocabulary projection. The transformer only composes the layers; each layer owns
+// its weights view and scratch. DeepSeek-V3's MTP modules run through the same layers.
 //
 // One batched entry point serves the engine: several sequences, each contributing a run of consecutive
 // positions (a prefill chunk or one decode token), over the paged K/V cache. Every operation is row-wise or
@@ -14,7 +17,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
-#include "model/moe.h"
+#include "model/layers/batch.h"
 
 namespace deepinfer {
 
@@ -81,49 +84,37 @@ class Transformer {
   const Model& model() const { return model_; }
   int max_batch_tokens() const { return max_tokens_; }
 
- private:
-  // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows.
-  Status PlanBatch(const SeqForward* seqs, int num_seqs, int block_size, int* total);
-  void Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
-  // One decoder layer over x_ (n rows); its K/V go to layer kv_layer of kv. The two residual blocks:
-  void Layer(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
-  void AttentionBlock(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
-  void MlpBlock(const LayerWeights& L, int n);
-  // Routed MLP over xn_ (n rows) into attn_: each expert runs one GEMM over the tokens routed to it.
-  void MoeMlp(const LayerWeights& L, int n);
-  // Multi-head latent attention over xn_ (n rows) into attn_ (n rows of H * v_head_dim), K/V cache = latent.
-  void MlaAttention(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
-  void MlaDecompressedAttention(const LayerWeights& L, int kv_layer, int n, PagedKvCache& kv);
-
  public:
   // MLA only: false runs attention "decompressed" (K/V up-projected per head from the cached latent, as a
   // prefill kernel would); true (default) folds W_UK into the query and W_UV after attention. Same math; the
   // engine uses the absorbed form everywhere. Exposed so the two can be checked against each other.
-  void set_mla_absorb(bool absorb) { mla_absorb_ = absorb; }
+  void set_mla_absorb(bool absorb) {
+    if (mla_) mla_->set_absorb(absorb);
+  }
 
  private:
+  // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows.
+  Status PlanBatch(const SeqForward* seqs, int num_seqs, int block_size, int* total);
+  void Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
+  // One decoder layer over x_ (batch_.n rows); its K/V go to layer kv_layer of kv. The two residual blocks:
+  void Layer(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
+  void AttentionBlock(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
+  void MlpBlock(const LayerWeights& L);
 
   const Model& model_;
   const ModelConfig& c_;
   int max_tokens_;
-  RopeTable rope_;
-  std::vector<float> x_, xn_, q_, k_, v_, attn_, gate_, up_;
+  // The layers (one instance per kind: scratch is per call, weights are passed per layer).
+  std::unique_ptr<GqaAttention> gqa_;
+  std::unique_ptr<MlaAttention> mla_;
+  std::unique_ptr<DenseMlp> mlp_;
+  std::unique_ptr<MoeMlp> moe_;
+  std::vector<float> x_, xn_, y_;  // residual stream, normed input of a block, a block's output
   std::vector<int32_t> tokens_, pos_, slot_of_token_, rows_;
   std::vector<float> mtp_in_;  // MTP: [enorm(embedding), hnorm(h)] per row
   std::vector<AttnSeq> attn_seqs_;
   std::vector<int32_t> logit_rows_;
-  RouterConfig router_;
-  std::vector<float> router_logits_, route_w_, moe_in_, moe_gate_, moe_up_, moe_out_;
-  std::vector<int32_t> route_e_, moe_rows_;
-  struct WaveExpert {
-    int expert, first, count;  // the expert's gathered rows are [first, first + count) of moe_in_
-  };
-  std::vector<WaveExpert> wave_experts_;
-  std::vector<int> expert_first_, sort_next_;  // pairs sorted by expert: offsets into moe_rows_, fill cursors
-  std::vector<MatMulJob> moe_jobs_;
-  std::vector<float> sh_gate_, sh_up_, sh_out_;
-  bool mla_absorb_ = true;
-  std::vector<float> qa_, qabs_, olat_, head_in_, head_out_, dk_, dv_;
+  BatchView batch_;
 };
 
 }  // namespace deepinfer

@@ -7,7 +7,7 @@
 #include <numeric>
 #include <random>
 
-#include "model/moe.h"
+#include "model/layers/router.h"
 
 namespace deepinfer {
 namespace {

@@ -1,4 +1,4 @@
-#include "model/moe.h"
+#include "model/layers/router.h"
 
 #include <algorithm>
 #include <cmath>

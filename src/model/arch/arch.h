@@ -1,0 +1,130 @@
+// A model family, declared once: the names it goes by in Hugging Face configs and GGUF files, the rules that
+// set its configuration (the shared fields are read by model/hf_config.cc and model/gguf_config.cc; a family
+// adds its own), its tensor spellings, and what `make-tiny` writes for it. Each family lives in one file of
+// model/arch/ and is listed once in registry.cc; nothing else in the tree switches on the family to find names
+// or rules. How to add one: docs/architecture.md ("Adding a model family", worked on Mixtral).
+#pragma once
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "deepinfer/status.h"
+#include "kernels/cpu/ops.h"
+#include "model/arch/tensor_names.h"
+#include "model/config.h"
+
+namespace deepinfer {
+
+class GgufFile;
+class GgufWriter;
+struct TinySpec;
+
+// Typed reads of an HF config.json whose errors name the file and the key.
+class HfConfigReader {
+ public:
+  HfConfigReader(const nlohmann::json& j, const std::string& path) : j_(j), path_(path) {}
+  // def < 0: required (NotFound when missing or null); InvalidArgument when not an integer.
+  StatusOr<int64_t> Int(const char* key, int64_t def) const;
+  StatusOr<double> Number(const char* key, double def) const;
+  // Lenient reads (wrong types give the default), as the families' optional settings have always been read.
+  int64_t IntOr(const char* key, int64_t def) const;
+  bool BoolOr(const char* key, bool def) const;
+  std::string StringOr(const char* key, const std::string& def) const;
+  std::vector<int> IntList(const char* key) const;
+  const nlohmann::json& json() const { return j_; }
+  Status Invalid(const std::string& what) const { return InvalidArgument(path_ + ": " + what); }
+  const std::string& path() const { return path_; }
+
+ private:
+  const nlohmann::json& j_;
+  const std::string& path_;
+};
+
+// Typed reads of GGUF metadata under the file's architecture prefix ("<arch>.<key>").
+class GgufConfigReader {
+ public:
+  GgufConfigReader(const GgufFile& g, const std::string& arch, const std::string& path) : g_(g), arch_(arch), path_(path) {}
+  // Missing: def, or NotFound when required; a value of the wrong type is an error either way.
+  StatusOr<int64_t> Int(const char* key, int64_t def, bool required) const;
+  bool Has(const char* key) const;
+  StatusOr<double> Float(const char* key) const;  // NotFound when missing
+  StatusOr<std::string> String(const char* key) const;
+  // A boolean stored as bool or integer; def when missing.
+  bool Bool(const char* key, bool def) const;
+  const GgufFile& file() const { return g_; }
+  Status Invalid(const std::string& what) const { return InvalidArgument(path_ + ": " + what); }
+  const std::string& path() const { return path_; }
+
+ private:
+  const GgufFile& g_;
+  const std::string& arch_;
+  const std::string& path_;
+};
+
+struct ArchSpec {
+  Arch arch;
+  const char* name;                   // deepinfer's name (make-tiny --arch, logs)
+  std::vector<std::string> hf_names;  // config.json model_type values and architectures[] classes it accepts
+  const char* hf_class;               // the architectures[] entry make-tiny writes
+  const char* gguf_arch;              // general.architecture convert and make-tiny write (and read)
+  // GGUF files of another family's architecture that are this family when they have routed experts (Mixtral
+  // is GGUF "llama" with expert_count).
+  const char* gguf_arch_with_experts = nullptr;
+  // Family rules, each written once.
+  bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE
+  bool attn_bias = false;  // q/k/v projection biases
+  bool mla = false;        // multi-head latent attention (else GQA)
+  bool moe = false;        // routed experts (make-tiny writes MoE layers)
+  bool adds_bos = false;   // the family's tokenizer prepends BOS (make-tiny's vocabulary)
+  bool shared_expert_gate = false;  // MoE layers add one shared expert scaled by a sigmoid gate (make-tiny)
+  // RoPE as stored in GGUF files. kAdjacentPairs for llama-style families: llama.cpp's converter permutes the
+  // q/k rows of HF checkpoints (rotate-half) into adjacent pairs, and `convert`/`make-tiny` do the same.
+  RopeStyle gguf_rope = RopeStyle::kHalves;
+  RopeStyle hf_rope = RopeStyle::kHalves;
+  bool gguf_permutes_qk() const { return gguf_rope == RopeStyle::kAdjacentPairs && hf_rope == RopeStyle::kHalves; }
+  // The family's own configuration fields, after the shared ones are read (null: none).
+  Status (*hf_config)(const HfConfigReader& j, ModelConfig* c) = nullptr;
+  Status (*gguf_config)(const GgufConfigReader& g, ModelConfig* c) = nullptr;
+  // `convert`: why this configuration has no faithful GGUF form (Ok: it has one), and its family metadata.
+  Status (*gguf_convertible)(const ModelConfig& c) = nullptr;
+  void (*gguf_metadata)(const ModelConfig& c, const std::string& prefix, GgufWriter& w) = nullptr;
+  // `make-tiny`: the family's own shape rules (applied to the spec first), its config.json fields and GGUF
+  // metadata.
+  void (*tiny_adjust)(TinySpec* s) = nullptr;
+  void (*tiny_hf_config)(const TinySpec& s, nlohmann::json* cfg) = nullptr;
+  void (*tiny_gguf_metadata)(const TinySpec& s, const std::string& prefix, GgufWriter& w) = nullptr;
+  std::vector<TensorNameOverride> tensor_names = {};  // spellings that differ from the shared table
+};
+
+// The registry (registry.cc).
+const ArchSpec& GetArch(Arch arch);
+const std::vector<const ArchSpec*>& AllArchs();
+// By config.json model_type or architectures[] class (nullptr: unknown).
+const ArchSpec* FindArchByHfName(const std::string& name);
+// By general.architecture; has_experts picks families that share another's GGUF architecture (nullptr: unknown).
+const ArchSpec* FindArchByGguf(const std::string& gguf_arch, bool has_experts);
+// By deepinfer's own name or any HF/GGUF name (make-tiny --arch).
+const ArchSpec* FindArchByAnyName(const std::string& name);
+// "llama, mistral, ..." for error messages.
+std::string SupportedArchNames(bool gguf);
+
+// Each family's declaration (one file each in model/arch/).
+const ArchSpec& LlamaArch();
+const ArchSpec& MistralArch();
+const ArchSpec& Qwen2Arch();
+const ArchSpec& Qwen3Arch();
+const ArchSpec& Qwen3MoeArch();
+const ArchSpec& DeepseekArch();
+const ArchSpec& MixtralArch();
+const ArchSpec& Qwen2MoeArch();
+
+// Shared by the MoE families: GGUF expert metadata (expert_count, expert_used_count, expert_feed_forward_length)
+// written for convert and make-tiny.
+void WriteGgufExpertCounts(const std::string& prefix, int experts, int used, int expert_ffn, GgufWriter& w);
+// Shared by the Qwen MoE families (qwen3_moe.cc): num_experts, num_experts_per_tok, moe_intermediate_size,
+// decoder_sparse_step, mlp_only_layers and norm_topk_prob (default given) from config.json; and whether llama.cpp
+// can run the configuration (every layer routed, its fixed renormalization rule).
+Status ReadQwenMoeHfConfig(const HfConfigReader& j, bool norm_topk_default, ModelConfig* c);
+Status QwenMoeGgufConvertible(const ModelConfig& c, bool norm_topk);
+
+}  // namespace deepinfer

@@ -1,0 +1,129 @@
+// The list of model families and the lookups over it; the typed config readers the families use.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "format/gguf.h"
+#include "model/arch/arch.h"
+
+namespace deepinfer {
+
+const std::vector<const ArchSpec*>& AllArchs() {
+  // One line per family. Order matters only for lookups by a shared name (first match wins).
+  static const std::vector<const ArchSpec*> kAll = {
+      &LlamaArch(), &MistralArch(), &Qwen2Arch(), &Qwen3Arch(), &Qwen3MoeArch(), &DeepseekArch(),
+      &MixtralArch(), &Qwen2MoeArch(),
+  };
+  return kAll;
+}
+
+const ArchSpec& GetArch(Arch arch) {
+  for (const ArchSpec* a : AllArchs())
+    if (a->arch == arch) return *a;
+  std::fprintf(stderr, "deepinfer: architecture %d is not registered\n", static_cast<int>(arch));
+  std::abort();
+}
+
+const ArchSpec* FindArchByHfName(const std::string& name) {
+  for (const ArchSpec* a : AllArchs())
+    for (const std::string& n : a->hf_names)
+      if (n == name) return a;
+  return nullptr;
+}
+
+const ArchSpec* FindArchByGguf(const std::string& gguf_arch, bool has_experts) {
+  if (has_experts)
+    for (const ArchSpec* a : AllArchs())
+      if (a->gguf_arch_with_experts && gguf_arch == a->gguf_arch_with_experts) return a;
+  for (const ArchSpec* a : AllArchs())
+    if (gguf_arch == a->gguf_arch) return a;
+  return nullptr;
+}
+
+const ArchSpec* FindArchByAnyName(const std::string& name) {
+  for (const ArchSpec* a : AllArchs())
+    if (name == a->name) return a;
+  if (const ArchSpec* a = FindArchByHfName(name)) return a;
+  return FindArchByGguf(name, false);
+}
+
+std::string SupportedArchNames(bool gguf) {
+  std::string out;
+  for (const ArchSpec* a : AllArchs()) {
+    const std::string n = gguf ? a->gguf_arch : a->hf_names.front();
+    if (out.find(n) != std::string::npos) continue;  // families sharing a GGUF architecture
+    out += (out.empty() ? "" : ", ") + n;
+  }
+  return out;
+}
+
+const char* ArchName(Arch a) { return GetArch(a).name; }
+
+bool ArchFromName(const std::string& name, Arch* out) {
+  const ArchSpec* a = FindArchByAnyName(name);
+  if (a) *out = a->arch;
+  return a != nullptr;
+}
+
+void WriteGgufExpertCounts(const std::string& prefix, int experts, int used, int expert_ffn, GgufWriter& w) {
+  w.SetU32(prefix + "expert_count", experts);
+  w.SetU32(prefix + "expert_used_count", used);
+  w.SetU32(prefix + "expert_feed_forward_length", expert_ffn);
+}
+
+// ------------------------------------------------------------------------------------------- config readers
+
+StatusOr<int64_t> HfConfigReader::Int(const char* k, int64_t def) const {
+  if (!j_.contains(k) || j_[k].is_null()) {
+    if (def < 0) return NotFound(path_ + ": missing '" + k + "'");
+    return def;
+  }
+  if (!j_[k].is_number_integer()) return InvalidArgument(path_ + ": '" + k + "' must be an integer");
+  return j_[k].get<int64_t>();
+}
+
+StatusOr<double> HfConfigReader::Number(const char* k, double def) const {
+  if (!j_.contains(k) || j_[k].is_null()) return def;
+  if (!j_[k].is_number()) return InvalidArgument(path_ + ": '" + k + "' must be a number");
+  return j_[k].get<double>();
+}
+
+int64_t HfConfigReader::IntOr(const char* k, int64_t def) const {
+  return j_.contains(k) && j_[k].is_number_integer() ? j_[k].get<int64_t>() : def;
+}
+
+bool HfConfigReader::BoolOr(const char* k, bool def) const {
+  return j_.contains(k) && j_[k].is_boolean() ? j_[k].get<bool>() : def;
+}
+
+std::string HfConfigReader::StringOr(const char* k, const std::string& def) const {
+  return j_.contains(k) && j_[k].is_string() ? j_[k].get<std::string>() : def;
+}
+
+std::vector<int> HfConfigReader::IntList(const char* k) const {
+  std::vector<int> out;
+  if (j_.contains(k) && j_[k].is_array())
+    for (const auto& v : j_[k])
+      if (v.is_number_integer()) out.push_back(v.get<int>());
+  return out;
+}
+
+StatusOr<int64_t> GgufConfigReader::Int(const char* k, int64_t def, bool required) const {
+  auto v = g_.GetInt(arch_ + "." + k);
+  if (v.ok()) return v;
+  if (v.status().code() != StatusCode::kNotFound || required) return v.status();
+  return def;
+}
+
+bool GgufConfigReader::Has(const char* k) const { return g_.Find(arch_ + "." + k) != nullptr; }
+StatusOr<double> GgufConfigReader::Float(const char* k) const { return g_.GetFloat(arch_ + "." + k); }
+StatusOr<std::string> GgufConfigReader::String(const char* k) const { return g_.GetString(arch_ + "." + k); }
+
+bool GgufConfigReader::Bool(const char* k, bool def) const {
+  const GgufValue* v = g_.Find(arch_ + "." + k);
+  if (!v || v->is_array()) return def;
+  if (auto* b = std::get_if<bool>(&v->scalar)) return *b;
+  if (auto* i = std::get_if<int64_t>(&v->scalar)) return *i != 0;
+  return def;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,76 @@
+#include "model/arch/tensor_names.h"
+
+#include <cstdlib>
+
+#include "model/arch/arch.h"
+
+namespace deepinfer {
+namespace {
+
+struct SharedName {
+  const char* gguf;
+  const char* hf;
+};
+
+// The shared spellings, indexed by TensorId. Per-layer entries are relative to the layer prefix.
+constexpr SharedName kShared[] = {
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+    {"rope_freqs.weight", ""},  // GGUF only: llama3 scaling factors (HF derives them from rope_scaling)
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
+    {"attn_k_b.weight", "self_attn.k_b_proj.weight"},
+    {"attn_v_b.weight", "self_attn.v_b_proj.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+    {"ffn_gate_exps.weight", "mlp.experts.{e}.gate_proj.weight"},
+    {"ffn_up_exps.weight", "mlp.experts.{e}.up_proj.weight"},
+    {"ffn_down_exps.weight", "mlp.experts.{e}.down_proj.weight"},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
+    {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"nextn.enorm.weight", "enorm.weight"},
+    {"nextn.hnorm.weight", "hnorm.weight"},
+    {"nextn.eh_proj.weight", "eh_proj.weight"},
+    {"nextn.embed_tokens.weight", "embed_tokens.weight"},
+    {"nextn.shared_head_norm.weight", "shared_head.norm.weight"},
+    {"nextn.shared_head_head.weight", "shared_head.head.weight"},
+};
+static_assert(sizeof(kShared) / sizeof(kShared[0]) == static_cast<size_t>(TensorId::kCount),
+              "one shared name per TensorId");
+
+}  // namespace
+
+bool IsLayerTensor(TensorId id) { return static_cast<int>(id) >= static_cast<int>(TensorId::kAttnNorm); }
+
+std::string TensorName(const ArchSpec& arch, WeightFormat format, TensorId id, int layer, int expert) {
+  const SharedName& s = kShared[static_cast<int>(id)];
+  std::string pattern = format == WeightFormat::kGguf ? s.gguf : s.hf;
+  for (const TensorNameOverride& o : arch.tensor_names)
+    if (o.id == id && o.format == format) pattern = o.pattern;
+  if (const size_t at = pattern.find("{e}"); at != std::string::npos) pattern.replace(at, 3, std::to_string(expert));
+  if (!IsLayerTensor(id)) return pattern;
+  return (format == WeightFormat::kGguf ? "blk." : "model.layers.") + std::to_string(layer) + "." + pattern;
+}
+
+}  // namespace deepinfer

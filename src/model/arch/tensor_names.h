@@ -1,0 +1,45 @@
+// Every weight tensor deepinfer knows, by role, and how each file format spells it. This is the one place tensor
+// names are written: the loader, `convert` and `make-tiny` all ask here (llama.cpp's LLM_TENSOR_NAMES plays the
+// same part). Families that spell a tensor differently (Mixtral's block_sparse_moe.*, Qwen2-MoE's singular
+// shared_expert.*) declare overrides in their own file under model/arch/.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace deepinfer {
+
+enum class TensorId {
+  // Model-level.
+  kTokEmbd, kOutputNorm, kOutput, kRopeFreqs,
+  // Attention (per layer). GQA:
+  kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQBias, kAttnKBias, kAttnVBias, kAttnQNorm, kAttnKNorm,
+  // MLA (DeepSeek): low-rank q, the shared latent + rope key, its up-projection (whole, or split into k_b / v_b).
+  kAttnQA, kAttnQANorm, kAttnQB, kAttnKvA, kAttnKvANorm, kAttnKvB, kAttnKB, kAttnVB,
+  // MLP (per layer): dense, router, routed experts (GGUF stacks them; HF has one tensor per expert), shared
+  // experts and Qwen2-MoE's sigmoid gate on the shared expert.
+  kFfnNorm, kFfnGate, kFfnUp, kFfnDown, kFfnRouter, kFfnExpProbsBias, kFfnGateExps, kFfnUpExps, kFfnDownExps,
+  kFfnGateShexp, kFfnUpShexp, kFfnDownShexp, kFfnShexpGate,
+  // DeepSeek-V3 MTP module (stored as layer n_layers + k).
+  kMtpENorm, kMtpHNorm, kMtpEhProj, kMtpEmbd, kMtpHeadNorm, kMtpHead,
+  kCount
+};
+
+enum class WeightFormat { kGguf, kHf };
+
+// A family's spelling of one tensor in one format, replacing the shared table's. Patterns are relative to the
+// layer prefix ("blk.{L}." / "model.layers.{L}.") for per-layer tensors; "{e}" stands for the expert index.
+struct TensorNameOverride {
+  TensorId id;
+  WeightFormat format;
+  const char* pattern;
+};
+
+struct ArchSpec;
+
+// The full name of tensor `id` of layer `layer` (ignored for model-level tensors) and expert `expert` (HF
+// per-expert tensors only) as `arch` spells it in `format`.
+std::string TensorName(const ArchSpec& arch, WeightFormat format, TensorId id, int layer = -1, int expert = -1);
+// True for tensors that live inside a layer.
+bool IsLayerTensor(TensorId id);
+
+}  // namespace deepinfer

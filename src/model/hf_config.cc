@@ -1,0 +1,69 @@
+// config.json -> ModelConfig: the fields every family shares, then the family's own (model/arch/).
+#include <nlohmann/json.hpp>
+
+#include "model/arch/arch.h"
+#include "model/model.h"
+
+namespace deepinfer {
+
+StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& cfg_path) {
+  auto j = nlohmann::json::parse(json_text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return DataLoss(cfg_path + ": not valid JSON");
+  const HfConfigReader r(j, cfg_path);
+  std::string arch_name = r.StringOr("model_type", "");
+  const ArchSpec* spec = FindArchByHfName(arch_name);
+  if (!spec && arch_name.empty() && j.contains("architectures") && j["architectures"].is_array() &&
+      !j["architectures"].empty() && j["architectures"][0].is_string()) {
+    arch_name = j["architectures"][0].get<std::string>();
+    spec = FindArchByHfName(arch_name);
+  }
+  if (!spec)
+    return Unimplemented(cfg_path + ": unknown architecture '" + arch_name + "' (supported: " + SupportedArchNames(false) + ")");
+  ModelConfig c;
+  c.arch = spec->arch;
+  DI_ASSIGN_OR_RETURN(int64_t hidden, r.Int("hidden_size", -1));
+  DI_ASSIGN_OR_RETURN(int64_t heads, r.Int("num_attention_heads", -1));
+  DI_ASSIGN_OR_RETURN(int64_t kv, r.Int("num_key_value_heads", heads));
+  DI_ASSIGN_OR_RETURN(int64_t hd, r.Int("head_dim", heads > 0 ? hidden / heads : 0));
+  DI_ASSIGN_OR_RETURN(int64_t layers, r.Int("num_hidden_layers", -1));
+  DI_ASSIGN_OR_RETURN(int64_t n_expert, r.Int("num_experts", 0));
+  DI_ASSIGN_OR_RETURN(int64_t moe_ff, r.Int("moe_intermediate_size", 0));
+  DI_ASSIGN_OR_RETURN(int64_t ffn, r.Int("intermediate_size", n_expert > 0 ? moe_ff : -1));
+  DI_ASSIGN_OR_RETURN(int64_t vocab, r.Int("vocab_size", -1));
+  DI_ASSIGN_OR_RETURN(int64_t ctx, r.Int("max_position_embeddings", 2048));
+  DI_ASSIGN_OR_RETURN(double eps, r.Number("rms_norm_eps", 1e-6));
+  DI_ASSIGN_OR_RETURN(double theta, r.Number("rope_theta", 10000.0));
+  for (int64_t v : {hidden, heads, kv, hd, layers, ffn, vocab, ctx})
+    if (v <= 0 || v > (int64_t{1} << 30)) return InvalidArgument(cfg_path + ": model dimensions are missing or out of range");
+  c.hidden = static_cast<int>(hidden);
+  c.n_heads = static_cast<int>(heads);
+  c.n_kv_heads = static_cast<int>(kv);
+  c.head_dim = static_cast<int>(hd);
+  c.n_layers = static_cast<int>(layers);
+  c.intermediate = static_cast<int>(ffn);
+  c.vocab_size = static_cast<int>(vocab);
+  c.max_ctx = static_cast<int>(std::min<int64_t>(ctx, 1 << 22));
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_theta = theta;
+  c.rope_style = spec->hf_rope;
+  c.tie_embeddings = r.BoolOr("tie_word_embeddings", false);
+  c.qk_norm = spec->qk_norm;
+  if (spec->hf_config) DI_RETURN_IF_ERROR(spec->hf_config(r, &c));
+  c.attn_bias = spec->attn_bias || r.BoolOr("attention_bias", false);
+  if (j.contains("rope_scaling") && j["rope_scaling"].is_object()) {
+    auto& rs = j["rope_scaling"];
+    std::string type = rs.value("rope_type", rs.value("type", ""));
+    if (type == "llama3") {
+      c.rope_freq_factors = Llama3FreqFactors(c.head_dim, theta, rs.value("factor", 8.0), rs.value("low_freq_factor", 1.0),
+                                              rs.value("high_freq_factor", 4.0), rs.value("original_max_position_embeddings", 8192.0));
+    } else if (type == "yarn" && c.yarn.factor > 0) {
+      // read by the family (DeepSeek), the only one that ships YaRN
+    } else if (!type.empty() && type != "default") {
+      return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet");
+    }
+  }
+  DI_RETURN_IF_ERROR(ValidateConfig(c, cfg_path));
+  return c;
+}
+
+}  // namespace deepinfer

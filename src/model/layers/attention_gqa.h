@@ -1,0 +1,35 @@
+// Grouped-query attention (llama, mistral, qwen2/3 and their MoE variants): q/k/v projections (optional biases),
+// optional per-head RMSNorm of q and k, RoPE, K/V appended to the paged cache, causal attention over each
+// sequence's cached rows, output projection.
+#pragma once
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/layers/batch.h"
+#include "tensor/tensor.h"
+
+namespace deepinfer {
+
+struct GqaWeights {
+  TensorView wq, wk, wv;              // {heads * head_dim | kv_heads * head_dim, hidden}, column-parallel by head
+  TensorView wo;                      // {hidden, heads * head_dim}, row-parallel
+  std::vector<float> bq, bk, bv;      // qwen2: projection biases (split with their rows)
+  std::vector<float> q_norm, k_norm;  // qwen3: per-head RMSNorm weights {head_dim} (replicated)
+};
+
+class GqaAttention {
+ public:
+  GqaAttention(const ModelConfig& c, int max_tokens);
+  // out (n rows of hidden) = wo(attention(xn)); the batch's K/V rows go to layer kv_layer of kv.
+  void Forward(const GqaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
+
+ private:
+  int n_heads_, n_kv_, head_dim_;
+  bool qk_norm_;
+  float eps_;
+  RopeTable rope_;
+  std::vector<float> q_, k_, v_, attn_;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,26 @@
+// The dense SwiGLU MLP: down(silu(gate(x)) * up(x)). Also the shape of every routed and shared expert.
+#pragma once
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace deepinfer {
+
+struct DenseMlpWeights {
+  TensorView gate, up;  // {ff, hidden}, column-parallel
+  TensorView down;      // {hidden, ff}, row-parallel
+  bool empty() const { return gate.data == nullptr; }
+};
+
+class DenseMlp {
+ public:
+  DenseMlp(int max_tokens, int ff);
+  // out = down(silu(gate(xn)) * up(xn)) for n rows of xn (hidden each).
+  void Forward(const DenseMlpWeights& w, const float* xn, int n, float* out);
+
+ private:
+  int ff_;
+  std::vector<float> gate_, up_;
+};
+
+}  // namespace deepinfer
