@@ -79,6 +79,28 @@ const Model& TinyDeepseek() {
   return *m;
 }
 
+const Model& TinyMixtral() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kMixtral);
+    s.experts = 4;
+    s.experts_used = 2;
+    s.moe_intermediate = 64;
+    return MakeTiny(s, "mixtral");
+  }();
+  return *m;
+}
+
+const Model& TinyQwen2Moe() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kQwen2Moe);
+    s.experts = 8;
+    s.experts_used = 2;
+    s.shared_experts = 2;
+    return MakeTiny(s, "qwen2moe");
+  }();
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -101,7 +123,9 @@ class EngineEquivalence : public ::testing::TestWithParam<int> {
       case 0: return Case{"stories260K", Stories, {".", "Lily", "the park", ", "}};
       case 1: return Case{"tiny-qwen3", Tiny, {"a", "e ", "\n"}};
       case 2: return Case{"tiny-qwen3-moe", TinyMoe, {"a", "e ", "\n"}};
-      default: return Case{"tiny-deepseek-v3", TinyDeepseek, {"a", "e ", "\n"}};
+      case 3: return Case{"tiny-deepseek-v3", TinyDeepseek, {"a", "e ", "\n"}};
+      case 4: return Case{"tiny-mixtral", TinyMixtral, {"a", "e ", "\n"}};
+      default: return Case{"tiny-qwen2-moe", TinyQwen2Moe, {"a", "e ", "\n"}};
     }
   }
 };
@@ -185,10 +209,10 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
 }
 
 std::string ModelName(const ::testing::TestParamInfo<int>& info) {
-  static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3"};
+  static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3", "TinyMixtral", "TinyQwen2Moe"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3), ModelName);
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5), ModelName);
 
 // Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
 TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {

@@ -36,6 +36,8 @@ const cases = [
   {arch: "qwen2", flags: []},
   {arch: "qwen3", flags: ["--head-dim", "32", "--tie"]},
   {arch: "qwen3_moe", flags: ["--experts", "8", "--experts-used", "2", "--layers", "3"]},
+  {arch: "mixtral", flags: ["--experts", "4", "--experts-used", "2", "--expert-ffn", "64", "--heads", "8", "--kv-heads", "2"]},
+  {arch: "qwen2_moe", flags: ["--experts", "8", "--experts-used", "2", "--shared-experts", "2", "--layers", "3"]},
   {arch: "deepseek_v3", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3", "--mtp"]},
   {arch: "deepseek_v3", flags: ["--q-lora", "0", "--rope-scaling", "yarn", "--seed", "9"], name: "deepseek_v2-lite-yarn"},
   {arch: "deepseek_v3", dtype: "f8_e4m3", outtype: "f32", name: "deepseek_v3-fp8",
@@ -130,6 +132,12 @@ const cfg = JSON.parse(fs.readFileSync(path.join(moe, "config.json"), "utf8"));
 cfg.norm_topk_prob = false;
 fs.writeFileSync(path.join(moe, "config.json"), JSON.stringify(cfg));
 expectRefusal("qwen3_moe without norm_topk_prob", ["-m", moe], /norm_topk_prob/);
+const q2moe = path.join(tmp, "q2moe");
+runDeepinfer(bin, ["make-tiny", "--arch", "qwen2_moe", "--format", "hf", "-q", "--out", q2moe]);
+const cfg2 = JSON.parse(fs.readFileSync(path.join(q2moe, "config.json"), "utf8"));
+cfg2.norm_topk_prob = true;
+fs.writeFileSync(path.join(q2moe, "config.json"), JSON.stringify(cfg2));
+expectRefusal("qwen2_moe with norm_topk_prob", ["-m", q2moe], /norm_topk_prob/);
 
 fs.rmSync(tmp, {recursive: true, force: true});
 process.exit(process.exitCode ?? 0);

@@ -25,6 +25,7 @@ const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
 const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5, f8_e4m3: 1e-4};
 const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2};
 
+const only = process.argv[3];  // optional: run the cases whose name starts with this
 const cases = [
   {arch: "llama", dtype: "f32", flags: []},
   {arch: "llama", dtype: "f32", flags: ["--tie", "--rope-scaling", "llama3", "--rope-theta", "500000"], name: "llama3-scaled-tied"},
@@ -34,6 +35,15 @@ const cases = [
   {arch: "qwen3_moe", dtype: "f32", flags: ["--experts", "8", "--experts-used", "2", "--expert-ffn", "32", "--layers", "3"]},
   {arch: "qwen3_moe", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--expert-ffn", "64", "--tie", "--seed", "5"],
    name: "qwen3_moe-16x4"},
+  // Mixtral: llama attention (q/k rows permuted in the GGUF, as llama.cpp's converter does) with softmax top-2
+  // routing, renormalized, no shared expert; GGUF "llama" with expert_count and no expert length.
+  {arch: "mixtral", dtype: "f32", flags: ["--experts", "8", "--experts-used", "2", "--expert-ffn", "64", "--layers", "3"]},
+  {arch: "mixtral", dtype: "f32", flags: ["--experts", "4", "--experts-used", "2", "--expert-ffn", "32", "--heads", "8", "--kv-heads", "2",
+                                          "--tie", "--seed", "3"], name: "mixtral-gqa-tied"},
+  // Qwen2-MoE: qkv biases, softmax top-k without renormalization, one shared expert scaled by sigmoid(x . w).
+  {arch: "qwen2_moe", dtype: "f32", flags: ["--experts", "8", "--experts-used", "4", "--expert-ffn", "32", "--shared-experts", "2"]},
+  {arch: "qwen2_moe", dtype: "f32", flags: ["--experts", "16", "--experts-used", "2", "--expert-ffn", "64", "--layers", "3", "--seed", "11"],
+   name: "qwen2_moe-16x2"},  // untied: llama.cpp's qwen2moe requires output.weight
   // DeepSeek-V3 layout: MLA (q_lora, latent KV), a dense first layer, 16 routed experts (4 used) in 4 groups of
   // which 2 are kept, sigmoid scores with a correction bias, routed scaling 2.5, one shared expert.
   {arch: "deepseek_v3", dtype: "f32", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3"]},
@@ -65,6 +75,7 @@ const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 21
 
 for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype}`;
+  if (only && !name.startsWith(only)) continue;
   const dir = path.join(tmp, name);
   runDeepinfer(bin, ["make-tiny", "--arch", c.arch, "--dtype", c.dtype, "--out", dir, "-q", ...c.flags]);
   const gguf = path.join(dir, "model.gguf");

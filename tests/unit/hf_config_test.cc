@@ -157,5 +157,78 @@ TEST(HfConfigTest, RejectsBrokenDeepSeekSettingsWithTheReason) {
   expect_error("{\"model_type\": ", "not valid JSON");
 }
 
+// mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen1.5-MoE-A2.7B config.json (trimmed of fields no loader reads).
+constexpr const char* kMixtral8x7B = R"({
+  "architectures": ["MixtralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096,
+  "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral", "num_attention_heads": 32,
+  "num_experts_per_tok": 2, "num_hidden_layers": 32, "num_key_value_heads": 8, "num_local_experts": 8,
+  "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02, "sliding_window": null,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16", "vocab_size": 32000
+})";
+
+constexpr const char* kQwen15MoeA27B = R"({
+  "architectures": ["Qwen2MoeForCausalLM"], "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151643,
+  "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 5632, "max_position_embeddings": 8192,
+  "max_window_layers": 21, "model_type": "qwen2_moe", "moe_intermediate_size": 1408, "norm_topk_prob": false,
+  "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 24,
+  "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "shared_expert_intermediate_size": 5632,
+  "sliding_window": 32768, "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST(HfConfig, Mixtral8x7B) {
+  auto c = ParseHfConfig(kMixtral8x7B, "Mixtral-8x7B-v0.1/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kMixtral);
+  EXPECT_EQ(c->n_layers, 32);
+  EXPECT_EQ(c->n_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 128);
+  // 8 experts, 2 per token, each a 14336-wide SwiGLU; renormalized top-2 softmax; no shared expert, no dense layer.
+  EXPECT_EQ(c->n_experts, 8);
+  EXPECT_EQ(c->n_experts_used, 2);
+  EXPECT_EQ(c->moe_intermediate, 14336);
+  EXPECT_TRUE(c->norm_topk_prob);
+  EXPECT_FALSE(c->router_sigmoid);
+  EXPECT_EQ(c->shared_ffn, 0);
+  for (int l = 0; l < 32; ++l) EXPECT_TRUE(c->IsMoeLayer(l)) << l;
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalves);
+  EXPECT_FALSE(c->attn_bias);
+  // K and V of 8 heads x 128 per layer: 32 x 2 x 1024 x 2 bytes = 131,072 bytes per token in bf16.
+  EXPECT_EQ(PagedKvCache::BytesPerToken(c->kv_layout(), DType::kBF16), 131072u);
+}
+
+TEST(HfConfig, Qwen15MoeA27B) {
+  auto c = ParseHfConfig(kQwen15MoeA27B, "Qwen1.5-MoE-A2.7B/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kQwen2Moe);
+  // 60 routed experts of 1408 (4 per token, not renormalized) + one 5632-wide shared expert behind a sigmoid gate.
+  EXPECT_EQ(c->n_experts, 60);
+  EXPECT_EQ(c->n_experts_used, 4);
+  EXPECT_EQ(c->moe_intermediate, 1408);
+  EXPECT_FALSE(c->norm_topk_prob);
+  EXPECT_EQ(c->shared_ffn, 5632);
+  EXPECT_TRUE(c->shared_expert_gate);
+  EXPECT_TRUE(c->attn_bias);  // qwen2 attention: q/k/v biases
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->intermediate, 5632);
+  EXPECT_EQ(PagedKvCache::BytesPerToken(c->kv_layout(), DType::kBF16), 196608u);  // 24 x 2 x 2048 x 2
+}
+
+TEST(HfConfig, ModelTypeFallsBackToArchitectures) {
+  std::string text = kMixtral8x7B;
+  text.replace(text.find("\"model_type\": \"mixtral\", "), 25, "");
+  auto c = ParseHfConfig(text, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kMixtral);
+}
+
+TEST(HfConfig, MixtralWithoutExpertCountIsAnError) {
+  std::string text = kMixtral8x7B;
+  text.replace(text.find("\"num_local_experts\": 8,"), 23, "");
+  auto c = ParseHfConfig(text, "config.json");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("num_local_experts"), std::string::npos) << c.status().message();
+}
+
 }  // namespace
 }  // namespace deepinfer
