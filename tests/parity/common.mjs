@@ -68,18 +68,27 @@ export function fail(msg) {
 // Max |delta log-prob| over every row and the whole vocabulary, argmax per row (a mismatch is forgiven only under
 // a loose tol when the reference's top-2 margin is within it), optional mean bound. Prints one line; a failure
 // sets the exit code.
-export function compareLogprobs(label, ours, ref, tol, meanTol) {
+// flips (optional, for types whose activations are rounded before each matmul: bf16): {tol, max} lets at most
+// `max` positions exceed `tol` (the main bar) as long as they stay within flips.tol. One activation that lands on
+// the other side of a bf16 rounding step after a last-ulp difference upstream (another exp, another summation
+// order) moves that position's log-probs by up to ~1e-2 while every other position agrees to ~1e-6; such
+// isolated positions are counted and printed, never hidden.
+export function compareLogprobs(label, ours, ref, tol, meanTol, flips) {
   let maxDiff = 0, argmaxBad = 0, worst = "", sum = 0, count = 0;
+  const flipped = [];
   if (ours.length !== ref.length) return fail(`${label}: ${ours.length} rows vs ${ref.length}`);
   for (let i = 0; i < ours.length; ++i) {
     const a = ours[i], b = ref[i];
     if (a.length !== b.length) return fail(`${label}: vocab ${a.length} vs ${b.length}`);
+    let rowMax = 0, rowWorst = 0;
     for (let t = 0; t < a.length; ++t) {
       const d = Math.abs(a[t] - b[t]);
       sum += d;
       ++count;
-      if (!(d <= maxDiff)) { maxDiff = d; worst = `pos ${i} token ${t}`; }
+      if (!(d <= rowMax)) { rowMax = d; rowWorst = t; }
     }
+    if (flips && rowMax > tol && rowMax <= flips.tol) flipped.push(`${i}:${rowMax.toExponential(1)}`);
+    else if (!(rowMax <= maxDiff)) { maxDiff = rowMax; worst = `pos ${i} token ${rowWorst}`; }
     const ia = argmax(a), ib = argmax(b);
     if (ia !== ib) {
       const sorted = [...b].sort((x, y) => y - x);
@@ -88,8 +97,10 @@ export function compareLogprobs(label, ours, ref, tol, meanTol) {
     }
   }
   const mean = sum / count;
-  const ok = maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol);
-  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${maxDiff.toExponential(2)} (tol ${tol}) at ${worst}; ` +
-              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}`);
+  const ok = maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol) &&
+             (!flips || flipped.length <= flips.max);
+  const flipNote = flips ? `; positions past ${tol} (<= ${flips.tol}, at most ${flips.max}): ${flipped.length ? flipped.join(" ") : "none"}` : "";
+  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${maxDiff.toExponential(2)} (tol ${tol}) at ${worst || "-"}; ` +
+              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}${flipNote}`);
   if (!ok) process.exitCode = 1;
 }

@@ -42,7 +42,8 @@ const cases = [
   {arch: "deepseek_v3", flags: ["--q-lora", "0", "--rope-scaling", "yarn", "--seed", "9"], name: "deepseek_v2-lite-yarn"},
   {arch: "deepseek_v3", dtype: "f8_e4m3", outtype: "f32", name: "deepseek_v3-fp8",
    flags: ["--hidden", "256", "--heads", "8", "--expert-ffn", "160", "--q-lora", "192", "--kv-lora", "160", "--layers", "2"]},
-  {arch: "llama", dtype: "bf16", flags: [], tol: 1e-3},
+  // bf16: as in tiny_logprobs.mjs, a few isolated positions may cross a bf16 rounding step (<= 5e-2).
+  {arch: "llama", dtype: "bf16", flags: [], tol: 1e-3, meanTol: 1e-3, flips: {tol: 5e-2, max: 6}},
 ];
 for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype ?? "f32"}`;
@@ -51,7 +52,7 @@ for (const c of cases) {
   runDeepinfer(bin, ["convert", "-m", dir, "-o", gguf, "-q", ...(c.outtype ? ["--outtype", c.outtype] : [])]);
   const ref = await llamaLogprobs(gguf, prompt);
   const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", dir, "--tokens", JSON.stringify(prompt)])).logprobs;
-  compareLogprobs(`convert ${name}`, ours, ref, c.tol ?? 1e-4);
+  compareLogprobs(`convert ${name}`, ours, ref, c.tol ?? 1e-4, c.meanTol, c.flips);
 }
 
 // ---------------------------------------------------------------------------------------------- 2. tokenizers

@@ -4,7 +4,11 @@
 //
 // Tolerances (max |delta log-prob| over all positions and the whole vocabulary):
 //   f32  1e-4, argmax equal at every position (the issue's bar; MoE included)
-//   bf16 1e-3: both engines round activations to bf16 before each matmul; only summation order differs
+//   bf16 1e-3 at every position but at most 6 of 64, which may reach 5e-2: both engines round activations to bf16
+//        before each matmul, so a last-ulp difference upstream (summation order, llama.cpp's vectorized exp in
+//        SiLU) occasionally puts one activation on the other side of a bf16 rounding step. Seen on an AVX2-only
+//        host, with the pre-restructuring binary as well: 60 positions within 3e-6, 4 isolated ones at 6e-3..2.4e-2;
+//        mean 2.7e-4. The mean (1e-3) and argmax still hold everywhere.
 //   f16  1e-2: both round activations to f16; f16's 10-bit mantissa makes the leftover larger (seen: 2.5e-3)
 //   q8_0, q4_0: mean |delta| <= 2e-2 and max <= 0.5. Activations are quantized to 8-bit blocks exactly as
 //        llama.cpp's x86 kernels do (scale 127/amax, round half even), and most prompts agree to ~3e-6. But the
@@ -23,7 +27,8 @@ import {compareLogprobs as compare, llamaLogprobs, runDeepinfer} from "./common.
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
 const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5, f8_e4m3: 1e-4};
-const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2};
+const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2, bf16: 1e-3};
+const FLIPS = {bf16: {tol: 5e-2, max: 6}};
 
 const only = process.argv[3];  // optional: run the cases whose name starts with this
 const cases = [
@@ -84,7 +89,7 @@ for (const c of cases) {
   const tol = c.tol ?? TOL[c.dtype], meanTol = c.meanTol ?? MEAN_TOL[c.dtype];
   for (const [fmt, m] of formats) {
     const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(prompt)])).logprobs;
-    compare(`${name} ${fmt}`, ours, ref, tol, meanTol);
+    compare(`${name} ${fmt}`, ours, ref, tol, meanTol, c.tol === undefined ? FLIPS[c.dtype] : undefined);
   }
 }
 fs.rmSync(tmp, {recursive: true, force: true});
