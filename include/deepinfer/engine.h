@@ -10,7 +10,7 @@
 //   std::string text;
 //   (*engine)->AddText("Once upon a time", p, [&](const deepinfer::api::Output& o) { text += o.text; });
 //   (*engine)->RunUntilIdle();
-//   Status leaks = (*engine)->Shutdown();
+//   deepinfer::Status leaks = (*engine)->Shutdown();  // every KV block and slot free again
 #pragma once
 #include <cstddef>
 #include <cstdint>
