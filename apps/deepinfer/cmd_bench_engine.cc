@@ -93,11 +93,7 @@ int BenchSim(int argc, char** argv) {
                 {"ratios", "", "LIST", "0,0.25,0.5,0.75,0.8,0.9,1,1.5", "host overhead as fractions of T_d"},
                 {"out", "", "FILE", "", "write the table as JSON"},
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   const double td = args.GetFloat("step-ms") / 1e3;
   const int batch = static_cast<int>(args.GetInt("batch")), steps = static_cast<int>(args.GetInt("steps"));
   ModelConfig c;
@@ -159,11 +155,7 @@ int BenchThroughput(int argc, char** argv) {
                 DI_ENGINE_FLAGS,
                 DI_WEIGHT_FLAGS,
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   EngineOptions base;
   if (Status s = EngineOptionsFromArgs(args, &base); !s.ok()) return Fail(s);
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();

@@ -14,6 +14,7 @@
 #include "args.h"
 #include "base/thread_pool.h"
 #include "commands.h"
+#include "engine_flags.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/membw.h"
 #include "model/transformer.h"
@@ -68,11 +69,7 @@ int CmdBenchLayers(int argc, char** argv) {
                 {"out", "", "FILE", "", "write the results as JSON"},
                 DI_WEIGHT_FLAGS,
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
   SetComputeThreads(threads);
   std::vector<int> batches;

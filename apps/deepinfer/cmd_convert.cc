@@ -20,11 +20,7 @@ int CmdConvert(int argc, char** argv) {
                 {"no-mtp", "", "", "", "leave DeepSeek MTP modules out"},
                 {"quiet", "q", "", "", "no progress output"},
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   if (!args.Has("model") || !args.Has("out")) return Fail(InvalidArgument("convert needs -m DIR and -o FILE"));
   ConvertOptions opts;
   const std::string t = args.Get("outtype");

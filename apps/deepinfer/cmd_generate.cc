@@ -1,5 +1,7 @@
 // deepinfer generate: one prompt streamed to the terminal (or --json), or a JSONL batch (--input/--output)
 // through the same engine the server uses.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -7,21 +9,22 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <thread>
 
-#include "args.h"
 #include "base/logging.h"
 #include "base/progress.h"
 #include "commands.h"
-#include "engine/engine.h"
-#include "engine_flags.h"
-#include "server/chat.h"
-#include "server/openai_request.h"
+#include "deepinfer/deepinfer.h"
+#include "startup.h"
 
 namespace deepinfer::cli {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+using api::GenerationParams;
+using api::Output;
+using api::TokenLogprob;
 
 json LogprobsJson(const std::vector<TokenLogprob>& lps) {
   json a = json::array();
@@ -44,7 +47,7 @@ struct Collected {
   std::vector<Choice> choices;
   int prompt_tokens = 0, cached_tokens = 0, unfinished = 0;
   std::string error;
-  void Take(const RequestOutput& ev) {
+  void Take(const Output& ev) {
     Choice& c = choices[ev.index];
     c.text += ev.text;
     c.tokens.insert(c.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
@@ -80,22 +83,19 @@ struct Collected {
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-RequestParams DefaultsFromArgs(const Args& args) {
-  RequestParams p;
+GenerationParams DefaultsFromArgs(const Args& args) {
+  GenerationParams p;
   p.max_tokens = static_cast<int>(args.GetInt("n-predict"));
   p.ignore_eos = args.Has("ignore-eos");
-  p.sampling.temperature = static_cast<float>(args.GetFloat("temp"));
-  p.sampling.top_k = static_cast<int>(args.GetInt("top-k"));
-  p.sampling.top_p = static_cast<float>(args.GetFloat("top-p"));
-  p.sampling.min_p = static_cast<float>(args.GetFloat("min-p"));
-  if (args.Has("seed")) {
-    p.sampling.seed = static_cast<uint64_t>(args.GetInt("seed"));
-    p.has_seed = true;
-  }
+  p.temperature = static_cast<float>(args.GetFloat("temp"));
+  p.top_k = static_cast<int>(args.GetInt("top-k"));
+  p.top_p = static_cast<float>(args.GetFloat("top-p"));
+  p.min_p = static_cast<float>(args.GetFloat("min-p"));
+  if (args.Has("seed")) p.seed = static_cast<uint64_t>(args.GetInt("seed"));
   return p;
 }
 
-int RunBatch(const Args& args, const Model& model, Engine& engine) {
+int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
   std::ifstream in(args.Get("input"), std::ios::binary);
   if (!in) return Fail(NotFound(args.Get("input") + ": cannot open"));
   const std::string out_path = args.Get("output");
@@ -105,42 +105,28 @@ int RunBatch(const Args& args, const Model& model, Engine& engine) {
     if (!out_file) return Fail(IoError(out_path + ": cannot write"));
   }
   std::ostream& out = out_file.is_open() ? out_file : std::cout;
-  const RequestParams defaults = DefaultsFromArgs(args);
+  const GenerationParams defaults = DefaultsFromArgs(args);
   std::vector<Collected> results;
   std::vector<bool> want_logprobs;
   std::string line;
   int line_no = 0, bad = 0;
-  std::unique_ptr<ChatFormatter> chat;  // made on the first "messages" line
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     results.emplace_back();
     want_logprobs.push_back(false);
     Collected& c = results.back();
-    json body = json::parse(line, nullptr, false);
-    if (body.is_discarded()) {
-      c.error = "line " + std::to_string(line_no) + ": not valid JSON";
+    auto request = api::RequestFromOpenAiJson(model, line, defaults);
+    if (!request.ok()) {
+      c.error = "line " + std::to_string(line_no) + ": " + request.status().message();
       ++bad;
       continue;
     }
-    auto params = ParseRequestParams(body, defaults);
-    StatusOr<std::vector<int32_t>> prompt = params.status();
-    if (params.ok() && body.is_object() && body.contains("messages")) {
-      if (!chat) chat = std::make_unique<ChatFormatter>(model);
-      prompt = chat->Encode(body["messages"], body.value("add_generation_prompt", true));
-    } else if (params.ok()) {
-      prompt = ParsePrompt(body, *model.tokenizer);
-    }
-    if (!params.ok() || !prompt.ok()) {
-      c.error = "line " + std::to_string(line_no) + ": " + (params.ok() ? prompt.status() : params.status()).message();
-      ++bad;
-      continue;
-    }
-    want_logprobs.back() = params->logprobs >= 0;
-    c.choices.resize(params->n);
-    c.unfinished = params->n;
+    want_logprobs.back() = request->params.logprobs >= 0;
+    c.choices.resize(request->params.n);
+    c.unfinished = request->params.n;
     const size_t idx = results.size() - 1;
-    auto id = engine.Add(std::move(*prompt), std::move(*params), [&results, idx](const RequestOutput& ev) { results[idx].Take(ev); });
+    auto id = engine.Add(std::move(request->prompt), request->params, [&results, idx](const Output& ev) { results[idx].Take(ev); });
     if (!id.ok()) {
       c.error = "line " + std::to_string(line_no) + ": " + id.status().message();
       ++bad;
@@ -158,7 +144,7 @@ int RunBatch(const Args& args, const Model& model, Engine& engine) {
   });
   while (!done) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    const EngineStats st = engine.Stats();
+    const api::EngineStats st = engine.Stats();
     bar.Update(static_cast<uint64_t>(st.requests_finished + st.requests_aborted + bad));
   }
   loop.join();
@@ -168,7 +154,7 @@ int RunBatch(const Args& args, const Model& model, Engine& engine) {
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   for (size_t i = 0; i < results.size(); ++i) out << Dump(results[i].ToJson(want_logprobs[i])) << "\n";
   out.flush();
-  const EngineStats st = engine.Stats();
+  const api::EngineStats st = engine.Stats();
   DI_LOG_INFO("%zu requests in %.2f s: %lld prompt tokens computed (%lld from the prefix cache), %lld generated "
               "(%.1f tok/s), %lld steps, %lld preemptions",
               results.size(), secs, static_cast<long long>(st.prompt_tokens_computed),
@@ -208,25 +194,20 @@ int CmdGenerate(int argc, char** argv) {
                 DI_ENGINE_FLAGS,
                 DI_WEIGHT_FLAGS,
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
-  if (args.Has("quiet")) SetLogLevel(LogLevel::kError);
-  EngineOptions eo;
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
+  ApplyLogFlags(args);
+  api::EngineOptions eo;
   if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
   if (args.Has("input") && (args.Has("prompt") || args.Has("file")))
     return Fail(InvalidArgument("--input cannot be combined with -p/-f"));
-  auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
-  const Tokenizer& tok = *model->tokenizer;
+  auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
 
-  RequestParams params = DefaultsFromArgs(args);
-  if (Status s = params.sampling.Validate(model->config.vocab_size); !s.ok()) return Fail(s);
+  GenerationParams params = DefaultsFromArgs(args);
+  if (Status s = params.Validate(model->vocab_size()); !s.ok()) return Fail(s);
   if (!args.Has("input")) eo.max_num_seqs = std::min(eo.max_num_seqs, 4);  // one request: no need for 64 slots
-  auto engine_or = Engine::Create(*model, eo);
+  auto engine_or = api::Engine::Create(*model, eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
-  Engine& engine = **engine_or;
+  api::Engine& engine = **engine_or;
   if (args.Has("input")) return RunBatch(args, *model, engine);
 
   std::string prompt = args.Get("prompt");
@@ -237,13 +218,9 @@ int CmdGenerate(int argc, char** argv) {
     ss << in.rdbuf();
     prompt = ss.str();
   }
-  const bool bos = !args.Has("no-bos") && (tok.add_bos() || prompt.empty());
-  std::vector<int32_t> ids = tok.Encode(prompt, bos && tok.bos_id() >= 0);
+  std::vector<int32_t> ids = args.Has("no-bos") ? model->Encode(prompt, false) : model->EncodePrompt(prompt);
   if (ids.empty()) return Fail(InvalidArgument("empty prompt and the tokenizer has no BOS token"));
-  if (!params.has_seed) {
-    params.sampling.seed = std::random_device{}();
-    params.has_seed = true;  // reported in --json so a run can be repeated
-  }
+  if (!params.seed) params.seed = std::random_device{}();  // reported in --json so a run can be repeated
   // -n larger than the context: generate until the context is full (finish_reason "length").
   params.max_tokens = std::max(1, params.max_tokens);
   const bool json_out = args.Has("json");
@@ -256,10 +233,10 @@ int CmdGenerate(int argc, char** argv) {
   res.unfinished = 1;
   const auto t0 = Clock::now();
   Clock::time_point t_first;
-  const uint64_t seed = params.sampling.seed;
+  const uint64_t seed = *params.seed;
   const size_t n_prompt = ids.size();
   const std::vector<int32_t> prompt_ids = ids;  // reported in --json
-  auto id = engine.Add(std::move(ids), std::move(params), [&](const RequestOutput& ev) {
+  auto id = engine.Add(std::move(ids), params, [&](const Output& ev) {
     if (res.choices[0].tokens.empty() && !ev.token_ids.empty()) t_first = Clock::now();
     res.Take(ev);
     if (!json_out && !ev.text.empty()) {

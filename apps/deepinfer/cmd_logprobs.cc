@@ -5,6 +5,7 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "commands.h"
+#include "engine_flags.h"
 #include "kernels/cpu/ops.h"
 #include "model/transformer.h"
 
@@ -23,11 +24,7 @@ int CmdLogprobs(int argc, char** argv) {
                 {"threads", "t", "N", "all cores", "compute threads"},
                 DI_WEIGHT_FLAGS,
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   SetLogLevel(LogLevel::kWarn);
   if (args.Has("threads")) SetComputeThreads(static_cast<int>(args.GetInt("threads")));
   auto j = nlohmann::json::parse(args.Get("tokens"), nullptr, false);

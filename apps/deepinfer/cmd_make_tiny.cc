@@ -46,11 +46,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32); yarn (deepseek_v3): factor 4, original context 32"},
                 {"quiet", "q", "", "", "no progress output"},
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   TinySpec s;
   if (args.Has("preset")) {
     if (!TinyPreset(args.Get("preset"), &s)) return Fail(InvalidArgument("unknown preset '" + args.Get("preset") + "'"));

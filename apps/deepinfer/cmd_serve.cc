@@ -10,11 +10,13 @@
 #include <sstream>
 #include <thread>
 
-#include "args.h"
+#include "api/engine_impl.h"
+#include "api/model_impl.h"
 #include "base/logging.h"
 #include "commands.h"
-#include "engine_flags.h"
+#include "deepinfer/deepinfer.h"
 #include "server/openai_server.h"
+#include "startup.h"
 
 namespace deepinfer::cli {
 
@@ -40,13 +42,9 @@ int CmdServe(int argc, char** argv) {
                 DI_ENGINE_FLAGS,
                 DI_WEIGHT_FLAGS,
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
-  if (args.Has("quiet")) SetLogLevel(LogLevel::kError);
-  EngineOptions eo;
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
+  ApplyLogFlags(args);
+  api::EngineOptions eo;
   if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
   OpenAiServerOptions so;
   so.http.host = args.Get("host");
@@ -84,10 +82,12 @@ int CmdServe(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
 
-  auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
-  auto engine = Engine::Create(*model, eo);
+  auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
+  auto engine = api::Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());
-  OpenAiServer server(**engine, *model, so);
+  // The HTTP layer works on the internal engine and model (its request parsing and output handling live in
+  // src/server); everything up to here is the public API's.
+  OpenAiServer server(api::InternalEngine(**engine), api::InternalModel(*model), so);
   if (Status s = server.Listen(); !s.ok()) return Fail(s);
   (*engine)->Start();
   std::thread http([&] { server.Run(); });

@@ -19,11 +19,7 @@ int CmdTemplate(int argc, char** argv) {
                 {"file", "f", "FILE", "", "template file (.jinja)"},
                 {"batch", "", "", "", "one JSON context per line in, one JSON result per line out"},
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   std::ifstream in(args.Get("file"), std::ios::binary);
   if (!in) return Fail(NotFound(args.Get("file") + ": cannot open"));
   std::stringstream ss;

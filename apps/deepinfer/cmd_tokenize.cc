@@ -7,6 +7,7 @@
 #include "args.h"
 #include "base/logging.h"
 #include "commands.h"
+#include "engine_flags.h"
 
 namespace deepinfer::cli {
 
@@ -21,11 +22,7 @@ int CmdTokenize(int argc, char** argv) {
                 {"json", "", "", "", "print ids as a JSON array"},
                 {"batch", "", "", "", "stdin: one JSON string per line -> one JSON array of ids per line (with --decode: arrays in, strings out)"},
             });
-  if (!args.Parse(argc, argv)) return 2;
-  if (args.help_requested()) {
-    args.PrintHelp();
-    return 0;
-  }
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   SetLogLevel(LogLevel::kWarn);
   std::unique_ptr<Tokenizer> owned;
   std::unique_ptr<Model> model;

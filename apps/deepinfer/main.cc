@@ -3,42 +3,7 @@
 #include <cstring>
 #include <string>
 
-#include "base/logging.h"
-#include "args.h"
 #include "commands.h"
-#include "hub/hub.h"
-#include "kernels/cpu/cpu_features.h"
-#include "model/model.h"
-
-namespace deepinfer::cli {
-
-int Fail(const Status& s) {
-  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
-  return 1;
-}
-
-LoadOptions LoadOptionsFromArgs(const Args& args) {
-  LoadOptions o;
-  if (args.Has("mmap")) o.placement = WeightPlacement::kMmap;
-  if (args.Has("no-mmap")) o.placement = WeightPlacement::kCopy;
-  return o;
-}
-
-std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg, const LoadOptions& opts) {
-  if (model_arg.empty()) {
-    std::fprintf(stderr, "error: no model given (-m MODEL: a .gguf file, an HF directory or owner/name)\n");
-    std::exit(2);
-  }
-  auto path = ResolveModel(model_arg, HubOptions::FromEnv());
-  if (!path.ok()) std::exit(Fail(path.status()));
-  auto m = LoadModelFromPath(*path, opts);
-  if (!m.ok()) std::exit(Fail(m.status()));
-  DI_LOG_INFO("loaded %s (%s): %s", path->c_str(), (*m)->format.c_str(), (*m)->config.Summary().c_str());
-  DI_LOG_DEBUG("kernels: %s", IsaName(ActiveIsa()));
-  return std::move(m).value();
-}
-
-}  // namespace deepinfer::cli
 
 namespace {
 

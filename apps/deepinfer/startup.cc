@@ -1,0 +1,131 @@
+#include "startup.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "api/engine_impl.h"
+#include "api/model_impl.h"
+#include "commands.h"
+#include "deepinfer/runtime.h"
+#include "engine_flags.h"
+
+namespace deepinfer::cli {
+namespace {
+
+// "4GiB", "512MiB", "1.5G", "1000000" -> bytes; "0.25" (< 1) -> a fraction, returned through *fraction.
+Status ParseSize(const std::string& s, size_t* bytes, double* fraction) {
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !std::isfinite(v) || v <= 0) return InvalidArgument("--kv-cache: '" + s + "' is not a size");
+  std::string unit(end);
+  for (auto& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (unit.empty() || unit == "b") {
+    if (v < 1) {
+      *fraction = v;
+      *bytes = 0;
+      return Status::Ok();
+    }
+  } else if (unit == "k" || unit == "kb" || unit == "kib") {
+    mult = 1024.0;
+  } else if (unit == "m" || unit == "mb" || unit == "mib") {
+    mult = 1024.0 * 1024;
+  } else if (unit == "g" || unit == "gb" || unit == "gib") {
+    mult = 1024.0 * 1024 * 1024;
+  } else {
+    return InvalidArgument("--kv-cache: unknown unit '" + unit + "' (use B, KiB, MiB, GiB or a fraction < 1)");
+  }
+  *bytes = static_cast<size_t>(v * mult);
+  return Status::Ok();
+}
+
+}  // namespace
+
+int Fail(const Status& s) {
+  std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+std::optional<int> ParseCommandLine(Args& args, int argc, char** argv) {
+  if (!args.Parse(argc, argv)) return 2;
+  if (args.help_requested()) {
+    args.PrintHelp();
+    return 0;
+  }
+  return std::nullopt;
+}
+
+void ApplyLogFlags(const Args& args) {
+  if (args.Has("quiet")) api::SetLogLevel(api::LogLevel::kError);
+}
+
+Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
+  if (args.Has("threads")) {
+    opt->threads = static_cast<int>(args.GetInt("threads"));
+    api::SetComputeThreads(opt->threads);
+  }
+  if (args.Has("ctx-size")) {
+    const long long c = args.GetInt("ctx-size");
+    if (c < 2) return InvalidArgument("--ctx-size must be >= 2");
+    opt->max_model_len = static_cast<int>(std::min<long long>(c, 1 << 30));
+  }
+  if (args.Has("kv-cache")) DI_RETURN_IF_ERROR(ParseSize(args.Get("kv-cache"), &opt->kv_cache_bytes, &opt->kv_cache_fraction));
+  const std::string dt = args.Get("kv-cache-dtype");
+  if (dt == "f32") opt->kv_cache_dtype = api::KvCacheDtype::kF32;
+  else if (dt == "bf16") opt->kv_cache_dtype = api::KvCacheDtype::kBF16;
+  else if (dt == "f16") opt->kv_cache_dtype = api::KvCacheDtype::kF16;
+  else return InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + dt + "'");
+  opt->block_size = static_cast<int>(args.GetInt("block-size"));
+  opt->max_num_seqs = static_cast<int>(args.GetInt("max-num-seqs"));
+  opt->max_batched_tokens = static_cast<int>(args.GetInt("max-batched-tokens"));
+  opt->prefix_caching = !args.Has("no-prefix-cache");
+  opt->overlap = !args.Has("no-overlap");
+  return Status::Ok();
+}
+
+Status EngineOptionsFromArgs(const Args& args, EngineOptions* opt) {
+  api::EngineOptions parsed;
+  DI_RETURN_IF_ERROR(EngineOptionsFromArgs(args, &parsed));
+  EngineOptions converted = api::ToInternal(parsed);
+  converted.num_kv_blocks = opt->num_kv_blocks;
+  converted.host_overhead_us = opt->host_overhead_us;
+  *opt = converted;
+  return Status::Ok();
+}
+
+api::ModelOptions ModelOptionsFromArgs(const Args& args) {
+  api::ModelOptions o;
+  if (args.Has("mmap")) o.placement = api::WeightPlacement::kMmap;
+  if (args.Has("no-mmap")) o.placement = api::WeightPlacement::kCopy;
+  return o;
+}
+
+LoadOptions LoadOptionsFromArgs(const Args& args) { return api::ToInternal(ModelOptionsFromArgs(args)); }
+
+namespace {
+
+void ExitIfNoModel(const std::string& model_arg) {
+  if (model_arg.empty()) {
+    std::fprintf(stderr, "error: no model given (-m MODEL: a .gguf file, an HF directory or owner/name)\n");
+    std::exit(2);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<api::Model> OpenModelOrDie(const std::string& model_arg, const api::ModelOptions& options) {
+  ExitIfNoModel(model_arg);
+  auto m = api::Model::Load(model_arg, options);
+  if (!m.ok()) std::exit(Fail(m.status()));
+  return std::move(m).value();
+}
+
+std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg, const LoadOptions& opts) {
+  ExitIfNoModel(model_arg);
+  auto m = api::LoadInternalModel(model_arg, opts);
+  if (!m.ok()) std::exit(Fail(m.status()));
+  return std::move(m).value();
+}
+
+}  // namespace deepinfer::cli

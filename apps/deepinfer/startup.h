@@ -1,0 +1,50 @@
+// The start-up path every CLI command shares: command-line parsing with --help, the log level, compute
+// threads, engine options from the engine flags, and model loading with the CLI's error boundary (a clear
+// message and a non-zero exit). Commands that generate use the public API (deepinfer/*.h); the tools over
+// internals (logprobs, tokenize, bench prefill/layers/serve) use the internal-Model variants in commands.h,
+// which load through the same path.
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "args.h"
+#include "deepinfer/engine.h"
+#include "deepinfer/model.h"
+#include "deepinfer/status.h"
+
+namespace deepinfer::cli {
+
+#define DI_ENGINE_FLAGS                                                                                                 \
+  {"ctx-size", "c", "N", "model's", "max tokens per sequence, prompt + generated (capped at the model's context)"},    \
+      {"kv-cache", "", "SIZE", "0.25", "KV cache size: bytes with a unit (4GiB, 512MiB) or a fraction of available RAM (0.25); never more than --max-num-seqs full-length sequences need"}, \
+      {"kv-cache-dtype", "", "T", "f32", "KV cache element type: f32, bf16 or f16"},                                    \
+      {"block-size", "", "N", "16", "tokens per KV cache block (prefix-cache granularity)"},                             \
+      {"max-num-seqs", "", "N", "64", "concurrent sequences (rows per step; each of n samples counts)"},                \
+      {"max-batched-tokens", "", "N", "512", "tokens per engine step (prefill chunk budget plus decode rows)"},          \
+      {"no-prefix-cache", "", "", "", "do not reuse K/V of earlier prompts with the same prefix"},                      \
+      {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \
+      {"threads", "t", "N", "all cores", "compute threads"}
+// The --mmap / --no-mmap flags every model-loading command shares.
+#define DI_WEIGHT_FLAGS                                                                                              \
+  {"mmap", "", "", "", "keep weights in the mmapped files (no copy, less RAM; slower decode on 4 KiB pages)"},      \
+      {"no-mmap", "", "", "", "always copy weights into huge-page memory (default: copy when they fit in RAM)"}
+
+// Prints "error: ..." and returns the exit status 1.
+int Fail(const Status& s);
+
+// Parses argv into args. Returns the exit status when the command ends here: 2 after a bad command line, 0
+// after printing --help; nullopt to go on.
+std::optional<int> ParseCommandLine(Args& args, int argc, char** argv);
+// --quiet / -q: only errors on stderr.
+void ApplyLogFlags(const Args& args);
+
+// The engine flags (DI_ENGINE_FLAGS) over EngineOptions' defaults; errors name the flag. --threads resizes the
+// compute pool right away, so model loading runs on the same threads as the forward pass.
+Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* options);
+// --mmap / --no-mmap (DI_WEIGHT_FLAGS).
+api::ModelOptions ModelOptionsFromArgs(const Args& args);
+// Loads MODEL (path or hub reference) through the public API; on failure prints the error and exits.
+std::unique_ptr<api::Model> OpenModelOrDie(const std::string& model_arg, const api::ModelOptions& options);
+
+}  // namespace deepinfer::cli

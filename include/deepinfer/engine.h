@@ -1,0 +1,152 @@
+// The inference engine: requests in, streamed outputs back, over continuous batching of every request in
+// flight. Two ways to run it:
+//   offline: Add requests, then RunUntilIdle() runs the loop on the calling thread until all have finished;
+//   online:  Start() runs the loop on a background thread; Add and Abort from any thread; Shutdown() at the end.
+// Outputs are deterministic: a request with a seed gives the same tokens whatever else is batched with it.
+//
+//   auto engine = deepinfer::api::Engine::Create(*model, {});
+//   deepinfer::api::GenerationParams p;
+//   p.max_tokens = 32;  // greedy: temperature 0 is the default
+//   std::string text;
+//   (*engine)->AddText("Once upon a time", p, [&](const deepinfer::api::Output& o) { text += o.text; });
+//   (*engine)->RunUntilIdle();
+//   deepinfer::Status leaks = (*engine)->Shutdown();  // every KV block and slot free again
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "deepinfer/model.h"
+#include "deepinfer/status.h"
+
+namespace deepinfer::api {
+
+enum class KvCacheDtype { kF32, kBF16, kF16 };
+
+struct EngineOptions {
+  int max_num_seqs = 64;            // concurrent sequences (each of a request's n samples counts)
+  int max_batched_tokens = 512;     // tokens per engine step (prefill chunks plus one per decoding sequence)
+  int max_model_len = 0;            // tokens per sequence, prompt + generated; 0: the model's context length
+  int block_size = 16;              // tokens per KV cache block (the prefix cache's granularity)
+  // KV cache size: kv_cache_bytes when > 0, else kv_cache_fraction of available RAM; never more than
+  // max_num_seqs sequences of max_model_len tokens need.
+  size_t kv_cache_bytes = 0;
+  double kv_cache_fraction = 0.25;
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
+  bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
+  bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
+  int threads = 0;                  // > 0: resize the process-wide compute pool (see SetComputeThreads)
+};
+
+// What to generate for one request. The defaults are greedy decoding of up to 16 tokens.
+struct GenerationParams {
+  int max_tokens = 16;       // generated tokens per sample (the context length caps it)
+  int n = 1;                 // independent samples of the same prompt
+  float temperature = 0.f;   // <= 0: greedy
+  int top_k = 0;             // keep the k most likely tokens; <= 0: off
+  float top_p = 1.f;         // nucleus: the smallest set with probability mass >= top_p; >= 1: off
+  float min_p = 0.f;         // drop tokens below min_p x the top probability; <= 0: off
+  std::optional<uint64_t> seed;  // unset: the engine draws one (the output is then not repeatable)
+  // OpenAI-style, over generated tokens: logit -= presence * [count > 0] + frequency * count; each in [-2, 2].
+  float presence_penalty = 0.f;
+  float frequency_penalty = 0.f;
+  // CTRL/HF-style over prompt and generated tokens: positive logits divided by it, negative ones multiplied.
+  float repetition_penalty = 1.f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100]) added to the logits
+  std::vector<std::string> stop;          // stop strings: matched across token boundaries, cut from the text
+  std::vector<int32_t> stop_token_ids;    // extra ids that end a sample (kept in token_ids, not in the text)
+  bool include_stop_str_in_output = false;
+  bool ignore_eos = false;                // keep generating past end-of-generation tokens
+  int logprobs = -1;                      // < 0: none; k >= 0: the chosen token's log-prob plus the k most likely
+
+  // The sampling ranges (an error names the parameter); vocab_size > 0 also checks logit_bias ids. Engine::Add
+  // checks this too, with the prompt; calling it first reports bad parameters before any engine exists.
+  Status Validate(int vocab_size = 0) const;
+};
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;  // the most likely alternatives, most likely first
+};
+
+// One streamed event for one sample of a request: what is new since its previous event. A sample's last
+// event has finished = true and finish_reason "stop" (end of generation or a stop string), "length"
+// (max_tokens or the context) or "abort".
+struct Output {
+  uint64_t request_id = 0;
+  int index = 0;                       // which of the n samples
+  std::vector<int32_t> token_ids;      // new token ids
+  std::string text;                    // new text: whole UTF-8 characters; text that may start a stop string is held back
+  std::vector<TokenLogprob> logprobs;  // one per new token when requested
+  bool finished = false;
+  std::string finish_reason;           // set when finished
+  std::string stop_reason;             // the stop string that matched, if any
+  int prompt_tokens = 0;
+  int cached_tokens = 0;               // prompt tokens served from the prefix cache
+  int completion_tokens = 0;           // generated so far for this sample
+};
+
+// Runs on the engine's thread: keep it short (copy what you need out).
+using OutputCallback = std::function<void(const Output&)>;
+
+// Pull-style outputs of one request. Next blocks until the next event and returns false after the last
+// sample's final event. Needs the loop running elsewhere (Start, or RunUntilIdle on another thread).
+// Destroying an unfinished stream aborts its request. The engine must outlive the stream.
+class OutputStream {
+ public:
+  virtual ~OutputStream() = default;
+  virtual uint64_t request_id() const = 0;
+  virtual bool Next(Output* out) = 0;
+};
+
+// Counters since the engine was created.
+struct EngineStats {
+  int64_t steps = 0, prompt_tokens_computed = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  int64_t preemptions = 0, requests_finished = 0, requests_aborted = 0;
+  int waiting = 0, running = 0;
+  int kv_blocks_total = 0, kv_blocks_free = 0;
+};
+
+class Engine {
+ public:
+  // An engine over `model`, which must outlive it. Fails on options the model or the memory cannot meet.
+  static StatusOr<std::unique_ptr<Engine>> Create(const Model& model, const EngineOptions& options = {});
+
+  Engine() = default;
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // Shuts down if Shutdown was not called (its leak check is then lost).
+  virtual ~Engine() = default;
+
+  // Thread-safe. Validates the request (errors for bad parameters, prompts over the context, requests larger
+  // than the whole KV cache) and queues it; returns its id. `callback` then receives its outputs.
+  virtual StatusOr<uint64_t> Add(std::vector<int32_t> prompt, const GenerationParams& params, OutputCallback callback) = 0;
+  // The same with the prompt tokenized by Model::EncodePrompt.
+  virtual StatusOr<uint64_t> AddText(const std::string& prompt, const GenerationParams& params, OutputCallback callback) = 0;
+  // The same with outputs pulled from the returned stream.
+  virtual StatusOr<std::unique_ptr<OutputStream>> AddStream(std::vector<int32_t> prompt, const GenerationParams& params) = 0;
+  // The checks Add makes, without queueing anything.
+  virtual Status Validate(const std::vector<int32_t>& prompt, const GenerationParams& params) const = 0;
+  // Thread-safe. Ends the request with finish_reason "abort"; unknown and finished ids are ignored.
+  virtual void Abort(uint64_t request_id) = 0;
+
+  // Offline: runs the loop on this thread until every request has finished.
+  virtual Status RunUntilIdle() = 0;
+  // Online: runs the loop on a background thread until Shutdown.
+  virtual void Start() = 0;
+  // Aborts what is left, drains the pipeline, and checks that every KV block and sequence slot is free again
+  // (an error names what leaked). Call once, at the end.
+  virtual Status Shutdown() = 0;
+
+  virtual EngineStats Stats() const = 0;
+  // The per-sequence token limit in effect (EngineOptions::max_model_len or the model's context).
+  virtual int max_model_len() const = 0;
+};
+
+}  // namespace deepinfer::api

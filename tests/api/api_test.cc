@@ -1,0 +1,195 @@
+// The public API as a consumer sees it: built against include/ only (deepinfer::deepinfer), on stories260K.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "deepinfer/deepinfer.h"
+
+namespace di = deepinfer::api;
+
+namespace {
+
+const std::string kModel = std::string(DEEPINFER_SHARED_MODELS) + "/stories260K.gguf";
+
+class ApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    di::SetLogLevel(di::LogLevel::kError);
+    auto m = di::Model::Load(kModel);
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    model_ = std::move(m).value().release();
+  }
+  static void TearDownTestSuite() { delete model_; }
+  static std::unique_ptr<di::Engine> NewEngine() {
+    di::EngineOptions o;
+    o.max_num_seqs = 8;
+    auto e = di::Engine::Create(*model_, o);
+    EXPECT_TRUE(e.ok()) << e.status().ToString();
+    return e.ok() ? std::move(e).value() : nullptr;
+  }
+  static di::Model* model_;
+};
+di::Model* ApiTest::model_ = nullptr;
+
+struct Sample {
+  std::vector<int32_t> tokens;
+  std::string text, finish_reason;
+};
+
+TEST_F(ApiTest, ModelDescribesItselfAndTokenizes) {
+  EXPECT_EQ(model_->format(), "gguf");
+  EXPECT_GT(model_->vocab_size(), 0);
+  EXPECT_GT(model_->context_length(), 0);
+  EXPECT_FALSE(model_->Summary().empty());
+  const std::vector<int32_t> ids = model_->EncodePrompt("Once upon a time");
+  ASSERT_FALSE(ids.empty());
+  EXPECT_EQ(ids[0], model_->bos_id());  // llama vocabularies ask for BOS
+  EXPECT_EQ(model_->Encode("Once upon a time", false), std::vector<int32_t>(ids.begin() + 1, ids.end()));
+  EXPECT_EQ(model_->Decode(ids), "Once upon a time");
+  EXPECT_TRUE(model_->IsEndOfGeneration(model_->eos_id()));
+}
+
+TEST_F(ApiTest, MissingModelIsAnError) {
+  auto m = di::Model::Load("/nonexistent/dir/model.gguf");
+  ASSERT_FALSE(m.ok());
+  EXPECT_NE(m.status().message().find("model.gguf"), std::string::npos) << m.status().message();
+}
+
+TEST_F(ApiTest, ChatTemplateRendersAndTokenizes) {
+  const std::vector<di::ChatMessage> msgs = {{"user", "hello"}};
+  auto text = model_->RenderChat(msgs);
+  ASSERT_TRUE(text.ok()) << text.status().ToString();
+  EXPECT_NE(text->find("hello"), std::string::npos);
+  auto ids = model_->EncodeChat(msgs);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_FALSE(ids->empty());
+}
+
+// Callback and pull-style streams give the same greedy continuation; both end with the leak check passing.
+TEST_F(ApiTest, CallbackAndStreamAgree) {
+  di::GenerationParams p;
+  p.max_tokens = 24;
+  Sample cb;
+  {
+    auto e = NewEngine();
+    ASSERT_TRUE(e);
+    auto id = e->AddText("Once upon a time", p, [&](const di::Output& o) {
+      cb.tokens.insert(cb.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+      cb.text += o.text;
+      if (o.finished) cb.finish_reason = o.finish_reason;
+    });
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ASSERT_TRUE(e->RunUntilIdle().ok());
+    const di::EngineStats st = e->Stats();
+    EXPECT_EQ(st.requests_finished, 1);
+    EXPECT_EQ(st.generated_tokens, static_cast<int64_t>(cb.tokens.size()));
+    EXPECT_TRUE(e->Shutdown().ok());
+  }
+  ASSERT_FALSE(cb.tokens.empty());
+  EXPECT_EQ(model_->Decode(cb.tokens), cb.text);
+
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  e->Start();
+  auto stream = e->AddStream(model_->EncodePrompt("Once upon a time"), p);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  Sample pulled;
+  di::Output o;
+  int events = 0;
+  while ((*stream)->Next(&o)) {
+    ++events;
+    EXPECT_EQ(o.request_id, (*stream)->request_id());
+    pulled.tokens.insert(pulled.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+    pulled.text += o.text;
+    if (o.finished) pulled.finish_reason = o.finish_reason;
+  }
+  EXPECT_GT(events, 0);
+  EXPECT_EQ(pulled.tokens, cb.tokens);
+  EXPECT_EQ(pulled.text, cb.text);
+  EXPECT_EQ(pulled.finish_reason, cb.finish_reason);
+  stream->reset();
+  EXPECT_TRUE(e->Shutdown().ok());
+}
+
+// n samples with a seed: each sample streams to its own index, and the same seed repeats the same outputs.
+TEST_F(ApiTest, SeededSamplesRepeat) {
+  di::GenerationParams p;
+  p.max_tokens = 20;
+  p.n = 2;
+  p.temperature = 0.9f;
+  p.seed = 1234;
+  auto run = [&] {
+    std::vector<Sample> s(2);
+    auto e = NewEngine();
+    auto id = e->AddText("The little dog", p, [&](const di::Output& o) {
+      s.at(o.index).tokens.insert(s[o.index].tokens.end(), o.token_ids.begin(), o.token_ids.end());
+      if (o.finished) s[o.index].finish_reason = o.finish_reason;
+    });
+    EXPECT_TRUE(id.ok());
+    EXPECT_TRUE(e->RunUntilIdle().ok());
+    EXPECT_TRUE(e->Shutdown().ok());
+    return s;
+  };
+  const auto a = run(), b = run();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(a[i].tokens.empty());
+    EXPECT_FALSE(a[i].finish_reason.empty());
+    EXPECT_EQ(a[i].tokens, b[i].tokens);
+  }
+}
+
+// Dropping an unfinished stream aborts its request; the engine frees everything.
+TEST_F(ApiTest, DroppedStreamAborts) {
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  e->Start();
+  di::GenerationParams p;
+  p.max_tokens = 200;
+  p.ignore_eos = true;
+  auto stream = e->AddStream(model_->EncodePrompt("Once"), p);
+  ASSERT_TRUE(stream.ok());
+  di::Output o;
+  ASSERT_TRUE((*stream)->Next(&o));
+  stream->reset();
+  EXPECT_TRUE(e->Shutdown().ok());
+  EXPECT_EQ(e->Stats().requests_aborted + e->Stats().requests_finished, 1);
+}
+
+TEST_F(ApiTest, BadRequestsAreErrors) {
+  di::GenerationParams p;
+  p.top_p = 0;
+  EXPECT_FALSE(p.Validate().ok());
+  EXPECT_NE(p.Validate().message().find("top_p"), std::string::npos);
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  EXPECT_FALSE(e->Add(model_->EncodePrompt("x"), p, nullptr).ok());
+  EXPECT_FALSE(e->Validate({}, di::GenerationParams{}).ok());  // empty prompt
+  EXPECT_FALSE(e->Add({model_->vocab_size()}, di::GenerationParams{}, nullptr).ok());  // id outside the vocabulary
+  EXPECT_TRUE(e->Shutdown().ok());
+}
+
+TEST_F(ApiTest, OpenAiJsonRequests) {
+  di::GenerationParams defaults;
+  defaults.max_tokens = 7;
+  auto r = di::RequestFromOpenAiJson(*model_, R"({"prompt": "Once upon", "temperature": 0.5, "seed": 3, "n": 2,
+                                                 "stop": ["."], "logprobs": 2})", defaults);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->prompt, model_->EncodePrompt("Once upon"));
+  EXPECT_EQ(r->params.max_tokens, 7);
+  EXPECT_FLOAT_EQ(r->params.temperature, 0.5f);
+  ASSERT_TRUE(r->params.seed.has_value());
+  EXPECT_EQ(*r->params.seed, 3u);
+  EXPECT_EQ(r->params.n, 2);
+  EXPECT_EQ(r->params.stop, std::vector<std::string>{"."});
+  EXPECT_EQ(r->params.logprobs, 2);
+  auto chat = di::RequestFromOpenAiJson(*model_, R"({"messages": [{"role": "user", "content": "hi"}]})");
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  EXPECT_EQ(chat->prompt, *model_->EncodeChat({{"user", "hi"}}));
+  EXPECT_EQ(di::RequestFromOpenAiJson(*model_, "{nope").status().message(), "not valid JSON");
+  auto bad = di::RequestFromOpenAiJson(*model_, R"({"prompt": "x", "top_p": 0})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("top_p"), std::string::npos);
+}
+
+}  // namespace
