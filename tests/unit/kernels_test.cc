@@ -476,11 +476,11 @@ TEST(GemmTest, VnniQuantizedTilesMatchTheGenericAvx512TilesBitwise) {
       auto x = RandomVec(m * k, 600 + m);
       x[3] = -x[3] * 40.f;  // one large value per block row: quantized x reaches -127/127
       std::vector<float> generic(m * n), vnni(m * n);
-      const bool was = isa_avx512::SetVnni(false);
+      const bool was = SetVnni(false);
       MatMul(w, x.data(), m, generic.data());
-      isa_avx512::SetVnni(true);
+      SetVnni(true);
       MatMul(w, x.data(), m, vnni.data());
-      isa_avx512::SetVnni(was);
+      SetVnni(was);
       EXPECT_EQ(generic, vnni) << DTypeName(dt) << " m=" << m;
     }
   }

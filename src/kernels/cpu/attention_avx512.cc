@@ -5,7 +5,6 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/avx512_loads.inc"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
 
 namespace deepinfer {
@@ -101,13 +100,12 @@ void ScoresBlockDp(const float* q, int hd_k, const uint8_t* k, const int32_t* ro
   free(qb);
 }
 
-const bool g_bf16_dp = DetectCpu().avx512_bf16;
-
-template <class L, int NB>
+// kDp: scores on vdpbf16ps (L is LoadBF16 and the CPU has AVX512-BF16).
+template <class L, int NB, bool kDp>
 void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
                  int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
   float mx[NB], inv[NB];
-  if (L::kBF16 && g_bf16_dp)
+  if constexpr (kDp)
     ScoresBlockDp<NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
   else
     ScoresBlock<L, NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
@@ -123,7 +121,7 @@ void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32
   ValuesBlock<L, NB>(scores, inv, v, rows, len, v_row_bytes, hd_v, out);
 }
 
-template <class L>
+template <class L, bool kDp>
 void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len,
                   int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
   for (int h0 = 0; h0 < nh; h0 += kMaxAttendHeads) {
@@ -131,7 +129,7 @@ void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, co
     float* oh = out + static_cast<int64_t>(h0) * hd_v;
     const int nb = nh - h0 < kMaxAttendHeads ? nh - h0 : kMaxAttendHeads;
 #define DI_BLOCK(N) \
-  case N: AttendBlock<L, N>(qh, k, v, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, oh); break;
+  case N: AttendBlock<L, N, kDp>(qh, k, v, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, oh); break;
     switch (nb) {
       DI_BLOCK(1) DI_BLOCK(2) DI_BLOCK(3) DI_BLOCK(4) DI_BLOCK(5) DI_BLOCK(6) DI_BLOCK(7) DI_BLOCK(8)
       default: break;
@@ -139,17 +137,31 @@ void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, co
 #undef DI_BLOCK
   }
 }
+
+// kBf16Dot: a bf16 cache's scores on vdpbf16ps; f32 and f16 caches are the same either way. Two entry points
+// rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
+template <bool kBf16Dot>
+void AttendHeadsAny(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
+                    int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores,
+                    float* out) {
+  const uint8_t* kb = static_cast<const uint8_t*>(k);
+  const uint8_t* vb = static_cast<const uint8_t*>(v);
+  switch (kv_type) {
+    case DType::kBF16: AttendHeadsT<LoadBF16, kBf16Dot>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+    case DType::kF16: AttendHeadsT<LoadF16, false>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+    default: AttendHeadsT<LoadF32, false>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+  }
+}
 }  // namespace
 
 void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
                  int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  const uint8_t* kb = static_cast<const uint8_t*>(k);
-  const uint8_t* vb = static_cast<const uint8_t*>(v);
-  switch (kv_type) {
-    case DType::kBF16: AttendHeadsT<LoadBF16>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-    case DType::kF16: AttendHeadsT<LoadF16>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-    default: AttendHeadsT<LoadF32>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-  }
+  AttendHeadsAny<false>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
+}
+void AttendHeadsBf16Dot(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows,
+                        int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale,
+                        float* scores, float* out) {
+  AttendHeadsAny<true>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
 }
 
 }  // namespace isa_avx512

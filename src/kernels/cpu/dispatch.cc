@@ -6,22 +6,25 @@
 namespace deepinfer {
 namespace {
 
-// One table per ISA, indexed by Isa. Every table exists on every CPU (IsaName names any ISA); only tables the
-// CPU supports are ever made active.
+// One table per ISA, indexed by Isa, with the variants the CPU's extensions allow (AVX512-BF16, AVX512-VNNI).
+// Every table exists on every CPU (IsaName names any ISA); only tables the CPU supports are ever made active.
 struct Tables {
   KernelTable by_isa[3];
   Tables() {
-    const bool bf16 = DetectCpu().avx512_bf16;
+    const CpuFeatures& cpu = DetectCpu();
     by_isa[static_cast<int>(Isa::kScalar)] = {Isa::kScalar, "scalar", false, isa_scalar::GemmSlice,
                                               isa_scalar::AttendHeads};
     by_isa[static_cast<int>(Isa::kAvx2)] = {Isa::kAvx2, "avx2", false, isa_avx2::GemmSlice, isa_avx2::AttendHeads};
-    by_isa[static_cast<int>(Isa::kAvx512)] = {Isa::kAvx512, bf16 ? "avx512+bf16" : "avx512", bf16,
-                                              isa_avx512::GemmSlice, isa_avx512::AttendHeads};
+    by_isa[static_cast<int>(Isa::kAvx512)] = {
+        Isa::kAvx512, cpu.avx512_bf16 ? "avx512+bf16" : "avx512", cpu.avx512_bf16,
+        cpu.avx512_vnni ? isa_avx512::GemmSliceVnni : isa_avx512::GemmSlice,
+        cpu.avx512_bf16 ? isa_avx512::AttendHeadsBf16Dot : isa_avx512::AttendHeads};
   }
 };
 
-const Tables& AllTables() {
-  static const Tables tables;
+// Mutable only through SetVnni.
+Tables& AllTables() {
+  static Tables tables;
   return tables;
 }
 
@@ -49,5 +52,12 @@ const KernelTable& Kernels() { return *Active(); }
 Isa ActiveIsa() { return Active()->isa; }
 void SetIsa(Isa isa) { Active() = &AllTables().by_isa[static_cast<int>(Clamp(isa))]; }
 const char* IsaName(Isa isa) { return AllTables().by_isa[static_cast<int>(isa)].name; }
+
+bool SetVnni(bool enable) {
+  KernelTable& t = AllTables().by_isa[static_cast<int>(Isa::kAvx512)];
+  const bool was = t.gemm_slice == isa_avx512::GemmSliceVnni;
+  t.gemm_slice = enable && DetectCpu().avx512_vnni ? isa_avx512::GemmSliceVnni : isa_avx512::GemmSlice;
+  return was;
+}
 
 }  // namespace deepinfer

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 
 #include "kernels/cpu/avx512_loads.inc"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/isa_kernels.h"
 
 namespace deepinfer {
@@ -245,9 +244,6 @@ __attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, i
   StoreQSums<RX, RW>(acc, a, n, i);
 }
 
-// Whether the VNNI tiles run; switchable so tests can check both paths give the same bits.
-bool g_use_vnni = DetectCpu().avx512_vnni;
-
 using TileFn = void (*)(const Args&, int64_t, int);
 
 template <class L>
@@ -309,15 +305,11 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
   }
 }
 
-}  // namespace
-
-bool SetVnni(bool enable) {
-  const bool was = g_use_vnni;
-  g_use_vnni = enable && DetectCpu().avx512_vnni;
-  return was;
-}
-
-void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+// kVnni: q8_0/q4_0 run on the VNNI tiles (bitwise the same results as the generic ones). Two entry points
+// rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
+template <bool kVnni>
+void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0,
+                int64_t n1) {
   Args a{&w, x, xq, y, ldy, w.k};
   const size_t xf = static_cast<size_t>(a.k) * 4;
   switch (w.dtype) {
@@ -328,15 +320,25 @@ void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, floa
       else RunSlice<F32Tiles<LoadBF16>>(a, m, n0, n1, xf);
       break;
     case DType::kQ8_0:
-      if (g_use_vnni) RunSlice<QTilesVnni<false>>(a, m, n0, n1, xf / 4);
+      if constexpr (kVnni) RunSlice<QTilesVnni<false>>(a, m, n0, n1, xf / 4);
       else RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4);
       break;
     case DType::kQ4_0:
-      if (g_use_vnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
+      if constexpr (kVnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
       else RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
       break;
     default: break;
   }
+}
+
+}  // namespace
+
+void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  GemmSliceT<false>(w, x, xq, m, y, ldy, n0, n1);
+}
+void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0,
+                   int64_t n1) {
+  GemmSliceT<true>(w, x, xq, m, y, ldy, n0, n1);
 }
 
 }  // namespace isa_avx512

@@ -45,9 +45,13 @@ namespace isa_avx512 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
                  int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
-// q8_0/q4_0 tiles with AVX512-VNNI when the CPU has it (bitwise the same results). Returns the previous setting;
-// enabling is a no-op on a CPU without VNNI. For tests and benchmarks.
-bool SetVnni(bool enable);
+// Variants for CPUs with AVX-512 extensions, chosen by the dispatch table. GemmSliceVnni: q8_0/q4_0 tiles on
+// AVX512-VNNI vpdpbusd, bitwise the results of GemmSlice. AttendHeadsBf16Dot: a bf16 cache's scores on
+// AVX512-BF16 vdpbf16ps (f32/f16 caches as AttendHeads).
+void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+void AttendHeadsBf16Dot(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows,
+                        int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale,
+                        float* scores, float* out);
 }  // namespace isa_avx512
 namespace isa_avx2 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
