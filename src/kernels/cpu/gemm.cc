@@ -15,7 +15,7 @@ namespace {
 // The rounding is the same on every ISA, so results differ across ISAs only in summation order.
 struct PreparedX {
   const float* x;        // x, or x rounded through the 16-bit type
-  const void* xq;        // bf16 (AVX512-BF16 path) or q8_0 blocks; null otherwise
+  const void* xq;        // bf16 (the table's bf16_dot) or q8_0 blocks; null otherwise
   std::vector<float> rounded;
   std::vector<uint16_t> half;
   std::vector<BlockQ8_0> q8;
@@ -133,19 +133,19 @@ void MatMulMany(const MatMulJob* jobs, int count) {
 }
 
 void MatMulHeads(const HeadsMatMul& s) {
-  const size_t in_w = static_cast<size_t>(s.in_width), out_w = static_cast<size_t>(s.out_width);
+  const size_t in_w = static_cast<size_t>(s.in_width);
   ComputePool().Run([&](int tid, int nt) {
     auto [h0, h1] = ThreadPool::Range(static_cast<size_t>(s.heads), tid, nt);
     if (h0 >= h1) return;
-    std::vector<float> in(static_cast<size_t>(s.rows) * in_w), out(static_cast<size_t>(s.rows) * out_w);
+    // The kernel reads x rows K floats apart, so each head's input is gathered; its output rows may be any
+    // distance apart (ldy), so they are written in place.
+    std::vector<float> in(static_cast<size_t>(s.rows) * in_w);
     for (size_t h = h0; h < h1; ++h) {
       for (int t = 0; t < s.rows; ++t)
         std::memcpy(in.data() + t * in_w, s.x + t * s.x_stride + static_cast<int64_t>(h) * s.x_head_offset,
                     sizeof(float) * in_w);
-      MatMulSlice(s.head_weight(static_cast<int>(h)), in.data(), s.rows, out.data(), s.out_width, 0, s.out_width);
-      for (int t = 0; t < s.rows; ++t)
-        std::memcpy(s.y + t * s.y_stride + static_cast<int64_t>(h) * s.y_head_offset, out.data() + t * out_w,
-                    sizeof(float) * out_w);
+      MatMulSlice(s.head_weight(static_cast<int>(h)), in.data(), s.rows, s.y + static_cast<int64_t>(h) * s.y_head_offset,
+                  static_cast<int>(s.y_stride), 0, s.out_width);
     }
   });
 }

@@ -34,7 +34,8 @@ void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, 
 // [0, heads), row t in [0, rows), output column j in [0, out_width):
 //   y[t * y_stride + h * y_head_offset + j] = sum over c in [0, in_width) of
 //                                             x[t * x_stride + h * x_head_offset + c] * W_h[j][c]
-// with W_h = head_weight(h), a {out_width, in_width} view. Nothing else in y is written.
+// with W_h = head_weight(h), a {out_width, in_width} view, and x converted to W_h's dot type as MatMul does.
+// Nothing else in y is written.
 struct HeadsMatMul {
   int heads = 0;
   int rows = 0;
@@ -45,13 +46,13 @@ struct HeadsMatMul {
   int64_t x_head_offset = 0;  // floats between head h and h + 1 within a row
   int in_width = 0;           // floats of each head's input slice (W_h's columns)
   float* y = nullptr;
-  int64_t y_stride = 0;
-  int64_t y_head_offset = 0;
-  int out_width = 0;  // floats of each head's output slice (W_h's rows)
+  int64_t y_stride = 0;       // floats between rows
+  int64_t y_head_offset = 0;  // floats between head h and h + 1 within a row
+  int out_width = 0;          // floats of each head's output slice (W_h's rows)
 };
 // Heads are split over the compute pool in one dispatch (contiguous ranges of heads, ThreadPool::Range); each
-// head's slice is copied to a contiguous buffer and multiplied by the single-threaded MatMulSlice, so every
-// output is bitwise what MatMulSlice on that head gives, whatever the thread count.
+// head's input slice is copied to a contiguous buffer and multiplied by the single-threaded MatMulSlice, so every
+// output is bitwise what MatMulSlice on that head gives, whatever the thread count. y_stride must fit an int.
 void MatMulHeads(const HeadsMatMul& spec);
 
 }  // namespace deepinfer
