@@ -6,28 +6,21 @@
 #include <cstring>
 
 #include "base/thread_pool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/isa_kernels.h"
 #include "kernels/cpu/ops.h"
+#include "isa_test_util.h"
 #include "test_util.h"
 
 namespace deepinfer {
 namespace {
 
+using testing::AvailableIsas;
+using testing::IsaGuard;
 using testing::RandomVec;
-
-std::vector<Isa> AvailableIsas() {
-  std::vector<Isa> out = {Isa::kScalar};
-  if (DetectCpu().avx2_fma) out.push_back(Isa::kAvx2);
-  if (DetectCpu().avx512) out.push_back(Isa::kAvx512);
-  return out;
-}
-
-struct IsaGuard {
-  Isa saved = ActiveIsa();
-  ~IsaGuard() { SetIsa(saved); }
-};
 
 // Reference: the documented semantics of MatMul, written independently. x is first converted to the weight's
 // dot type (bf16/f16 rounding, or q8_0 blocks), then products are summed in double.
@@ -177,6 +170,18 @@ TEST(OpsTest, SwiGLUAndSoftmax) {
     EXPECT_NEAR(lp[i], s[i] - mx - std::log(z), 1e-5);
   }
   EXPECT_NEAR(sum, 1.0, 1e-5);
+}
+
+// Causal attention for the m query rows of one sequence over contiguous f32 K/V: row i sits at absolute position
+// start + i and sees keys [0, start + i]; k_cache/v_cache hold rows of n_kv * hd floats for positions
+// 0 .. start + m - 1. PagedAttention with every position in its own row.
+void CausalAttention(const float* q, const float* k_cache, const float* v_cache, int m, int start, int n_heads,
+                     int n_kv, int hd, float scale, float* out) {
+  std::vector<int32_t> rows(static_cast<size_t>(start + m));
+  for (int p = 0; p < start + m; ++p) rows[p] = p;
+  const AttnSeq seq{0, m, start, rows.data()};
+  const AttnShape shape{n_heads, n_kv, hd, hd, n_kv * hd, n_kv * hd};
+  PagedAttention(q, &seq, 1, k_cache, v_cache, DType::kF32, shape, scale, out);
 }
 
 TEST(OpsTest, CausalAttentionMatchesNaive) {
@@ -471,14 +476,37 @@ TEST(GemmTest, VnniQuantizedTilesMatchTheGenericAvx512TilesBitwise) {
       auto x = RandomVec(m * k, 600 + m);
       x[3] = -x[3] * 40.f;  // one large value per block row: quantized x reaches -127/127
       std::vector<float> generic(m * n), vnni(m * n);
-      const bool was = isa_avx512::SetVnni(false);
+      const bool was = SetVnni(false);
       MatMul(w, x.data(), m, generic.data());
-      isa_avx512::SetVnni(true);
+      SetVnni(true);
       MatMul(w, x.data(), m, vnni.data());
-      isa_avx512::SetVnni(was);
+      SetVnni(was);
       EXPECT_EQ(generic, vnni) << DTypeName(dt) << " m=" << m;
     }
   }
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// SetIsa re-resolves the kernel table: the active table is the chosen ISA's, under the name IsaName reports.
+TEST(DispatchTest, SetIsaSwitchesTheKernelTable) {
+  IsaGuard guard;
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    EXPECT_EQ(ActiveIsa(), isa);
+    EXPECT_EQ(Kernels().isa, isa);
+    EXPECT_STREQ(Kernels().name, IsaName(isa));
+    EXPECT_EQ(Kernels().bf16_dot, isa == Isa::kAvx512 && DetectCpu().avx512_bf16) << IsaName(isa);
+  }
+  SetIsa(Isa::kScalar);
+  EXPECT_EQ(Kernels().gemm_slice, &isa_scalar::GemmSlice);
+  EXPECT_EQ(Kernels().attend_heads, &isa_scalar::AttendHeads);
+  SetIsa(Isa::kAvx512);  // clamped to what the CPU has
+  EXPECT_EQ(ActiveIsa(), BestIsa());
 }
 
 }  // namespace

@@ -1,8 +1,5 @@
 #include "kernels/cpu/cpu_features.h"
 
-#include <cstdlib>
-#include <cstring>
-
 namespace deepinfer {
 
 const CpuFeatures& DetectCpu() {
@@ -19,30 +16,9 @@ const CpuFeatures& DetectCpu() {
   return f;
 }
 
-namespace {
 Isa BestIsa() {
   const auto& c = DetectCpu();
   return c.avx512 ? Isa::kAvx512 : c.avx2_fma ? Isa::kAvx2 : Isa::kScalar;
-}
-Isa Clamp(Isa want) { return static_cast<int>(want) < static_cast<int>(BestIsa()) ? want : BestIsa(); }
-Isa FromEnv() {
-  const char* v = std::getenv("DEEPINFER_ISA");
-  if (!v) return BestIsa();
-  if (!std::strcmp(v, "scalar")) return Isa::kScalar;
-  if (!std::strcmp(v, "avx2")) return Clamp(Isa::kAvx2);
-  return BestIsa();
-}
-Isa g_isa = FromEnv();
-}  // namespace
-
-Isa ActiveIsa() { return g_isa; }
-void SetIsa(Isa isa) { g_isa = Clamp(isa); }
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kAvx512: return DetectCpu().avx512_bf16 ? "avx512+bf16" : "avx512";
-    case Isa::kAvx2: return "avx2";
-    default: return "scalar";
-  }
 }
 
 }  // namespace deepinfer

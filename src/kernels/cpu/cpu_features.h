@@ -13,7 +13,11 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& DetectCpu();
-// The ISA kernels dispatch to (best supported, capped by DEEPINFER_ISA or SetIsa).
+// The best ISA this CPU supports.
+Isa BestIsa();
+
+// The ISA kernels dispatch to (best supported, capped by DEEPINFER_ISA or SetIsa). Choosing the ISA is choosing
+// the kernel table, so these are defined with it (dispatch.cc); SetIsa re-resolves the table.
 Isa ActiveIsa();
 void SetIsa(Isa isa);  // clamps to what the CPU supports
 const char* IsaName(Isa isa);

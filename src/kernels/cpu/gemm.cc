@@ -1,11 +1,11 @@
 #include "kernels/cpu/gemm.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/dispatch.h"
 
 namespace deepinfer {
 namespace {
@@ -15,13 +15,13 @@ namespace {
 // The rounding is the same on every ISA, so results differ across ISAs only in summation order.
 struct PreparedX {
   const float* x;        // x, or x rounded through the 16-bit type
-  const void* xq;        // bf16 (AVX512-BF16 path) or q8_0 blocks; null otherwise
+  const void* xq;        // bf16 (the table's bf16_dot) or q8_0 blocks; null otherwise
   std::vector<float> rounded;
   std::vector<uint16_t> half;
   std::vector<BlockQ8_0> q8;
 };
 
-void Prepare(const TensorView& w, const float* x, int m, PreparedX* p) {
+void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, PreparedX* p) {
   const size_t n = static_cast<size_t>(m) * w.cols();
   p->x = x;
   p->xq = nullptr;
@@ -29,7 +29,7 @@ void Prepare(const TensorView& w, const float* x, int m, PreparedX* p) {
     case DType::kBF16: {
       p->half.resize(n);
       for (size_t i = 0; i < n; ++i) p->half[i] = F32ToBF16(x[i]);
-      if (ActiveIsa() == Isa::kAvx512 && DetectCpu().avx512_bf16) {
+      if (kt.bf16_dot) {
         p->xq = p->half.data();
       } else {
         p->rounded.resize(n);
@@ -59,7 +59,8 @@ void Prepare(const TensorView& w, const float* x, int m, PreparedX* p) {
 // FP8 with block scales: dequantize 16 weight rows at a time (fp8 x scale, in f32) into a thread-local buffer and
 // run the f32 tile kernel on them: the weights are read once at 1 byte per element and never exist as a full
 // f32/bf16 copy, and each output is the same dot product the f32 kernel computes on those f32 values.
-void Fp8Slice(const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+void Fp8Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0,
+              int64_t n1) {
   constexpr int64_t kRows = 16;
   const int64_t k = t.cols();
   thread_local std::vector<float> buf;
@@ -74,42 +75,37 @@ void Fp8Slice(const TensorView& t, const PreparedX& p, int m, float* y, int ldy,
       for (int64_t c = 0; c < k; ++c) dst[c] = Fp8E4M3ToF32(src[c]) * sc[c / TensorView::kFp8Block];
     }
     const GemmWeights w{DType::kF32, reinterpret_cast<const uint8_t*>(buf.data()), static_cast<size_t>(k) * 4, rows, k};
-    float* yb = y + r0;
-    switch (ActiveIsa()) {
-      case Isa::kAvx512: isa_avx512::GemmSlice(w, p.x, nullptr, m, yb, ldy, 0, rows); break;
-      case Isa::kAvx2: isa_avx2::GemmSlice(w, p.x, nullptr, m, yb, ldy, 0, rows); break;
-      default: isa_scalar::GemmSlice(w, p.x, nullptr, m, yb, ldy, 0, rows); break;
-    }
+    kt.gemm_slice(w, p.x, nullptr, m, y + r0, ldy, 0, rows);
   }
 }
 
-void Slice(const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0, int64_t n1) {
-  if (t.dtype == DType::kF8E4M3) return Fp8Slice(t, p, m, y, ldy, n0, n1);
+// The table is passed in, read once by the calling thread: the workers never look the active ISA up.
+void Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0,
+           int64_t n1) {
+  if (t.dtype == DType::kF8E4M3) return Fp8Slice(kt, t, p, m, y, ldy, n0, n1);
   const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), t.rows(), t.cols()};
-  switch (ActiveIsa()) {
-    case Isa::kAvx512: isa_avx512::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
-    case Isa::kAvx2: isa_avx2::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
-    default: isa_scalar::GemmSlice(w, p.x, p.xq, m, y, ldy, n0, n1); break;
-  }
+  kt.gemm_slice(w, p.x, p.xq, m, y, ldy, n0, n1);
 }
 
 }  // namespace
 
 void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  const KernelTable& kt = Kernels();
   PreparedX p;
-  Prepare(w, x, m, &p);
-  Slice(w, p, m, y, ldy, n0, n1);
+  Prepare(kt, w, x, m, &p);
+  Slice(kt, w, p, m, y, ldy, n0, n1);
 }
 
 void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias) {
   const int64_t n = w.rows();
+  const KernelTable& kt = Kernels();
   thread_local PreparedX prepared;  // buffers reused across calls
   // A lambda does not capture thread_locals: pass the caller's instance explicitly to the workers.
   PreparedX* p = &prepared;
-  Prepare(w, x, m, p);
+  Prepare(kt, w, x, m, p);
   ComputePool().Run([&, p](int tid, int nt) {
     auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(n), tid, nt, 16);
-    if (n0 < n1) Slice(w, *p, m, y, static_cast<int>(n), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+    if (n0 < n1) Slice(kt, w, *p, m, y, static_cast<int>(n), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
   });
   if (bias)
     for (int i = 0; i < m; ++i)
@@ -118,9 +114,10 @@ void MatMul(const TensorView& w, const float* x, int m, float* y, const float* b
 
 void MatMulMany(const MatMulJob* jobs, int count) {
   if (count <= 0) return;
+  const KernelTable& kt = Kernels();
   thread_local std::vector<PreparedX> prepared;
   if (prepared.size() < static_cast<size_t>(count)) prepared.resize(static_cast<size_t>(count));
-  for (int j = 0; j < count; ++j) Prepare(*jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j]);
+  for (int j = 0; j < count; ++j) Prepare(kt, *jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j]);
   const PreparedX* p = prepared.data();
   // Every job is split over the threads exactly as MatMul splits it (so each output row comes from the same
   // kernel calls, and jobs with many x rows do not load one thread more than another).
@@ -128,7 +125,27 @@ void MatMulMany(const MatMulJob* jobs, int count) {
     for (int j = 0; j < count; ++j) {
       const int64_t rows = jobs[j].w->rows();
       auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(rows), tid, nt, 16);
-      if (n0 < n1) Slice(*jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(rows), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
+      if (n0 < n1)
+        Slice(kt, *jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(rows), static_cast<int64_t>(n0),
+              static_cast<int64_t>(n1));
+    }
+  });
+}
+
+void MatMulHeads(const HeadsMatMul& s) {
+  const size_t in_w = static_cast<size_t>(s.in_width);
+  ComputePool().Run([&](int tid, int nt) {
+    auto [h0, h1] = ThreadPool::Range(static_cast<size_t>(s.heads), tid, nt);
+    if (h0 >= h1) return;
+    // The kernel reads x rows K floats apart, so each head's input is gathered; its output rows may be any
+    // distance apart (ldy), so they are written in place.
+    std::vector<float> in(static_cast<size_t>(s.rows) * in_w);
+    for (size_t h = h0; h < h1; ++h) {
+      for (int t = 0; t < s.rows; ++t)
+        std::memcpy(in.data() + t * in_w, s.x + t * s.x_stride + static_cast<int64_t>(h) * s.x_head_offset,
+                    sizeof(float) * in_w);
+      MatMulSlice(s.head_weight(static_cast<int>(h)), in.data(), s.rows, s.y + static_cast<int64_t>(h) * s.y_head_offset,
+                  static_cast<int>(s.y_stride), 0, s.out_width);
     }
   });
 }

@@ -5,8 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "kernels/cpu/cpu_features.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/avx512_loads.inc"
+#include "kernels/cpu/isa_kernels.h"
 
 namespace deepinfer {
 namespace isa_avx512 {
@@ -24,34 +24,6 @@ constexpr int kMaxRX = DI_MAX_RX, kMaxRW = DI_MAX_RW;
 #endif
 constexpr int kPrefetchTiles = DI_PREFETCH_TILES;
 
-inline __mmask16 TailMask16(int64_t left) { return static_cast<__mmask16>((1u << left) - 1); }
-
-struct LoadF32 {
-  static constexpr bool kBF16 = false;
-  static __m512 Load(const uint8_t* r, int64_t k) { return _mm512_loadu_ps(reinterpret_cast<const float*>(r) + k); }
-  static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
-    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(r) + k);
-  }
-};
-struct LoadF16 {
-  static constexpr bool kBF16 = false;
-  static __m512 Load(const uint8_t* r, int64_t k) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(r) + k)));
-  }
-  static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(r) + k));
-  }
-};
-struct LoadBF16 {
-  static constexpr bool kBF16 = true;
-  static __m512 Widen(__m256i h) { return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)); }
-  static __m512 Load(const uint8_t* r, int64_t k) {
-    return Widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(reinterpret_cast<const uint16_t*>(r) + k)));
-  }
-  static __m512 Tail(const uint8_t* r, int64_t k, __mmask16 m) {
-    return Widen(_mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(r) + k));
-  }
-};
 struct Args {
   const GemmWeights* w;
   const float* x;
@@ -272,9 +244,6 @@ __attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, i
   StoreQSums<RX, RW>(acc, a, n, i);
 }
 
-// Whether the VNNI tiles run; switchable so tests can check both paths give the same bits.
-bool g_use_vnni = DetectCpu().avx512_vnni;
-
 using TileFn = void (*)(const Args&, int64_t, int);
 
 template <class L>
@@ -336,15 +305,11 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
   }
 }
 
-}  // namespace
-
-bool SetVnni(bool enable) {
-  const bool was = g_use_vnni;
-  g_use_vnni = enable && DetectCpu().avx512_vnni;
-  return was;
-}
-
-void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+// kVnni: q8_0/q4_0 run on the VNNI tiles (bitwise the same results as the generic ones). Two entry points
+// rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
+template <bool kVnni>
+void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0,
+                int64_t n1) {
   Args a{&w, x, xq, y, ldy, w.k};
   const size_t xf = static_cast<size_t>(a.k) * 4;
   switch (w.dtype) {
@@ -355,156 +320,25 @@ void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, floa
       else RunSlice<F32Tiles<LoadBF16>>(a, m, n0, n1, xf);
       break;
     case DType::kQ8_0:
-      if (g_use_vnni) RunSlice<QTilesVnni<false>>(a, m, n0, n1, xf / 4);
+      if constexpr (kVnni) RunSlice<QTilesVnni<false>>(a, m, n0, n1, xf / 4);
       else RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4);
       break;
     case DType::kQ4_0:
-      if (g_use_vnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
+      if constexpr (kVnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
       else RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
       break;
     default: break;
   }
 }
 
-namespace {
-// NB heads that share one K/V head, in one pass over the cached rows: each K/V row is loaded once per block and
-// feeds NB independent FMA chains (one per head), which hides the FMA latency a single head's chain is bound by.
-// Per head the arithmetic is exactly the single-head order (lanes over d, rows in order), so the result does not
-// depend on how heads are blocked.
-template <class L, int NB>
-void ScoresBlock(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
-                 float scale, float* scores, float* mx) {
-  const int full = hd_k / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (hd_k - full)) - 1);
-  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
-  for (int p = 0; p < len; ++p) {
-    const uint8_t* kr = k + rows[p] * k_row_bytes;
-    __m512 acc[NB];
-    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-    for (int d = 0; d < full; d += 16) {
-      const __m512 kv = L::Load(kr, d);
-      for (int h = 0; h < NB; ++h) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd_k + d), kv, acc[h]);
-    }
-    if (tail) {
-      const __m512 kv = L::Tail(kr, full, tail);
-      for (int h = 0; h < NB; ++h)
-        acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + h * hd_k + full), kv, acc[h]);
-    }
-    for (int h = 0; h < NB; ++h) {
-      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
-      scores[static_cast<int64_t>(h) * len + p] = sc;
-      mx[h] = sc > mx[h] ? sc : mx[h];
-    }
-  }
-}
-
-template <class L, int NB>
-void ValuesBlock(const float* scores, const float* inv, const uint8_t* v, const int32_t* rows, int len,
-                 int64_t v_row_bytes, int hd_v, float* out) {
-  const int vfull = hd_v / 16 * 16;
-  const __mmask16 vtail = static_cast<__mmask16>((1u << (hd_v - vfull)) - 1);
-  for (int d = 0; d < hd_v; d += 16) {
-    const __mmask16 m = d + 16 <= hd_v ? static_cast<__mmask16>(0xffff) : vtail;
-    __m512 acc[NB];
-    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-    for (int p = 0; p < len; ++p) {
-      const __m512 vv = L::Tail(v + rows[p] * v_row_bytes, d, m);
-      for (int h = 0; h < NB; ++h)
-        acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(scores[static_cast<int64_t>(h) * len + p]), vv, acc[h]);
-    }
-    for (int h = 0; h < NB; ++h) _mm512_mask_storeu_ps(out + h * hd_v + d, m, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
-  }
-}
-
-// Scores against a bf16 cache with vdpbf16ps (32 products per instruction, twice the f32 FMA rate; the K row
-// is used as stored, no widening). q arrives rounded to bf16 (PagedAttention applies the dot-type rule for a
-// bf16 cache on every ISA), so converting it here is exact.
-template <int NB>
-void ScoresBlockDp(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
-                   float scale, float* scores, float* mx) {
-  const int full = hd_k / 32 * 32, padded = full + (hd_k > full ? 32 : 0);
-  const __mmask32 tail = static_cast<__mmask32>((1ull << (hd_k - full)) - 1);
-  uint16_t* qb = static_cast<uint16_t*>(aligned_alloc(64, sizeof(uint16_t) * static_cast<size_t>(NB) * padded));
-  for (int h = 0; h < NB; ++h)
-    for (int d = 0; d < padded; d += 16) {
-      const __mmask16 m = d + 16 <= hd_k ? static_cast<__mmask16>(0xffff)
-                          : d < hd_k     ? static_cast<__mmask16>((1u << (hd_k - d)) - 1)
-                                         : static_cast<__mmask16>(0);
-      const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, q + h * hd_k + d));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + h * padded + d), (__m256i)b);
-    }
-  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
-  for (int p = 0; p < len; ++p) {
-    const uint16_t* kr = reinterpret_cast<const uint16_t*>(k + rows[p] * k_row_bytes);
-    __m512 acc[NB];
-    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-    for (int d = 0; d < full; d += 32) {
-      const __m512bh kv = (__m512bh)_mm512_loadu_si512(kr + d);
-      for (int h = 0; h < NB; ++h) acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + d), kv);
-    }
-    if (tail) {
-      const __m512bh kv = (__m512bh)_mm512_maskz_loadu_epi16(tail, kr + full);
-      for (int h = 0; h < NB; ++h)
-        acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + full), kv);
-    }
-    for (int h = 0; h < NB; ++h) {
-      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
-      scores[static_cast<int64_t>(h) * len + p] = sc;
-      mx[h] = sc > mx[h] ? sc : mx[h];
-    }
-  }
-  free(qb);
-}
-
-const bool g_bf16_dp = DetectCpu().avx512_bf16;
-
-template <class L, int NB>
-void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
-                 int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  float mx[NB], inv[NB];
-  if (L::kBF16 && g_bf16_dp)
-    ScoresBlockDp<NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
-  else
-    ScoresBlock<L, NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
-  for (int h = 0; h < NB; ++h) {
-    float* s = scores + static_cast<int64_t>(h) * len;
-    double sum = 0;
-    for (int p = 0; p < len; ++p) {
-      s[p] = expf(s[p] - mx[h]);
-      sum += s[p];
-    }
-    inv[h] = static_cast<float>(1.0 / sum);
-  }
-  ValuesBlock<L, NB>(scores, inv, v, rows, len, v_row_bytes, hd_v, out);
-}
-
-template <class L>
-void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len,
-                  int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  for (int h0 = 0; h0 < nh; h0 += kMaxAttendHeads) {
-    const float* qh = q + static_cast<int64_t>(h0) * hd_k;
-    float* oh = out + static_cast<int64_t>(h0) * hd_v;
-    const int nb = nh - h0 < kMaxAttendHeads ? nh - h0 : kMaxAttendHeads;
-#define DI_BLOCK(N) \
-  case N: AttendBlock<L, N>(qh, k, v, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, oh); break;
-    switch (nb) {
-      DI_BLOCK(1) DI_BLOCK(2) DI_BLOCK(3) DI_BLOCK(4) DI_BLOCK(5) DI_BLOCK(6) DI_BLOCK(7) DI_BLOCK(8)
-      default: break;
-    }
-#undef DI_BLOCK
-  }
-}
 }  // namespace
 
-void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  const uint8_t* kb = static_cast<const uint8_t*>(k);
-  const uint8_t* vb = static_cast<const uint8_t*>(v);
-  switch (kv_type) {
-    case DType::kBF16: AttendHeadsT<LoadBF16>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-    case DType::kF16: AttendHeadsT<LoadF16>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-    default: AttendHeadsT<LoadF32>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-  }
+void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  GemmSliceT<false>(w, x, xq, m, y, ldy, n0, n1);
+}
+void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0,
+                   int64_t n1) {
+  GemmSliceT<true>(w, x, xq, m, y, ldy, n0, n1);
 }
 
 }  // namespace isa_avx512

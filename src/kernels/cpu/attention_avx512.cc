@@ -1,0 +1,168 @@
+// AVX-512 attention kernel (AttendHeads, see isa_kernels.h). Built with AVX-512 (+BF16) flags; only called when
+// the CPU has them.
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "kernels/cpu/avx512_loads.inc"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace deepinfer {
+namespace isa_avx512 {
+
+namespace {
+// NB heads that share one K/V head, in one pass over the cached rows: each K/V row is loaded once per block and
+// feeds NB independent FMA chains (one per head), which hides the FMA latency a single head's chain is bound by.
+// Per head the arithmetic is exactly the single-head order (lanes over d, rows in order), so the result does not
+// depend on how heads are blocked.
+template <class L, int NB>
+void ScoresBlock(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
+                 float scale, float* scores, float* mx) {
+  const int full = hd_k / 16 * 16;
+  const __mmask16 tail = static_cast<__mmask16>((1u << (hd_k - full)) - 1);
+  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
+  for (int p = 0; p < len; ++p) {
+    const uint8_t* kr = k + rows[p] * k_row_bytes;
+    __m512 acc[NB];
+    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
+    for (int d = 0; d < full; d += 16) {
+      const __m512 kv = L::Load(kr, d);
+      for (int h = 0; h < NB; ++h) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd_k + d), kv, acc[h]);
+    }
+    if (tail) {
+      const __m512 kv = L::Tail(kr, full, tail);
+      for (int h = 0; h < NB; ++h)
+        acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + h * hd_k + full), kv, acc[h]);
+    }
+    for (int h = 0; h < NB; ++h) {
+      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
+      scores[static_cast<int64_t>(h) * len + p] = sc;
+      mx[h] = sc > mx[h] ? sc : mx[h];
+    }
+  }
+}
+
+template <class L, int NB>
+void ValuesBlock(const float* scores, const float* inv, const uint8_t* v, const int32_t* rows, int len,
+                 int64_t v_row_bytes, int hd_v, float* out) {
+  const int vfull = hd_v / 16 * 16;
+  const __mmask16 vtail = static_cast<__mmask16>((1u << (hd_v - vfull)) - 1);
+  for (int d = 0; d < hd_v; d += 16) {
+    const __mmask16 m = d + 16 <= hd_v ? static_cast<__mmask16>(0xffff) : vtail;
+    __m512 acc[NB];
+    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
+    for (int p = 0; p < len; ++p) {
+      const __m512 vv = L::Tail(v + rows[p] * v_row_bytes, d, m);
+      for (int h = 0; h < NB; ++h)
+        acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(scores[static_cast<int64_t>(h) * len + p]), vv, acc[h]);
+    }
+    for (int h = 0; h < NB; ++h) _mm512_mask_storeu_ps(out + h * hd_v + d, m, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
+  }
+}
+
+// Scores against a bf16 cache with vdpbf16ps (32 products per instruction, twice the f32 FMA rate; the K row
+// is used as stored, no widening). q arrives rounded to bf16 (PagedAttention applies the dot-type rule for a
+// bf16 cache on every ISA), so converting it here is exact.
+template <int NB>
+void ScoresBlockDp(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
+                   float scale, float* scores, float* mx) {
+  const int full = hd_k / 32 * 32, padded = full + (hd_k > full ? 32 : 0);
+  const __mmask32 tail = static_cast<__mmask32>((1ull << (hd_k - full)) - 1);
+  uint16_t* qb = static_cast<uint16_t*>(aligned_alloc(64, sizeof(uint16_t) * static_cast<size_t>(NB) * padded));
+  for (int h = 0; h < NB; ++h)
+    for (int d = 0; d < padded; d += 16) {
+      const __mmask16 m = d + 16 <= hd_k ? static_cast<__mmask16>(0xffff)
+                          : d < hd_k     ? static_cast<__mmask16>((1u << (hd_k - d)) - 1)
+                                         : static_cast<__mmask16>(0);
+      const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, q + h * hd_k + d));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + h * padded + d), (__m256i)b);
+    }
+  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
+  for (int p = 0; p < len; ++p) {
+    const uint16_t* kr = reinterpret_cast<const uint16_t*>(k + rows[p] * k_row_bytes);
+    __m512 acc[NB];
+    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
+    for (int d = 0; d < full; d += 32) {
+      const __m512bh kv = (__m512bh)_mm512_loadu_si512(kr + d);
+      for (int h = 0; h < NB; ++h) acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + d), kv);
+    }
+    if (tail) {
+      const __m512bh kv = (__m512bh)_mm512_maskz_loadu_epi16(tail, kr + full);
+      for (int h = 0; h < NB; ++h)
+        acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + full), kv);
+    }
+    for (int h = 0; h < NB; ++h) {
+      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
+      scores[static_cast<int64_t>(h) * len + p] = sc;
+      mx[h] = sc > mx[h] ? sc : mx[h];
+    }
+  }
+  free(qb);
+}
+
+// kDp: scores on vdpbf16ps (L is LoadBF16 and the CPU has AVX512-BF16).
+template <class L, int NB, bool kDp>
+void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
+                 int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
+  float mx[NB], inv[NB];
+  if constexpr (kDp)
+    ScoresBlockDp<NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
+  else
+    ScoresBlock<L, NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
+  for (int h = 0; h < NB; ++h) {
+    float* s = scores + static_cast<int64_t>(h) * len;
+    double sum = 0;
+    for (int p = 0; p < len; ++p) {
+      s[p] = expf(s[p] - mx[h]);
+      sum += s[p];
+    }
+    inv[h] = static_cast<float>(1.0 / sum);
+  }
+  ValuesBlock<L, NB>(scores, inv, v, rows, len, v_row_bytes, hd_v, out);
+}
+
+template <class L, bool kDp>
+void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len,
+                  int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
+  for (int h0 = 0; h0 < nh; h0 += kMaxAttendHeads) {
+    const float* qh = q + static_cast<int64_t>(h0) * hd_k;
+    float* oh = out + static_cast<int64_t>(h0) * hd_v;
+    const int nb = nh - h0 < kMaxAttendHeads ? nh - h0 : kMaxAttendHeads;
+#define DI_BLOCK(N) \
+  case N: AttendBlock<L, N, kDp>(qh, k, v, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, oh); break;
+    switch (nb) {
+      DI_BLOCK(1) DI_BLOCK(2) DI_BLOCK(3) DI_BLOCK(4) DI_BLOCK(5) DI_BLOCK(6) DI_BLOCK(7) DI_BLOCK(8)
+      default: break;
+    }
+#undef DI_BLOCK
+  }
+}
+
+// kBf16Dot: a bf16 cache's scores on vdpbf16ps; f32 and f16 caches are the same either way. Two entry points
+// rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
+template <bool kBf16Dot>
+void AttendHeadsAny(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
+                    int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores,
+                    float* out) {
+  const uint8_t* kb = static_cast<const uint8_t*>(k);
+  const uint8_t* vb = static_cast<const uint8_t*>(v);
+  switch (kv_type) {
+    case DType::kBF16: AttendHeadsT<LoadBF16, kBf16Dot>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+    case DType::kF16: AttendHeadsT<LoadF16, false>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+    default: AttendHeadsT<LoadF32, false>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
+  }
+}
+}  // namespace
+
+void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
+                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
+  AttendHeadsAny<false>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
+}
+void AttendHeadsBf16Dot(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows,
+                        int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale,
+                        float* scores, float* out) {
+  AttendHeadsAny<true>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
+}
+
+}  // namespace isa_avx512
+}  // namespace deepinfer

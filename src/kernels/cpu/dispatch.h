@@ -1,0 +1,31 @@
+// The one place kernels are chosen by ISA. Each ISA's kernels form one table of function pointers (in the
+// manner of ggml-cpu's type_traits_cpu); the table of the active ISA (the best the CPU has, capped by
+// DEEPINFER_ISA or SetIsa) is resolved on first use and again by every SetIsa, so tests can run each ISA in
+// turn. Kernel drivers (MatMul, PagedAttention) read the table once per call, in the calling thread, and hand
+// the function pointers to the pool's workers; nothing outside dispatch.cc switches on Isa or picks a variant by
+// CPU extension (AVX512-BF16, AVX512-VNNI).
+#pragma once
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/isa_kernels.h"
+
+namespace deepinfer {
+
+struct KernelTable {
+  Isa isa;
+  const char* name;  // for logs and benchmark reports: "scalar", "avx2", "avx512", "avx512+bf16"
+  // bf16 weights are multiplied as stored, in bf16 pairs (AVX512-BF16 vdpbf16ps): MatMul hands gemm_slice x
+  // rounded to bf16 as `xq`, instead of x rounded through bf16 back to f32.
+  bool bf16_dot;
+  GemmSliceFn gemm_slice;
+  AttendHeadsFn attend_heads;
+};
+
+// The active ISA's table.
+const KernelTable& Kernels();
+
+// Whether the AVX-512 table multiplies q8_0/q4_0 with the AVX512-VNNI tiles (bitwise the same results as the
+// generic AVX-512 tiles; the default wherever the CPU has VNNI). Returns the previous setting; enabling is a
+// no-op on a CPU without VNNI. For tests and benchmarks.
+bool SetVnni(bool enable);
+
+}  // namespace deepinfer
