@@ -14,6 +14,7 @@
 #include "deepinfer/deepinfer.h"
 #include "engine_flags.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/membw.h"
 #include "model/transformer.h"
 
@@ -224,7 +225,7 @@ int CmdBench(int argc, char** argv) {
         best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       const double gflops = 2 * MatmulParams(m) * best / 1e9;
-      const bool bf16 = (m.config.mla ? m.layers[0].mla.wkv_a : m.layers[0].gqa.wq).dtype == DType::kBF16 && DetectCpu().avx512_bf16 && ActiveIsa() == Isa::kAvx512;
+      const bool bf16 = (m.config.mla ? m.layers[0].mla.wkv_a : m.layers[0].gqa.wq).dtype == DType::kBF16 && Kernels().bf16_dot;
       const double peak = MeasurePeakGflops(bf16);
       std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f GFLOP/s in matmuls; %s peak %.1f GFLOP/s -> %.1f%%)\n",
                   n_prompt, best, gflops, bf16 ? "vdpbf16ps" : "f32 FMA", peak, peak > 0 ? 100 * gflops / peak : 0.0);

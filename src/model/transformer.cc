@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "base/logging.h"
-#include "base/thread_pool.h"
 
 #include "kernels/cpu/gemm.h"
 

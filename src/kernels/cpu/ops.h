@@ -4,9 +4,6 @@
 #include <vector>
 
 #include "tensor/dtype.h"
-// Transitional: callers of PagedAttention (model/) still reach it through this header; they should include
-// kernels/cpu/attention.h themselves, after which this include goes.
-#include "kernels/cpu/attention.h"
 
 namespace deepinfer {
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 
 namespace deepinfer {

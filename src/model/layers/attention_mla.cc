@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "base/thread_pool.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/gemm.h"
 #include "model/layers/linear.h"
 
@@ -55,42 +55,49 @@ void MlaAttention::Absorbed(const MlaWeights& w, const BatchView& b, int l, Page
   const int n = b.n, H = H_, nope = nope_, rope = rope_dim_, kvl = kvl_, vd = vd_;
   const int qk = nope + rope, krow = kvl + rope;
   const float scale = attn_scale_mult_ / std::sqrt(static_cast<float>(qk));
-  // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly. Heads are split over
-  // the pool (one dispatch, not one per head); each head's GEMM is the same single-threaded kernel either way.
-  ComputePool().Run([&](int tid, int nt) {
-    auto [h0, h1] = ThreadPool::Range(static_cast<size_t>(H), tid, nt);
-    std::vector<float> in(static_cast<size_t>(n) * nope), o(static_cast<size_t>(n) * kvl);
-    for (size_t hh = h0; hh < h1; ++hh) {
-      for (int t = 0; t < n; ++t)
-        std::memcpy(in.data() + static_cast<size_t>(t) * nope, q_.data() + (static_cast<size_t>(t) * H + hh) * qk, sizeof(float) * nope);
-      TensorView uk;
-      uk.dtype = DType::kF32;
-      uk.shape = {kvl, nope};
-      uk.data = w.uk_t.data() + hh * kvl * nope;
-      uk.nbytes = sizeof(float) * kvl * nope;
-      MatMulSlice(uk, in.data(), n, o.data(), kvl, 0, kvl);
-      for (int t = 0; t < n; ++t) {
-        float* dst = qabs_.data() + (static_cast<size_t>(t) * H + hh) * krow;
-        std::memcpy(dst, o.data() + static_cast<size_t>(t) * kvl, sizeof(float) * kvl);
-        std::memcpy(dst + kvl, q_.data() + (static_cast<size_t>(t) * H + hh) * qk + nope, sizeof(float) * rope);
-      }
-    }
-  });
+  // Absorbed query per head: [q_nope . W_UK[h], q_pe], so scores read the latent directly. One kernel call runs
+  // every head's GEMM (heads split over the pool, each the same single-threaded kernel).
+  HeadsMatMul absorb;
+  absorb.heads = H;
+  absorb.rows = n;
+  absorb.head_weight = [&](int hh) {
+    TensorView uk;
+    uk.dtype = DType::kF32;
+    uk.shape = {kvl, nope};
+    uk.data = w.uk_t.data() + static_cast<size_t>(hh) * kvl * nope;
+    uk.nbytes = sizeof(float) * kvl * nope;
+    return uk;
+  };
+  absorb.x = q_.data();
+  absorb.x_stride = static_cast<int64_t>(H) * qk;
+  absorb.x_head_offset = qk;
+  absorb.in_width = nope;
+  absorb.y = qabs_.data();
+  absorb.y_stride = static_cast<int64_t>(H) * krow;
+  absorb.y_head_offset = krow;
+  absorb.out_width = kvl;
+  MatMulHeads(absorb);
+  for (int t = 0; t < n; ++t)
+    for (int hh = 0; hh < H; ++hh)
+      std::memcpy(qabs_.data() + (static_cast<size_t>(t) * H + hh) * krow + kvl, q_.data() + (static_cast<size_t>(t) * H + hh) * qk + nope,
+                  sizeof(float) * rope);
   // MQA over the latent: one K/V "head" shared by all H query heads; V is the latent part of the same rows.
   PagedAttention(qabs_.data(), b.seqs, b.num_seqs, kv.k(l), kv.k(l), kv.dtype(), AttnShape{H, 1, krow, kvl, krow, krow}, scale,
                  olat_.data());
-  // Up-project each head's latent output with W_UV[h] (heads split over the pool, as above).
-  ComputePool().Run([&](int tid, int nt) {
-    auto [h0, h1] = ThreadPool::Range(static_cast<size_t>(H), tid, nt);
-    std::vector<float> in(static_cast<size_t>(n) * kvl), o(static_cast<size_t>(n) * vd);
-    for (size_t hh = h0; hh < h1; ++hh) {
-      for (int t = 0; t < n; ++t)
-        std::memcpy(in.data() + static_cast<size_t>(t) * kvl, olat_.data() + (static_cast<size_t>(t) * H + hh) * kvl, sizeof(float) * kvl);
-      MatMulSlice(UvHead(w, static_cast<int>(hh), nope, vd), in.data(), n, o.data(), vd, 0, vd);
-      for (int t = 0; t < n; ++t)
-        std::memcpy(attn_.data() + (static_cast<size_t>(t) * H + hh) * vd, o.data() + static_cast<size_t>(t) * vd, sizeof(float) * vd);
-    }
-  });
+  // Up-project each head's latent output with W_UV[h] (one kernel call over the heads, as above).
+  HeadsMatMul up;
+  up.heads = H;
+  up.rows = n;
+  up.head_weight = [&](int hh) { return UvHead(w, hh, nope, vd); };
+  up.x = olat_.data();
+  up.x_stride = static_cast<int64_t>(H) * kvl;
+  up.x_head_offset = kvl;
+  up.in_width = kvl;
+  up.y = attn_.data();
+  up.y_stride = static_cast<int64_t>(H) * vd;
+  up.y_head_offset = vd;
+  up.out_width = vd;
+  MatMulHeads(up);
 }
 
 void MlaAttention::Decompressed(const MlaWeights& w, const BatchView& b, int l, PagedKvCache& kv) {

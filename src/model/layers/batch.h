@@ -4,7 +4,7 @@
 #pragma once
 #include <cstdint>
 
-#include "kernels/cpu/ops.h"
+#include "kernels/cpu/attention.h"
 
 namespace deepinfer {
 
