@@ -109,7 +109,6 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   }
   const int start = static_cast<int>(hit.size()) * pool_->block_size();
   const int chunk = std::min(*budget, known - start);
-  const int num_hit = static_cast<int>(hit.size());
   std::vector<int32_t> blocks = std::move(hit);
   if (chunk <= 0 || !AllocateBlocks(&blocks, start + chunk)) {
     pool_->Release(blocks);
@@ -119,7 +118,7 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   free_slots_.pop_back();
   std::copy(s->tokens().begin(), s->tokens().end(), table_->row(slot));
   cached_tokens_ += start;
-  s->Admit(slot, ++slot_gen_[slot], std::move(blocks), num_hit, start);
+  s->Admit(slot, ++slot_gen_[slot], std::move(blocks), start);
   running_.push_back(s);
   EmitRow(s, chunk, out);
   *budget -= chunk;

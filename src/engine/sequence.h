@@ -98,9 +98,9 @@ class Sequence {
 
   // ---- Scheduler transitions.
 
-  // Waiting -> running: takes `slot` and `blocks`, whose first `num_cached_blocks` came from the prefix cache
-  // and hold the K/V of positions [0, cached_positions). Every known token is (re)computed from the host view.
-  void Admit(int slot, uint32_t slot_gen, std::vector<int32_t> blocks, int num_cached_blocks, int cached_positions) {
+  // Waiting -> running: takes `slot` and `blocks`, whose leading ones came from the prefix cache and hold the
+  // K/V of positions [0, cached_positions). Every known token is (re)computed from the host view.
+  void Admit(int slot, uint32_t slot_gen, std::vector<int32_t> blocks, int cached_positions) {
     DI_SEQ_CHECK(status_ == SeqStatus::kWaiting && !held_ && slot_ < 0 && blocks_.empty());
     slot_ = slot;
     slot_gen_ = slot_gen;
@@ -108,7 +108,10 @@ class Sequence {
     if (preemptions_ == 0) cached_tokens_ = cached_positions;
     sched_ = cached_positions;
     kv_written_ = cached_positions;
-    num_published_ = num_cached_blocks;
+    // Every block held now counts as offered, the freshly allocated ones too: the engine's behaviour before
+    // this class had methods, kept so that prefix-cache hits (cached_tokens) stay as they were. Those fresh
+    // blocks then reach the prefix cache only once the sequence grows past them (probably unintended).
+    num_published_ = static_cast<int>(blocks_.size());
     prefill_end_ = static_cast<int>(tokens_.size());
     scheduled_outputs_ = num_outputs();
     status_ = SeqStatus::kRunning;
