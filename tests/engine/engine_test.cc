@@ -485,10 +485,16 @@ TEST(EngineTest, CheckedRequestsQueueWithoutASecondValidation) {
   EXPECT_NE(id.status().message().find("another engine"), std::string::npos) << id.status().message();
 }
 
-// Shutdown with requests still running aborts them, drains the pipeline, and leaves nothing behind.
-TEST(EngineTest, ShutdownMidFlightDrainsAndChecksLeaks) {
+// Shutdown with requests still running aborts them, drains the pipeline, and leaves nothing behind; also
+// without overlap, where no step is in flight when the loop stops and the aborts alone release everything.
+class ShutdownMidFlight : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Overlap, ShutdownMidFlight, ::testing::Bool());
+
+TEST_P(ShutdownMidFlight, DrainsAndChecksLeaks) {
   const Model& m = Stories();
-  auto eng = Engine::Create(m, SmallEngine());
+  EngineOptions opt = SmallEngine();
+  opt.overlap = GetParam();
+  auto eng = Engine::Create(m, opt);
   ASSERT_TRUE(eng.ok());
   Engine& e = **eng;
   std::atomic<int> finals{0}, aborted{0};
