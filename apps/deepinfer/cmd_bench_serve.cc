@@ -119,7 +119,8 @@ int CmdBenchServe(int argc, char** argv) {
             "The OpenAI server under load (in-process, 127.0.0.1): C client threads send streaming completions (random\n"
             "--n-prompt-token prompts as ids, --n-gen tokens each, EOS ignored) with Poisson arrivals at each rate of\n"
             "--rates (requests/s; inf = all at once, closed loop). Reports TTFT, inter-token and end-to-end latency\n"
-            "percentiles and output tokens/s, then the same requests through the offline engine at the same concurrency.",
+            "percentiles, output tokens/s and the engine's host time per step (scheduling and processing, excluding\n"
+            "waits on the executor), then the same requests through the offline engine at the same concurrency.",
             {
                 {"model", "m", "MODEL", "", "model"},
                 {"concurrency", "", "N", "64", "client threads (max streams in flight)"},
@@ -155,8 +156,8 @@ int CmdBenchServe(int argc, char** argv) {
   };
   nlohmann::json results = nlohmann::json::array();
   std::printf("bench serve: %d clients, %d requests per rate, prompt %d, gen %d\n", conc, nreq, n_prompt, n_gen);
-  std::printf("%8s | %9s %9s %9s | %9s %9s %9s | %9s %9s | %10s\n", "rate", "ttft p50", "p90", "p99", "itl p50", "p90",
-              "p99", "e2e p50", "p99", "out tok/s");
+  std::printf("%8s | %9s %9s %9s | %9s %9s %9s | %9s %9s | %10s | %12s\n", "rate", "ttft p50", "p90", "p99", "itl p50", "p90",
+              "p99", "e2e p50", "p99", "out tok/s", "host ms/step");
   double http_inf_tps = 0;
   std::stringstream rates(args.Get("rates"));
   for (std::string rate_s; std::getline(rates, rate_s, ',');) {
@@ -177,6 +178,7 @@ int CmdBenchServe(int argc, char** argv) {
     for (int i = 1; i < nreq; ++i) arrival[i] = arrival[i - 1] + (std::isinf(rate) ? 0 : gap(rng));
     std::vector<Sample> samples(nreq);
     std::atomic<int> next{0};
+    const EngineStats st0 = (*engine)->Stats();  // the measured window excludes the warm-up
     const auto t0 = Clock::now();
     std::vector<std::thread> clients;
     for (int c = 0; c < conc; ++c)
@@ -188,6 +190,8 @@ int CmdBenchServe(int argc, char** argv) {
       });
     for (auto& t : clients) t.join();
     const double secs = Since(t0, Clock::now());
+    const EngineStats st1 = (*engine)->Stats();
+    const double host_ms_per_step = 1e3 * (st1.host_seconds - st0.host_seconds) / std::max<int64_t>(1, st1.steps - st0.steps);
     server->Stop();
     server->CloseAll();
     http.join();
@@ -206,11 +210,12 @@ int CmdBenchServe(int argc, char** argv) {
     }
     const double tps = tokens / secs;
     if (std::isinf(rate)) http_inf_tps = tps;
-    std::printf("%8s | %8.0fms %8.0fms %8.0fms | %8.1fms %8.1fms %8.1fms | %8.2fs %8.2fs | %10.1f%s\n", rate_s.c_str(),
+    std::printf("%8s | %8.0fms %8.0fms %8.0fms | %8.1fms %8.1fms %8.1fms | %8.2fs %8.2fs | %10.1f | %12.3f%s\n", rate_s.c_str(),
                 1e3 * Percentile(ttft, 50), 1e3 * Percentile(ttft, 90), 1e3 * Percentile(ttft, 99), 1e3 * Percentile(itl, 50),
                 1e3 * Percentile(itl, 90), 1e3 * Percentile(itl, 99), Percentile(e2e, 50), Percentile(e2e, 99), tps,
-                failed ? ("  (" + std::to_string(failed) + " failed)").c_str() : "");
+                host_ms_per_step, failed ? ("  (" + std::to_string(failed) + " failed)").c_str() : "");
     results.push_back({{"rate", rate_s}, {"output_tokens_per_s", tps}, {"failed", failed},
+                       {"host_ms_per_step", host_ms_per_step}, {"steps", st1.steps - st0.steps},
                        {"ttft_s", {{"p50", Percentile(ttft, 50)}, {"p90", Percentile(ttft, 90)}, {"p99", Percentile(ttft, 99)}}},
                        {"itl_s", {{"p50", Percentile(itl, 50)}, {"p90", Percentile(itl, 90)}, {"p99", Percentile(itl, 99)}}},
                        {"e2e_s", {{"p50", Percentile(e2e, 50)}, {"p90", Percentile(e2e, 90)}, {"p99", Percentile(e2e, 99)}}}});

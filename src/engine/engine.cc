@@ -111,13 +111,24 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   return Status::Ok();
 }
 
+StatusOr<ValidatedRequest> Engine::Check(std::vector<int32_t> prompt, RequestParams params) const {
+  DI_RETURN_IF_ERROR(Validate(prompt, params));
+  return ValidatedRequest(this, std::move(prompt), std::move(params));
+}
+
 StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, OutputCallback cb) {
-  DI_RETURN_IF_ERROR(Validate(prompt, p));
+  DI_ASSIGN_OR_RETURN(ValidatedRequest v, Check(std::move(prompt), std::move(p)));
+  return Add(std::move(v), std::move(cb));
+}
+
+StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
+  if (v.engine_ != this) return InvalidArgument("the request was validated by another engine");
+  RequestParams& p = v.params_;
   if (!p.has_seed) p.sampling.seed = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
   auto req = std::make_unique<Request>();
   req->id = next_request_id_.fetch_add(1);
   req->params = std::move(p);
-  req->prompt = std::move(prompt);
+  req->prompt = std::move(v.prompt_);
   req->callback = std::move(cb);
   const uint64_t id = req->id;
   {
@@ -150,20 +161,16 @@ void Engine::Ingest() {
     req->unfinished = req->params.n;
     auto& list = seqs_of_[req->id];
     for (int i = 0; i < req->params.n; ++i) {
-      auto s = std::make_unique<Sequence>();
-      s->id = next_seq_id_++;
-      s->arrival = next_arrival_++;
-      s->req = req;
-      s->index = i;
-      s->tokens = req->prompt;
-      s->prompt_len = static_cast<int>(req->prompt.size());
-      // Samples after the first wait until its prompt is in the prefix cache, then share those blocks.
-      s->held = i > 0 && opt_.prefix_caching;
+      std::unique_ptr<OutputText> text;
       if (tok_)
-        s->text = std::make_unique<OutputText>(tok_, req->prompt, req->params.stop, req->params.include_stop_str_in_output);
+        text = std::make_unique<OutputText>(tok_, req->prompt, req->params.stop, req->params.include_stop_str_in_output);
+      // Samples after the first wait until its prompt is in the prefix cache, then share those blocks.
+      const bool held = i > 0 && opt_.prefix_caching;
+      const uint64_t seq_id = next_seq_id_++;
+      auto s = std::make_unique<Sequence>(seq_id, next_arrival_++, req, i, held, std::move(text));
       list.push_back(s.get());
       sched_->AddWaiting(s.get());
-      seqs_.emplace(s->id, std::move(s));
+      seqs_.emplace(seq_id, std::move(s));
     }
     requests_.emplace(req->id, std::move(r));
   }
@@ -190,9 +197,8 @@ void Engine::Launch(SchedulerOutputs so) {
   int64_t prompt_tokens = 0;
   for (const SequenceMetadata& r : st->sched.rows) {
     Sequence* s = seqs_.at(r.seq_id).get();
-    ++s->inflight;
-    s->last_use = st->done;
-    if (r.q_begin < s->prefill_end) prompt_tokens += r.q_len;
+    s->Launched(st->done);
+    if (r.q_begin < s->prefill_end()) prompt_tokens += r.q_len;
   }
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.steps;
@@ -249,9 +255,8 @@ void Engine::Process(WorkerStepState& st) {
   for (size_t i = 0; i < st.sched.rows.size(); ++i) {
     const SequenceMetadata& r = st.sched.rows[i];
     Sequence* s = seqs_.at(r.seq_id).get();
-    --s->inflight;
-    s->kv_written = std::max(s->kv_written, r.q_begin + r.q_len);
-    if (s->status == SeqStatus::kFinished) {  // a ghost row: scheduled before its stop or abort was known
+    s->Processed(r.q_begin + r.q_len);
+    if (s->status() == SeqStatus::kFinished) {  // a ghost row: scheduled before its stop or abort was known
       if (r.samples) {
         std::lock_guard<std::mutex> lock(stats_mu_);
         ++stats_.ghost_rows;
@@ -274,11 +279,11 @@ void Engine::Process(WorkerStepState& st) {
 }
 
 void Engine::Commit(Sequence* s, const SampledToken& t) {
-  const RequestParams& p = s->req->params;
-  s->tokens.push_back(t.token);
+  const RequestParams& p = s->req()->params;
+  s->Commit(t.token);
   sched_->Publish(s);
-  if (s->index == 0 && s->num_outputs() == 1)  // its prompt is in the prefix cache now: release the siblings
-    for (Sequence* sib : seqs_of_[s->req->id]) sib->held = false;
+  if (s->index() == 0 && s->num_outputs() == 1)  // its prompt is in the prefix cache now: release the siblings
+    for (Sequence* sib : seqs_of_[s->req()->id]) sib->Unhold();
   RequestOutput ev;
   ev.token_ids.push_back(t.token);
   if (p.logprobs >= 0) ev.logprobs.push_back({t.token, t.logprob, t.top});
@@ -286,63 +291,65 @@ void Engine::Commit(Sequence* s, const SampledToken& t) {
     std::lock_guard<std::mutex> lock(stats_mu_);
     ++stats_.generated_tokens;
   }
-  std::string reason;
+  std::string reason, stop_reason;
+  OutputText* text = s->text();
   if (!p.ignore_eos && tok_ && tok_->IsEog(t.token)) {
     reason = "stop";
   } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t.token) != p.stop_token_ids.end()) {
     reason = "stop";
-  } else if (s->text && s->text->Push(t.token)) {
+  } else if (text && text->Push(t.token)) {
     reason = "stop";
-    s->stop_reason = s->text->stop_matched();
-  } else if (s->num_outputs() >= p.max_tokens || static_cast<int>(s->tokens.size()) >= sched_cfg_.max_model_len) {
+    stop_reason = text->stop_matched();
+  } else if (s->num_outputs() >= p.max_tokens || static_cast<int>(s->tokens().size()) >= sched_cfg_.max_model_len) {
     reason = "length";
   }
   if (!reason.empty()) {
-    Finish(s, reason, std::move(ev));
+    Finish(s, std::move(reason), std::move(stop_reason), std::move(ev));
     return;
   }
-  if (s->text) ev.text = s->text->TakeReady(false);
+  if (text) ev.text = text->TakeReady(false);
   Emit(s, std::move(ev));
 }
 
-void Engine::Finish(Sequence* s, const std::string& reason, RequestOutput ev) {
-  if (s->status == SeqStatus::kFinished || s->status == SeqStatus::kReleased) return;  // first terminal reason wins
-  if (s->status == SeqStatus::kWaiting) sched_->RemoveWaiting(s);
-  s->status = SeqStatus::kFinished;
-  s->finish_reason = reason;
-  if (s->index == 0)
-    for (Sequence* sib : seqs_of_[s->req->id]) sib->held = false;
-  if (s->text) ev.text += s->text->TakeReady(true);
+void Engine::Finish(Sequence* s, std::string reason, std::string stop_reason, RequestOutput ev) {
+  if (s->status() == SeqStatus::kFinished || s->status() == SeqStatus::kReleased) return;  // first terminal reason wins
+  if (s->status() == SeqStatus::kWaiting) sched_->RemoveWaiting(s);
+  s->Finish(reason, std::move(stop_reason));
+  if (s->index() == 0)
+    for (Sequence* sib : seqs_of_[s->req()->id]) sib->Unhold();
+  if (s->text()) ev.text += s->text()->TakeReady(true);
   ev.finished = true;
-  ev.finish_reason = reason;
-  ev.stop_reason = s->stop_reason;
-  --s->req->unfinished;
+  ev.finish_reason = std::move(reason);
+  ev.stop_reason = s->stop_reason();
+  Request* req = s->req();
+  --req->unfinished;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    if (s->req->unfinished == 0) ++(reason == "abort" ? stats_.requests_aborted : stats_.requests_finished);
+    if (req->unfinished == 0) ++(ev.finish_reason == "abort" ? stats_.requests_aborted : stats_.requests_finished);
   }
   Emit(s, std::move(ev));
 }
 
 void Engine::Emit(Sequence* s, RequestOutput ev) {
-  ev.request_id = s->req->id;
-  ev.index = s->index;
-  ev.prompt_tokens = s->prompt_len;
-  ev.cached_tokens = s->cached_tokens;
+  const Request* req = s->req();
+  ev.request_id = req->id;
+  ev.index = s->index();
+  ev.prompt_tokens = s->prompt_len();
+  ev.cached_tokens = s->cached_tokens();
   ev.completion_tokens = s->num_outputs();
-  if (s->req->callback) s->req->callback(ev);
+  if (req->callback) req->callback(ev);
 }
 
 void Engine::MaybeRelease(Sequence* s) {
-  if (s->status != SeqStatus::kFinished || s->inflight > 0) return;
-  sched_->Release(s, stream_.completed());  // the one release path: idempotent by status
-  Request* req = s->req;
+  if (s->status() != SeqStatus::kFinished || s->inflight() > 0) return;
+  sched_->Release(s, stream_.completed());  // the one release path: runs once, on the finished -> released step
+  Request* req = s->req();
   auto& list = seqs_of_[req->id];
   for (Sequence* x : list)
-    if (x->status != SeqStatus::kReleased) return;
+    if (x->status() != SeqStatus::kReleased) return;
   if (req->unfinished > 0) return;
   const uint64_t rid = req->id;
-  for (Sequence* x : list) seqs_.erase(x->id);
+  for (Sequence* x : list) seqs_.erase(x->id());
   seqs_of_.erase(rid);
   requests_.erase(rid);
 }
@@ -393,6 +400,9 @@ void Engine::DrainForShutdown() {
   for (auto& [id, r] : requests_) ids.push_back(id);
   for (uint64_t id : ids) AbortNow(id);
   while (prev_ || !seqs_.empty()) StepOnce();
+  // Nothing is in flight now, so every fence has passed: the slots the aborts above returned (with no step
+  // left to run, StepOnce's Reclaim never sees them) go back to the free list before the leak check.
+  sched_->Reclaim(stream_.completed());
 }
 
 Status Engine::Shutdown() {

@@ -49,6 +49,25 @@ struct EngineStats {
   double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
 };
 
+class Engine;
+
+// A request that passed an engine's checks (Engine::Check). Only the engine makes one, so queueing it with
+// Add(ValidatedRequest, ...) runs no check again: a server can reject a whole batch of prompts before it
+// queues any of them, at the cost of one validation each.
+class ValidatedRequest {
+ public:
+  const std::vector<int32_t>& prompt() const { return prompt_; }
+  const RequestParams& params() const { return params_; }
+
+ private:
+  friend class Engine;
+  ValidatedRequest(const Engine* engine, std::vector<int32_t> prompt, RequestParams params)
+      : engine_(engine), prompt_(std::move(prompt)), params_(std::move(params)) {}
+  const Engine* engine_;  // whose limits (vocabulary, context, KV pool) it was checked against
+  std::vector<int32_t> prompt_;
+  RequestParams params_;
+};
+
 class Engine {
  public:
   // The CPU model executor on `model` (which must outlive the engine).
@@ -64,6 +83,11 @@ class Engine {
   StatusOr<uint64_t> Add(std::vector<int32_t> prompt, RequestParams params, OutputCallback cb);
   // The checks Add makes, without queueing anything (thread-safe).
   Status Validate(const std::vector<int32_t>& prompt, const RequestParams& params) const;
+  // Validate, keeping the checked request for Add (thread-safe).
+  StatusOr<ValidatedRequest> Check(std::vector<int32_t> prompt, RequestParams params) const;
+  // Thread-safe. Queues a request Check accepted, without checking it again (fails only when the engine is
+  // shutting down, or for a request checked by another engine).
+  StatusOr<uint64_t> Add(ValidatedRequest request, OutputCallback cb);
   // Thread-safe. Ends the request with finish_reason "abort" (its final event says so); unknown or finished
   // ids are ignored.
   void Abort(uint64_t request_id);
@@ -91,7 +115,7 @@ class Engine {
   void Launch(SchedulerOutputs so);
   void Process(WorkerStepState& st);
   void Commit(Sequence* s, const SampledToken& t);
-  void Finish(Sequence* s, const std::string& reason, RequestOutput ev = {});
+  void Finish(Sequence* s, std::string reason, std::string stop_reason = {}, RequestOutput ev = {});
   void Emit(Sequence* s, RequestOutput ev);
   void MaybeRelease(Sequence* s);
   void AbortNow(uint64_t request_id);

@@ -10,8 +10,8 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool* pool, TokenTable* ta
 }
 
 void Scheduler::AddWaiting(Sequence* s) {
-  s->status = SeqStatus::kWaiting;
-  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return w->arrival > s->arrival; });
+  DI_SEQ_CHECK(s->status() == SeqStatus::kWaiting);
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return w->arrival() > s->arrival(); });
   waiting_.insert(it, s);
 }
 
@@ -19,13 +19,26 @@ void Scheduler::RemoveWaiting(Sequence* s) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
 }
 
-bool Scheduler::EnsureBlocks(Sequence* s, int positions) {
+int Scheduler::BlocksMissing(size_t have, int positions) const {
   const int bs = pool_->block_size();
-  const int need = (positions + bs - 1) / bs - static_cast<int>(s->blocks.size());
+  return (positions + bs - 1) / bs - static_cast<int>(have);
+}
+
+bool Scheduler::AllocateBlocks(std::vector<int32_t>* blocks, int positions) {
+  const int need = BlocksMissing(blocks->size(), positions);
   if (need <= 0) return true;
   auto got = pool_->Allocate(need);
   if (!got.ok()) return false;
-  s->blocks.insert(s->blocks.end(), got->begin(), got->end());
+  blocks->insert(blocks->end(), got->begin(), got->end());
+  return true;
+}
+
+bool Scheduler::EnsureBlocks(Sequence* s, int positions) {
+  const int need = BlocksMissing(s->blocks().size(), positions);
+  if (need <= 0) return true;
+  auto got = pool_->Allocate(need);
+  if (!got.ok()) return false;
+  s->AddBlocks(*got);
   return true;
 }
 
@@ -35,7 +48,7 @@ Sequence* Scheduler::PickVictim(const Sequence* requester, uint64_t step) const 
   // the step being built.
   for (auto it = running_.rbegin(); it != running_.rend() && *it != requester; ++it) {
     Sequence* s = *it;
-    if (s->status == SeqStatus::kRunning && s->inflight == 0 && s->last_step != step) return s;
+    if (s->status() == SeqStatus::kRunning && s->inflight() == 0 && s->last_step() != step) return s;
   }
   return nullptr;
 }
@@ -51,17 +64,9 @@ bool Scheduler::GrowOrPreempt(Sequence* s, int positions, uint64_t step) {
 
 void Scheduler::Preempt(Sequence* s) {
   Publish(s);  // what it computed stays findable: resuming it is then mostly a prefix-cache hit
-  pool_->Release(s->blocks);
-  s->blocks.clear();
-  s->num_published = 0;
-  pending_slots_.push_back({s->last_use, s->slot});
-  s->slot = -1;
-  s->sched = 0;
-  s->prefill_end = 0;
-  s->kv_written = 0;
-  s->scheduled_outputs = s->num_outputs();
-  s->length_capped = false;
-  ++s->preemptions;
+  SeqResources r = s->Preempt();
+  pool_->Release(r.blocks);
+  pending_slots_.push_back({r.last_use, r.slot});
   ++preemptions_;
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
   AddWaiting(s);
@@ -69,39 +74,32 @@ void Scheduler::Preempt(Sequence* s) {
 
 void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
   SequenceMetadata r;
-  r.seq_id = s->id;
-  r.slot = s->slot;
-  r.slot_gen = s->slot_gen;
-  r.q_begin = s->sched;
+  r.seq_id = s->id();
+  r.slot = s->slot();
+  r.slot_gen = s->slot_gen();
+  r.q_begin = s->sched();
   r.q_len = q_len;
-  r.samples = s->sched + q_len >= s->prefill_end;
-  r.prompt_len = s->prompt_len;
+  r.samples = s->sched() + q_len >= s->prefill_end();
+  r.prompt_len = s->prompt_len();
   const int bs = pool_->block_size();
-  r.num_blocks = static_cast<uint32_t>((s->sched + q_len + bs - 1) / bs);
+  r.num_blocks = static_cast<uint32_t>((s->sched() + q_len + bs - 1) / bs);
   r.block_table_off = static_cast<uint32_t>(out->block_tables.size());
-  out->block_tables.insert(out->block_tables.end(), s->blocks.begin(), s->blocks.begin() + r.num_blocks);
-  r.sampling = &s->req->params.sampling;
-  r.sample_index = static_cast<uint32_t>(s->index);
-  r.logprobs = s->req->params.logprobs;
-  s->sched += q_len;
-  s->last_step = out->step;
-  if (r.samples) {
-    // The token this row samples lands at position s->sched. Length limits are known now, so the row that
-    // produces the last allowed token is the last one ever scheduled: no ghost row for length finishes.
-    ++s->scheduled_outputs;
-    if (s->scheduled_outputs >= s->req->params.max_tokens || s->sched + 1 >= cfg_.max_model_len)
-      s->length_capped = true;
-  }
+  out->block_tables.insert(out->block_tables.end(), s->blocks().begin(), s->blocks().begin() + r.num_blocks);
+  r.sampling = &s->req()->params.sampling;
+  r.sample_index = static_cast<uint32_t>(s->index());
+  r.logprobs = s->req()->params.logprobs;
+  // Length limits are known now, so the row that produces the last allowed token is the last one scheduled.
+  s->RowScheduled(q_len, out->step, cfg_.max_model_len);
   out->rows.push_back(r);
   out->num_tokens += q_len;
 }
 
 bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   if (free_slots_.empty()) return false;
-  const int known = static_cast<int>(s->tokens.size());
+  const int known = static_cast<int>(s->tokens().size());
   std::vector<int32_t> hit;
   if (cfg_.prefix_caching) {
-    hit = pool_->MatchPrefix(s->tokens.data(), known);
+    hit = pool_->MatchPrefix(s->tokens().data(), known);
     // At least one token must run to produce logits: drop a hit that covers everything.
     const int bs = pool_->block_size();
     while (!hit.empty() && static_cast<int>(hit.size()) * bs >= known) {
@@ -111,26 +109,16 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   }
   const int start = static_cast<int>(hit.size()) * pool_->block_size();
   const int chunk = std::min(*budget, known - start);
-  s->blocks = std::move(hit);
-  if (chunk <= 0 || !EnsureBlocks(s, start + chunk)) {
-    pool_->Release(s->blocks);
-    s->blocks.clear();
+  std::vector<int32_t> blocks = std::move(hit);
+  if (chunk <= 0 || !AllocateBlocks(&blocks, start + chunk)) {
+    pool_->Release(blocks);
     return false;
   }
-  s->slot = free_slots_.back();
+  const int slot = free_slots_.back();
   free_slots_.pop_back();
-  s->slot_gen = ++slot_gen_[s->slot];
-  std::copy(s->tokens.begin(), s->tokens.end(), table_->row(s->slot));
-  if (s->preemptions == 0) {
-    s->cached_tokens = start;
-  }
+  std::copy(s->tokens().begin(), s->tokens().end(), table_->row(slot));
   cached_tokens_ += start;
-  s->sched = start;
-  s->kv_written = start;
-  s->num_published = static_cast<int>(s->blocks.size());
-  s->prefill_end = known;
-  s->scheduled_outputs = s->num_outputs();
-  s->status = SeqStatus::kRunning;
+  s->Admit(slot, ++slot_gen_[slot], std::move(blocks), start);
   running_.push_back(s);
   EmitRow(s, chunk, out);
   *budget -= chunk;
@@ -147,10 +135,10 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   std::vector<Sequence*> order = running_;
   bool blocked = false;
   for (Sequence* s : order) {
-    if (s->status != SeqStatus::kRunning || s->length_capped || s->sched < s->prefill_end) continue;
+    if (s->status() != SeqStatus::kRunning || s->length_capped() || s->sched() < s->prefill_end()) continue;
     if (full()) break;
-    if (!GrowOrPreempt(s, s->sched + 1, out->step)) {
-      if (s->inflight == 0) {
+    if (!GrowOrPreempt(s, s->sched() + 1, out->step)) {
+      if (s->inflight() == 0) {
         Preempt(s);
         continue;
       }
@@ -165,10 +153,10 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   //    prompts can never hold each other's blocks forever).
   order = running_;
   for (Sequence* s : order) {
-    if (s->status != SeqStatus::kRunning || s->sched >= s->prefill_end) continue;
+    if (s->status() != SeqStatus::kRunning || s->sched() >= s->prefill_end()) continue;
     if (full()) break;
-    const int chunk = std::min(budget, s->prefill_end - s->sched);
-    if (!GrowOrPreempt(s, s->sched + chunk, out->step)) continue;
+    const int chunk = std::min(budget, s->prefill_end() - s->sched());
+    if (!GrowOrPreempt(s, s->sched() + chunk, out->step)) continue;
     EmitRow(s, chunk, out);
     budget -= chunk;
   }
@@ -176,7 +164,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (full()) break;
     Sequence* s = *it;
-    if (s->held) {
+    if (s->held()) {
       ++it;
       continue;
     }
@@ -188,24 +176,24 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
 void Scheduler::Publish(Sequence* s) {
   if (!cfg_.prefix_caching) return;
   const int bs = pool_->block_size();
-  const int valid = std::min(s->kv_written, static_cast<int>(s->tokens.size()));
-  const int full = std::min(valid / bs, static_cast<int>(s->blocks.size()));
-  if (full <= s->num_published) return;
-  pool_->Publish(s->blocks, s->tokens.data(), full);
-  s->num_published = full;
+  const int valid = std::min(s->kv_written(), static_cast<int>(s->tokens().size()));
+  const int full = std::min(valid / bs, static_cast<int>(s->blocks().size()));
+  if (full <= s->num_published()) return;
+  pool_->Publish(s->blocks(), s->tokens().data(), full);
+  s->Published(full);
 }
 
 void Scheduler::Release(Sequence* s, Fence /*completed*/) {
-  if (s->status == SeqStatus::kWaiting) RemoveWaiting(s);
+  // Finished sequences are no longer queued (Engine::Finish takes them off the waiting list).
   running_.erase(std::remove(running_.begin(), running_.end(), s), running_.end());
-  if (s->slot >= 0) {
-    Publish(s);
-    pool_->Release(s->blocks);
-    s->blocks.clear();
-    pending_slots_.push_back({s->last_use, s->slot});
-    s->slot = -1;
+  const bool had_slot = s->slot() >= 0;
+  if (had_slot) Publish(s);
+  SeqResources r = s->Release();
+  DI_SEQ_CHECK(had_slot || r.blocks.empty());  // blocks come and go with the slot (Admit, Preempt)
+  if (had_slot) {
+    pool_->Release(r.blocks);
+    pending_slots_.push_back({r.last_use, r.slot});
   }
-  s->status = SeqStatus::kReleased;
 }
 
 void Scheduler::Reclaim(Fence completed) {

@@ -51,7 +51,10 @@ class Scheduler {
   Status CheckNoLeaks() const;
 
  private:
-  bool EnsureBlocks(Sequence* s, int positions);  // block table covers [0, positions); false if the pool is short
+  int BlocksMissing(size_t have, int positions) const;  // blocks to add to `have` to cover [0, positions)
+  // `blocks` grows to cover positions [0, positions); false (and `blocks` unchanged) if the pool is short.
+  bool AllocateBlocks(std::vector<int32_t>* blocks, int positions);
+  bool EnsureBlocks(Sequence* s, int positions);  // the same for a running sequence's block table
   Sequence* PickVictim(const Sequence* requester, uint64_t step) const;
   bool GrowOrPreempt(Sequence* s, int positions, uint64_t step);
   void Preempt(Sequence* s);

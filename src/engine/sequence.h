@@ -2,8 +2,14 @@
 // overlap.md section 1): the device view (sched: positions whose forward has been launched) used for KV
 // allocation and scheduling, and the host view (tokens: what the host actually knows) used for stop checks,
 // streaming and prefix-cache publication. They differ by the tokens of steps in flight (`inflight`).
+//
+// Its state changes only through the transitions below, each named after the event it records: the
+// Scheduler admits, schedules, grows, preempts and releases; the Engine records launches, processed steps,
+// committed tokens and the terminal reason. Each transition checks the invariants it relies on.
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +17,16 @@
 #include "engine/output_text.h"
 #include "engine/request.h"
 #include "engine/stream.h"
+
+// Always on: each is one predictable branch per transition, and a broken invariant would otherwise surface
+// as wrong tokens or a leaked block far from its cause.
+#define DI_SEQ_CHECK(cond)                                                                            \
+  do {                                                                                                \
+    if (!(cond)) {                                                                                    \
+      std::fprintf(stderr, "%s:%d: sequence invariant violated: %s\n", __FILE__, __LINE__, #cond);   \
+      std::abort();                                                                                   \
+    }                                                                                                 \
+  } while (0)
 
 namespace deepinfer {
 
@@ -29,37 +45,184 @@ enum class SeqStatus {
   kReleased,  // slot and blocks returned
 };
 
-struct Sequence {
-  uint64_t id = 0;
-  uint64_t arrival = 0;      // admission priority: lower is older
-  Request* req = nullptr;
-  int index = 0;             // sample index within the request (RNG sub-stream)
-  std::vector<int32_t> tokens;  // host view: prompt then committed generated tokens
-  int prompt_len = 0;
-  int num_outputs() const { return static_cast<int>(tokens.size()) - prompt_len; }
+// What a sequence gives back when it is preempted or released: its block table, and its token-table slot
+// (-1: it had none), which may be reused only once `last_use` (the fence of its last launched step) has passed.
+struct SeqResources {
+  std::vector<int32_t> blocks;
+  int slot = -1;
+  Fence last_use = 0;
+};
 
-  SeqStatus status = SeqStatus::kWaiting;
-  std::string finish_reason, stop_reason;
+class Sequence {
+ public:
+  // A new sample `index` of `req`, waiting; its host view starts as the prompt. `held`: it waits for sample
+  // 0's prompt to be in the prefix cache. `text` (may be null) detokenizes and matches stop strings.
+  Sequence(uint64_t id, uint64_t arrival, Request* req, int index, bool held, std::unique_ptr<OutputText> text)
+      : id_(id), arrival_(arrival), req_(req), index_(index), tokens_(req->prompt),
+        prompt_len_(static_cast<int>(req->prompt.size())), held_(held), text_(std::move(text)) {}
+  Sequence(const Sequence&) = delete;
+  Sequence& operator=(const Sequence&) = delete;
+
+  // Identity.
+  uint64_t id() const { return id_; }
+  uint64_t arrival() const { return arrival_; }  // admission priority: lower is older
+  Request* req() const { return req_; }
+  int index() const { return index_; }           // sample index within the request (RNG sub-stream)
+
+  // Host view.
+  const std::vector<int32_t>& tokens() const { return tokens_; }  // prompt then committed generated tokens
+  int prompt_len() const { return prompt_len_; }
+  int num_outputs() const { return static_cast<int>(tokens_.size()) - prompt_len_; }
+  SeqStatus status() const { return status_; }
+  const std::string& finish_reason() const { return finish_reason_; }
+  const std::string& stop_reason() const { return stop_reason_; }
+  OutputText* text() const { return text_.get(); }  // null without a tokenizer
 
   // Device view.
-  int sched = 0;              // positions [0, sched) have been launched
-  int prefill_end = 0;        // positions [0, prefill_end) come from host-written tokens (prompt + recomputed)
-  int scheduled_outputs = 0;  // generated tokens that exist once every launched step lands
-  bool length_capped = false; // the last allowed token is already scheduled: never schedule again
-  int inflight = 0;           // launched steps not yet processed that contain this sequence
-  Fence last_use = 0;         // step_done fence of the last launched step containing it
-  uint64_t last_step = 0;     // the last step given a row for it
-  int kv_written = 0;         // positions whose K/V a processed step wrote
+  int sched() const { return sched_; }                        // positions [0, sched) have been launched
+  int prefill_end() const { return prefill_end_; }            // [0, prefill_end) from host-written tokens
+  int scheduled_outputs() const { return scheduled_outputs_; }  // generated tokens once every launched step lands
+  bool length_capped() const { return length_capped_; }       // the last allowed token is already scheduled
+  int inflight() const { return inflight_; }                  // launched steps not yet processed that contain it
+  Fence last_use() const { return last_use_; }                // step_done fence of the last launched step with it
+  uint64_t last_step() const { return last_step_; }           // the last step given a row for it
+  int kv_written() const { return kv_written_; }              // positions whose K/V a processed step wrote
 
-  std::vector<int32_t> blocks;  // block table
-  int num_published = 0;        // leading blocks already offered to the prefix cache
-  int slot = -1;
-  uint32_t slot_gen = 0;
-  int cached_tokens = 0;        // prompt tokens that came from the prefix cache at first admission
-  bool held = false;            // sample > 0 waiting for sample 0's prompt to be in the prefix cache
-  int preemptions = 0;
+  const std::vector<int32_t>& blocks() const { return blocks_; }  // block table
+  int num_published() const { return num_published_; }           // leading blocks offered to the prefix cache
+  int slot() const { return slot_; }
+  uint32_t slot_gen() const { return slot_gen_; }
+  int cached_tokens() const { return cached_tokens_; }  // prompt tokens from the prefix cache at first admission
+  bool held() const { return held_; }
+  int preemptions() const { return preemptions_; }
 
-  std::unique_ptr<OutputText> text;
+  // ---- Scheduler transitions.
+
+  // Waiting -> running: takes `slot` and `blocks`, whose leading ones came from the prefix cache and hold the
+  // K/V of positions [0, cached_positions). Every known token is (re)computed from the host view.
+  void Admit(int slot, uint32_t slot_gen, std::vector<int32_t> blocks, int cached_positions) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kWaiting && !held_ && slot_ < 0 && blocks_.empty());
+    slot_ = slot;
+    slot_gen_ = slot_gen;
+    blocks_ = std::move(blocks);
+    if (preemptions_ == 0) cached_tokens_ = cached_positions;
+    sched_ = cached_positions;
+    kv_written_ = cached_positions;
+    // Every block held now counts as offered, the freshly allocated ones too: the engine's behaviour before
+    // this class had methods, kept so that prefix-cache hits (cached_tokens) stay as they were. Those fresh
+    // blocks then reach the prefix cache only once the sequence grows past them (probably unintended).
+    num_published_ = static_cast<int>(blocks_.size());
+    prefill_end_ = static_cast<int>(tokens_.size());
+    scheduled_outputs_ = num_outputs();
+    status_ = SeqStatus::kRunning;
+  }
+  // More blocks at the end of the block table (on-demand growth).
+  void AddBlocks(const std::vector<int32_t>& more) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kRunning);
+    blocks_.insert(blocks_.end(), more.begin(), more.end());
+  }
+  // A row of `q_len` positions from sched() was put into `step`. Once the row that yields the last allowed
+  // token (max_tokens, or `max_model_len` positions) is scheduled, the sequence is never scheduled again.
+  void RowScheduled(int q_len, uint64_t step, int max_model_len) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kRunning && !length_capped_ && q_len > 0);
+    const bool samples = sched_ + q_len >= prefill_end_;
+    sched_ += q_len;
+    last_step_ = step;
+    if (samples) {
+      // The token this row samples lands at position sched_: no ghost row for length finishes.
+      ++scheduled_outputs_;
+      if (scheduled_outputs_ >= req_->params.max_tokens || sched_ + 1 >= max_model_len) length_capped_ = true;
+    }
+  }
+  // The first `num_blocks` blocks are in the prefix cache.
+  void Published(int num_blocks) {
+    DI_SEQ_CHECK(num_blocks >= num_published_ && num_blocks <= static_cast<int>(blocks_.size()));
+    num_published_ = num_blocks;
+  }
+  // Running -> waiting, to be recomputed from its known tokens later. Only without a step in flight: its
+  // device state would otherwise be ahead of the host's history (overlap.md 6.7).
+  SeqResources Preempt() {
+    DI_SEQ_CHECK(status_ == SeqStatus::kRunning && inflight_ == 0);
+    SeqResources r = TakeResources();
+    sched_ = 0;
+    prefill_end_ = 0;
+    kv_written_ = 0;
+    scheduled_outputs_ = num_outputs();
+    length_capped_ = false;
+    ++preemptions_;
+    status_ = SeqStatus::kWaiting;
+    return r;
+  }
+  // Finished -> released, once nothing in flight uses its slot or blocks.
+  SeqResources Release() {
+    DI_SEQ_CHECK(status_ == SeqStatus::kFinished && inflight_ == 0);
+    status_ = SeqStatus::kReleased;
+    return TakeResources();
+  }
+
+  // ---- Engine transitions.
+
+  // A step containing it was launched; `done` is that step's completion fence.
+  void Launched(Fence done) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kRunning);
+    ++inflight_;
+    last_use_ = done;
+  }
+  // A launched step containing its positions [.., kv_end) was processed: their K/V are written.
+  void Processed(int kv_end) {
+    DI_SEQ_CHECK(inflight_ > 0);
+    --inflight_;
+    if (kv_end > kv_written_) kv_written_ = kv_end;
+  }
+  // The host learned its next generated token.
+  void Commit(int32_t token) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kRunning && num_outputs() < scheduled_outputs_);
+    tokens_.push_back(token);
+  }
+  // Sample 0's prompt is in the prefix cache (or sample 0 ended): this sample may be admitted.
+  void Unhold() { held_ = false; }
+  // Waiting or running -> finished ("stop", "length", "abort"; `stop_reason`: the stop string matched).
+  void Finish(std::string reason, std::string stop_reason) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kWaiting || status_ == SeqStatus::kRunning);
+    status_ = SeqStatus::kFinished;
+    finish_reason_ = std::move(reason);
+    stop_reason_ = std::move(stop_reason);
+  }
+
+ private:
+  SeqResources TakeResources() {
+    SeqResources r{std::move(blocks_), slot_, last_use_};
+    blocks_.clear();
+    num_published_ = 0;
+    slot_ = -1;
+    return r;
+  }
+
+  const uint64_t id_, arrival_;
+  Request* const req_;
+  const int index_;
+  std::vector<int32_t> tokens_;
+  const int prompt_len_;
+
+  SeqStatus status_ = SeqStatus::kWaiting;
+  std::string finish_reason_, stop_reason_;
+
+  int sched_ = 0, prefill_end_ = 0, scheduled_outputs_ = 0;
+  bool length_capped_ = false;
+  int inflight_ = 0;
+  Fence last_use_ = 0;
+  uint64_t last_step_ = 0;
+  int kv_written_ = 0;
+
+  std::vector<int32_t> blocks_;
+  int num_published_ = 0;
+  int slot_ = -1;
+  uint32_t slot_gen_ = 0;
+  int cached_tokens_ = 0;
+  bool held_ = false;
+  int preemptions_ = 0;
+
+  std::unique_ptr<OutputText> text_;
 };
 
 }  // namespace deepinfer

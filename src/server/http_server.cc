@@ -104,6 +104,7 @@ void HttpServer::Post(Op op) {
     std::lock_guard<std::mutex> lock(ops_mu_);
     ops_.push_back(std::move(op));
   }
+  if (std::this_thread::get_id() == loop_thread_.load(std::memory_order_relaxed)) return;
   const uint64_t one = 1;
   if (::write(wake_fd_, &one, sizeof one) < 0) { /* the counter is saturated: the loop is awake anyway */ }
 }
@@ -129,6 +130,8 @@ void HttpServer::SendChunk(ConnId c, std::string data) {
 }
 
 void HttpServer::EndStream(ConnId c) { Post({Op::kEnd, c, "0\r\n\r\n"}); }
+
+void HttpServer::RunOnLoop(std::function<void()> task) { Post({Op::kTask, 0, {}, std::move(task)}); }
 
 void HttpServer::Stop() {
   stopping_ = true;
@@ -272,12 +275,25 @@ void HttpServer::OnWritable(Conn& c) {
 }
 
 void HttpServer::ApplyOps() {
-  std::vector<Op> ops;
-  {
-    std::lock_guard<std::mutex> lock(ops_mu_);
-    ops.swap(ops_);
+  // Tasks queue more ops (their answers): a few passes send those at once, but never so many that a steady
+  // producer keeps the loop from reading sockets; whatever is left is applied after a non-blocking poll.
+  for (int pass = 0; pass < 3; ++pass) {
+    std::vector<Op> ops;
+    {
+      std::lock_guard<std::mutex> lock(ops_mu_);
+      ops.swap(ops_);
+    }
+    if (ops.empty()) return;
+    ApplyOps(ops);
   }
+}
+
+void HttpServer::ApplyOps(std::vector<Op>& ops) {
   for (Op& op : ops) {
+    if (op.kind == Op::kTask) {
+      op.task();
+      continue;
+    }
     auto it = conns_.find(op.conn);
     if (it == conns_.end()) continue;  // closed meanwhile: drop
     Conn& c = *it->second;
@@ -302,6 +318,8 @@ void HttpServer::ApplyOps() {
       case Op::kChunk:
         if (c.state == Conn::State::kStreaming) QueueWrite(c, std::move(op.bytes));
         break;
+      case Op::kTask:
+        break;  // run above
       case Op::kEnd: {
         if (c.state != Conn::State::kStreaming) break;
         const bool keep = c.keep_alive && !stopping_;
@@ -352,6 +370,7 @@ void HttpServer::Close(Conn& c, bool notify) {
 }
 
 void HttpServer::Run() {
+  loop_thread_ = std::this_thread::get_id();
   epoll_event events[256];
   auto last_sweep = Clock::now();
   bool listening = true;
@@ -369,8 +388,16 @@ void HttpServer::Run() {
         if (auto it = conns_.find(id); it != conns_.end())
           Close(*it->second, it->second->state == Conn::State::kHandling || it->second->state == Conn::State::kStreaming);
     }
-    if (stopping_ && conns_.empty()) return;
-    const int n = ::epoll_wait(epoll_fd_, events, 256, 250);
+    if (stopping_ && conns_.empty()) {
+      loop_thread_ = std::thread::id();  // later posts (the owner shutting down) must not expect a loop
+      return;
+    }
+    bool ops_pending;
+    {
+      std::lock_guard<std::mutex> lock(ops_mu_);
+      ops_pending = !ops_.empty();
+    }
+    const int n = ::epoll_wait(epoll_fd_, events, 256, ops_pending ? 0 : 250);
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == kListenTag) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -57,15 +58,19 @@ class HttpServer {
                    std::vector<std::pair<std::string, std::string>> headers = {});
   void SendChunk(ConnId c, std::string data);
   void EndStream(ConnId c);
+  // Thread-safe: runs `task` on the loop thread, in order with the answers queued before and after it (so a
+  // producer on another thread can hand work to the loop, which then answers from there).
+  void RunOnLoop(std::function<void()> task);
 
   size_t num_connections() const { return num_conns_.load(); }
 
  private:
   struct Conn;
   struct Op {
-    enum Kind { kRespond, kStart, kChunk, kEnd } kind;
+    enum Kind { kRespond, kStart, kChunk, kEnd, kTask } kind;
     ConnId conn;
     std::string bytes;
+    std::function<void()> task = nullptr;  // kTask
   };
   void Post(Op op);
   void Accept();
@@ -73,6 +78,7 @@ class HttpServer {
   void OnWritable(Conn& c);
   void TryParse(Conn& c);
   void ApplyOps();
+  void ApplyOps(std::vector<Op>& ops);
   void SweepTimeouts();
   void Close(Conn& c, bool notify);
   void UpdateInterest(Conn& c);
@@ -90,6 +96,8 @@ class HttpServer {
   std::atomic<bool> stopping_{false}, close_all_{false};
   std::mutex ops_mu_;
   std::vector<Op> ops_;
+  // The thread running Run(): what it posts needs no wakeup, as the loop applies queued ops before it sleeps.
+  std::atomic<std::thread::id> loop_thread_{};
 };
 
 }  // namespace deepinfer

@@ -33,6 +33,38 @@ const char* ErrorType(int status) {
   }
 }
 
+// OpenAI's logprobs object for `lps`, in the chat shape ({"content": [{token, logprob, top_logprobs: [{token,
+// logprob}]}]}) or the completions one ({tokens, token_logprobs, top_logprobs: [{token: logprob}]}, plus
+// text_offset, each token's byte offset in the choice's text starting at `*text_offset`, when given).
+json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogprob>& lps, const size_t* text_offset) {
+  if (chat) {
+    json content = json::array();
+    for (const auto& l : lps) {
+      json top = json::array();
+      for (const auto& [id, v] : l.top) top.push_back({{"token", tok.TokenBytes(id)}, {"logprob", v}});
+      content.push_back({{"token", tok.TokenBytes(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), tops = json::array(), offsets = json::array();
+  size_t offset = text_offset ? *text_offset : 0;
+  for (const auto& l : lps) {
+    std::string t = tok.TokenBytes(l.token);
+    if (text_offset) {
+      offsets.push_back(offset);
+      offset += t.size();
+    }
+    tokens.push_back(std::move(t));
+    token_logprobs.push_back(l.logprob);
+    json top = json::object();
+    for (const auto& [id, v] : l.top) top[tok.TokenBytes(id)] = v;
+    tops.push_back(top);
+  }
+  json out = {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", tops}};
+  if (text_offset) out["text_offset"] = offsets;
+  return out;
+}
+
 }  // namespace
 
 struct OpenAiServer::Call {
@@ -52,7 +84,7 @@ struct OpenAiServer::Call {
     Clock::time_point last_token;
   };
   std::vector<Choice> choices;
-  std::atomic<int> unfinished{0};  // choices not finished (decremented on the engine thread)
+  int unfinished = 0;  // choices not finished
   int prompt_tokens = 0, cached_tokens = 0;
   Clock::time_point start;
   bool first_token_seen = false;
@@ -175,8 +207,14 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
-  for (const auto& p : prompts)
-    if (Status v = engine_.Validate(p, *params); !v.ok()) return Error(c, 400, v.message());
+  // Every prompt is checked before any is queued: a bad one rejects the whole batch. Add does not check again.
+  std::vector<ValidatedRequest> checked;
+  checked.reserve(prompts.size());
+  for (auto& p : prompts) {
+    auto v = engine_.Check(std::move(p), *params);
+    if (!v.ok()) return Error(c, 400, v.status().message());
+    checked.push_back(std::move(*v));
+  }
   if (metrics_.in_flight.load() >= opt_.max_pending) {
     metrics_.requests_rejected++;
     return Error(c, 429, "the server is at its queue limit (" + std::to_string(opt_.max_pending) + " requests); retry later");
@@ -191,39 +229,32 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
   const int n = params->n;
-  call->choices.resize(prompts.size() * n);
-  call->unfinished.store(static_cast<int>(call->choices.size()));
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    call->prompt_tokens += static_cast<int>(prompts[p].size());
+  call->choices.resize(checked.size() * n);
+  call->unfinished = static_cast<int>(call->choices.size());
+  for (size_t p = 0; p < checked.size(); ++p) {
+    call->prompt_tokens += static_cast<int>(checked[p].prompt().size());
     if (echo) {
-      const std::string text = tok_.Decode(prompts[p]);
+      const std::string text = tok_.Decode(checked[p].prompt());
       for (int i = 0; i < n; ++i) call->choices[p * n + i].echo = text;
     }
   }
   call->start = Clock::now();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    calls_[c] = call;
-  }
+  calls_[c] = call;
   metrics_.in_flight++;
   if (stream) http_.StartStream(c, 200, "text/event-stream");
-  for (size_t p = 0; p < prompts.size(); ++p) {
+  for (size_t p = 0; p < checked.size(); ++p) {
     const int offset = static_cast<int>(p) * n;
-    auto id = engine_.Add(std::move(prompts[p]), *params, [this, call, offset](const RequestOutput& ev) { OnOutput(call, ev, offset); });
+    auto id = engine_.Add(std::move(checked[p]), [this, call, offset](const RequestOutput& ev) { HandOff(call, offset, ev); });
     if (id.ok()) {
       call->engine_ids.push_back(*id);
       continue;
     }
     // Only a stopping engine refuses a validated request. Cancel what was queued; report the error.
-    bool forget;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      forget = calls_.erase(c) > 0;
-    }
+    const bool forget = calls_.erase(c) > 0;
     for (uint64_t e : call->engine_ids) engine_.Abort(e);
     // Choices of prompts never queued will not finish: drop them; whoever reaches zero ends the call.
-    if (call->unfinished.fetch_sub(static_cast<int>((prompts.size() - p) * n)) == static_cast<int>((prompts.size() - p) * n) && forget)
-      metrics_.in_flight--;
+    call->unfinished -= static_cast<int>((checked.size() - p) * n);
+    if (call->unfinished == 0 && forget) metrics_.in_flight--;
     if (stream) {  // headers are out: report in-band, as vLLM does, then end the stream
       json e = {{"error", {{"message", id.status().message()}, {"type", "server_error"}, {"param", nullptr}, {"code", 503}}}};
       http_.SendChunk(c, "data: " + Dump(e) + "\n\n");
@@ -237,8 +268,29 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   metrics_.prompt_tokens += call->prompt_tokens;
 }
 
+void OpenAiServer::HandOff(std::shared_ptr<Call> call, int choice_offset, const RequestOutput& ev) {
+  // Runs on the engine thread, inside its host phase, which the overlap loop keeps short: a copy of the event
+  // and, for the first of a batch, a wakeup. JSON, metrics and SSE happen on the HTTP thread (DrainOutputs).
+  bool first;
+  {
+    std::lock_guard<std::mutex> lock(outputs_mu_);
+    first = outputs_.empty();
+    outputs_.push_back({std::move(call), choice_offset, ev});
+  }
+  if (first) http_.RunOnLoop([this] { DrainOutputs(); });
+}
+
+void OpenAiServer::DrainOutputs() {
+  {
+    std::lock_guard<std::mutex> lock(outputs_mu_);
+    draining_.swap(outputs_);  // both keep their capacity: no allocation per batch
+  }
+  for (PendingOutput& o : draining_) OnOutput(o.call, o.event, o.choice_offset);
+  draining_.clear();
+}
+
 void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int offset) {
-  // Runs on the engine thread.
+  // Runs on the HTTP thread, in the engine's order of events.
   Call& k = *call;
   const int index = offset + ev.index;
   Call::Choice& ch = k.choices[index];
@@ -260,25 +312,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   json lp_delta = nullptr;
   if (k.logprobs >= 0 && !ev.logprobs.empty()) {
     ch.raw.insert(ch.raw.end(), ev.logprobs.begin(), ev.logprobs.end());
-    if (k.chat) {
-      json content = json::array();
-      for (const auto& l : ev.logprobs) {
-        json top = json::array();
-        for (const auto& [id, v] : l.top) top.push_back({{"token", tok_.TokenBytes(id)}, {"logprob", v}});
-        content.push_back({{"token", tok_.TokenBytes(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
-      }
-      lp_delta = {{"content", content}};
-    } else {
-      json tokens = json::array(), lps = json::array(), tops = json::array();
-      for (const auto& l : ev.logprobs) {
-        tokens.push_back(tok_.TokenBytes(l.token));
-        lps.push_back(l.logprob);
-        json top = json::object();
-        for (const auto& [id, v] : l.top) top[tok_.TokenBytes(id)] = v;
-        tops.push_back(top);
-      }
-      lp_delta = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}};
-    }
+    if (k.stream) lp_delta = LogprobsJson(tok_, k.chat, ev.logprobs, nullptr);  // no text_offset in deltas
   }
   if (ev.finished) {
     ch.finish_reason = ev.finish_reason;
@@ -310,13 +344,10 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       http_.SendChunk(k.conn, "data: " + Dump(chunk) + "\n\n");
     }
   }
-  if (!ev.finished || k.unfinished.fetch_sub(1) > 1) return;
+  if (!ev.finished || --k.unfinished > 0) return;
   // The whole request is done: forget it first, so a client closing right after the answer is not counted
   // (or aborted) as a disconnect.
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
-  }
+  if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
   metrics_.e2e.Observe(std::chrono::duration<double>(now - k.start).count());
   if (k.stream) {
     if (k.include_usage) {
@@ -331,29 +362,8 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       const Call::Choice& x = k.choices[i];
       json lp = nullptr;
       if (k.logprobs >= 0) {
-        if (k.chat) {
-          json content = json::array();
-          for (const auto& l : x.raw) {
-            json top = json::array();
-            for (const auto& [id, v] : l.top) top.push_back({{"token", tok_.TokenBytes(id)}, {"logprob", v}});
-            content.push_back({{"token", tok_.TokenBytes(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
-          }
-          lp = {{"content", content}};
-        } else {
-          json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
-          size_t off = x.echo.size();
-          for (const auto& l : x.raw) {
-            const std::string t = tok_.TokenBytes(l.token);
-            tokens.push_back(t);
-            lps.push_back(l.logprob);
-            offsets.push_back(off);
-            off += t.size();
-            json top = json::object();
-            for (const auto& [id, v] : l.top) top[tok_.TokenBytes(id)] = v;
-            tops.push_back(top);
-          }
-          lp = {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
-        }
+        const size_t text_start = x.echo.size();
+        lp = LogprobsJson(tok_, k.chat, x.raw, &text_start);
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
       if (k.chat) choice["message"] = {{"role", "assistant"}, {"content", x.text}};
@@ -369,14 +379,10 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
 }
 
 void OpenAiServer::OnClose(HttpServer::ConnId c) {
-  std::shared_ptr<Call> call;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = calls_.find(c);
-    if (it == calls_.end()) return;
-    call = it->second;
-    calls_.erase(it);
-  }
+  auto it = calls_.find(c);
+  if (it == calls_.end()) return;
+  std::shared_ptr<Call> call = std::move(it->second);
+  calls_.erase(it);
   metrics_.requests_aborted_by_client++;
   for (uint64_t id : call->engine_ids) engine_.Abort(id);  // frees their KV; final events still come (dropped)
 }

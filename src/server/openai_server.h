@@ -2,12 +2,16 @@
 // /v1/models, /health, /metrics, /tokenize, /detokenize. Requests are validated into engine parameters
 // (openai_request.h), errors come back in OpenAI's JSON shape with the right status, a client that disconnects
 // aborts its request (its KV is freed at once), and a full queue answers 429 with Retry-After.
+//
+// Threads: everything here runs on the HTTP loop thread except the engine's output callback (HandOff), which
+// only queues the event and wakes the loop; the loop then builds the JSON, updates metrics and writes SSE.
 #pragma once
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "engine/engine.h"
 #include "model/model.h"
@@ -38,6 +42,8 @@ class OpenAiServer {
   // Step 2, after the grace period: close whatever is left (their requests are aborted).
   void CloseAll() { http_.CloseAll(); }
   int64_t in_flight() const { return metrics_.in_flight.load(); }
+  // Thread-safe: runs `task` on the HTTP thread, in order with the answers queued around it (embedders, tests).
+  void RunOnHttpThread(std::function<void()> task) { http_.RunOnLoop(std::move(task)); }
   const std::string& model_name() const { return name_; }
 
  private:
@@ -47,6 +53,15 @@ class OpenAiServer {
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
              const std::string& param = "");
   void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);
+  // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
+  // handled by OnOutput (HTTP thread).
+  struct PendingOutput {
+    std::shared_ptr<Call> call;
+    int choice_offset;
+    RequestOutput event;
+  };
+  void HandOff(std::shared_ptr<Call> call, int choice_offset, const RequestOutput& ev);
+  void DrainOutputs();
   void OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int choice_offset);
   void Tokenize(HttpServer::ConnId c, const HttpRequest& req);
   void Detokenize(HttpServer::ConnId c, const HttpRequest& req);
@@ -60,8 +75,11 @@ class OpenAiServer {
   std::unique_ptr<ChatFormatter> chat_;
   ServerMetrics metrics_;
   HttpServer http_;
-  std::mutex mu_;
-  std::unordered_map<HttpServer::ConnId, std::shared_ptr<Call>> calls_;  // requests in the engine, by connection
+  // Requests in the engine, by connection (HTTP thread only).
+  std::unordered_map<HttpServer::ConnId, std::shared_ptr<Call>> calls_;
+  std::mutex outputs_mu_;
+  std::vector<PendingOutput> outputs_;   // engine events not yet handled, in order (guarded by outputs_mu_)
+  std::vector<PendingOutput> draining_;  // the batch DrainOutputs is handling (HTTP thread only)
   std::atomic<uint64_t> next_id_{1};
 };
 

@@ -456,10 +456,69 @@ TEST(EngineTest, HalfPrecisionKvCache) {
   EXPECT_NEAR(f32[0].samples[0].logprobs[0], bf[0].samples[0].logprobs[0], 0.05);
 }
 
-// Shutdown with requests still running aborts them, drains the pipeline, and leaves nothing behind.
-TEST(EngineTest, ShutdownMidFlightDrainsAndChecksLeaks) {
+// Check validates once and keeps the request: Add(ValidatedRequest) queues it unchecked with the same result
+// as Add(prompt, params); Check's errors are Add's; a request checked by one engine is refused by another.
+TEST(EngineTest, CheckedRequestsQueueWithoutASecondValidation) {
   const Model& m = Stories();
-  auto eng = Engine::Create(m, SmallEngine());
+  auto reqs = MixedWorkload(6, m.config.vocab_size, m.tokenizer->bos_id(), 2, {"."});
+  for (auto& r : reqs) r.abort_after = -1;
+  const EngineOptions opt = SmallEngine();
+  auto ref = RunRequests(m, opt, reqs);
+  auto eng = Engine::Create(m, opt);
+  ASSERT_TRUE(eng.ok());
+  Engine& e = **eng;
+  std::vector<RequestResult> got(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    got[i].samples.resize(reqs[i].params.n);
+    auto v = e.Check(reqs[i].prompt, reqs[i].params);
+    ASSERT_TRUE(v.ok()) << v.status().ToString();
+    EXPECT_EQ(v->prompt(), reqs[i].prompt);
+    ASSERT_TRUE(e.Add(std::move(*v), [&got, i](const RequestOutput& ev) {
+                   SampleResult& s = got[i].samples[ev.index];
+                   s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+                   for (const auto& lp : ev.logprobs) {
+                     s.logprobs.push_back(lp.logprob);
+                     s.top.push_back(lp.top);
+                   }
+                   s.text += ev.text;
+                   got[i].cached_tokens = ev.cached_tokens;
+                   if (ev.finished) {
+                     ++s.finals;
+                     s.finish_reason = ev.finish_reason;
+                     s.stop_reason = ev.stop_reason;
+                   }
+                 }).ok());
+  }
+  ASSERT_TRUE(e.RunUntilIdle().ok());
+  EXPECT_TRUE(e.CheckNoLeaks().ok());
+  ExpectSameResults(ref, got, "Check + Add(ValidatedRequest) vs Add");
+
+  RequestParams bad;
+  bad.max_tokens = 0;
+  auto refused = e.Check({1, 2}, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), e.Validate({1, 2}, bad).message());
+  EXPECT_EQ(refused.status().message(), e.Add({1, 2}, bad, nullptr).status().message());
+
+  auto other = Engine::Create(m, opt);
+  ASSERT_TRUE(other.ok());
+  auto v = e.Check({1, 2}, RequestParams{});
+  ASSERT_TRUE(v.ok());
+  auto id = (*other)->Add(std::move(*v), nullptr);
+  EXPECT_FALSE(id.ok());
+  EXPECT_NE(id.status().message().find("another engine"), std::string::npos) << id.status().message();
+}
+
+// Shutdown with requests still running aborts them, drains the pipeline, and leaves nothing behind; also
+// without overlap, where no step is in flight when the loop stops and the aborts alone release everything.
+class ShutdownMidFlight : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(Overlap, ShutdownMidFlight, ::testing::Bool());
+
+TEST_P(ShutdownMidFlight, DrainsAndChecksLeaks) {
+  const Model& m = Stories();
+  EngineOptions opt = SmallEngine();
+  opt.overlap = GetParam();
+  auto eng = Engine::Create(m, opt);
   ASSERT_TRUE(eng.ok());
   Engine& e = **eng;
   std::atomic<int> finals{0}, aborted{0};
