@@ -54,15 +54,17 @@ StatusOr<ModelConfig> ParseGgufConfig(const GgufFile& g) {
   if (spec->gguf_config) DI_RETURN_IF_ERROR(spec->gguf_config(r, &c));
   c.qk_norm = spec->qk_norm;
   c.attn_bias = spec->attn_bias;
-  const TensorView* embd = g.FindTensor("token_embd.weight");
-  if (!embd) return NotFound(path + ": missing tensor 'token_embd.weight'");
+  const std::string embd_name = TensorName(*spec, WeightFormat::kGguf, TensorId::kTokEmbd);
+  const TensorView* embd = g.FindTensor(embd_name);
+  if (!embd) return NotFound(path + ": missing tensor '" + embd_name + "'");
   if (embd->shape.size() != 2 || embd->shape.front() > (int64_t{1} << 30))
-    return InvalidArgument(path + ": tensor 'token_embd.weight' must be 2-D {vocab, hidden}");
+    return InvalidArgument(path + ": tensor '" + embd_name + "' must be 2-D {vocab, hidden}");
   c.vocab_size = static_cast<int>(embd->shape.front());
-  c.tie_embeddings = g.FindTensor("output.weight") == nullptr;
-  if (const TensorView* rf = g.FindTensor("rope_freqs.weight")) {
+  c.tie_embeddings = g.FindTensor(TensorName(*spec, WeightFormat::kGguf, TensorId::kOutput)) == nullptr;
+  const std::string freqs_name = TensorName(*spec, WeightFormat::kGguf, TensorId::kRopeFreqs);
+  if (const TensorView* rf = g.FindTensor(freqs_name)) {
     if (rf->dtype != DType::kF32 || rf->numel() != c.head_dim / 2)
-      return InvalidArgument(path + ": tensor 'rope_freqs.weight' must be f32 with head_dim/2 entries");
+      return InvalidArgument(path + ": tensor '" + freqs_name + "' must be f32 with head_dim/2 entries");
     const float* p = static_cast<const float*>(rf->data);
     c.rope_freq_factors.assign(p, p + rf->numel());
   }

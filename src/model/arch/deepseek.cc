@@ -110,7 +110,8 @@ Status GgufConfig(const GgufConfigReader& g, ModelConfig* cp) {
   c.topk_group = static_cast<int>(groups_used);
   c.norm_topk_prob = g.Bool("expert_weights_norm", false) && c.n_experts > 0;
   if (auto v = g.Float("expert_weights_scale"); v.ok()) c.routed_scaling_factor = static_cast<float>(*v);
-  c.router_bias = g.file().FindTensor("blk." + std::to_string(c.first_k_dense) + ".exp_probs_b.bias") != nullptr;
+  c.router_bias =
+      g.file().FindTensor(TensorName(DeepseekArch(), WeightFormat::kGguf, TensorId::kFfnExpProbsBias, c.first_k_dense)) != nullptr;
   if (auto t = g.String("rope.scaling.type"); t.ok() && *t == "yarn") {
     auto f = g.Float("rope.scaling.factor");
     auto oc = g.Int("rope.scaling.original_context_length", 0, true);
