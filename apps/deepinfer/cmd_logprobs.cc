@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "engine_flags.h"
 #include "kernels/cpu/ops.h"
+#include "dist/communicator.h"
 #include "model/transformer.h"
 
 namespace deepinfer::cli {
@@ -23,6 +24,7 @@ int CmdLogprobs(int argc, char** argv) {
                 {"mtp", "", "", "", "also run the MTP (next-n) module and print its log-probabilities"},
                 {"threads", "t", "N", "all cores", "compute threads"},
                 DI_WEIGHT_FLAGS,
+                DI_PARALLEL_FLAGS,
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   SetLogLevel(LogLevel::kWarn);
@@ -34,7 +36,11 @@ int CmdLogprobs(int argc, char** argv) {
     if (!v.is_number_integer()) return Fail(InvalidArgument("--tokens must hold integers"));
     ids.push_back(v.get<int32_t>());
   }
+  // Under mpirun every rank runs the same sequence (the parallel layers' collectives need all of them); rank 0
+  // prints.
+  if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
+  if (Status s = CheckSameModelEverywhere(model->source); !s.ok()) return Fail(s);
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
   Transformer tf(*model, static_cast<int>(args.GetInt("chunk")));
   KvCache kv(model->config, n);
@@ -76,6 +82,7 @@ int CmdLogprobs(int argc, char** argv) {
     append_rows(logits.data(), n - 1);
   }
   out += "]}\n";
+  if (dist::World().rank() != 0) return 0;
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "commands.h"
+#include "dist/communicator.h"
+#include "dist/parallel.h"
 
 namespace {
 
@@ -27,7 +29,8 @@ void Usage() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+int Run(int argc, char** argv) {
   using namespace deepinfer::cli;
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
     Usage();
@@ -50,4 +53,15 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n", cmd.c_str());
   Usage();
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Under mpirun every rank runs this same binary; a plain run never touches MPI.
+  deepinfer::dist::InitWorld(&argc, &argv);
+  const int rc = Run(argc, argv);
+  deepinfer::dist::ResetContext();
+  deepinfer::dist::FinalizeWorld();
+  return rc;
 }

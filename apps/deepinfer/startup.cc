@@ -3,11 +3,15 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <vector>
 
 #include "api/engine_impl.h"
 #include "api/model_impl.h"
 #include "commands.h"
 #include "deepinfer/runtime.h"
+#include "base/logging.h"
+#include "dist/parallel.h"
 #include "engine_flags.h"
 
 namespace deepinfer::cli {
@@ -91,6 +95,52 @@ Status EngineOptionsFromArgs(const Args& args, EngineOptions* opt) {
   converted.num_kv_blocks = opt->num_kv_blocks;
   converted.host_overhead_us = opt->host_overhead_us;
   *opt = converted;
+  return Status::Ok();
+}
+
+Status SetupParallel(const Args& args) {
+  dist::Communicator& world = dist::World();
+  auto flag = [&](const char* name) { return args.Has(name) ? static_cast<int>(args.GetInt(name)) : 0; };
+  DI_ASSIGN_OR_RETURN(dist::ParallelConfig pc,
+                      dist::ResolveParallel(world.size(), world.rank(), flag("dp"), flag("tp"), flag("cp"), flag("ep")));
+  dist::Options o;
+  if (args.Has("dist-timeout")) {
+    o.timeout_seconds = std::strtod(args.Get("dist-timeout").c_str(), nullptr);
+    if (!(o.timeout_seconds > 0)) return InvalidArgument("--dist-timeout must be > 0 seconds");
+  }
+  dist::SetOptions(o);
+  if (pc.single()) return Status::Ok();
+  DI_ASSIGN_OR_RETURN(auto ctx, dist::MakeDistContext(world, pc));
+  DI_LOG_INFO("parallel: %s", pc.Describe().c_str());
+  dist::SetContext(std::move(ctx));
+  return Status::Ok();
+}
+
+Status CheckSameModelEverywhere(const std::string& source) {
+  dist::DistContext* d = dist::Context();
+  if (!d) return Status::Ok();
+  // A fingerprint of what the rank loaded: the file's size and its first 64 KiB (GGUF header and metadata, or
+  // an HF directory's config.json), hashed.
+  std::string probe = source;
+  std::error_code ec;
+  if (std::filesystem::is_directory(source, ec)) probe = (std::filesystem::path(source) / "config.json").string();
+  uint64_t fp[2] = {0, 1469598103934665603ull};
+  if (FILE* f = std::fopen(probe.c_str(), "rb")) {
+    std::fseek(f, 0, SEEK_END);
+    fp[0] = static_cast<uint64_t>(std::ftell(f));
+    std::fseek(f, 0, SEEK_SET);
+    std::vector<unsigned char> buf(65536);
+    const size_t n = std::fread(buf.data(), 1, buf.size(), f);
+    std::fclose(f);
+    for (size_t i = 0; i < n; ++i) fp[1] = (fp[1] ^ buf[i]) * 1099511628211ull;
+  }
+  std::vector<uint64_t> all(2 * d->pc.world);
+  DI_RETURN_IF_ERROR(d->control->AllGather(fp, sizeof(fp), all.data()));
+  for (int r = 1; r < d->pc.world; ++r)
+    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
+      return InvalidArgument("rank " + std::to_string(r) + " loaded a different model file than rank 0 (size " +
+                             std::to_string(all[2 * r]) + " vs " + std::to_string(all[0]) +
+                             " bytes, or different metadata): every rank must load the same model");
   return Status::Ok();
 }
 

@@ -30,6 +30,14 @@ namespace deepinfer::cli {
   {"mmap", "", "", "", "keep weights in the mmapped files (no copy, less RAM; slower decode on 4 KiB pages)"},      \
       {"no-mmap", "", "", "", "always copy weights into huge-page memory (default: copy when they fit in RAM)"}
 
+// Multi-process layout (under mpirun; docs/configuration.md "Multi-process").
+#define DI_PARALLEL_FLAGS                                                                                            \
+  {"dp", "", "D", "1", "attention data-parallel groups (each its own scheduler and KV cache)"},                     \
+      {"tp", "", "T", "N/(D*C)", "tensor-parallel ranks per attention group (heads, FFN and vocabulary split)"},    \
+      {"cp", "", "C", "1", "context-parallel ranks per attention group (long prefill; not implemented yet)"},       \
+      {"ep", "", "E", "N/T", "expert-parallel ranks for MoE layers (N: whole experts per rank; 1: experts tensor-split)"}, \
+      {"dist-timeout", "", "S", "30", "seconds a rank waits for a peer before ending the job (a dead or hung rank)"}
+
 // Prints "error: ..." and returns the exit status 1.
 int Fail(const Status& s);
 
@@ -44,6 +52,13 @@ void ApplyLogFlags(const Args& args);
 Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* options);
 // --mmap / --no-mmap (DI_WEIGHT_FLAGS).
 api::ModelOptions ModelOptionsFromArgs(const Args& args);
+// DI_PARALLEL_FLAGS: resolves the rank layout of this job (one process: everything 1) and installs the process's
+// distributed context before any model is loaded. Every rank checks the same flags, so a bad combination fails
+// on every rank with the same message.
+Status SetupParallel(const Args& args);
+// After loading: every rank holds the same model file (size and metadata fingerprint compared over the job).
+Status CheckSameModelEverywhere(const std::string& source);
+
 // Loads MODEL (path or hub reference) through the public API; on failure prints the error and exits.
 std::unique_ptr<api::Model> OpenModelOrDie(const std::string& model_arg, const api::ModelOptions& options);
 

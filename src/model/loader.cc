@@ -16,6 +16,7 @@
 #include "format/safetensors.h"
 #include "model/arch/arch.h"
 #include "model/model.h"
+#include "model/shard.h"
 
 namespace deepinfer {
 
@@ -247,6 +248,7 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   m->source = path;
   m->format = "gguf";
   DI_ASSIGN_OR_RETURN(m->config, ParseGgufConfig(*g));
+  if (const dist::DistContext* d = dist::Context()) DI_RETURN_IF_ERROR(CheckModelSplit(d->pc, m->config));
   GgufFile* gp = g.get();
   TensorSource src{path, [gp](const std::string& n) { return gp->FindTensor(n); }};
   DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kGguf));
@@ -268,6 +270,7 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   m->source = dir;
   m->format = "hf";
   DI_ASSIGN_OR_RETURN(m->config, ParseHfConfig(ss.str(), cfg_path));
+  if (const dist::DistContext* d = dist::Context()) DI_RETURN_IF_ERROR(CheckModelSplit(d->pc, m->config));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
   SafetensorsModel* sp = st.get();
   TensorSource src{dir, [sp](const std::string& n) { return sp->Find(n); }};
@@ -294,7 +297,8 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     for (TensorView* t : Lp->MutableMatrices())
       if (t->data) views.push_back(t);
     for (std::vector<TensorView>* experts : {&Lp->moe.gate, &Lp->moe.up, &Lp->moe.down})
-      for (TensorView& t : *experts) views.push_back(&t);
+      for (TensorView& t : *experts)
+        if (t.data) views.push_back(&t);  // expert parallelism: only this rank's experts
   }
   constexpr size_t kAlign = 4096;
   size_t total = 0;
@@ -356,7 +360,9 @@ StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, cons
   StatusOr<std::unique_ptr<Model>> m = Status(StatusCode::kNotFound, path + ": no such file or directory");
   if (fs::is_directory(path, ec)) m = LoadHf(path);
   else if (fs::exists(path, ec)) m = LoadGguf(path);
-  if (!m.ok() || opts.placement == WeightPlacement::kMmap) return m;
+  if (!m.ok()) return m;
+  if (const dist::DistContext* d = dist::Context(); d && !d->pc.single()) DI_RETURN_IF_ERROR(ShardModel(**m, d->pc));
+  if (opts.placement == WeightPlacement::kMmap) return m;
   DI_RETURN_IF_ERROR(CopyWeights(**m, opts));
   return m;
 }

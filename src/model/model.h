@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/host_buffer.h"
+#include "dist/parallel.h"
 #include "deepinfer/status.h"
 #include "model/config.h"
 #include "model/layers/attention_gqa.h"
@@ -55,6 +56,8 @@ struct Model {
   std::unique_ptr<Tokenizer> tokenizer;
   std::string source;  // path it was loaded from
   std::string format;  // "gguf" or "hf"
+  // The shard of the weights this process holds (model/shard.cc): one process holds everything.
+  dist::ParallelConfig parallel;
 
   ~Model();
   std::shared_ptr<GgufFile> gguf;
@@ -83,6 +86,12 @@ StatusOr<ModelConfig> ParseGgufConfig(const GgufFile& g);
 // Loads a GGUF file or an HF directory (config.json + safetensors + tokenizer.json). Every problem is reported
 // with the file and tensor it concerns.
 
+// Under mpirun (dist::Context() set) the split is checked against the configuration before any weight is read,
+// and the model keeps only this rank's shard (ShardModel).
 StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, const LoadOptions& opts = {});
+
+// Narrows a fully loaded (still mmapped) model to one rank's shard: expert parallelism keeps only the experts of
+// the rank's slots; tensor parallelism keeps the rank's heads, FFN columns and vocabulary rows (model/shard.cc).
+Status ShardModel(Model& m, const dist::ParallelConfig& pc);
 
 }  // namespace deepinfer

@@ -31,7 +31,10 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
   bool any_dense = false;
   for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
   if (any_dense) mlp_ = std::make_unique<DenseMlp>(max_tokens_, c_.intermediate);
-  if (c_.n_experts > 0) moe_ = std::make_unique<MoeMlp>(c_, max_tokens_);
+  dist_ = dist::Context();
+  if (dist_ && dist_->pc.single()) dist_ = nullptr;
+  // Expert parallelism: one expert may receive every rank's tokens.
+  if (c_.n_experts > 0) moe_ = std::make_unique<MoeMlp>(c_, max_tokens_, dist_ ? dist_->pc.world : 1);
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
@@ -167,8 +170,15 @@ void Transformer::Layer(const LayerWeights& L, int l, PagedKvCache& kv) {
   MlpBlock(L);
 }
 
+void Transformer::TpAllReduce(float* data, int rows) {
+  if (!dist_ || dist_->pc.tp == 1 || rows == 0) return;
+  const Status s = dist_->tp->AllReduceSum(data, static_cast<size_t>(rows) * c_.hidden);
+  if (!s.ok()) dist::AbortJob("tensor-parallel all-reduce: " + s.ToString());
+}
+
 void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv) {
   const int n = batch_.n, h = c_.hidden;
+  if (n == 0) return;  // an empty step (another attention group has work): nothing to attend
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (mla_) mla_->Forward(L.mla, batch_, l, kv, xn_.data(), y_.data());
   else gqa_->Forward(L.gqa, batch_, l, kv, xn_.data(), y_.data());
@@ -177,6 +187,16 @@ void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv)
 
 void Transformer::MlpBlock(const LayerWeights& L) {
   const int n = batch_.n, h = c_.hidden;
+  if (L.is_moe() && !L.moe.placement.empty()) {
+    // Expert parallel: collective over every rank, even with no rows here.
+    RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
+    const Status s = moe_->ForwardEp(L.moe, xn_.data(), n, y_.data(), *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp);
+    if (!s.ok()) dist::AbortJob("expert-parallel MoE: " + s.ToString());
+    TpAllReduce(y_.data(), n);
+    for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
+    return;
+  }
+  if (n == 0) return;
   RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (L.is_moe()) moe_->Forward(L.moe, xn_.data(), n, y_.data());
   else mlp_->Forward(L.mlp, xn_.data(), n, y_.data());

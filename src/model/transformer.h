@@ -100,9 +100,12 @@ class Transformer {
   void Layer(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
   void AttentionBlock(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
   void MlpBlock(const LayerWeights& L);
+  // Sums rows x hidden floats over the attention group's tensor-parallel ranks (a no-op with one).
+  void TpAllReduce(float* data, int rows);
 
   const Model& model_;
   const ModelConfig& c_;
+  const dist::DistContext* dist_ = nullptr;  // multi-process (dist::Context()); nullptr: one process
   int max_tokens_;
   // The layers (one instance per kind: scratch is per call, weights are passed per layer).
   std::unique_ptr<GqaAttention> gqa_;

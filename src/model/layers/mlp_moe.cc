@@ -4,11 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/logging.h"
 #include "kernels/cpu/ops.h"
 
 namespace deepinfer {
 
-MoeMlp::MoeMlp(const ModelConfig& c, int max_tokens)
+MoeMlp::MoeMlp(const ModelConfig& c, int max_tokens, int rank_capacity)
     : hidden_(c.hidden), ff_(c.moe_intermediate), n_experts_(c.n_experts), top_k_(c.n_experts_used),
       shared_ff_(c.shared_ffn), max_tokens_(max_tokens) {
   router_.n_experts = c.n_experts;
@@ -30,9 +31,10 @@ MoeMlp::MoeMlp(const ModelConfig& c, int max_tokens)
   router_logits_.resize(m * n_experts_);
   route_e_.resize(m * k);
   route_w_.resize(m * k);
-  in_.resize(m * hidden_);
-  gate_.resize(m * ff_);
-  up_.resize(m * ff_);
+  const size_t cap = m * static_cast<size_t>(std::max(1, rank_capacity));
+  in_.resize(cap * hidden_);
+  gate_.resize(cap * ff_);
+  up_.resize(cap * ff_);
   out_k_.resize(m * k * hidden_);
   rows_.resize(m * k);
   expert_first_.resize(n_experts_ + 1);
@@ -44,40 +46,64 @@ int MoeMlp::DistinctExperts(int n) const {
   return static_cast<int>(std::count(hit.begin(), hit.end(), true));
 }
 
-void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
-  const int h = hidden_, ff = ff_, K = top_k_;
-  MatMul(w.router, xn, n, router_logits_.data());
-  router_.correction_bias = w.exp_probs_bias;  // per layer (empty when the model has none)
-  RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
-  // (token, slot) pairs grouped per expert: one GEMM per expert over its tokens, rows are independent, so a
-  // token's result does not depend on which other tokens share its expert. Experts run in waves of at most
-  // max_tokens gathered rows (the buffers' size); a wave's gate/up products (and the shared experts', in the
-  // first wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert
-  // the batch touched, so the layer streams its expert weights in two passes rather than three per expert.
-  const int pairs = n * K;
-  // Counting sort of the pairs by expert (stable: each expert's pairs stay in token order): rows_ lists them
-  // expert by expert, expert e's at [expert_first_[e], expert_first_[e + 1]).
-  std::fill(expert_first_.begin(), expert_first_.end(), 0);
-  for (int i = 0; i < pairs; ++i) ++expert_first_[route_e_[i] + 1];
-  for (int e = 0; e < n_experts_; ++e) expert_first_[e + 1] += expert_first_[e];
-  sort_next_.assign(expert_first_.begin(), expert_first_.end() - 1);
-  for (int i = 0; i < pairs; ++i) rows_[sort_next_[route_e_[i]]++] = i;
+ExpertPlacement ExpertPlacement::Contiguous(int n_experts, int ranks) {
+  std::vector<int32_t> phy2log(n_experts);
+  for (int e = 0; e < n_experts; ++e) phy2log[e] = e;
+  return FromPhy2Log(std::move(phy2log), n_experts, ranks);
+}
+
+ExpertPlacement ExpertPlacement::FromPhy2Log(std::vector<int32_t> phy2log, int n_experts, int ranks) {
+  ExpertPlacement p;
+  p.per_rank = static_cast<int>(phy2log.size()) / ranks;
+  p.log2phy.assign(n_experts, {});
+  for (size_t s = 0; s < phy2log.size(); ++s) p.log2phy[phy2log[s]].push_back(static_cast<int32_t>(s));
+  p.phy2log = std::move(phy2log);
+  return p;
+}
+
+namespace {
+
+// Counting sort of `count` rows by expert, stable (each expert's rows keep their order): rows lists them expert
+// by expert, expert e's at [first[e], first[e + 1]).
+void SortByExpert(const int32_t* expert_of, int count, int n_experts, std::vector<int>& first, std::vector<int>& next,
+                  std::vector<int32_t>& rows) {
+  first.assign(n_experts + 1, 0);
+  for (int i = 0; i < count; ++i) ++first[expert_of[i] + 1];
+  for (int e = 0; e < n_experts; ++e) first[e + 1] += first[e];
+  next.assign(first.begin(), first.end() - 1);
+  if (static_cast<int>(rows.size()) < count) rows.resize(count);
+  for (int i = 0; i < count; ++i) rows[next[expert_of[i]]++] = i;
+}
+
+}  // namespace
+
+// Rows sorted by expert (rows_, expert_first_) through their experts: row i's input is in_base + (i / in_div) *
+// in_stride, its output goes to out_base + i * hidden. One GEMM per expert over its rows, rows are independent,
+// so a row's result does not depend on which other rows share its expert. Experts run in waves of at most
+// capacity gathered rows (the buffers' size); a wave's gate/up products (and the shared experts', in the first
+// wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert the
+// batch touched, so the layer streams its expert weights in two passes rather than three per expert.
+void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base,
+                        const float* xn, int n, bool shared_pending) {
+  const int h = hidden_, ff = ff_;
+  const int capacity = static_cast<int>(in_.size() / h);
+  shared_pending = shared_pending && n > 0;
   int e = 0;
-  bool shared_pending = !w.shared.empty();
   while (e < n_experts_ || shared_pending) {
-    // The wave: the next experts whose pairs fit in in_, gathered there in sorted order (wave row r is pair
+    // The wave: the next experts whose rows fit in in_, gathered there in sorted order (wave row r is row
     // rows_[wave0 + r]).
     const int wave0 = expert_first_[e];
     wave_.clear();
     for (; e < n_experts_; ++e) {
       const int first = expert_first_[e] - wave0, cnt = expert_first_[e + 1] - expert_first_[e];
       if (cnt == 0) continue;
-      if (first + cnt > max_tokens_) break;
+      if (first + cnt > capacity) break;
       wave_.push_back({e, first, cnt});
     }
     const int rows = expert_first_[e] - wave0;
     for (int r = 0; r < rows; ++r)
-      std::memcpy(in_.data() + static_cast<size_t>(r) * h, xn + static_cast<size_t>(rows_[wave0 + r] / K) * h, sizeof(float) * h);
+      std::memcpy(in_.data() + static_cast<size_t>(r) * h, in_base + static_cast<size_t>(rows_[wave0 + r] / in_div) * in_stride,
+                  sizeof(float) * h);
     jobs_.clear();
     for (const WaveExpert& we : wave_) {
       const float* in = in_.data() + static_cast<size_t>(we.first) * h;
@@ -100,12 +126,25 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
     if (shared) jobs_.push_back({&w.shared.down, sh_gate_.data(), n, sh_out_.data()});
     MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
     for (int r = 0; r < rows; ++r)
-      std::memcpy(out_k_.data() + static_cast<size_t>(rows_[wave0 + r]) * h, in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
+      std::memcpy(out_base + static_cast<size_t>(rows_[wave0 + r]) * h, in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
     shared_pending = false;
+    if (rows == 0 && !shared && e < n_experts_) {
+      DI_LOG_ERROR("moe: an expert has more rows than the buffers hold");
+      std::abort();
+    }
   }
-  // Weighted sum in routing order (best expert first), as llama.cpp adds them.
+}
+
+// out = the weighted sum of each token's expert outputs (out_k_) in routing order (best expert first, as
+// llama.cpp adds them), then the shared experts (sh_out_). mine (optional): rows not marked stay 0.
+void MoeMlp::Combine(const MoeWeights& w, const float* xn, int n, float* out, const std::vector<uint8_t>* mine) {
+  const int h = hidden_, K = top_k_;
   for (int t = 0; t < n; ++t) {
     float* o = out + static_cast<size_t>(t) * h;
+    if (mine && !(*mine)[t]) {
+      std::memset(o, 0, sizeof(float) * h);
+      continue;
+    }
     for (int k = 0; k < K; ++k) {
       const float wk = route_w_[t * K + k];
       const float* y = out_k_.data() + static_cast<size_t>(t * K + k) * h;
@@ -115,19 +154,115 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
         for (int d = 0; d < h; ++d) o[d] += y[d] * wk;
     }
   }
-  if (w.shared.empty()) return;
+  if (w.shared.empty() || n == 0) return;
   // Shared experts, added after the routed sum; Qwen2-MoE scales them per token by sigmoid(x . shared_gate).
-  if (w.shared_gate.data) {
-    MatMul(w.shared_gate, xn, n, sh_scale_.data());
-    for (int t = 0; t < n; ++t) {
+  if (w.shared_gate.data) MatMul(w.shared_gate, xn, n, sh_scale_.data());
+  for (int t = 0; t < n; ++t) {
+    if (mine && !(*mine)[t]) continue;
+    float* o = out + static_cast<size_t>(t) * h;
+    const float* y = sh_out_.data() + static_cast<size_t>(t) * h;
+    if (w.shared_gate.data) {
       const float g = 1.f / (1.f + std::exp(-sh_scale_[t]));
-      float* o = out + static_cast<size_t>(t) * h;
-      const float* y = sh_out_.data() + static_cast<size_t>(t) * h;
       for (int d = 0; d < h; ++d) o[d] += y[d] * g;
+    } else {
+      for (int d = 0; d < h; ++d) o[d] += y[d];
     }
-    return;
   }
-  for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) out[i] += sh_out_[i];
+}
+
+void MoeMlp::Route(const MoeWeights& w, const float* xn, int n) {
+  if (n == 0) return;
+  MatMul(w.router, xn, n, router_logits_.data());
+  router_.correction_bias = w.exp_probs_bias;  // per layer (empty when the model has none)
+  RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
+}
+
+void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
+  Route(w, xn, n);
+  const int pairs = n * top_k_;
+  SortByExpert(route_e_.data(), pairs, n_experts_, expert_first_, sort_next_, rows_);
+  RunExperts(w, xn, static_cast<size_t>(hidden_), top_k_, out_k_.data(), xn, n, !w.shared.empty());
+  Combine(w, xn, n, out, nullptr);
+}
+
+Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out, dist::Communicator& comm, int tp_rank,
+                         int tp_size) {
+  const int h = hidden_, K = top_k_, P = comm.size();
+  const ExpertPlacement& pl = w.placement;
+  const size_t row = static_cast<size_t>(h) + 1;  // [expert id (int32 bits), hidden floats]
+  Route(w, xn, n);
+  // 1. This rank's pairs, each to the owner of one slot of its expert (replicas spread by pair index), packed by
+  //    destination rank in pair order.
+  ep_mine_.assign(n, 0);
+  ep_dest_.clear();
+  ep_order_.clear();
+  ep_counts_.assign(P, 0);
+  for (int t = 0; t < n; ++t) {
+    if (t % tp_size != tp_rank) continue;
+    ep_mine_[t] = 1;
+    for (int k = 0; k < K; ++k) {
+      const auto& slots = pl.log2phy[route_e_[t * K + k]];
+      const int dest = pl.owner(slots[(t * K + k) % slots.size()]);
+      ep_dest_.push_back(dest);
+      ep_order_.push_back(t * K + k);
+      ++ep_counts_[dest];
+    }
+  }
+  const int sent = static_cast<int>(ep_order_.size());
+  std::vector<int64_t> offset(P + 1, 0);
+  for (int r = 0; r < P; ++r) offset[r + 1] = offset[r] + ep_counts_[r];
+  ep_send_.resize(static_cast<size_t>(sent) * row);
+  std::vector<int32_t> pos_of(sent);  // pair j (in ep_order_) sits at packed row pos_of[j]
+  {
+    std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
+    for (int j = 0; j < sent; ++j) {
+      const int pr = static_cast<int>(fill[ep_dest_[j]]++);
+      pos_of[j] = pr;
+      float* dst = ep_send_.data() + static_cast<size_t>(pr) * row;
+      const int32_t expert = route_e_[ep_order_[j]];
+      std::memcpy(dst, &expert, sizeof(int32_t));
+      std::memcpy(dst + 1, xn + static_cast<size_t>(ep_order_[j] / K) * h, sizeof(float) * h);
+    }
+  }
+  // 2. Counts, then the rows (dispatch).
+  std::vector<int64_t> recv_counts(P);
+  DI_RETURN_IF_ERROR(comm.AllToAll(ep_counts_.data(), sizeof(int64_t), recv_counts.data()));
+  int received = 0;
+  ep_send_bytes_.resize(P);
+  ep_recv_bytes_.resize(P);
+  for (int r = 0; r < P; ++r) {
+    ep_send_bytes_[r] = static_cast<size_t>(ep_counts_[r]) * row * sizeof(float);
+    ep_recv_bytes_[r] = static_cast<size_t>(recv_counts[r]) * row * sizeof(float);
+    received += static_cast<int>(recv_counts[r]);
+  }
+  ep_recv_.resize(static_cast<size_t>(received) * row);
+  DI_RETURN_IF_ERROR(comm.AllToAllV(ep_send_.data(), ep_send_bytes_.data(), ep_recv_.data(), ep_recv_bytes_.data()));
+  // 3. The received rows through this rank's experts (and the shared experts over the local rows).
+  std::vector<int32_t> expert_of(received);
+  for (int i = 0; i < received; ++i) {
+    std::memcpy(&expert_of[i], ep_recv_.data() + static_cast<size_t>(i) * row, sizeof(int32_t));
+    if (expert_of[i] < 0 || expert_of[i] >= n_experts_ || !w.gate[expert_of[i]].data)
+      return Internal("moe: received a row for expert " + std::to_string(expert_of[i]) + ", which this rank does not hold");
+  }
+  SortByExpert(expert_of.data(), received, n_experts_, expert_first_, sort_next_, rows_);
+  std::vector<float>& back = ep_back_;
+  back.resize(static_cast<size_t>(received) * h);
+  RunExperts(w, ep_recv_.data() + 1, row, 1, back.data(), xn, n, !w.shared.empty());
+  // 4. The outputs back to where the rows came from (combine), then into out_k_ by pair.
+  for (int r = 0; r < P; ++r) {
+    std::swap(ep_send_bytes_[r], ep_recv_bytes_[r]);
+    ep_send_bytes_[r] = ep_send_bytes_[r] / row * h;
+    ep_recv_bytes_[r] = ep_recv_bytes_[r] / row * h;
+  }
+  ep_ret_.resize(static_cast<size_t>(sent) * h);
+  DI_RETURN_IF_ERROR(comm.AllToAllV(back.data(), ep_send_bytes_.data(), ep_ret_.data(), ep_recv_bytes_.data()));
+  for (int j = 0; j < sent; ++j)
+    std::memcpy(out_k_.data() + static_cast<size_t>(ep_order_[j]) * h, ep_ret_.data() + static_cast<size_t>(pos_of[j]) * h,
+                sizeof(float) * h);
+  ep_pairs_sent_ = sent;
+  ep_rows_computed_ = received;
+  Combine(w, xn, n, out, &ep_mine_);
+  return Status::Ok();
 }
 
 }  // namespace deepinfer

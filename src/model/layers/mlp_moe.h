@@ -5,6 +5,8 @@
 #pragma once
 #include <vector>
 
+#include "dist/communicator.h"
+
 #include "kernels/cpu/gemm.h"
 #include "model/config.h"
 #include "model/layers/mlp_dense.h"
@@ -12,6 +14,20 @@
 #include "tensor/tensor.h"
 
 namespace deepinfer {
+
+// Expert parallelism: where each expert lives. Physical slot p holds logical expert phy2log[p]; expert-parallel
+// rank r owns slots [r * per_rank, (r + 1) * per_rank). A logical expert with several slots (a redundant expert,
+// EPLB) has identical weights in each, so which replica serves a token changes no result. Empty: no EP.
+struct ExpertPlacement {
+  std::vector<int32_t> phy2log;
+  std::vector<std::vector<int32_t>> log2phy;  // per logical expert: its slots, ascending
+  int per_rank = 0;
+  bool empty() const { return phy2log.empty(); }
+  int owner(int slot) const { return slot / per_rank; }
+  // The default placement: experts in order, n_experts / ranks consecutive ones per rank.
+  static ExpertPlacement Contiguous(int n_experts, int ranks);
+  static ExpertPlacement FromPhy2Log(std::vector<int32_t> phy2log, int n_experts, int ranks);
+};
 
 struct MoeWeights {
   TensorView router;                   // {n_experts, hidden} (replicated)
@@ -21,17 +37,39 @@ struct MoeWeights {
   std::vector<TensorView> down;        // {hidden, moe_ff}
   DenseMlpWeights shared;              // shared expert(s) as one SwiGLU of shared_ffn (empty: none)
   TensorView shared_gate;              // qwen2_moe: {1, hidden}, out += sigmoid(x . shared_gate) * shared(x)
+  // Expert parallelism (empty: every expert is local). Under EP only the experts of this rank's slots have
+  // weights (gate/up/down views of the others are empty).
+  ExpertPlacement placement;
 };
 
 class MoeMlp {
  public:
-  MoeMlp(const ModelConfig& c, int max_tokens);
+  // rank_capacity: how many ranks' tokens one expert may receive (expert parallelism sizes the buffers for
+  // every rank routing every token to one expert).
+  MoeMlp(const ModelConfig& c, int max_tokens, int rank_capacity = 1);
   // out (n rows of hidden) = the routed (and shared) experts over xn.
   void Forward(const MoeWeights& w, const float* xn, int n, float* out);
+  // Expert parallel (w.placement set): collective over comm (every rank of the job, each with its own n, which
+  // may be 0). Rows t with t % tp_size == tp_rank are this rank's to route (the other ranks of its attention
+  // tensor-parallel group hold the same rows and route the rest); their (token, slot) pairs go to the ranks
+  // owning the chosen experts' slots (all-to-all-v), come back as expert outputs, and are summed exactly as
+  // Forward sums them (slot order, then the shared experts), so a row's result is bitwise the one-process
+  // result. Rows of the other tp ranks are left 0 in out (the caller's tp all-reduce adds them, exactly).
+  Status ForwardEp(const MoeWeights& w, const float* xn, int n, float* out, dist::Communicator& comm, int tp_rank,
+                   int tp_size);
+  // Expert-parallel traffic of the last ForwardEp: (token, slot) pairs this rank sent and expert rows it computed.
+  int64_t ep_pairs_sent() const { return ep_pairs_sent_; }
+  int64_t ep_rows_computed() const { return ep_rows_computed_; }
   // How many distinct experts the last Forward's n tokens touched (bench layers).
   int DistinctExperts(int n) const;
 
  private:
+  // The expert GEMMs over gathered rows: in_ holds `rows` inputs sorted by expert (expert_first_ offsets); the
+  // outputs replace them in in_. shared: also run the shared experts over xn (n rows) into sh_out_.
+  void RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base, const float* xn,
+                  int n, bool shared);
+  void Route(const MoeWeights& w, const float* xn, int n);
+  void Combine(const MoeWeights& w, const float* xn, int n, float* out, const std::vector<uint8_t>* mine);
   struct WaveExpert {
     int expert, first, count;  // the expert's gathered rows are [first, first + count) of in_
   };
@@ -43,6 +81,13 @@ class MoeMlp {
   std::vector<int> expert_first_, sort_next_;  // pairs sorted by expert: offsets into rows_, fill cursors
   std::vector<MatMulJob> jobs_;
   std::vector<float> sh_gate_, sh_up_, sh_out_, sh_scale_;
+  // Expert parallel: outgoing/incoming rows ([expert id as int32 bits, hidden floats] each) and counts.
+  std::vector<float> ep_send_, ep_recv_, ep_back_, ep_ret_;
+  std::vector<int32_t> ep_dest_, ep_order_;
+  std::vector<size_t> ep_send_bytes_, ep_recv_bytes_;
+  std::vector<int64_t> ep_counts_;
+  std::vector<uint8_t> ep_mine_;
+  int64_t ep_pairs_sent_ = 0, ep_rows_computed_ = 0;
 };
 
 }  // namespace deepinfer

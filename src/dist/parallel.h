@@ -1,0 +1,60 @@
+// How the ranks of a job are laid out (the mpirun contract, docs/configuration.md "Multi-process"):
+//   attention:  rank = (dp_rank * cp + cp_rank) * tp + tp_rank     (D data-parallel groups of C x T ranks)
+//   MoE layers: rank = ep_rank * moe_tp + moe_tp_rank              (E expert-parallel groups of N / E ranks)
+// Each attention group (one dp_rank) runs its own scheduler, KV pool and overlap loop; its tp ranks run that
+// schedule in lockstep (identical inputs, identical sampled tokens). MoE layers are collective over all N ranks.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "deepinfer/status.h"
+#include "dist/communicator.h"
+
+namespace deepinfer::dist {
+
+struct ParallelConfig {
+  int world = 1, rank = 0;
+  int dp = 1, cp = 1, tp = 1, ep = 1;
+
+  int moe_tp() const { return world / ep; }
+  int dp_rank() const { return rank / (cp * tp); }
+  int cp_rank() const { return rank / tp % cp; }
+  int tp_rank() const { return rank % tp; }
+  int ep_rank() const { return rank / moe_tp(); }
+  int moe_tp_rank() const { return rank % moe_tp(); }
+  // The rank that speaks for attention group g (its outputs go to rank 0).
+  int group_leader(int g) const { return g * cp * tp; }
+  bool is_group_leader() const { return rank == group_leader(dp_rank()); }
+  bool single() const { return world == 1; }
+  std::string Describe() const;  // "rank 1/4: dp 1/2, tp 0/2, ep 1/4"
+};
+
+// The flags as given (0 = left out). Left-out --dp/--cp are 1; --tp fills N / (dp * cp); --ep fills N / tp, so
+// that experts are tensor-split exactly like attention unless asked otherwise. Every inconsistency is an error
+// naming the flags and N, returned on every rank before any weight is read.
+StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, int cp, int ep);
+
+// The communicators one rank uses. world/control/moe all span every rank but are separate MPI communicators, so
+// the engine thread (control) and the executor thread (moe, tp) never share one.
+struct DistContext {
+  ParallelConfig pc;
+  std::unique_ptr<Communicator> control;  // engine loop: requests in, outputs and load reports back
+  std::unique_ptr<Communicator> moe;      // MoE dispatch/combine (executor thread)
+  std::unique_ptr<Communicator> tp;       // the attention group's tensor-parallel ranks (executor thread)
+};
+
+StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, const ParallelConfig& pc);
+
+}  // namespace deepinfer::dist
+
+namespace deepinfer::dist {
+
+// The process's distributed context, like the compute pool a property of how the process was launched: set
+// once by the CLI start-up under mpirun (before the model loads), read by the loader (which shard to map), the
+// transformer (which collectives a layer needs) and the engine (the control loop). nullptr: one process.
+void SetContext(std::unique_ptr<DistContext> ctx);
+DistContext* Context();
+// Releases the context's communicators (before FinalizeWorld).
+void ResetContext();
+
+}  // namespace deepinfer::dist
