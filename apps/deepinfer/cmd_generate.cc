@@ -15,6 +15,7 @@
 #include "base/progress.h"
 #include "commands.h"
 #include "deepinfer/deepinfer.h"
+#include "dist/communicator.h"
 #include "startup.h"
 
 namespace deepinfer::cli {
@@ -192,6 +193,7 @@ int CmdGenerate(int argc, char** argv) {
                 {"json", "", "", "", "print {\"text\", \"token_ids\", \"finish_reason\", \"usage\", \"timings\"} as one JSON object"},
                 {"quiet", "q", "", "", "only errors on stderr"},
                 DI_ENGINE_FLAGS,
+                DI_PARALLEL_FLAGS,
                 DI_WEIGHT_FLAGS,
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
@@ -200,7 +202,9 @@ int CmdGenerate(int argc, char** argv) {
   if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
   if (args.Has("input") && (args.Has("prompt") || args.Has("file")))
     return Fail(InvalidArgument("--input cannot be combined with -p/-f"));
+  if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
+  if (Status s = CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
 
   GenerationParams params = DefaultsFromArgs(args);
   if (Status s = params.Validate(model->vocab_size()); !s.ok()) return Fail(s);
@@ -208,6 +212,12 @@ int CmdGenerate(int argc, char** argv) {
   auto engine_or = api::Engine::Create(*model, eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   api::Engine& engine = **engine_or;
+  if (dist::World().rank() != 0) {
+    // Under mpirun rank 0 owns the prompts and the output; the other ranks step with it until it is done.
+    if (Status s = engine.RunUntilIdle(); !s.ok()) return Fail(s);
+    Status leaks = engine.Shutdown();
+    return leaks.ok() ? 0 : Fail(leaks);
+  }
   if (args.Has("input")) return RunBatch(args, *model, engine);
 
   std::string prompt = args.Get("prompt");

@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "deepinfer/deepinfer.h"
 #include "server/openai_server.h"
+#include "dist/communicator.h"
 #include "startup.h"
 
 namespace deepinfer::cli {
@@ -40,6 +41,7 @@ int CmdServe(int argc, char** argv) {
                 {"grace", "", "SECONDS", "10", "on SIGTERM/SIGINT, time in-flight requests get to finish"},
                 {"quiet", "q", "", "", "only errors on stderr"},
                 DI_ENGINE_FLAGS,
+                DI_PARALLEL_FLAGS,
                 DI_WEIGHT_FLAGS,
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
@@ -82,9 +84,20 @@ int CmdServe(int argc, char** argv) {
     setrlimit(RLIMIT_NOFILE, &nofile);
   }
 
+  if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
+  if (Status s = CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
   auto engine = api::Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());
+  if (dist::World().rank() != 0) {
+    // Under mpirun only rank 0 listens; the other ranks step with it until its shutdown ends the job (SIGTERM
+    // and SIGINT stay blocked here: rank 0 decides when the job stops).
+    if (Status s = (*engine)->RunUntilIdle(); !s.ok()) return Fail(s);
+    Status leaks = (*engine)->Shutdown();
+    if (!leaks.ok()) return Fail(leaks);
+    DI_LOG_INFO("rank %d: shutdown complete: KV cache and slots all free", dist::World().rank());
+    return 0;
+  }
   // The HTTP layer works on the internal engine and model (its request parsing and output handling live in
   // src/server); everything up to here is the public API's.
   OpenAiServer server(api::InternalEngine(**engine), api::InternalModel(*model), so);

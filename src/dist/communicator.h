@@ -46,7 +46,8 @@ class Communicator {
   virtual Status AllToAllV(const void* send, const size_t* send_bytes, void* recv, const size_t* recv_bytes) = 0;
   // Fixed-size all-to-all: `bytes` to and from every rank.
   virtual Status AllToAll(const void* send, size_t bytes, void* recv) = 0;
-  virtual Status Broadcast(void* data, size_t bytes, int root) = 0;
+  // timeout_seconds: < 0 the job's timeout (Options), 0 wait forever (an idle follower waiting for work).
+  virtual Status Broadcast(void* data, size_t bytes, int root, double timeout_seconds = -1) = 0;
   virtual Status Barrier() = 0;
   // A new communicator over the ranks passing the same color, ordered by key (MPI_Comm_split).
   virtual StatusOr<std::unique_ptr<Communicator>> Split(int color, int key, const std::string& name) = 0;

@@ -37,7 +37,7 @@ class LocalCommunicator final : public Communicator {
     if (bytes && send != recv) std::memmove(recv, send, bytes);
     return Status::Ok();
   }
-  Status Broadcast(void*, size_t, int root) override {
+  Status Broadcast(void*, size_t, int root, double) override {
     return root == 0 ? Status::Ok() : InvalidArgument("broadcast: root outside the group");
   }
   Status Barrier() override { return Status::Ok(); }

@@ -164,7 +164,7 @@ class MpiCommunicator final : public Communicator {
     return AllToAllV(send, counts.data(), recv, counts.data());
   }
 
-  Status Broadcast(void* data, size_t bytes, int root) override {
+  Status Broadcast(void* data, size_t bytes, int root, double timeout_seconds) override {
     if (root < 0 || root >= size_) return InvalidArgument("broadcast: root outside the group");
     if (size_ == 1 || bytes == 0) return Status::Ok();
     Begin();
@@ -174,7 +174,7 @@ class MpiCommunicator final : public Communicator {
     } else {
       Recv(data, bytes, root);
     }
-    return Wait("broadcast");
+    return Wait("broadcast", timeout_seconds);
   }
 
   Status Barrier() override {
@@ -214,7 +214,8 @@ class MpiCommunicator final : public Communicator {
   }
   // Polls until every request of the call completed: a few yields (the peer is usually just behind), then
   // sleeps growing to 1 ms. Past the timeout, names the ranks whose messages are missing and ends the job.
-  Status Wait(const char* what) {
+  Status Wait(const char* what, double timeout_seconds = -1) {
+    const double timeout = timeout_seconds < 0 ? g_options.timeout_seconds : timeout_seconds;
     if (reqs_.empty()) return Status::Ok();
     const auto t0 = Clock::now();
     int polls = 0;
@@ -229,7 +230,7 @@ class MpiCommunicator final : public Communicator {
       }
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
-      if ((polls & 63) == 0 && std::chrono::duration<double>(Clock::now() - t0).count() > g_options.timeout_seconds) {
+      if (timeout > 0 && (polls & 63) == 0 && std::chrono::duration<double>(Clock::now() - t0).count() > timeout) {
         std::string missing;
         for (size_t i = 0; i < reqs_.size(); ++i) {
           if (peers_[i] < 0 || reqs_[i] == MPI_REQUEST_NULL) continue;
@@ -237,7 +238,7 @@ class MpiCommunicator final : public Communicator {
           MPI_Request_get_status(reqs_[i], &flag, MPI_STATUS_IGNORE);
           if (!flag) missing += (missing.empty() ? "" : ", ") + std::to_string(WorldRank(peers_[i]));
         }
-        AbortJob("the " + name_ + " " + what + " waited " + std::to_string(static_cast<int>(g_options.timeout_seconds)) +
+        AbortJob("the " + name_ + " " + what + " waited " + std::to_string(static_cast<int>(timeout)) +
                  " s for rank(s) " + (missing.empty() ? std::string("?") : missing) +
                  " (dead or hung); ending the job");
       }

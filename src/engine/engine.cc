@@ -60,6 +60,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
       return InvalidArgument("the KV cache budget (" + std::to_string(bytes) + " bytes) holds no block of " +
                              std::to_string(opt.block_size) + " tokens");
   }
+  dist::DistContext* dctx = dist::Context();
+  if (dctx && dctx->pc.single()) dctx = nullptr;
+  if (dctx) {
+    // Every rank the same pool: the tensor-parallel ranks of a group must make identical scheduling decisions,
+    // and rank 0 validates every request against its own pool.
+    int64_t neg = -static_cast<int64_t>(blocks);
+    DI_RETURN_IF_ERROR(dctx->control->AllReduceMax(&neg, 1));
+    blocks = static_cast<int>(-neg);
+  }
   DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(c.kv_layout(), blocks, opt.block_size, opt.kv_dtype));
   DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
               "max_batched_tokens %d, prefix caching %s, overlap %s",
@@ -68,6 +77,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks));
   e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens);
+  if (dctx) e->dist_ = std::make_unique<DistControl>(*dctx, *e);
   return e;
 }
 
@@ -156,6 +166,16 @@ void Engine::Ingest() {
     inbox.swap(inbox_);
     aborts.swap(aborts_);
   }
+  IngestRequests(std::move(inbox), aborts);
+}
+
+void Engine::AbortAll() {
+  std::vector<uint64_t> ids;
+  for (auto& [id, r] : requests_) ids.push_back(id);
+  for (uint64_t id : ids) AbortNow(id);
+}
+
+void Engine::IngestRequests(std::vector<std::unique_ptr<Request>> inbox, const std::vector<uint64_t>& aborts) {
   for (auto& r : inbox) {
     Request* req = r.get();
     req->unfinished = req->params.n;
@@ -178,6 +198,7 @@ void Engine::Ingest() {
 }
 
 bool Engine::HasWork() {
+  if (dist_ && dist_->RemotePending()) return true;
   std::lock_guard<std::mutex> lock(mu_);
   return !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_ != nullptr;
 }
@@ -209,17 +230,20 @@ void Engine::Launch(SchedulerOutputs so) {
 void Engine::StepOnce() {
   const auto t0 = Clock::now();
   double waited = 0;
-  Ingest();
+  if (dist_) dist_->Exchange();
+  else Ingest();
   SchedulerOutputs so;
   so.step = next_step_;
   sched_->Schedule(&so);
+  // Multi-process: a step runs when any rank has rows (MoE layers are collective), empty here if need be.
+  const bool launch = dist_ ? dist_->Sync(!so.empty()) : !so.empty();
   if (opt_.host_overhead_us > 0) {  // bench sim: emulate host work (tokenization, detokenization, ...)
     const auto until = Clock::now() + std::chrono::nanoseconds(static_cast<int64_t>(opt_.host_overhead_us * 1e3));
     while (Clock::now() < until) {
     }
   }
   WorkerStepState* cur = nullptr;
-  if (!so.empty()) {
+  if (launch) {
     cur = &ring_[so.step % 2];
     Launch(std::move(so));
     ++next_step_;
@@ -365,12 +389,18 @@ void Engine::AbortNow(uint64_t request_id) {
 }
 
 Status Engine::RunUntilIdle() {
+  if (dist_ && !dist_->is_root()) {
+    // A follower: step with the job until rank 0 shuts it down.
+    while (!dist_->done()) StepOnce();
+    sched_->Reclaim(stream_.completed());
+    return Status::Ok();
+  }
   int stalls = 0;
   while (HasWork()) {
     const uint64_t before = next_step_;
     const bool had_prev = prev_ != nullptr;
     StepOnce();
-    if (next_step_ == before && !had_prev) {
+    if (next_step_ == before && !had_prev && !dist_) {
       if (++stalls > 3) return Internal("engine: requests are queued but none can be scheduled (a bug)");
     } else {
       stalls = 0;
@@ -384,7 +414,8 @@ void Engine::Start() {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_; });
+        const bool remote = dist_ && dist_->RemotePending();
+        cv_.wait(lock, [&] { return stop_ || remote || !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_; });
         if (stop_) break;
       }
       StepOnce();
@@ -394,6 +425,13 @@ void Engine::Start() {
 }
 
 void Engine::DrainForShutdown() {
+  if (dist_) {
+    // The stop travels with the next exchange; every rank aborts what it holds and steps until the whole job
+    // has drained, then all leave at the same iteration. (A follower whose loop already ended has nothing left.)
+    while (!dist_->done()) StepOnce();
+    sched_->Reclaim(stream_.completed());
+    return;
+  }
   // Abort whatever is left, then run the loop until the pipeline is empty: a launched step is never abandoned.
   Ingest();
   std::vector<uint64_t> ids;

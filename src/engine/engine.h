@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "engine/dist_control.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -103,6 +104,10 @@ class Engine {
   Status CheckNoLeaks() const;
   EngineStats Stats() const;
   void ResetDeviceCounters() { stream_.ResetCounters(); }
+  // Multi-process (under mpirun): the control plane, nullptr in one process. Rank 0 owns I/O: requests are
+  // added there and routed to the attention groups; on the other ranks RunUntilIdle serves rank 0 until it shuts
+  // the job down (Shutdown on rank 0).
+  const DistControl* dist() const { return dist_.get(); }
   const EngineOptions& options() const { return opt_; }
   int max_model_len() const { return sched_cfg_.max_model_len; }
   int num_kv_blocks() const { return pool_->num_blocks(); }
@@ -112,6 +117,8 @@ class Engine {
   bool HasWork();
   void StepOnce();
   void Ingest();
+  void IngestRequests(std::vector<std::unique_ptr<Request>> inbox, const std::vector<uint64_t>& aborts);
+  void AbortAll();
   void Launch(SchedulerOutputs so);
   void Process(WorkerStepState& st);
   void Commit(Sequence* s, const SampledToken& t);
@@ -150,6 +157,9 @@ class Engine {
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
+
+  friend class DistControl;
+  std::unique_ptr<DistControl> dist_;
 };
 
 }  // namespace deepinfer

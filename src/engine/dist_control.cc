@@ -1,0 +1,182 @@
+#include "engine/dist_control.h"
+
+#include <algorithm>
+
+#include "base/logging.h"
+#include "engine/engine.h"
+#include "engine/wire.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr int kAffinitySlack = 2;  // a prefix-affine group is chosen while within this many samples of the least loaded
+
+uint64_t PrefixHash(const std::vector<int32_t>& prompt, int block) {
+  uint64_t h = 1469598103934665603ull;
+  const size_t n = std::min<size_t>(prompt.size(), static_cast<size_t>(block));
+  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint32_t>(prompt[i])) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+DistControl::DistControl(dist::DistContext& ctx, Engine& engine) : ctx_(ctx), e_(engine) {
+  group_load_.assign(ctx_.pc.dp, 0);
+  group_routed_.assign(ctx_.pc.dp, 0);
+  reports_.assign(ctx_.pc.world, RankReport{});
+}
+
+int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
+  int best = 0;
+  for (int g = 1; g < ctx_.pc.dp; ++g)
+    if (group_load_[g] < group_load_[best]) best = g;
+  // Prompts sharing their first KV block go where the first one went (its prefix cache has them), unless
+  // that group is clearly busier.
+  if (static_cast<int>(prompt.size()) >= e_.opt_.block_size) {
+    const uint64_t h = PrefixHash(prompt, e_.opt_.block_size);
+    auto it = prefix_owner_.find(h);
+    if (it != prefix_owner_.end() && group_load_[it->second] <= group_load_[best] + kAffinitySlack) best = it->second;
+    prefix_owner_[h] = best;
+    if (prefix_owner_.size() > 65536) prefix_owner_.clear();  // bounded: affinity is a hint
+  }
+  group_load_[best] += n;
+  ++group_routed_[best];
+  return best;
+}
+
+OutputCallback DistControl::LocalCallback() {
+  if (!ctx_.pc.is_group_leader()) return nullptr;
+  return [this](const RequestOutput& ev) { outbox_.push_back(ev); };
+}
+
+void DistControl::Exchange() {
+  wire::Writer w;
+  std::vector<std::unique_ptr<Request>> local;
+  std::vector<uint64_t> aborts;
+  if (is_root()) {
+    std::vector<std::unique_ptr<Request>> inbox;
+    bool stop;
+    {
+      std::lock_guard<std::mutex> lock(e_.mu_);
+      inbox.swap(e_.inbox_);
+      aborts.swap(e_.aborts_);
+      stop = e_.stop_;
+    }
+    w.Put<uint8_t>(stop && !stopping_);
+    w.Put<uint64_t>(inbox.size());
+    for (auto& r : inbox) {
+      const int g = Route(r->prompt, r->params.n);
+      w.Put(r->id), w.Put(g);
+      wire::PutParams(w, r->params);
+      w.PutVector(r->prompt);
+      if (g == 0) {
+        // Group 0 lives on rank 0 itself: the original callback, plus the routing load's bookkeeping.
+        r->callback = [this, cb = std::move(r->callback)](const RequestOutput& ev) {
+          if (ev.finished) --group_load_[0];
+          if (cb) cb(ev);
+        };
+        local.push_back(std::move(r));
+      } else {
+        remote_[r->id] = Remote{std::move(r->callback), r->params.n, g};
+      }
+    }
+    w.PutVector(aborts);
+    if (stop) stopping_ = true;
+  }
+  // The size, then the message: idle ranks wait here (no timeout on the followers' side: rank 0 may be idle
+  // for hours; a rank 0 that dies ends the job through mpirun).
+  uint64_t size = w.bytes().size();
+  const double wait = is_root() ? -1 : 0;
+  Status s = ctx_.control->Broadcast(&size, sizeof(size), 0, wait);
+  std::vector<uint8_t> msg = std::move(w.bytes());
+  msg.resize(size);
+  if (s.ok() && size) s = ctx_.control->Broadcast(msg.data(), size, 0);
+  if (!s.ok()) dist::AbortJob("control broadcast: " + s.ToString());
+  if (!is_root()) {
+    wire::Reader r(msg.data(), msg.size());
+    if (r.Get<uint8_t>()) stopping_ = true;
+    const uint64_t n = r.Get<uint64_t>();
+    for (uint64_t i = 0; i < n && r.ok(); ++i) {
+      auto req = std::make_unique<Request>();
+      req->id = r.Get<uint64_t>();
+      const int g = r.Get<int>();
+      req->params = wire::GetParams(r);
+      req->prompt = r.GetVector<int32_t>();
+      if (g != ctx_.pc.dp_rank()) continue;
+      req->callback = LocalCallback();
+      local.push_back(std::move(req));
+    }
+    aborts = r.GetVector<uint64_t>();
+    if (!r.ok() || !r.done()) dist::AbortJob("control message from rank 0 is malformed (ranks run different builds?)");
+  }
+  e_.IngestRequests(std::move(local), aborts);
+  if (stopping_) e_.AbortAll();
+}
+
+bool DistControl::Sync(bool has_rows) {
+  RankReport mine;
+  mine.has_rows = has_rows;
+  mine.busy = has_rows || !e_.seqs_.empty() || e_.prev_ != nullptr;
+  {
+    std::lock_guard<std::mutex> lock(e_.stats_mu_);
+    const EngineStats& st = e_.stats_;
+    mine.steps = st.steps, mine.rows = st.rows, mine.prompt_tokens_computed = st.prompt_tokens_computed;
+    mine.generated_tokens = st.generated_tokens, mine.requests_finished = st.requests_finished;
+    mine.running = st.running, mine.waiting = st.waiting;
+    mine.kv_blocks_free = st.kv_blocks_free, mine.kv_blocks_total = st.kv_blocks_total;
+  }
+  mine.assigned_requests = static_cast<int64_t>(e_.requests_.size());
+  mine.moe_bytes_sent = ctx_.moe->bytes_sent();
+  wire::Writer w;
+  w.Put(mine);
+  w.Put<uint64_t>(outbox_.size());
+  for (const RequestOutput& ev : outbox_) wire::PutOutput(w, ev);
+  outbox_.clear();
+  std::vector<uint8_t> all;
+  std::vector<size_t> sizes;
+  if (Status s = ctx_.control->AllGatherV(w.bytes().data(), w.bytes().size(), &all, &sizes); !s.ok())
+    dist::AbortJob("control sync: " + s.ToString());
+  bool launch = false, busy = false;
+  size_t off = 0;
+  std::vector<RankReport> reports(ctx_.pc.world);
+  for (int rank = 0; rank < ctx_.pc.world; ++rank) {
+    wire::Reader r(all.data() + off, sizes[rank]);
+    off += sizes[rank];
+    reports[rank] = r.Get<RankReport>();
+    launch = launch || reports[rank].has_rows;
+    busy = busy || reports[rank].busy;
+    const uint64_t events = r.Get<uint64_t>();
+    if (!is_root() || rank == 0) continue;
+    for (uint64_t i = 0; i < events && r.ok(); ++i) {
+      RequestOutput ev = wire::GetOutput(r);
+      auto it = remote_.find(ev.request_id);
+      if (it == remote_.end()) continue;
+      if (it->second.cb) it->second.cb(ev);
+      if (ev.finished) {
+        --group_load_[it->second.group];
+        if (--it->second.unfinished == 0) remote_.erase(it);
+      }
+    }
+    if (!r.ok()) dist::AbortJob("control report from rank " + std::to_string(rank) + " is malformed");
+  }
+  if (is_root()) {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    reports_ = std::move(reports);
+  }
+  if (stopping_ && !busy && !done_) {
+    done_ = true;
+    if (is_root()) {
+      std::string routed;
+      for (int64_t c : group_routed_) routed += (routed.empty() ? "" : ", ") + std::to_string(c);
+      DI_LOG_INFO("parallel: job drained; requests routed per group: [%s]", routed.c_str());
+    }
+  }
+  return launch;
+}
+
+std::vector<RankReport> DistControl::Reports() const {
+  std::lock_guard<std::mutex> lock(reports_mu_);
+  return reports_;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,82 @@
+// The engine's control plane across the ranks of a multi-process job (research/moe_parallel.md 3.2, SGLang's
+// DP attention): rank 0 owns all I/O, each attention group (dp rank) runs its own scheduler, KV pool and
+// overlap loop, and every rank steps in lockstep because MoE layers are collective over all of them.
+//
+// Each loop iteration of every rank's engine makes two collective calls on the control communicator:
+//   Exchange (top of the iteration): rank 0 broadcasts what arrived since the last one: new requests, each
+//     already routed to a group (least loaded, then prefix affinity), aborts, and the stop signal. The ranks of
+//     the chosen group queue the request with the id rank 0 gave it; the other ranks ignore it.
+//   Sync (after scheduling): every rank contributes whether it has rows to run, whether it still has work, its
+//     counters, and (group leaders) the output events it produced since; every rank learns whether any rank
+//     runs this step, so a rank with nothing to do launches an empty step (its MoE collectives still run), and
+//     rank 0 delivers the remote events to their callbacks in rank order.
+// The tensor-parallel ranks of a group see the same requests at the same iteration and sample the same tokens
+// (full-vocabulary logits on each), so their schedulers stay identical without exchanging schedules.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "dist/parallel.h"
+#include "engine/request.h"
+
+namespace deepinfer {
+
+class Engine;
+
+// One rank's counters as rank 0 last heard them (metrics with dp_rank / ep_rank labels).
+struct RankReport {
+  int64_t has_rows = 0, busy = 0;
+  int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, requests_finished = 0;
+  int64_t running = 0, waiting = 0, kv_blocks_free = 0, kv_blocks_total = 0, assigned_requests = 0;
+  int64_t moe_bytes_sent = 0;
+};
+
+class DistControl {
+ public:
+  DistControl(dist::DistContext& ctx, Engine& engine);
+  bool is_root() const { return ctx_.pc.rank == 0; }
+  const dist::ParallelConfig& pc() const { return ctx_.pc; }
+
+  // Rank 0 only: requests routed to other groups whose final events have not come back yet.
+  bool RemotePending() const { return !remote_.empty(); }
+  // Every rank: the stop signal came and the whole job drained (every rank leaves its loop at this iteration).
+  bool done() const { return done_; }
+  bool stopping() const { return stopping_; }
+
+  // The two collective calls of an iteration (see the header comment). Exchange ingests into the engine;
+  // Sync returns whether this iteration launches a step (on every rank alike).
+  void Exchange();
+  bool Sync(bool has_rows);
+
+  // Rank 0, thread-safe: the latest reports of every rank (index = world rank).
+  std::vector<RankReport> Reports() const;
+
+ private:
+  int Route(const std::vector<int32_t>& prompt, int n);
+  // The callback of a request that lives on this rank's group: the original one on rank 0, else (the group's
+  // leader) an append to the outbox sent to rank 0 at the next Sync, else nothing.
+  OutputCallback LocalCallback();
+
+  dist::DistContext& ctx_;
+  Engine& e_;
+  bool stopping_ = false, done_ = false;
+  // Rank 0: requests living on other groups (callback, samples not yet finished), and the routing state.
+  struct Remote {
+    OutputCallback cb;
+    int unfinished = 0;
+    int group = 0;
+  };
+  std::unordered_map<uint64_t, Remote> remote_;
+  std::vector<int64_t> group_load_;                 // samples in flight per group (routing)
+  std::vector<int64_t> group_routed_;               // requests routed per group since start (logs)
+  std::unordered_map<uint64_t, int> prefix_owner_;  // hash of a prompt's first block -> group it went to
+  // Group leaders: events produced since the last Sync (filled on the engine thread, inside Process).
+  std::vector<RequestOutput> outbox_;
+  mutable std::mutex reports_mu_;
+  std::vector<RankReport> reports_;
+};
+
+}  // namespace deepinfer

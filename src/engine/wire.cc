@@ -1,0 +1,66 @@
+#include "engine/wire.h"
+
+namespace deepinfer::wire {
+
+void PutParams(Writer& w, const RequestParams& p) {
+  const SamplingParams& s = p.sampling;
+  w.Put(s.temperature), w.Put(s.top_k), w.Put(s.top_p), w.Put(s.min_p), w.Put(s.seed);
+  w.Put(s.presence_penalty), w.Put(s.frequency_penalty), w.Put(s.repetition_penalty);
+  w.PutVector(s.logit_bias);
+  w.Put(p.has_seed), w.Put(p.max_tokens), w.Put(p.n);
+  w.Put<uint64_t>(p.stop.size());
+  for (const std::string& x : p.stop) w.PutString(x);
+  w.PutVector(p.stop_token_ids);
+  w.Put(p.ignore_eos), w.Put(p.logprobs), w.Put(p.include_stop_str_in_output);
+}
+
+RequestParams GetParams(Reader& r) {
+  RequestParams p;
+  SamplingParams& s = p.sampling;
+  s.temperature = r.Get<float>(), s.top_k = r.Get<int>(), s.top_p = r.Get<float>(), s.min_p = r.Get<float>();
+  s.seed = r.Get<uint64_t>();
+  s.presence_penalty = r.Get<float>(), s.frequency_penalty = r.Get<float>(), s.repetition_penalty = r.Get<float>();
+  s.logit_bias = r.GetVector<std::pair<int32_t, float>>();
+  p.has_seed = r.Get<bool>(), p.max_tokens = r.Get<int>(), p.n = r.Get<int>();
+  const uint64_t stops = r.Get<uint64_t>();
+  for (uint64_t i = 0; i < stops && r.ok(); ++i) p.stop.push_back(r.GetString());
+  p.stop_token_ids = r.GetVector<int32_t>();
+  p.ignore_eos = r.Get<bool>(), p.logprobs = r.Get<int>(), p.include_stop_str_in_output = r.Get<bool>();
+  return p;
+}
+
+void PutOutput(Writer& w, const RequestOutput& o) {
+  w.Put(o.request_id), w.Put(o.index);
+  w.PutVector(o.token_ids);
+  w.PutString(o.text);
+  w.Put<uint64_t>(o.logprobs.size());
+  for (const TokenLogprob& lp : o.logprobs) {
+    w.Put(lp.token), w.Put(lp.logprob);
+    w.PutVector(lp.top);
+  }
+  w.Put(o.finished);
+  w.PutString(o.finish_reason);
+  w.PutString(o.stop_reason);
+  w.Put(o.prompt_tokens), w.Put(o.cached_tokens), w.Put(o.completion_tokens);
+}
+
+RequestOutput GetOutput(Reader& r) {
+  RequestOutput o;
+  o.request_id = r.Get<uint64_t>(), o.index = r.Get<int>();
+  o.token_ids = r.GetVector<int32_t>();
+  o.text = r.GetString();
+  const uint64_t n = r.Get<uint64_t>();
+  for (uint64_t i = 0; i < n && r.ok(); ++i) {
+    TokenLogprob lp;
+    lp.token = r.Get<int32_t>(), lp.logprob = r.Get<float>();
+    lp.top = r.GetVector<std::pair<int32_t, float>>();
+    o.logprobs.push_back(std::move(lp));
+  }
+  o.finished = r.Get<bool>();
+  o.finish_reason = r.GetString();
+  o.stop_reason = r.GetString();
+  o.prompt_tokens = r.Get<int>(), o.cached_tokens = r.Get<int>(), o.completion_tokens = r.Get<int>();
+  return o;
+}
+
+}  // namespace deepinfer::wire
