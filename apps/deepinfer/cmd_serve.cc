@@ -3,6 +3,7 @@
 // graceful shutdown: stop accepting, give in-flight requests --grace seconds, abort the rest, drain the engine
 // and check for leaks.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <chrono>
@@ -104,7 +105,9 @@ int CmdServe(int argc, char** argv) {
   if (Status s = server.Listen(); !s.ok()) return Fail(s);
   (*engine)->Start();
   std::thread http([&] { server.Run(); });
-  std::printf("deepinfer serve: listening on http://%s:%d\n", so.http.host.c_str(), server.port());
+  // The pid matters under mpirun: SIGTERM to rank 0 itself shuts the whole job down cleanly (mpirun, signalled,
+  // would kill every rank after its odls_base_sigkill_timeout).
+  std::printf("deepinfer serve: listening on http://%s:%d (pid %d)\n", so.http.host.c_str(), server.port(), static_cast<int>(getpid()));
   std::fflush(stdout);
 
   int sig = 0;

@@ -76,4 +76,35 @@ std::string ServerMetrics::Render(const EngineStats& st, const std::string& mode
   return out;
 }
 
+std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist::ParallelConfig& pc0, const std::string& model) {
+  struct Series {
+    const char* name;
+    const char* type;
+    const char* help;
+    int64_t RankReport::*field;
+  };
+  static const Series kSeries[] = {
+      {"deepinfer_rank_steps_total", "counter", "Engine steps this rank ran (empty steps included).", &RankReport::steps},
+      {"deepinfer_rank_generation_tokens_total", "counter", "Tokens this rank's attention group generated.", &RankReport::generated_tokens},
+      {"deepinfer_rank_prompt_tokens_computed_total", "counter", "Prompt tokens this rank computed.", &RankReport::prompt_tokens_computed},
+      {"deepinfer_rank_requests_finished_total", "counter", "Requests this rank's group finished.", &RankReport::requests_finished},
+      {"deepinfer_rank_requests", "gauge", "Requests assigned to this rank's group now.", &RankReport::assigned_requests},
+      {"deepinfer_rank_num_requests_running", "gauge", "Sequences running on this rank.", &RankReport::running},
+      {"deepinfer_rank_kv_blocks_free", "gauge", "Free KV cache blocks on this rank.", &RankReport::kv_blocks_free},
+      {"deepinfer_rank_moe_dispatch_bytes_total", "counter", "Bytes this rank sent in MoE dispatch/combine.", &RankReport::moe_bytes_sent},
+  };
+  std::string out;
+  for (const Series& s : kSeries) {
+    out += std::string("# HELP ") + s.name + " " + s.help + "\n# TYPE " + s.name + " " + s.type + "\n";
+    for (size_t r = 0; r < reports.size(); ++r) {
+      dist::ParallelConfig pc = pc0;
+      pc.rank = static_cast<int>(r);
+      out += std::string(s.name) + "{model_name=\"" + model + "\",rank=\"" + std::to_string(r) + "\",dp_rank=\"" +
+             std::to_string(pc.dp_rank()) + "\",tp_rank=\"" + std::to_string(pc.tp_rank()) + "\",ep_rank=\"" +
+             std::to_string(pc.ep_rank()) + "\"} " + Num(static_cast<double>(reports[r].*s.field)) + "\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace deepinfer

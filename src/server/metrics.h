@@ -1,6 +1,9 @@
 // Prometheus metrics for the API server: counters, gauges read from the engine, and latency histograms,
 // rendered in the text exposition format at GET /metrics. Thread-safe.
 #pragma once
+#include <vector>
+
+#include "engine/dist_control.h"
 #include <atomic>
 #include <mutex>
 #include <string>
@@ -36,5 +39,8 @@ struct ServerMetrics {
 
   std::string Render(const EngineStats& st, const std::string& model_name) const;
 };
+
+// Multi-process: one series per rank (labels dp_rank, tp_rank, ep_rank) from the ranks' latest reports to rank 0.
+std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist::ParallelConfig& pc, const std::string& model_name);
 
 }  // namespace deepinfer

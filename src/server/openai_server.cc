@@ -145,7 +145,9 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   if (p == "/metrics") {
     if (!is_get) return Error(c, 405, "use GET");
     metrics_.requests_ok++;
-    return http_.Respond(c, 200, "text/plain; version=0.0.4", metrics_.Render(engine_.Stats(), name_));
+    std::string body = metrics_.Render(engine_.Stats(), name_);
+    if (const DistControl* d = engine_.dist()) body += RenderRankMetrics(d->Reports(), d->pc(), name_);
+    return http_.Respond(c, 200, "text/plain; version=0.0.4", body);
   }
   const bool known = p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
                      p == "/detokenize";

@@ -11,26 +11,41 @@ export const sharedModels = process.env.DEEPINFER_SHARED_MODELS ?? path.resolve(
 const require = createRequire(path.join(repoRoot, "tools/ref/package.json"));
 export const OpenAI = (await import(require.resolve("openai"))).default;
 
+// DEEPINFER_SERVE_MPI=N runs the server as `mpirun --oversubscribe -np N deepinfer serve ... $DEEPINFER_SERVE_ARGS`
+// (the multi-process suite reruns the SDK tests that way).
 export async function startServer(bin, extraArgs = []) {
-  const args = ["serve", "-m", path.join(sharedModels, "stories260K.gguf"), "--port", "0", ...extraArgs];
-  const proc = spawn(bin, args, {stdio: ["ignore", "pipe", "pipe"], env: {...process.env, DEEPINFER_NO_PROGRESS: "1"}});
+  let args = ["serve", "-m", path.join(sharedModels, "stories260K.gguf"), "--port", "0", ...extraArgs];
+  let cmd = bin;
+  const np = process.env.DEEPINFER_SERVE_MPI;
+  if (np) {
+    args = ["--oversubscribe", "-np", np, bin, ...args, ...(process.env.DEEPINFER_SERVE_ARGS ?? "").split(" ").filter(Boolean)];
+    cmd = "mpirun";
+  }
+  const proc = spawn(cmd, args, {stdio: ["ignore", "pipe", "pipe"],
+                                 env: {...process.env, DEEPINFER_NO_PROGRESS: "1", OMPI_ALLOW_RUN_AS_ROOT: "1",
+                                       OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1"}});
   let log = "";
   proc.stderr.on("data", d => { log += d; });
+  let pid = proc.pid;
   const port = await new Promise((resolve, reject) => {
     let out = "";
     proc.stdout.on("data", d => {
       out += d;
-      const m = out.match(/listening on http:\/\/[^:]+:(\d+)/);
-      if (m) resolve(Number(m[1]));
+      const m = out.match(/listening on http:\/\/[^:]+:(\d+)(?: \(pid (\d+)\))?/);
+      if (m) {
+        if (np && m[2]) pid = Number(m[2]);  // under mpirun: signal rank 0, which ends the job cleanly
+        resolve(Number(m[1]));
+      }
     });
     proc.on("exit", code => reject(new Error(`server exited early (${code}): ${log}`)));
   });
   const base = `http://127.0.0.1:${port}`;
   return {
     proc, port, base,
+    get pidOfRank0() { return pid; },
     log: () => log,
     async stop(signal = "SIGTERM") {
-      const code = await new Promise(resolve => { proc.once("exit", c => resolve(c)); proc.kill(signal); });
+      const code = await new Promise(resolve => { proc.once("exit", c => resolve(c)); process.kill(pid, signal); });
       return code;
     },
   };
