@@ -165,6 +165,8 @@ bool DistControl::Sync(bool has_rows) {
   }
   if (stopping_ && !busy && !done_) {
     done_ = true;
+    DI_LOG_INFO("parallel: rank %d: MoE dispatch/combine sent %.3f MB, waited %.3f s for peers; control plane waited %.3f s",
+                ctx_.pc.rank, ctx_.moe->bytes_sent() / 1e6, ctx_.moe->wait_seconds(), ctx_.control->wait_seconds());
     if (is_root()) {
       std::string routed;
       for (int64_t c : group_routed_) routed += (routed.empty() ? "" : ", ") + std::to_string(c);

@@ -470,6 +470,19 @@ EngineStats Engine::Stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
+  if (dist_ && dist_->is_root()) {
+    // The job's totals: every group's leader's counters as last reported (rank 0's own are the freshest).
+    const std::vector<RankReport> reports = dist_->Reports();
+    for (size_t r = 1; r < reports.size(); ++r) {
+      dist::ParallelConfig pc = dist_->pc();
+      pc.rank = static_cast<int>(r);
+      if (!pc.is_group_leader()) continue;
+      s.rows += reports[r].rows;
+      s.prompt_tokens_computed += reports[r].prompt_tokens_computed;
+      s.generated_tokens += reports[r].generated_tokens;
+      s.requests_finished += reports[r].requests_finished;
+    }
+  }
   s.device_busy_seconds = stream_.busy_seconds();
   s.device_idle_seconds = stream_.idle_seconds();
   return s;
