@@ -31,7 +31,7 @@ const fail = msg => {
 };
 
 function run(cmd, args) {
-  const r = spawnSync(cmd, args, {env, encoding: "utf8", maxBuffer: 1 << 30, timeout: 120000});
+  const r = spawnSync(cmd, args, {env, encoding: "utf8", maxBuffer: 1 << 30, timeout: 60000});
   return {status: r.status, stdout: r.stdout ?? "", stderr: (r.stderr ?? "") + (r.error ? String(r.error) : "")};
 }
 function deepinfer(args) {
@@ -90,6 +90,8 @@ const cases = [
   // MLA, a dense first layer, routed + shared experts, the MTP module (embedding and head split too).
   {name: "deepseek_v3", make: ["--arch", "deepseek_v3", "--mtp", "--experts", "16", "--experts-used", "4", "--layers", "3"],
    splits: MOE, extra: ["--mtp"]},
+  // Quantized weights: o_proj/down slices cut at q8_0 block boundaries (32 columns per rank at --tp 2).
+  {name: "qwen2-q8_0", make: ["--arch", "qwen2", "--dtype", "q8_0"], file: "model.gguf", splits: [["--tp", "2"]]},
   // The vocabulary over 4 ranks: 128, 128, 128, 126 rows; the tied head shares the embedding's slice.
   {name: "llama-vocab510-tied", make: ["--arch", "llama", "--vocab", "510", "--tie", "--seed", "4"], splits: [["--tp", "4"], ["--tp", "2"]]},
 ];
@@ -98,7 +100,7 @@ for (const c of cases) {
   if (only && !c.name.startsWith(only)) continue;
   const dir = path.join(tmp, c.name);
   deepinfer(["make-tiny", "--out", dir, "-q", ...c.make]);
-  const args = ["logprobs", "-m", dir, ...tokens, ...(c.extra ?? [])];
+  const args = ["logprobs", "-m", c.file ? path.join(dir, c.file) : dir, ...tokens, ...(c.extra ?? [])];
   const ref = JSON.parse(deepinfer(args));
   for (const split of c.splits) {
     const np = split.reduce((n, v, i) => (split[i - 1] === "--tp" || split[i - 1] === "--dp" ? n * Number(v) : n), 1);
@@ -125,6 +127,16 @@ if (!only || "refusal".startsWith(only)) {
   const said = r.stderr.split("\n").filter(l => /--tp 3: the model's 4 attention heads/.test(l)).length;
   if (r.status === 0 || said !== 3) fail(`--tp 3 with 4 heads: exit ${r.status}, the heads error on ${said} of 3 ranks:\n${r.stderr.slice(-800)}`);
   else console.log("ok   --tp 3 with 4 heads: refused on all 3 ranks");
+}
+
+// Refusal: q8_0 o_proj at --tp 4 would cut its 32-element blocks (16 input columns per rank).
+if (!only || "refusal".startsWith(only)) {
+  const dir = path.join(tmp, "qwen2-q8_0");
+  if (!fs.existsSync(dir)) deepinfer(["make-tiny", "--out", dir, "-q", "--arch", "qwen2", "--dtype", "q8_0"]);
+  const r = mpirun(4, ["logprobs", "-m", path.join(dir, "model.gguf"), ...tokens, "--tp", "4"]);
+  if (r.status === 0 || !/--tp 4: layer 0 attention output \(q8_0 .*quantization blocks/.test(r.stderr))
+    fail(`q8_0 at --tp 4: exit ${r.status}, expected the block-alignment error:\n${r.stderr.slice(-800)}`);
+  else console.log("ok   q8_0 at --tp 4: refused (o_proj would split inside its quantization blocks)");
 }
 
 fs.rmSync(tmp, {recursive: true, force: true});
