@@ -43,7 +43,7 @@ int CmdLogprobs(int argc, char** argv) {
   if (Status s = CheckSameModelEverywhere(model->source); !s.ok()) return Fail(s);
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
   Transformer tf(*model, static_cast<int>(args.GetInt("chunk")));
-  KvCache kv(model->config, n);
+  KvCache kv(RankKvLayout(*model), n);  // this rank's KV heads under tensor parallelism
   const bool mtp = args.Has("mtp");
   if (mtp && model->mtp.empty()) return Fail(InvalidArgument(args.Get("model") + ": the model has no MTP module"));
   if (mtp && n < 2) return Fail(InvalidArgument("--mtp needs at least two tokens"));

@@ -51,11 +51,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     if (bytes == 0) {
       bytes = static_cast<size_t>(static_cast<double>(AvailableMemoryBytes()) * opt.kv_cache_fraction);
       // No point holding more than every slot at full length needs.
-      const size_t most = PagedKvCache::BytesPerToken(c.kv_layout(), opt.kv_dtype) * opt.max_num_seqs *
+      const size_t most = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype) * opt.max_num_seqs *
                           (static_cast<size_t>(max_len) + opt.block_size);
       if (bytes == 0 || bytes > most) bytes = most;
     }
-    blocks = PagedKvCache::BlocksForBytes(c.kv_layout(), opt.kv_dtype, opt.block_size, bytes);
+    blocks = PagedKvCache::BlocksForBytes(RankKvLayout(model), opt.kv_dtype, opt.block_size, bytes);
     if (blocks < 1)
       return InvalidArgument("the KV cache budget (" + std::to_string(bytes) + " bytes) holds no block of " +
                              std::to_string(opt.block_size) + " tokens");
@@ -69,7 +69,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     DI_RETURN_IF_ERROR(dctx->control->AllReduceMax(&neg, 1));
     blocks = static_cast<int>(-neg);
   }
-  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(c.kv_layout(), blocks, opt.block_size, opt.kv_dtype));
+  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(RankKvLayout(model), blocks, opt.block_size, opt.kv_dtype));
   DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
               "max_batched_tokens %d, prefix caching %s, overlap %s",
               blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype),

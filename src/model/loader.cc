@@ -364,6 +364,7 @@ StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, cons
   if (const dist::DistContext* d = dist::Context(); d && !d->pc.single()) DI_RETURN_IF_ERROR(ShardModel(**m, d->pc));
   if (opts.placement == WeightPlacement::kMmap) return m;
   DI_RETURN_IF_ERROR(CopyWeights(**m, opts));
+  if ((*m)->weights) (*m)->shard_buffers.clear();  // the tensor-parallel slices were copied again with the rest
   return m;
 }
 

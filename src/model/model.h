@@ -46,6 +46,20 @@ struct MtpWeights {
   TensorView embed, head;  // the module's own copies when the checkpoint has them, else the model's
 };
 
+// What one tensor-parallel rank holds (model/shard.cc). With tp == 1 (one process, or expert parallelism
+// alone) the whole model and the fields stay 0; RankConfig/RankKvLayout read it.
+struct ModelShard {
+  int tp = 1, tp_rank = 0;
+  int n_heads = 0, head0 = 0;        // attention heads [head0, head0 + n_heads) of the model's
+  int n_kv_heads = 0, kv_head0 = 0;  // GQA KV heads the rank holds (one replicated head when tp > n_kv)
+  int intermediate = 0;              // dense MLP slice (columns of gate/up rows, of down's inputs)
+  int moe_intermediate = 0;          // per routed expert (whole under expert parallelism)
+  int shared_ffn = 0;                // shared expert slice (whole under expert parallelism)
+  int vocab_begin = 0, vocab_rows = 0;  // rows [vocab_begin, vocab_begin + vocab_rows) of tok_embd and lm_head
+  int vocab_stride = 0;                 // ceil(vocab / tp): rank q's rows start at q * vocab_stride
+  bool split() const { return tp > 1; }
+};
+
 struct Model {
   ModelConfig config;
   TensorView tok_embd;  // {vocab, hidden}
@@ -58,12 +72,23 @@ struct Model {
   std::string format;  // "gguf" or "hf"
   // The shard of the weights this process holds (model/shard.cc): one process holds everything.
   dist::ParallelConfig parallel;
+  ModelShard shard;
 
   ~Model();
   std::shared_ptr<GgufFile> gguf;
   std::shared_ptr<SafetensorsModel> safetensors;
   std::unique_ptr<HostBuffer> weights;  // set when the matrices were copied out of the mmapped files
+  // Tensor parallelism: the row-parallel slices (input columns of o_proj/down), which are not contiguous in
+  // the file, copied out (released once CopyWeights has copied them again), and FP8 block scales of them.
+  std::vector<std::unique_ptr<HostBuffer>> shard_buffers;
+  std::vector<std::vector<float>> shard_scales;
 };
+
+// The configuration this rank's layers run with: model.config with the rank's heads, KV heads and FFN widths
+// under tensor parallelism (vocab_size and everything else unchanged), else model.config itself.
+ModelConfig RankConfig(const Model& m);
+// The KV cache shape of this rank (its KV heads; MLA's latent is whole on every rank).
+KvLayout RankKvLayout(const Model& m);
 
 // Where the weight matrices live while the model runs.
 enum class WeightPlacement {

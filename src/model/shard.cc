@@ -1,11 +1,38 @@
 // Sharding a loaded model over the ranks of a job (dist/parallel.h has the layout). Weights stay views into
 // the mmapped files wherever the shard is contiguous rows, so a rank only ever reads (and, with the copy
-// placement, copies) its own part.
+// placement, copies) its own part. The row-parallel matrices (o_proj, down: a rank needs some input columns of
+// every row) are the exception: their slices are copied into memory the model owns.
+//
+// Tensor parallelism (tp > 1), per attention group of T ranks, rank r:
+//   GQA       q rows of heads [r H/T, (r+1) H/T) (biases likewise); k/v rows of KV heads split the same way when
+//             T divides n_kv, else the one KV head those q heads use (replicated); q/k norms whole; wo columns
+//   MLA       q (or q_b) and kv_b (or v_b) rows of the rank's heads, their W_UK^T; q_a, kv_a, norms whole; wo
+//             columns. The latent cache row is computed whole on every rank.
+//   dense MLP gate/up rows [r F/T, (r+1) F/T), down columns
+//   MoE       pure TP (ep == 1): every routed expert and the shared expert as the dense MLP; router whole.
+//             With ep > 1 the experts follow the expert-parallel placement instead and are not split.
+//   vocab     rows [r ceil(V/T), ...) of tok_embd and lm_head (the last rank's range is shorter when T does not
+//             divide V); tied heads share the slice. MTP modules get the same treatment.
 #include "model/shard.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "base/logging.h"
+#include "base/thread_pool.h"
+#include "model/layers/linear.h"
 
 namespace deepinfer {
+
+namespace {
+
+bool AnyDenseLayer(const ModelConfig& c) {
+  for (int l = 0; l < c.n_layers + c.n_mtp; ++l)
+    if (!c.IsMoeLayer(l)) return true;
+  return false;
+}
+
+}  // namespace
 
 Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
   if (pc.tp > 1) {
@@ -15,12 +42,35 @@ Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
     if (!c.mla && c.n_kv_heads % pc.tp != 0 && pc.tp % c.n_kv_heads != 0)
       return InvalidArgument("--tp " + t + ": the model's " + std::to_string(c.n_kv_heads) +
                              " KV heads neither split " + t + " ways nor divide " + t + " (for replication)");
+    if (AnyDenseLayer(c) && c.intermediate % pc.tp != 0)
+      return InvalidArgument("--tp " + t + ": the model's MLP width " + std::to_string(c.intermediate) + " does not split " + t + " ways");
+    if (c.n_experts > 0 && pc.ep == 1) {  // pure tensor parallelism splits every expert
+      if (c.moe_intermediate % pc.tp != 0)
+        return InvalidArgument("--tp " + t + ": the model's expert width " + std::to_string(c.moe_intermediate) +
+                               " does not split " + t + " ways (expert parallelism, --ep, keeps experts whole)");
+      if (c.shared_ffn % pc.tp != 0)
+        return InvalidArgument("--tp " + t + ": the model's shared expert width " + std::to_string(c.shared_ffn) +
+                               " does not split " + t + " ways");
+    }
   }
   if (c.n_experts > 0 && pc.ep > 1 && c.n_experts % pc.ep != 0)
     return InvalidArgument("--ep " + std::to_string(pc.ep) + ": the model's " + std::to_string(c.n_experts) +
                            " routed experts do not split " + std::to_string(pc.ep) + " ways");
   return Status::Ok();
 }
+
+ModelConfig RankConfig(const Model& m) {
+  ModelConfig c = m.config;
+  if (!m.shard.split()) return c;
+  c.n_heads = m.shard.n_heads;
+  if (!c.mla) c.n_kv_heads = m.shard.n_kv_heads;
+  c.intermediate = m.shard.intermediate;
+  c.moe_intermediate = m.shard.moe_intermediate;
+  c.shared_ffn = m.shard.shared_ffn;
+  return c;
+}
+
+KvLayout RankKvLayout(const Model& m) { return RankConfig(m).kv_layout(); }
 
 namespace {
 
@@ -35,6 +85,171 @@ void ShardExperts(MoeWeights& w, const dist::ParallelConfig& pc, int n_experts) 
     if (!keep[e]) w.gate[e] = w.up[e] = w.down[e] = TensorView{};
 }
 
+std::vector<float> VecSlice(const std::vector<float>& v, size_t first, size_t n) {
+  if (v.empty()) return v;
+  return std::vector<float>(v.begin() + first, v.begin() + first + n);
+}
+
+// Tensor parallelism over one attention group: column-parallel matrices become row views, row-parallel ones
+// are collected (ColumnSlice) and copied out together at the end (Finish).
+class TpSharder {
+ public:
+  TpSharder(Model& m, const dist::ParallelConfig& pc) : m_(m), c_(m.config), T_(pc.tp), r_(pc.tp_rank()), ep_(pc.ep) {}
+
+  Status Run() {
+    ModelShard& s = m_.shard;
+    s.tp = T_;
+    s.tp_rank = r_;
+    s.n_heads = c_.n_heads / T_;
+    s.head0 = r_ * s.n_heads;
+    if (!c_.mla) {
+      if (c_.n_kv_heads % T_ == 0) {
+        s.n_kv_heads = c_.n_kv_heads / T_;
+        s.kv_head0 = r_ * s.n_kv_heads;
+      } else {  // T = n_kv * g: ranks r with the same r / g share the KV head their q heads read
+        s.n_kv_heads = 1;
+        s.kv_head0 = r_ / (T_ / c_.n_kv_heads);
+      }
+    }
+    s.intermediate = c_.intermediate / T_;
+    const bool split_experts = c_.n_experts > 0 && ep_ == 1;
+    s.moe_intermediate = split_experts ? c_.moe_intermediate / T_ : c_.moe_intermediate;
+    s.shared_ffn = split_experts ? c_.shared_ffn / T_ : c_.shared_ffn;
+    s.vocab_stride = (c_.vocab_size + T_ - 1) / T_;
+    s.vocab_begin = std::min(c_.vocab_size, r_ * s.vocab_stride);
+    s.vocab_rows = std::min(s.vocab_stride, c_.vocab_size - s.vocab_begin);
+
+    const void* embd0 = m_.tok_embd.data;
+    const void* head0 = m_.lm_head.data;
+    const bool tied = head0 == embd0;
+    m_.tok_embd = VocabSlice(m_.tok_embd);
+    m_.lm_head = tied ? m_.tok_embd : VocabSlice(m_.lm_head);
+    for (size_t l = 0; l < m_.layers.size(); ++l)
+      DI_RETURN_IF_ERROR(Layer(m_.layers[l], "layer " + std::to_string(l), split_experts));
+    for (size_t k = 0; k < m_.mtp.size(); ++k) {
+      MtpWeights& P = m_.mtp[k];
+      DI_RETURN_IF_ERROR(Layer(P.layer, "MTP module " + std::to_string(k), split_experts));
+      P.embed = P.embed.data == embd0 ? m_.tok_embd : VocabSlice(P.embed);
+      P.head = P.head.data == head0 ? m_.lm_head : VocabSlice(P.head);
+    }
+    return Finish();
+  }
+
+ private:
+  struct Cut {
+    TensorView* t;
+    int64_t c0, n;
+  };
+
+  TensorView VocabSlice(const TensorView& w) { return RowSlice(w, m_.shard.vocab_begin, m_.shard.vocab_rows); }
+
+  // Queues input columns [c0, c0 + n) of every row of t for copying (row-parallel weights).
+  Status ColumnSlice(TensorView& t, int64_t c0, int64_t n, const std::string& what) {
+    const DTypeInfo& info = GetDTypeInfo(t.dtype);
+    if (c0 % info.block_elems != 0 || n % info.block_elems != 0)
+      return InvalidArgument("--tp " + std::to_string(T_) + ": " + what + " (" + DTypeName(t.dtype) + " " + t.ShapeString() +
+                             ") would split inside its " + std::to_string(info.block_elems) + "-element quantization blocks (" +
+                             std::to_string(n) + " input columns per rank)");
+    if (t.block_scale && c0 % TensorView::kFp8Block != 0)
+      return Unimplemented("--tp " + std::to_string(T_) + ": " + what + " (FP8 " + t.ShapeString() +
+                           ") would split inside its 128-column scale blocks (" + std::to_string(n) + " input columns per rank)");
+    cuts_.push_back({&t, c0, n});
+    return Status::Ok();
+  }
+
+  Status Attention(LayerWeights& L, const std::string& where) {
+    const ModelShard& s = m_.shard;
+    if (c_.mla) {
+      MlaWeights& w = L.mla;
+      const int64_t nope = c_.qk_nope_dim, qk = nope + c_.qk_rope_dim, vd = c_.v_head_dim, kvl = c_.kv_lora_rank;
+      const int64_t h0 = s.head0, hn = s.n_heads;
+      if (w.wq.data) w.wq = RowSlice(w.wq, h0 * qk, hn * qk);
+      if (w.wq_b.data) w.wq_b = RowSlice(w.wq_b, h0 * qk, hn * qk);
+      if (w.wkv_b.data) w.wkv_b = RowSlice(w.wkv_b, h0 * (nope + vd), hn * (nope + vd));
+      if (w.wv_b.data) w.wv_b = RowSlice(w.wv_b, h0 * vd, hn * vd);
+      w.uk_t = VecSlice(w.uk_t, static_cast<size_t>(h0 * kvl * nope), static_cast<size_t>(hn * kvl * nope));
+      return ColumnSlice(w.wo, h0 * vd, hn * vd, where + " attention output");
+    }
+    GqaWeights& w = L.gqa;
+    const int64_t hd = c_.head_dim, q0 = s.head0 * hd, qn = s.n_heads * hd, k0 = s.kv_head0 * hd, kn = s.n_kv_heads * hd;
+    w.wq = RowSlice(w.wq, q0, qn);
+    w.wk = RowSlice(w.wk, k0, kn);
+    w.wv = RowSlice(w.wv, k0, kn);
+    w.bq = VecSlice(w.bq, q0, qn);
+    w.bk = VecSlice(w.bk, k0, kn);
+    w.bv = VecSlice(w.bv, k0, kn);
+    return ColumnSlice(w.wo, q0, qn, where + " attention output");
+  }
+
+  // A SwiGLU of width ff: rows [r ff/T, ...) of gate and up, the same input columns of down.
+  Status Mlp(DenseMlpWeights& w, int64_t ff, const std::string& what) {
+    if (w.empty()) return Status::Ok();
+    const int64_t f = ff / T_, f0 = r_ * f;
+    w.gate = RowSlice(w.gate, f0, f);
+    w.up = RowSlice(w.up, f0, f);
+    return ColumnSlice(w.down, f0, f, what);
+  }
+
+  Status Layer(LayerWeights& L, const std::string& where, bool split_experts) {
+    DI_RETURN_IF_ERROR(Attention(L, where));
+    DI_RETURN_IF_ERROR(Mlp(L.mlp, c_.intermediate, where + " MLP down"));
+    if (!L.is_moe() || !split_experts) return Status::Ok();
+    MoeWeights& w = L.moe;
+    const int64_t f = c_.moe_intermediate / T_, f0 = r_ * f;
+    for (size_t e = 0; e < w.gate.size(); ++e) {
+      w.gate[e] = RowSlice(w.gate[e], f0, f);
+      w.up[e] = RowSlice(w.up[e], f0, f);
+      DI_RETURN_IF_ERROR(ColumnSlice(w.down[e], f0, f, where + " expert " + std::to_string(e) + " down"));
+    }
+    return Mlp(w.shared, c_.shared_ffn, where + " shared expert down");
+  }
+
+  // Copies every queued column slice into one buffer the model owns and points the views there.
+  Status Finish() {
+    if (cuts_.empty()) return Status::Ok();
+    constexpr size_t kAlign = 64;
+    std::vector<size_t> offsets;
+    size_t total = 0;
+    for (const Cut& k : cuts_) {
+      offsets.push_back(total);
+      total += (static_cast<size_t>(k.t->rows()) * DTypeBytes(k.t->dtype, k.n) + kAlign - 1) / kAlign * kAlign;
+    }
+    DI_ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buf, HostBuffer::Allocate(total));
+    uint8_t* base = buf->data();
+    ComputePool().Run([&](int tid, int nt) {
+      for (size_t i = tid; i < cuts_.size(); i += nt) {
+        const TensorView& t = *cuts_[i].t;
+        const size_t skip = DTypeBytes(t.dtype, cuts_[i].c0), bytes = DTypeBytes(t.dtype, cuts_[i].n);
+        for (int64_t row = 0; row < t.rows(); ++row) std::memcpy(base + offsets[i] + row * bytes, t.row(row) + skip, bytes);
+      }
+    });
+    for (size_t i = 0; i < cuts_.size(); ++i) {
+      TensorView& t = *cuts_[i].t;
+      const int64_t rows = t.rows(), n = cuts_[i].n;
+      if (t.block_scale) {  // scales of the kept column blocks, for every block row the view spans
+        const int64_t B = TensorView::kFp8Block, brows = (t.scale_row0 + rows + B - 1) / B, bc0 = cuts_[i].c0 / B,
+                      bcols = (n + B - 1) / B;
+        std::vector<float> sc(static_cast<size_t>(brows * bcols));
+        for (int64_t br = 0; br < brows; ++br)
+          for (int64_t bc = 0; bc < bcols; ++bc) sc[br * bcols + bc] = t.block_scale[br * t.scale_cols + bc0 + bc];
+        m_.shard_scales.push_back(std::move(sc));
+        t.block_scale = m_.shard_scales.back().data();
+        t.scale_cols = bcols;
+      }
+      t.data = base + offsets[i];
+      t.shape = {rows, n};
+      t.nbytes = static_cast<size_t>(rows) * DTypeBytes(t.dtype, n);
+    }
+    m_.shard_buffers.push_back(std::move(buf));
+    return Status::Ok();
+  }
+
+  Model& m_;
+  const ModelConfig& c_;
+  const int T_, r_, ep_;
+  std::vector<Cut> cuts_;
+};
+
 }  // namespace
 
 Status ShardModel(Model& m, const dist::ParallelConfig& pc) {
@@ -46,6 +261,7 @@ Status ShardModel(Model& m, const dist::ParallelConfig& pc) {
     for (auto& P : m.mtp)
       if (P.layer.is_moe()) ShardExperts(P.layer.moe, pc, m.config.n_experts);
   }
+  if (pc.tp > 1) DI_RETURN_IF_ERROR(TpSharder(m, pc).Run());
   return Status::Ok();
 }
 

@@ -24,17 +24,18 @@ KvCache::KvCache(const KvLayout& layout, int capacity, DType dtype) : capacity_(
 }
 
 Transformer::Transformer(const Model& model, int max_batch_tokens)
-    : model_(model), c_(model.config), max_tokens_(max_batch_tokens) {
+    : model_(model), c_(model.config), lc_(RankConfig(model)), shard_(model.shard), max_tokens_(max_batch_tokens) {
   const size_t m = static_cast<size_t>(max_tokens_);
-  if (c_.mla) mla_ = std::make_unique<MlaAttention>(c_, max_tokens_);
-  else gqa_ = std::make_unique<GqaAttention>(c_, max_tokens_);
+  // The layers run with this rank's shapes (tensor parallelism: its heads and FFN slices).
+  if (c_.mla) mla_ = std::make_unique<MlaAttention>(lc_, max_tokens_);
+  else gqa_ = std::make_unique<GqaAttention>(lc_, max_tokens_);
   bool any_dense = false;
   for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
-  if (any_dense) mlp_ = std::make_unique<DenseMlp>(max_tokens_, c_.intermediate);
+  if (any_dense) mlp_ = std::make_unique<DenseMlp>(max_tokens_, lc_.intermediate);
   dist_ = dist::Context();
   if (dist_ && dist_->pc.single()) dist_ = nullptr;
   // Expert parallelism: one expert may receive every rank's tokens.
-  if (c_.n_experts > 0) moe_ = std::make_unique<MoeMlp>(c_, max_tokens_, dist_ ? dist_->pc.world : 1);
+  if (c_.n_experts > 0) moe_ = std::make_unique<MoeMlp>(lc_, max_tokens_, dist_ ? dist_->pc.world : 1);
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
@@ -123,15 +124,53 @@ void Transformer::Logits(const std::vector<float>& norm, const TensorView& head,
   for (int r = 0; r < rows; ++r)
     RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
             xn_.data() + static_cast<size_t>(r) * h);
-  MatMul(head, xn_.data(), rows, logits);
+  if (!shard_.split()) {
+    MatMul(head, xn_.data(), rows, logits);
+    return;
+  }
+  // Vocabulary parallel: rows x stride per rank (the last rank's slice zero-padded), gathered in rank order.
+  const int V = c_.vocab_size, stride = shard_.vocab_stride, T = shard_.tp, nv = shard_.vocab_rows;
+  const size_t slice = static_cast<size_t>(rows) * stride;
+  vocab_local_.assign(slice, 0.f);
+  vocab_gather_.resize(slice * T);
+  if (nv > 0) {
+    MatMul(head, xn_.data(), rows, vocab_gather_.data());  // rows x nv, repacked to the padded stride
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(vocab_local_.data() + static_cast<size_t>(r) * stride, vocab_gather_.data() + static_cast<size_t>(r) * nv,
+                  sizeof(float) * nv);
+  }
+  const Status s = dist_->tp->AllGather(vocab_local_.data(), slice * sizeof(float), vocab_gather_.data());
+  if (!s.ok()) dist::AbortJob("tensor-parallel logits all-gather: " + s.ToString());
+  for (int q = 0; q < T; ++q) {
+    const int v0 = std::min(V, q * stride), n = std::min(stride, V - v0);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(logits + static_cast<size_t>(r) * V + v0, vocab_gather_.data() + (static_cast<size_t>(q) * rows + r) * stride,
+                  sizeof(float) * n);
+  }
+}
+
+void Transformer::Embed(const TensorView& embd, int total) {
+  const int h = c_.hidden;
+  if (!shard_.split()) {
+    for (int r = 0; r < total; ++r)
+      DequantizeRow(embd.dtype, embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+    return;
+  }
+  const int v0 = shard_.vocab_begin, nv = shard_.vocab_rows;
+  for (int r = 0; r < total; ++r) {
+    float* out = x_.data() + static_cast<size_t>(r) * h;
+    const int t = tokens_[r] - v0;
+    if (t >= 0 && t < nv) DequantizeRow(embd.dtype, embd.row(t), out, h);
+    else std::memset(out, 0, sizeof(float) * h);
+  }
+  TpAllReduce(x_.data(), total);  // one rank holds each row, the others add zeros: exact
 }
 
 Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits, float* hidden) {
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
   const int h = c_.hidden;
-  for (int r = 0; r < total; ++r)
-    DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+  Embed(model_.tok_embd, total);
   for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, kv);
   if (hidden) RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
   if (!logit_rows_.empty()) Logits(model_.out_norm, model_.lm_head, logits);
@@ -139,7 +178,7 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
 }
 
 KvLayout Transformer::MtpKvLayout() const {
-  KvLayout layout = c_.kv_layout();
+  KvLayout layout = lc_.kv_layout();
   layout.num_layers = std::max(1, c_.n_mtp);
   return layout;
 }
@@ -153,10 +192,10 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   const MtpWeights& P = model_.mtp[k];
   const int h = c_.hidden;
   mtp_in_.resize(static_cast<size_t>(max_tokens_) * 2 * h);
+  Embed(P.embed, total);  // into x_, which eh_proj overwrites below
   for (int r = 0; r < total; ++r) {
     float* in = mtp_in_.data() + static_cast<size_t>(r) * 2 * h;
-    DequantizeRow(P.embed.dtype, P.embed.row(tokens_[r]), in, h);
-    RmsNorm(in, P.enorm.data(), c_.rms_eps, 1, h, in);
+    RmsNorm(x_.data() + static_cast<size_t>(r) * h, P.enorm.data(), c_.rms_eps, 1, h, in);
     RmsNorm(hidden + static_cast<size_t>(r) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
   }
   MatMul(P.eh_proj, mtp_in_.data(), total, x_.data());
@@ -182,6 +221,7 @@ void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv)
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (mla_) mla_->Forward(L.mla, batch_, l, kv, xn_.data(), y_.data());
   else gqa_->Forward(L.gqa, batch_, l, kv, xn_.data(), y_.data());
+  TpAllReduce(y_.data(), n);  // tensor parallel: each rank's o_proj covers its heads
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
 }
 
@@ -200,6 +240,7 @@ void Transformer::MlpBlock(const LayerWeights& L) {
   RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (L.is_moe()) moe_->Forward(L.moe, xn_.data(), n, y_.data());
   else mlp_->Forward(L.mlp, xn_.data(), n, y_.data());
+  TpAllReduce(y_.data(), n);  // tensor parallel: each rank's down projection covers its FFN slice
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
 }
 
@@ -207,9 +248,7 @@ Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, 
   if (l < 0 || l >= c_.n_layers) return InvalidArgument("bench: no layer " + std::to_string(l));
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
-  const int h = c_.hidden;
-  for (int r = 0; r < total; ++r)
-    DequantizeRow(model_.tok_embd.dtype, model_.tok_embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+  Embed(model_.tok_embd, total);
   AttentionBlock(model_.layers[l], l, kv);
   return Status::Ok();
 }

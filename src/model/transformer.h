@@ -67,7 +67,7 @@ class Transformer {
   // positions are those of the hidden states (as vLLM and SGLang run it; a uniform shift would not change
   // attention, which only sees relative positions).
   Status ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv, float* logits);
-  // The shape of an MTP KV cache: one layer per MTP module.
+  // The shape of this rank's MTP KV cache: one layer per MTP module.
   KvLayout MtpKvLayout() const;
 
   // Single sequence: tokens at positions [start, start + n). Writes vocab-size logits for every token when
@@ -95,7 +95,12 @@ class Transformer {
  private:
   // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows.
   Status PlanBatch(const SeqForward* seqs, int num_seqs, int block_size, int* total);
+  // The final norm of the logit rows and the vocabulary projection; under tensor parallelism each rank
+  // projects its vocabulary rows and the slices are all-gathered, so every rank returns the full logits.
   void Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
+  // x_ = the embeddings of the batch's tokens (tensor parallel: each rank fills the rows of its vocabulary
+  // slice, zeros elsewhere, and the all-reduce completes them exactly).
+  void Embed(const TensorView& embd, int total);
   // One decoder layer over x_ (batch_.n rows); its K/V go to layer kv_layer of kv. The two residual blocks:
   void Layer(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
   void AttentionBlock(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
@@ -105,6 +110,8 @@ class Transformer {
 
   const Model& model_;
   const ModelConfig& c_;
+  const ModelConfig lc_;  // this rank's shapes (RankConfig): local heads, KV heads, FFN widths
+  const ModelShard& shard_;
   const dist::DistContext* dist_ = nullptr;  // multi-process (dist::Context()); nullptr: one process
   int max_tokens_;
   // The layers (one instance per kind: scratch is per call, weights are passed per layer).
@@ -117,6 +124,7 @@ class Transformer {
   std::vector<float> mtp_in_;  // MTP: [enorm(embedding), hnorm(h)] per row
   std::vector<AttnSeq> attn_seqs_;
   std::vector<int32_t> logit_rows_;
+  std::vector<float> vocab_local_, vocab_gather_;  // tensor parallel: this rank's logits, every rank's
   BatchView batch_;
 };
 

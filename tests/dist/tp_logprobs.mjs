@@ -1,0 +1,143 @@
+// Tensor parallelism (--tp) against one process: tiny random models of every attention/MLP kind, full-vocabulary
+// log-probabilities at every position of a 16-token prompt.
+//   - |delta log-prob| <= 1e-5 over every position and the whole vocabulary, argmax equal at every position
+//     (f32 weights). The split changes the summation order of o_proj/down (partial sums over each rank's heads
+//     or FFN slice, then the all-reduce) and nothing else, so what is left is f32 rounding noise: a few ulps of
+//     the values involved. Random tiny models put many tokens at log-probs of -20..-70, where one ulp of f32 is
+//     2e-6..8e-6, so below -8 the bar scales with the value (1e-5 * |ref| / 8, i.e. ~10 ulps): seen 1.5e-5 at
+//     -57 (qwen3, tied: 4 ulps), everything above -8 within ~6e-6. MTP rows (the main model's final hidden state
+//     through one more layer) get twice the bar (seen 1.15e-5 at -10).
+//   - two runs of the same split print the same JSON text (the all-reduces sum in rank order);
+//   - TP x EP mixes on the MoE models, a vocabulary not divisible by T (510 over 4 ranks), KV-head replication
+//     (4 heads, 2 KV heads at --tp 4), DeepSeek's MTP module (--mtp);
+//   - a split the model cannot take (--tp 3 with 4 heads) exits non-zero with the error on every rank.
+//   node tests/dist/tp_logprobs.mjs BIN [case-prefix]
+import {spawnSync} from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const bin = path.resolve(process.argv[2]);
+const only = process.argv[3];
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-tp-"));
+const env = {...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1", DEEPINFER_NO_PROGRESS: "1",
+             OMPI_MCA_rmaps_base_oversubscribe: "1"};
+const TOL = 1e-5, MTP_TOL = 2e-5;
+const bar = (tol, ref) => tol * Math.max(1, Math.abs(ref) / 8);
+let failed = false;
+const fail = msg => {
+  console.error("FAIL: " + msg);
+  failed = true;
+};
+
+function run(cmd, args) {
+  const r = spawnSync(cmd, args, {env, encoding: "utf8", maxBuffer: 1 << 30, timeout: 60000});
+  return {status: r.status, stdout: r.stdout ?? "", stderr: (r.stderr ?? "") + (r.error ? String(r.error) : "")};
+}
+function deepinfer(args) {
+  const r = run(bin, args);
+  if (r.status !== 0) throw new Error(`deepinfer ${args.join(" ")}: exit ${r.status}: ${r.stderr.slice(-600)}`);
+  return r.stdout;
+}
+// One rank per process, one compute thread each (the ranks share the machine's cores).
+function mpirun(np, args) {
+  return run("mpirun", ["--oversubscribe", "-np", String(np), bin, ...args, "--threads", "1"]);
+}
+
+const argmax = row => row.reduce((best, v, i) => (v > row[best] ? i : best), 0);
+// Max |diff| and argmax mismatches over every row of every section ("logprobs", "mtp").
+function compare(label, ours, ref) {
+  let worst = 0, where = "-", mismatches = 0, ratio = 0, rwhere = "-";
+  for (const key of Object.keys(ref)) {
+    const a = ours[key], b = ref[key], tol = key === "mtp" ? MTP_TOL : TOL;
+    if (!a || a.length !== b.length) return fail(`${label}: ${key} has ${a?.length} rows, one process ${b.length}`);
+    for (let i = 0; i < b.length; ++i) {
+      if (a[i].length !== b[i].length) return fail(`${label}: ${key} row ${i} has ${a[i].length} entries, one process ${b[i].length}`);
+      for (let t = 0; t < b[i].length; ++t) {
+        const d = Math.abs(a[i][t] - b[i][t]);
+        if (!(d <= worst)) {
+          worst = d;
+          where = `${key} pos ${i} token ${t} (${b[i][t].toFixed(2)})`;
+        }
+        const q = d / bar(tol, b[i][t]);
+        if (!(q <= ratio)) {
+          ratio = q;
+          rwhere = `${key} pos ${i} token ${t} (${b[i][t].toFixed(2)})`;
+        }
+      }
+      if (argmax(a[i]) !== argmax(b[i])) ++mismatches;
+    }
+  }
+  const ok = ratio <= 1 && mismatches === 0;
+  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${worst.toExponential(2)} at ${where}; ` +
+              `worst against the bar ${ratio.toFixed(2)} at ${rwhere}; argmax mismatches ${mismatches}`);
+  if (!ok) failed = true;
+}
+
+let s = 7;
+const prompt = Array.from({length: 16}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+const tokens = ["--tokens", JSON.stringify(prompt)];
+
+const DENSE = [["--tp", "2"], ["--tp", "4"]];
+const MOE = [...DENSE, ["--tp", "2", "--ep", "2"], ["--dp", "2", "--tp", "2", "--ep", "4"]];
+const cases = [
+  {name: "llama", make: ["--arch", "llama"], splits: DENSE},
+  {name: "qwen2", make: ["--arch", "qwen2"], splits: DENSE},                // q/k/v biases
+  {name: "qwen3", make: ["--arch", "qwen3"], splits: DENSE},                // q/k norms
+  {name: "qwen3_moe", make: ["--arch", "qwen3_moe"], splits: MOE},
+  {name: "mixtral", make: ["--arch", "mixtral", "--layers", "2"], splits: MOE},
+  {name: "qwen2_moe", make: ["--arch", "qwen2_moe"], splits: MOE},          // gated shared expert
+  // MLA, a dense first layer, routed + shared experts, the MTP module (embedding and head split too).
+  {name: "deepseek_v3", make: ["--arch", "deepseek_v3", "--mtp", "--experts", "16", "--experts-used", "4", "--layers", "3"],
+   splits: MOE, extra: ["--mtp"]},
+  // Quantized weights: o_proj/down slices cut at q8_0 block boundaries (32 columns per rank at --tp 2).
+  {name: "qwen2-q8_0", make: ["--arch", "qwen2", "--dtype", "q8_0"], file: "model.gguf", splits: [["--tp", "2"]]},
+  // The vocabulary over 4 ranks: 128, 128, 128, 126 rows; the tied head shares the embedding's slice.
+  {name: "llama-vocab510-tied", make: ["--arch", "llama", "--vocab", "510", "--tie", "--seed", "4"], splits: [["--tp", "4"], ["--tp", "2"]]},
+];
+
+for (const c of cases) {
+  if (only && !c.name.startsWith(only)) continue;
+  const dir = path.join(tmp, c.name);
+  deepinfer(["make-tiny", "--out", dir, "-q", ...c.make]);
+  const args = ["logprobs", "-m", c.file ? path.join(dir, c.file) : dir, ...tokens, ...(c.extra ?? [])];
+  const ref = JSON.parse(deepinfer(args));
+  for (const split of c.splits) {
+    const np = split.reduce((n, v, i) => (split[i - 1] === "--tp" || split[i - 1] === "--dp" ? n * Number(v) : n), 1);
+    const label = `${c.name} -np ${np} ${split.join(" ")}`;
+    const first = mpirun(np, [...args, ...split]);
+    if (first.status !== 0) {
+      fail(`${label}: exit ${first.status}: ${first.stderr.slice(-600)}`);
+      continue;
+    }
+    compare(label, JSON.parse(first.stdout), ref);
+    if (split === c.splits[0]) {  // run-to-run: the same split twice, byte for byte
+      const again = mpirun(np, [...args, ...split]);
+      if (again.status !== 0 || again.stdout !== first.stdout) fail(`${label}: a second run printed different log-probs`);
+      else console.log(`ok   ${label}: two runs print identical JSON`);
+    }
+  }
+}
+
+// Refusal: 4 heads do not split 3 ways; every rank says so before reading any weight.
+if (!only || "refusal".startsWith(only)) {
+  const dir = path.join(tmp, "llama");
+  if (!fs.existsSync(dir)) deepinfer(["make-tiny", "--out", dir, "-q", "--arch", "llama"]);
+  const r = mpirun(3, ["logprobs", "-m", dir, ...tokens, "--tp", "3"]);
+  const said = r.stderr.split("\n").filter(l => /--tp 3: the model's 4 attention heads/.test(l)).length;
+  if (r.status === 0 || said !== 3) fail(`--tp 3 with 4 heads: exit ${r.status}, the heads error on ${said} of 3 ranks:\n${r.stderr.slice(-800)}`);
+  else console.log("ok   --tp 3 with 4 heads: refused on all 3 ranks");
+}
+
+// Refusal: q8_0 o_proj at --tp 4 would cut its 32-element blocks (16 input columns per rank).
+if (!only || "refusal".startsWith(only)) {
+  const dir = path.join(tmp, "qwen2-q8_0");
+  if (!fs.existsSync(dir)) deepinfer(["make-tiny", "--out", dir, "-q", "--arch", "qwen2", "--dtype", "q8_0"]);
+  const r = mpirun(4, ["logprobs", "-m", path.join(dir, "model.gguf"), ...tokens, "--tp", "4"]);
+  if (r.status === 0 || !/--tp 4: layer 0 attention output \(q8_0 .*quantization blocks/.test(r.stderr))
+    fail(`q8_0 at --tp 4: exit ${r.status}, expected the block-alignment error:\n${r.stderr.slice(-800)}`);
+  else console.log("ok   q8_0 at --tp 4: refused (o_proj would split inside its quantization blocks)");
+}
+
+fs.rmSync(tmp, {recursive: true, force: true});
+process.exit(failed ? 1 : 0);
