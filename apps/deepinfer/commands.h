@@ -19,6 +19,7 @@ int CmdBenchEngine(const std::string& mode, int argc, char** argv);  // sim, thr
 int CmdLogprobs(int argc, char** argv);
 int CmdTokenize(int argc, char** argv);
 int CmdTemplate(int argc, char** argv);
+int CmdEplb(int argc, char** argv);
 
 // Runs `node ARGS` (reference tools) and parses its stdout as JSON; null if it fails or prints no JSON.
 nlohmann::json RunNodeJson(const std::string& args);

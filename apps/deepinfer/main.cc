@@ -21,7 +21,8 @@ void Usage() {
       "  bench       benchmarks: decode, prefill, membw, throughput, sim (engine), tokenize\n"
       "  tokenize    text to token ids (or ids to text with --decode)\n"
       "  template    render a chat template (Jinja) with a JSON context\n"
-      "  logprobs    full-vocabulary log-probabilities at every position of a token sequence (JSON)\n\n"
+      "  logprobs    full-vocabulary log-probabilities at every position of a token sequence (JSON)\n"
+      "  eplb        MoE expert placement over expert-parallel ranks from per-expert loads (DeepSeek's EPLB)\n\n"
       "MODEL is a GGUF file, a Hugging Face model directory, or a hub reference owner/name[:file][@revision]\n"
       "(HF_ENDPOINT, HF_HOME, HF_HUB_OFFLINE and HF_TOKEN are honoured).\n"
       "Environment: DEEPINFER_LOG=debug|info|warn|error, DEEPINFER_ISA=scalar|avx2|avx512, DEEPINFER_NO_PROGRESS=1\n");
@@ -50,6 +51,7 @@ int Run(int argc, char** argv) {
   if (cmd == "logprobs") return CmdLogprobs(argc - 2, argv + 2);
   if (cmd == "tokenize") return CmdTokenize(argc - 2, argv + 2);
   if (cmd == "template") return CmdTemplate(argc - 2, argv + 2);
+  if (cmd == "eplb") return CmdEplb(argc - 2, argv + 2);
   std::fprintf(stderr, "deepinfer: unknown command '%s'\n\n", cmd.c_str());
   Usage();
   return 2;
