@@ -35,7 +35,7 @@ namespace deepinfer::cli {
   {"dp", "", "D", "1", "attention data-parallel groups (each its own scheduler and KV cache)"},                     \
       {"tp", "", "T", "N/(D*C)", "tensor-parallel ranks per attention group (heads, FFN and vocabulary split)"},    \
       {"cp", "", "C", "1", "context-parallel ranks per attention group (long prefill; not implemented yet)"},       \
-      {"ep", "", "E", "N/T", "expert-parallel ranks for MoE layers (N: whole experts per rank; 1: experts tensor-split)"}, \
+      {"ep", "", "E", "1 if T=N, else N", "expert-parallel ranks for MoE layers (N: whole experts per rank; 1: experts tensor-split)"}, \
       {"dist-timeout", "", "S", "30", "seconds a rank waits for a peer before ending the job (a dead or hung rank)"}
 
 // Prints "error: ..." and returns the exit status 1.

@@ -31,7 +31,9 @@ StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, in
     return InvalidArgument("--dp " + std::to_string(pc.dp) + " x --cp " + std::to_string(pc.cp) + " x --tp " +
                            std::to_string(pc.tp) + " = " + std::to_string(pc.dp * pc.cp * pc.tp) +
                            " attention ranks, but the job has " + n + " (the product must equal mpirun -np)");
-  pc.ep = ep > 0 ? ep : world / pc.tp;
+  // Left out: every expert tensor-split when the job is one tensor-parallel group, else whole experts spread
+  // over every rank (the two expert layouts the MoE layer implements).
+  pc.ep = ep > 0 ? ep : (pc.tp == world ? 1 : world);
   if (pc.ep > world || world % pc.ep != 0)
     return InvalidArgument("--ep " + std::to_string(pc.ep) + " must divide the job's " + n + " ranks");
   if (pc.ep > 1 && pc.ep < world)

@@ -29,8 +29,8 @@ struct ParallelConfig {
   std::string Describe() const;  // "rank 1/4: dp 1/2, tp 0/2, ep 1/4"
 };
 
-// The flags as given (0 = left out). Left-out --dp/--cp are 1; --tp fills N / (dp * cp); --ep fills N / tp, so
-// that experts are tensor-split exactly like attention unless asked otherwise. Every inconsistency is an error
+// The flags as given (0 = left out). Left-out --dp/--cp are 1; --tp fills N / (dp * cp); --ep is 1 when tp = N
+// (experts tensor-split like everything else) and N otherwise (whole experts spread over every rank). Every inconsistency is an error
 // naming the flags and N, returned on every rank before any weight is read.
 StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, int cp, int ep);
 

@@ -177,8 +177,19 @@ bool DistControl::Sync(bool has_rows) {
 }
 
 std::vector<RankReport> DistControl::Reports() const {
-  std::lock_guard<std::mutex> lock(reports_mu_);
-  return reports_;
+  std::vector<RankReport> out;
+  {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    out = reports_;
+  }
+  // Rank 0's own counters live (its report is from before its last iteration's processing).
+  std::lock_guard<std::mutex> lock(e_.stats_mu_);
+  const EngineStats& st = e_.stats_;
+  RankReport& r = out[0];
+  r.steps = st.steps, r.rows = st.rows, r.prompt_tokens_computed = st.prompt_tokens_computed;
+  r.generated_tokens = st.generated_tokens, r.requests_finished = st.requests_finished;
+  r.running = st.running, r.waiting = st.waiting, r.kv_blocks_free = st.kv_blocks_free;
+  return out;
 }
 
 }  // namespace deepinfer
