@@ -18,6 +18,14 @@ uint64_t PrefixHash(const std::vector<int32_t>& prompt, int block) {
   return h;
 }
 
+// The counters a rank reports, from its engine's stats.
+void FillFromStats(const EngineStats& st, RankReport& r) {
+  r.steps = st.steps, r.rows = st.rows, r.prompt_tokens_computed = st.prompt_tokens_computed;
+  r.generated_tokens = st.generated_tokens, r.requests_finished = st.requests_finished;
+  r.running = st.running, r.waiting = st.waiting;
+  r.kv_blocks_free = st.kv_blocks_free, r.kv_blocks_total = st.kv_blocks_total;
+}
+
 }  // namespace
 
 DistControl::DistControl(dist::DistContext& ctx, Engine& engine) : ctx_(ctx), e_(engine) {
@@ -119,11 +127,7 @@ bool DistControl::Sync(bool has_rows) {
   mine.busy = has_rows || !e_.seqs_.empty() || e_.prev_ != nullptr;
   {
     std::lock_guard<std::mutex> lock(e_.stats_mu_);
-    const EngineStats& st = e_.stats_;
-    mine.steps = st.steps, mine.rows = st.rows, mine.prompt_tokens_computed = st.prompt_tokens_computed;
-    mine.generated_tokens = st.generated_tokens, mine.requests_finished = st.requests_finished;
-    mine.running = st.running, mine.waiting = st.waiting;
-    mine.kv_blocks_free = st.kv_blocks_free, mine.kv_blocks_total = st.kv_blocks_total;
+    FillFromStats(e_.stats_, mine);
   }
   mine.assigned_requests = static_cast<int64_t>(e_.requests_.size());
   mine.moe_bytes_sent = ctx_.moe->bytes_sent();
@@ -184,11 +188,7 @@ std::vector<RankReport> DistControl::Reports() const {
   }
   // Rank 0's own counters live (its report is from before its last iteration's processing).
   std::lock_guard<std::mutex> lock(e_.stats_mu_);
-  const EngineStats& st = e_.stats_;
-  RankReport& r = out[0];
-  r.steps = st.steps, r.rows = st.rows, r.prompt_tokens_computed = st.prompt_tokens_computed;
-  r.generated_tokens = st.generated_tokens, r.requests_finished = st.requests_finished;
-  r.running = st.running, r.waiting = st.waiting, r.kv_blocks_free = st.kv_blocks_free;
+  FillFromStats(e_.stats_, out[0]);
   return out;
 }
 

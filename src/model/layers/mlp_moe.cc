@@ -209,15 +209,15 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out
     }
   }
   const int sent = static_cast<int>(ep_order_.size());
-  std::vector<int64_t> offset(P + 1, 0);
-  for (int r = 0; r < P; ++r) offset[r + 1] = offset[r] + ep_counts_[r];
+  // Packed row of pair j: its destination's first row plus how many earlier pairs went there.
+  ep_fill_.assign(P, 0);
+  for (int r = 1; r < P; ++r) ep_fill_[r] = ep_fill_[r - 1] + ep_counts_[r - 1];
   ep_send_.resize(static_cast<size_t>(sent) * row);
-  std::vector<int32_t> pos_of(sent);  // pair j (in ep_order_) sits at packed row pos_of[j]
+  ep_pos_.resize(sent);  // pair j (in ep_order_) sits at packed row ep_pos_[j]
   {
-    std::vector<int64_t> fill(offset.begin(), offset.end() - 1);
     for (int j = 0; j < sent; ++j) {
-      const int pr = static_cast<int>(fill[ep_dest_[j]]++);
-      pos_of[j] = pr;
+      const int pr = static_cast<int>(ep_fill_[ep_dest_[j]]++);
+      ep_pos_[j] = pr;
       float* dst = ep_send_.data() + static_cast<size_t>(pr) * row;
       const int32_t expert = route_e_[ep_order_[j]];
       std::memcpy(dst, &expert, sizeof(int32_t));
@@ -225,7 +225,8 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out
     }
   }
   // 2. Counts, then the rows (dispatch).
-  std::vector<int64_t> recv_counts(P);
+  std::vector<int64_t>& recv_counts = ep_recv_counts_;
+  recv_counts.resize(P);
   DI_RETURN_IF_ERROR(comm.AllToAll(ep_counts_.data(), sizeof(int64_t), recv_counts.data()));
   int received = 0;
   ep_send_bytes_.resize(P);
@@ -238,7 +239,8 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out
   ep_recv_.resize(static_cast<size_t>(received) * row);
   DI_RETURN_IF_ERROR(comm.AllToAllV(ep_send_.data(), ep_send_bytes_.data(), ep_recv_.data(), ep_recv_bytes_.data()));
   // 3. The received rows through this rank's experts (and the shared experts over the local rows).
-  std::vector<int32_t> expert_of(received);
+  std::vector<int32_t>& expert_of = ep_expert_of_;
+  expert_of.resize(received);
   for (int i = 0; i < received; ++i) {
     std::memcpy(&expert_of[i], ep_recv_.data() + static_cast<size_t>(i) * row, sizeof(int32_t));
     if (expert_of[i] < 0 || expert_of[i] >= n_experts_ || !w.gate[expert_of[i]].data)
@@ -257,7 +259,7 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out
   ep_ret_.resize(static_cast<size_t>(sent) * h);
   DI_RETURN_IF_ERROR(comm.AllToAllV(back.data(), ep_send_bytes_.data(), ep_ret_.data(), ep_recv_bytes_.data()));
   for (int j = 0; j < sent; ++j)
-    std::memcpy(out_k_.data() + static_cast<size_t>(ep_order_[j]) * h, ep_ret_.data() + static_cast<size_t>(pos_of[j]) * h,
+    std::memcpy(out_k_.data() + static_cast<size_t>(ep_order_[j]) * h, ep_ret_.data() + static_cast<size_t>(ep_pos_[j]) * h,
                 sizeof(float) * h);
   ep_pairs_sent_ = sent;
   ep_rows_computed_ = received;

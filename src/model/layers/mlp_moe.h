@@ -83,7 +83,8 @@ class MoeMlp {
   std::vector<float> sh_gate_, sh_up_, sh_out_, sh_scale_;
   // Expert parallel: outgoing/incoming rows ([expert id as int32 bits, hidden floats] each) and counts.
   std::vector<float> ep_send_, ep_recv_, ep_back_, ep_ret_;
-  std::vector<int32_t> ep_dest_, ep_order_;
+  std::vector<int32_t> ep_dest_, ep_order_, ep_pos_, ep_expert_of_;
+  std::vector<int64_t> ep_fill_, ep_recv_counts_;
   std::vector<size_t> ep_send_bytes_, ep_recv_bytes_;
   std::vector<int64_t> ep_counts_;
   std::vector<uint8_t> ep_mine_;
