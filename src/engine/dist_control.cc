@@ -141,16 +141,25 @@ bool DistControl::Sync(bool has_rows) {
   if (Status s = ctx_.control->AllGatherV(w.bytes().data(), w.bytes().size(), &all, &sizes); !s.ok())
     dist::AbortJob("control sync: " + s.ToString());
   bool launch = false, busy = false;
-  size_t off = 0;
+  // Every rank's report first (stored before any event is delivered: a client that got its answer and then asks
+  // /metrics sees counters that include it), then the events.
+  std::vector<wire::Reader> readers;
   std::vector<RankReport> reports(ctx_.pc.world);
+  size_t off = 0;
   for (int rank = 0; rank < ctx_.pc.world; ++rank) {
-    wire::Reader r(all.data() + off, sizes[rank]);
+    readers.emplace_back(all.data() + off, sizes[rank]);
     off += sizes[rank];
-    reports[rank] = r.Get<RankReport>();
+    reports[rank] = readers.back().Get<RankReport>();
     launch = launch || reports[rank].has_rows;
     busy = busy || reports[rank].busy;
+  }
+  if (is_root()) {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    reports_ = std::move(reports);
+  }
+  for (int rank = 1; rank < ctx_.pc.world && is_root(); ++rank) {
+    wire::Reader& r = readers[rank];
     const uint64_t events = r.Get<uint64_t>();
-    if (!is_root() || rank == 0) continue;
     for (uint64_t i = 0; i < events && r.ok(); ++i) {
       RequestOutput ev = wire::GetOutput(r);
       auto it = remote_.find(ev.request_id);
@@ -162,10 +171,6 @@ bool DistControl::Sync(bool has_rows) {
       }
     }
     if (!r.ok()) dist::AbortJob("control report from rank " + std::to_string(rank) + " is malformed");
-  }
-  if (is_root()) {
-    std::lock_guard<std::mutex> lock(reports_mu_);
-    reports_ = std::move(reports);
   }
   if (stopping_ && !busy && !done_) {
     done_ = true;

@@ -29,8 +29,7 @@ const perRank = dp => {
   return r ? Number(r[1]) : NaN;
 };
 check(perRank(0) > 0 && perRank(1) > 0, `both groups generated tokens (dp_rank 0: ${perRank(0)}, dp_rank 1: ${perRank(1)})`);
-// (Not asserted: that the two add up to 12 x 16 exactly. Remote ranks' series are as of their last control sync
-// and can lag the answers by one iteration; see the issue 13 closing note.)
+check(perRank(0) + perRank(1) === 12 * 16, `the groups' tokens add up to the requests' (${perRank(0) + perRank(1)})`);
 const health = await fetch(`${srv.base}/health`);
 check(health.status === 200, "/health on rank 0");
 const code = await srv.stop();
