@@ -103,6 +103,10 @@ Status SetupParallel(const Args& args) {
   auto flag = [&](const char* name) { return args.Has(name) ? static_cast<int>(args.GetInt(name)) : 0; };
   DI_ASSIGN_OR_RETURN(dist::ParallelConfig pc,
                       dist::ResolveParallel(world.size(), world.rank(), flag("dp"), flag("tp"), flag("cp"), flag("ep")));
+  if (args.Has("ep-redundant-experts")) pc.redundant_experts = static_cast<int>(args.GetInt("ep-redundant-experts"));
+  if (args.Has("eplb-interval")) pc.eplb_interval = static_cast<int>(args.GetInt("eplb-interval"));
+  if (pc.redundant_experts < 0) return InvalidArgument("--ep-redundant-experts must be >= 0");
+  if (pc.eplb_interval < 0) return InvalidArgument("--eplb-interval must be >= 0");
   dist::Options o;
   if (args.Has("dist-timeout")) {
     o.timeout_seconds = std::strtod(args.Get("dist-timeout").c_str(), nullptr);

@@ -36,6 +36,8 @@ namespace deepinfer::cli {
       {"tp", "", "T", "N/(D*C)", "tensor-parallel ranks per attention group (heads, FFN and vocabulary split)"},    \
       {"cp", "", "C", "1", "context-parallel ranks per attention group (long prefill; not implemented yet)"},       \
       {"ep", "", "E", "1 if T=N, else N", "expert-parallel ranks for MoE layers (N: whole experts per rank; 1: experts tensor-split)"}, \
+      {"ep-redundant-experts", "", "R", "0", "extra expert slots per MoE layer for replicas of hot experts (EPLB; E + R divisible by --ep)"}, \
+      {"eplb-interval", "", "STEPS", "0", "engine steps between online expert rebalances from counted loads (0: never)"}, \
       {"dist-timeout", "", "S", "30", "seconds a rank waits for a peer before ending the job (a dead or hung rank)"}
 
 // Prints "error: ..." and returns the exit status 1.

@@ -11,6 +11,7 @@ std::string ParallelConfig::Describe() const {
 }
 
 StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, int cp, int ep) {
+  // (redundant_experts and eplb_interval are set by the caller: they only need the model check.)
   const std::string n = std::to_string(world);
   for (auto [flag, v] : {std::pair{"--dp", dp}, {"--tp", tp}, {"--cp", cp}, {"--ep", ep}})
     if (v < 0) return InvalidArgument(std::string(flag) + " must be >= 1");

@@ -15,6 +15,10 @@ namespace deepinfer::dist {
 struct ParallelConfig {
   int world = 1, rank = 0;
   int dp = 1, cp = 1, tp = 1, ep = 1;
+  // Expert parallelism: extra physical expert slots (replicas of hot experts, chosen by EPLB) and how many engine
+  // steps pass between online rebalances (0: the placement never changes).
+  int redundant_experts = 0;
+  int eplb_interval = 0;
 
   int moe_tp() const { return world / ep; }
   int dp_rank() const { return rank / (cp * tp); }

@@ -2,14 +2,33 @@
 
 #include <cstring>
 
+#include "base/logging.h"
+#include "dist/parallel.h"
+
 namespace deepinfer {
 
 ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
                              int max_batch_tokens)
     : tf_(model, max_batch_tokens), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size) {}
 
+void ModelExecutor::MaybeRebalance(uint64_t step) {
+  const dist::DistContext* d = dist::Context();
+  if (!d || d->pc.eplb_interval <= 0 || !tf_.expert_parallel() || step % d->pc.eplb_interval != 0) return;
+  // Every rank runs the same steps, so every rank rebalances here, before the same forward.
+  auto rep = tf_.RebalanceExperts();
+  if (!rep.ok()) dist::AbortJob("EPLB rebalance: " + rep.status().ToString());
+  ++rebalances_;
+  moved_slots_ += rep->moved_slots;
+  if (d->pc.rank == 0)
+    DI_LOG_INFO("EPLB: step %llu: %lld routed pairs counted, worst layer max/mean rank load %.3f -> %.3f, %d expert "
+                "slots moved (%lld over %d rebalances)",
+                static_cast<unsigned long long>(step), static_cast<long long>(rep->pairs), rep->imbalance_before,
+                rep->imbalance_after, rep->moved_slots, static_cast<long long>(moved_slots_), rebalances_);
+}
+
 void ModelExecutor::Execute(WorkerStepState& st) {
   const SchedulerOutputs& so = st.sched;
+  MaybeRebalance(so.step);
   fwd_.clear();
   int sampling_rows = 0;
   for (const SequenceMetadata& r : so.rows) {

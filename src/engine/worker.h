@@ -18,6 +18,8 @@ class ModelExecutor : public Executor {
   void Execute(WorkerStepState& st) override;
   int vocab_size() const override { return vocab_; }
   PagedKvCache& kv() { return *kv_; }
+  // Online EPLB (--eplb-interval): rebalances before the forward of every interval-th step.
+  void MaybeRebalance(uint64_t step);
 
  private:
   Transformer tf_;
@@ -27,6 +29,8 @@ class ModelExecutor : public Executor {
   std::vector<SeqForward> fwd_;
   std::vector<float> logits_, raw_;
   std::vector<int32_t> counts_;
+  int rebalances_ = 0;
+  int64_t moved_slots_ = 0;
 };
 
 }  // namespace deepinfer

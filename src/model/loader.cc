@@ -296,9 +296,11 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   for (LayerWeights* Lp : all_layers) {
     for (TensorView* t : Lp->MutableMatrices())
       if (t->data) views.push_back(t);
+    const ExpertPlacement& pl = Lp->moe.placement;
+    const int ep_rank = m.parallel.ep_rank();
     for (std::vector<TensorView>* experts : {&Lp->moe.gate, &Lp->moe.up, &Lp->moe.down})
-      for (TensorView& t : *experts)
-        if (t.data) views.push_back(&t);  // expert parallelism: only this rank's experts
+      for (size_t e = 0; e < experts->size(); ++e)  // expert parallelism: only the experts this rank holds
+        if (pl.empty() || pl.Holds(static_cast<int>(e), ep_rank)) views.push_back(&(*experts)[e]);
   }
   constexpr size_t kAlign = 4096;
   size_t total = 0;

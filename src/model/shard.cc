@@ -20,6 +20,7 @@
 
 #include "base/logging.h"
 #include "base/thread_pool.h"
+#include "dist/eplb.h"
 #include "model/layers/linear.h"
 
 namespace deepinfer {
@@ -33,6 +34,8 @@ bool AnyDenseLayer(const ModelConfig& c) {
 }
 
 }  // namespace
+
+int EplbGroups(int n_experts, int n_group) { return n_group > 1 && n_experts % n_group == 0 ? n_group : 1; }
 
 Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
   if (pc.tp > 1) {
@@ -53,9 +56,13 @@ Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
                                " does not split " + t + " ways");
     }
   }
-  if (c.n_experts > 0 && pc.ep > 1 && c.n_experts % pc.ep != 0)
+  if (c.n_experts > 0 && pc.ep > 1 && (c.n_experts + pc.redundant_experts) % pc.ep != 0)
     return InvalidArgument("--ep " + std::to_string(pc.ep) + ": the model's " + std::to_string(c.n_experts) +
-                           " routed experts do not split " + std::to_string(pc.ep) + " ways");
+                           " routed experts" +
+                           (pc.redundant_experts ? " + " + std::to_string(pc.redundant_experts) + " redundant" : std::string()) +
+                           " do not split " + std::to_string(pc.ep) + " ways");
+  if ((pc.redundant_experts > 0 || pc.eplb_interval > 0) && (c.n_experts == 0 || pc.ep == 1))
+    return InvalidArgument("--ep-redundant-experts / --eplb-interval need a MoE model under expert parallelism (--ep > 1)");
   return Status::Ok();
 }
 
@@ -74,15 +81,20 @@ KvLayout RankKvLayout(const Model& m) { return RankConfig(m).kv_layout(); }
 
 namespace {
 
-// Expert parallelism: keep the experts of this rank's slots, drop the views of the others (never touched, so
-// never read from the file).
-void ShardExperts(MoeWeights& w, const dist::ParallelConfig& pc, int n_experts) {
-  w.placement = ExpertPlacement::Contiguous(n_experts, pc.ep);
-  std::vector<bool> keep(n_experts, false);
-  const int r = pc.ep_rank();
-  for (int p = r * w.placement.per_rank; p < (r + 1) * w.placement.per_rank; ++p) keep[w.placement.phy2log[p]] = true;
-  for (int e = 0; e < n_experts; ++e)
-    if (!keep[e]) w.gate[e] = w.up[e] = w.down[e] = TensorView{};
+// Expert parallelism: the initial placement. Without redundant slots, experts in order over the ranks; with
+// them, EPLB over a uniform load (which replicates experts in index order until real loads are counted). The
+// views of every expert stay (a rebalance may hand any expert to this rank), but only the held experts are ever
+// read: with mmap the others are never touched, and the copy placement copies only the held ones.
+Status ShardExperts(MoeWeights& w, const dist::ParallelConfig& pc, int n_experts, int n_group) {
+  if (pc.redundant_experts == 0) {
+    w.placement = ExpertPlacement::Contiguous(n_experts, pc.ep);
+    return Status::Ok();
+  }
+  const std::vector<std::vector<double>> uniform(1, std::vector<double>(n_experts, 1.0));
+  DI_ASSIGN_OR_RETURN(dist::EplbPlacement p, dist::RebalanceExperts(uniform, n_experts + pc.redundant_experts,
+                                                                     EplbGroups(n_experts, n_group), 1, pc.ep));
+  w.placement = ExpertPlacement::FromPhy2Log(std::move(p.phy2log[0]), n_experts, pc.ep);
+  return Status::Ok();
 }
 
 std::vector<float> VecSlice(const std::vector<float>& v, size_t first, size_t n) {
@@ -257,9 +269,9 @@ Status ShardModel(Model& m, const dist::ParallelConfig& pc) {
   m.parallel = pc;
   if (pc.ep > 1) {
     for (auto& L : m.layers)
-      if (L.is_moe()) ShardExperts(L.moe, pc, m.config.n_experts);
+      if (L.is_moe()) DI_RETURN_IF_ERROR(ShardExperts(L.moe, pc, m.config.n_experts, m.config.n_group));
     for (auto& P : m.mtp)
-      if (P.layer.is_moe()) ShardExperts(P.layer.moe, pc, m.config.n_experts);
+      if (P.layer.is_moe()) DI_RETURN_IF_ERROR(ShardExperts(P.layer.moe, pc, m.config.n_experts, m.config.n_group));
   }
   if (pc.tp > 1) DI_RETURN_IF_ERROR(TpSharder(m, pc).Run());
   return Status::Ok();

@@ -11,4 +11,7 @@ namespace deepinfer {
 // weight is read; the errors name the flag and the model's count.
 Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c);
 
+// The expert groups EPLB keeps together (DeepSeek's routing groups when they divide the experts, else 1).
+int EplbGroups(int n_experts, int n_group);
+
 }  // namespace deepinfer

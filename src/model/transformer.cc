@@ -7,7 +7,9 @@
 
 #include "base/logging.h"
 
+#include "dist/eplb.h"
 #include "kernels/cpu/gemm.h"
+#include "model/shard.h"
 
 namespace deepinfer {
 
@@ -36,6 +38,13 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
   if (dist_ && dist_->pc.single()) dist_ = nullptr;
   // Expert parallelism: one expert may receive every rank's tokens.
   if (c_.n_experts > 0) moe_ = std::make_unique<MoeMlp>(lc_, max_tokens_, dist_ ? dist_->pc.world : 1);
+  for (const LayerWeights& L : model_.layers)
+    if (L.is_moe() && !L.moe.placement.empty() && dist_) {
+      placement_.resize(c_.n_layers);
+      expert_load_.assign(c_.n_layers, std::vector<int64_t>(c_.n_experts, 0));
+      break;
+    }
+  for (int l = 0; l < static_cast<int>(placement_.size()); ++l) placement_[l] = model_.layers[l].moe.placement;
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
@@ -171,7 +180,7 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
   const int h = c_.hidden;
   Embed(model_.tok_embd, total);
-  for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, kv);
+  for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, kv, l);
   if (hidden) RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
   if (!logit_rows_.empty()) Logits(model_.out_norm, model_.lm_head, logits);
   return Status::Ok();
@@ -204,9 +213,9 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   return Status::Ok();
 }
 
-void Transformer::Layer(const LayerWeights& L, int l, PagedKvCache& kv) {
+void Transformer::Layer(const LayerWeights& L, int l, PagedKvCache& kv, int moe_layer) {
   AttentionBlock(L, l, kv);
-  MlpBlock(L);
+  MlpBlock(L, moe_layer);
 }
 
 void Transformer::TpAllReduce(float* data, int rows) {
@@ -225,12 +234,15 @@ void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv)
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
 }
 
-void Transformer::MlpBlock(const LayerWeights& L) {
+void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
   const int n = batch_.n, h = c_.hidden;
   if (L.is_moe() && !L.moe.placement.empty()) {
     // Expert parallel: collective over every rank, even with no rows here.
     RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
-    const Status s = moe_->ForwardEp(L.moe, xn_.data(), n, y_.data(), *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp);
+    const bool live = moe_layer >= 0 && !placement_.empty();
+    const Status s = moe_->ForwardEp(L.moe, live ? placement_[moe_layer] : L.moe.placement, xn_.data(), n, y_.data(),
+                                     *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp,
+                                     live ? expert_load_[moe_layer].data() : nullptr);
     if (!s.ok()) dist::AbortJob("expert-parallel MoE: " + s.ToString());
     TpAllReduce(y_.data(), n);
     for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
@@ -242,6 +254,47 @@ void Transformer::MlpBlock(const LayerWeights& L) {
   else mlp_->Forward(L.mlp, xn_.data(), n, y_.data());
   TpAllReduce(y_.data(), n);  // tensor parallel: each rank's down projection covers its FFN slice
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
+}
+
+StatusOr<Transformer::EplbReport> Transformer::RebalanceExperts() {
+  EplbReport rep;
+  if (placement_.empty()) return rep;
+  const int E = c_.n_experts, P = dist_->pc.ep;
+  std::vector<int> moe_layers;
+  for (int l = 0; l < c_.n_layers; ++l)
+    if (!placement_[l].empty()) moe_layers.push_back(l);
+  // Loads of every MoE layer, gathered and summed in rank order (identical on every rank).
+  const size_t n = moe_layers.size() * static_cast<size_t>(E);
+  std::vector<int64_t> mine(n), all(n * dist_->moe->size());
+  for (size_t i = 0; i < moe_layers.size(); ++i)
+    std::copy(expert_load_[moe_layers[i]].begin(), expert_load_[moe_layers[i]].end(), mine.begin() + i * E);
+  DI_RETURN_IF_ERROR(dist_->moe->AllGather(mine.data(), n * sizeof(int64_t), all.data()));
+  std::vector<std::vector<double>> weight(moe_layers.size(), std::vector<double>(E, 0.0));
+  for (int r = 0; r < dist_->moe->size(); ++r)
+    for (size_t i = 0; i < n; ++i) {
+      weight[i / E][i % E] += static_cast<double>(all[r * n + i]);
+      rep.pairs += all[r * n + i];
+    }
+  for (int l : moe_layers) std::fill(expert_load_[l].begin(), expert_load_[l].end(), 0);
+  const int slots = static_cast<int>(placement_[moe_layers[0]].phy2log.size());
+  DI_ASSIGN_OR_RETURN(dist::EplbPlacement next,
+                      dist::RebalanceExperts(weight, slots, EplbGroups(E, c_.n_group), 1, P));
+  dist::EplbPlacement now;
+  for (int l : moe_layers) {
+    now.phy2log.push_back(placement_[l].phy2log);
+    std::vector<int32_t> cnt(E);
+    for (int e = 0; e < E; ++e) cnt[e] = static_cast<int32_t>(placement_[l].log2phy[e].size());
+    now.logcnt.push_back(std::move(cnt));
+  }
+  const std::vector<double> before = dist::RankImbalance(weight, now, P), after = dist::RankImbalance(weight, next, P);
+  rep.imbalance_before = *std::max_element(before.begin(), before.end());
+  rep.imbalance_after = *std::max_element(after.begin(), after.end());
+  for (size_t i = 0; i < moe_layers.size(); ++i) {
+    ExpertPlacement& pl = placement_[moe_layers[i]];
+    for (int s = 0; s < slots; ++s) rep.moved_slots += pl.phy2log[s] != next.phy2log[i][s];
+    pl = ExpertPlacement::FromPhy2Log(std::move(next.phy2log[i]), E, P);
+  }
+  return rep;
 }
 
 Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, PagedKvCache& kv) {

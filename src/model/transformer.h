@@ -81,6 +81,19 @@ class Transformer {
   Status BenchAttention(int l, const SeqForward* seqs, int num_seqs, PagedKvCache& kv);
   StatusOr<int> BenchMoe(int l, const float* xn, int n);
 
+  // Expert parallelism, online EPLB: collective over every rank (call at the same step everywhere, between
+  // forwards). The expert loads counted since the last call (pairs routed per logical expert, summed over the
+  // ranks in rank order) go through DeepSeek's EPLB; the layers' placements change to its result, identically on
+  // every rank. A rank's newly held experts are read from its own model file (the mmapped weights); outputs do not
+  // change, since a replica is the same weights wherever it runs.
+  struct EplbReport {
+    int moved_slots = 0;                   // physical slots (over all MoE layers) now holding another expert
+    double imbalance_before = 1, imbalance_after = 1;  // worst layer's max/mean rank load under the counted loads
+    int64_t pairs = 0;                     // (token, expert) pairs counted
+  };
+  StatusOr<EplbReport> RebalanceExperts();
+  bool expert_parallel() const { return !placement_.empty(); }
+
   const Model& model() const { return model_; }
   int max_batch_tokens() const { return max_tokens_; }
 
@@ -102,9 +115,10 @@ class Transformer {
   // slice, zeros elsewhere, and the all-reduce completes them exactly).
   void Embed(const TensorView& embd, int total);
   // One decoder layer over x_ (batch_.n rows); its K/V go to layer kv_layer of kv. The two residual blocks:
-  void Layer(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
+  // moe_layer: index into placement_ for the main layers (expert parallelism), -1 for MTP modules.
+  void Layer(const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer = -1);
   void AttentionBlock(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
-  void MlpBlock(const LayerWeights& L);
+  void MlpBlock(const LayerWeights& L, int moe_layer);
   // Sums rows x hidden floats over the attention group's tensor-parallel ranks (a no-op with one).
   void TpAllReduce(float* data, int rows);
 
@@ -112,7 +126,11 @@ class Transformer {
   const ModelConfig& c_;
   const ModelConfig lc_;  // this rank's shapes (RankConfig): local heads, KV heads, FFN widths
   const ModelShard& shard_;
-  const dist::DistContext* dist_ = nullptr;  // multi-process (dist::Context()); nullptr: one process
+  const dist::DistContext* dist_ = nullptr;
+  // Expert parallelism: each main layer's live placement (starts as the model's) and its expert loads since the
+  // last rebalance. Empty without EP.
+  std::vector<ExpertPlacement> placement_;
+  std::vector<std::vector<int64_t>> expert_load_;  // multi-process (dist::Context()); nullptr: one process
   int max_tokens_;
   // The layers (one instance per kind: scratch is per call, weights are passed per layer).
   std::unique_ptr<GqaAttention> gqa_;

@@ -83,6 +83,39 @@ for (const arch of archs) {
     check(groups.length === Number(par[1]) && groups.every(g => g > 0), `${label}: every group received requests (${routed ? routed[1] : "no log line"})`);
   }
 }
+// Online EPLB (must-show 3, last part): a 500-request run on DeepSeek-V3 with redundant expert slots and a
+// rebalance every 10 steps moves experts between ranks (asserted from the log) and changes no output.
+if (!only || only === "deepseek_v3") {
+  const mdir = path.join(dir, "deepseek_v3");
+  const model = path.join(mdir, "model.gguf");
+  const many = [];
+  for (let i = 0; i < 500; ++i)
+    many.push({prompt: Array.from({length: randInt(1, 30)}, () => randInt(3, 500)), max_tokens: randInt(1, 16),
+               temperature: i % 2 ? 0.8 : 0, seed: i, ignore_eos: true, ...(i % 9 === 0 ? {n: 2} : {})});
+  const input500 = path.join(dir, "in500.jsonl");
+  fs.writeFileSync(input500, many.map(l => JSON.stringify(l)).join("\n") + "\n");
+  const common = ["--input", input500, "--max-num-seqs", "16", "--kv-cache", "64MiB"];
+  const refOut = path.join(dir, "eplb.ref.jsonl");
+  const ref = run(bin, ["generate", "-m", model, ...common, "-q", "--output", refOut]);
+  check(ref.status === 0, `eplb: one-process 500-request batch (${ref.stderr.trim().slice(-200)})`);
+  const want = normalize(fs.readFileSync(refOut, "utf8"));
+  for (const [np, par] of [[2, ["--dp", "2", "--ep-redundant-experts", "2"]], [4, ["--dp", "4", "--ep-redundant-experts", "4"]]]) {
+    const out = path.join(dir, `eplb.${np}.jsonl`);
+    const label = `eplb: mpirun -np ${np} ${par.join(" ")} --eplb-interval 10`;
+    const r = run("mpirun", ["--oversubscribe", "-np", String(np), bin, "generate", "-m", model, ...common, ...par,
+                             "--eplb-interval", "10", "--output", out]);
+    check(r.status === 0, `${label}: exits 0 (${r.stderr.trim().slice(-300)})`);
+    if (r.status !== 0) continue;
+    const moves = [...r.stderr.matchAll(/slots moved \((\d+) over (\d+) rebalances\)/g)].pop();
+    check(moves && Number(moves[1]) > 0 && Number(moves[2]) >= 5,
+          `${label}: experts really moved (${moves ? `${moves[1]} slots over ${moves[2]} rebalances` : "no EPLB log line"})`);
+    const got = normalize(fs.readFileSync(out, "utf8"));
+    let diff = -1;
+    for (let i = 0; i < want.length; ++i) if (got[i] !== want[i]) { diff = i; break; }
+    check(got.length === want.length && diff < 0, `${label}: 500 results bitwise equal to one process` +
+          (diff >= 0 ? ` (first difference: line ${diff + 1})` : ""));
+  }
+}
 fs.rmSync(dir, {recursive: true, force: true});
 console.log(failures ? `${failures} check(s) failed` : "expert/data-parallel checks passed");
 process.exit(failures ? 1 : 0);

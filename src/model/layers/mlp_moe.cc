@@ -185,24 +185,27 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
   Combine(w, xn, n, out, nullptr);
 }
 
-Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out, dist::Communicator& comm, int tp_rank,
-                         int tp_size) {
+Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
+                         dist::Communicator& comm, int tp_rank, int tp_size, int64_t* load) {
   const int h = hidden_, K = top_k_, P = comm.size();
-  const ExpertPlacement& pl = w.placement;
-  const size_t row = static_cast<size_t>(h) + 1;  // [expert id (int32 bits), hidden floats]
+  const size_t row = static_cast<size_t>(h) + 1;  // [physical slot (int32 bits), hidden floats]
   Route(w, xn, n);
   // 1. This rank's pairs, each to the owner of one slot of its expert (replicas spread by pair index), packed by
   //    destination rank in pair order.
   ep_mine_.assign(n, 0);
   ep_dest_.clear();
   ep_order_.clear();
+  ep_slot_.clear();
   ep_counts_.assign(P, 0);
   for (int t = 0; t < n; ++t) {
     if (t % tp_size != tp_rank) continue;
     ep_mine_[t] = 1;
     for (int k = 0; k < K; ++k) {
       const auto& slots = pl.log2phy[route_e_[t * K + k]];
-      const int dest = pl.owner(slots[(t * K + k) % slots.size()]);
+      const int32_t slot = slots[(t * K + k) % slots.size()];
+      if (load) ++load[route_e_[t * K + k]];
+      ep_slot_.push_back(slot);
+      const int dest = pl.owner(slot);
       ep_dest_.push_back(dest);
       ep_order_.push_back(t * K + k);
       ++ep_counts_[dest];
@@ -219,8 +222,7 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out
       const int pr = static_cast<int>(ep_fill_[ep_dest_[j]]++);
       ep_pos_[j] = pr;
       float* dst = ep_send_.data() + static_cast<size_t>(pr) * row;
-      const int32_t expert = route_e_[ep_order_[j]];
-      std::memcpy(dst, &expert, sizeof(int32_t));
+      std::memcpy(dst, &ep_slot_[j], sizeof(int32_t));
       std::memcpy(dst + 1, xn + static_cast<size_t>(ep_order_[j] / K) * h, sizeof(float) * h);
     }
   }
@@ -242,9 +244,11 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const float* xn, int n, float* out
   std::vector<int32_t>& expert_of = ep_expert_of_;
   expert_of.resize(received);
   for (int i = 0; i < received; ++i) {
-    std::memcpy(&expert_of[i], ep_recv_.data() + static_cast<size_t>(i) * row, sizeof(int32_t));
-    if (expert_of[i] < 0 || expert_of[i] >= n_experts_ || !w.gate[expert_of[i]].data)
-      return Internal("moe: received a row for expert " + std::to_string(expert_of[i]) + ", which this rank does not hold");
+    int32_t slot;
+    std::memcpy(&slot, ep_recv_.data() + static_cast<size_t>(i) * row, sizeof(int32_t));
+    if (slot < 0 || slot >= static_cast<int32_t>(pl.phy2log.size()) || pl.owner(slot) != comm.rank())
+      return Internal("moe: received a row for expert slot " + std::to_string(slot) + ", which this rank does not hold");
+    expert_of[i] = pl.phy2log[slot];
   }
   SortByExpert(expert_of.data(), received, n_experts_, expert_first_, sort_next_, rows_);
   std::vector<float>& back = ep_back_;

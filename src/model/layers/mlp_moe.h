@@ -27,6 +27,12 @@ struct ExpertPlacement {
   // The default placement: experts in order, n_experts / ranks consecutive ones per rank.
   static ExpertPlacement Contiguous(int n_experts, int ranks);
   static ExpertPlacement FromPhy2Log(std::vector<int32_t> phy2log, int n_experts, int ranks);
+  // Whether expert-parallel rank `rank` holds a slot of logical expert e.
+  bool Holds(int e, int rank) const {
+    for (int32_t s : log2phy[e])
+      if (owner(s) == rank) return true;
+    return false;
+  }
 };
 
 struct MoeWeights {
@@ -55,8 +61,10 @@ class MoeMlp {
   // owning the chosen experts' slots (all-to-all-v), come back as expert outputs, and are summed exactly as
   // Forward sums them (slot order, then the shared experts), so a row's result is bitwise the one-process
   // result. Rows of the other tp ranks are left 0 in out (the caller's tp all-reduce adds them, exactly).
-  Status ForwardEp(const MoeWeights& w, const float* xn, int n, float* out, dist::Communicator& comm, int tp_rank,
-                   int tp_size);
+  // pl: where the experts live now (the layer's placement, changed by online rebalancing); load (optional,
+  // n_experts entries): each pair this rank routes adds 1 to its logical expert.
+  Status ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
+                   dist::Communicator& comm, int tp_rank, int tp_size, int64_t* load);
   // Expert-parallel traffic of the last ForwardEp: (token, slot) pairs this rank sent and expert rows it computed.
   int64_t ep_pairs_sent() const { return ep_pairs_sent_; }
   int64_t ep_rows_computed() const { return ep_rows_computed_; }
@@ -83,7 +91,7 @@ class MoeMlp {
   std::vector<float> sh_gate_, sh_up_, sh_out_, sh_scale_;
   // Expert parallel: outgoing/incoming rows ([expert id as int32 bits, hidden floats] each) and counts.
   std::vector<float> ep_send_, ep_recv_, ep_back_, ep_ret_;
-  std::vector<int32_t> ep_dest_, ep_order_, ep_pos_, ep_expert_of_;
+  std::vector<int32_t> ep_dest_, ep_order_, ep_slot_, ep_pos_, ep_expert_of_;
   std::vector<int64_t> ep_fill_, ep_recv_counts_;
   std::vector<size_t> ep_send_bytes_, ep_recv_bytes_;
   std::vector<int64_t> ep_counts_;
