@@ -4,6 +4,7 @@
 // Each attention group (one dp_rank) runs its own scheduler, KV pool and overlap loop; its tp ranks run that
 // schedule in lockstep (identical inputs, identical sampled tokens). MoE layers are collective over all N ranks.
 #pragma once
+#include <atomic>
 #include <memory>
 #include <string>
 
@@ -45,6 +46,9 @@ struct DistContext {
   std::unique_ptr<Communicator> control;  // engine loop: requests in, outputs and load reports back
   std::unique_ptr<Communicator> moe;      // MoE dispatch/combine (executor thread)
   std::unique_ptr<Communicator> tp;       // the attention group's tensor-parallel ranks (executor thread)
+  // Expert rows this rank computed for any rank (the executor adds, the control plane reports): the per-rank
+  // expert load behind the imbalance gauge.
+  mutable std::atomic<int64_t> expert_rows{0};
 };
 
 StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, const ParallelConfig& pc);

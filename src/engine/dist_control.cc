@@ -35,9 +35,14 @@ DistControl::DistControl(dist::DistContext& ctx, Engine& engine) : ctx_(ctx), e_
 }
 
 int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
-  int best = 0;
-  for (int g = 1; g < ctx_.pc.dp; ++g)
+  // Least loaded; ties go round-robin from the group after the last choice (sequential clients, each done
+  // before the next arrives, still spread over every group).
+  const int D = ctx_.pc.dp;
+  int best = (last_routed_ + 1) % D;
+  for (int i = 1; i < D; ++i) {
+    const int g = (last_routed_ + 1 + i) % D;
     if (group_load_[g] < group_load_[best]) best = g;
+  }
   // Prompts sharing their first KV block go where the first one went (its prefix cache has them), unless
   // that group is clearly busier.
   if (static_cast<int>(prompt.size()) >= e_.opt_.block_size) {
@@ -49,6 +54,7 @@ int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
   }
   group_load_[best] += n;
   ++group_routed_[best];
+  last_routed_ = best;
   return best;
 }
 
@@ -131,6 +137,7 @@ bool DistControl::Sync(bool has_rows) {
   }
   mine.assigned_requests = static_cast<int64_t>(e_.requests_.size());
   mine.moe_bytes_sent = ctx_.moe->bytes_sent();
+  mine.expert_rows = ctx_.expert_rows.load(std::memory_order_relaxed);
   wire::Writer w;
   w.Put(mine);
   w.Put<uint64_t>(outbox_.size());
@@ -174,8 +181,11 @@ bool DistControl::Sync(bool has_rows) {
   }
   if (stopping_ && !busy && !done_) {
     done_ = true;
-    DI_LOG_INFO("parallel: rank %d: MoE dispatch/combine sent %.3f MB, waited %.3f s for peers; control plane waited %.3f s",
-                ctx_.pc.rank, ctx_.moe->bytes_sent() / 1e6, ctx_.moe->wait_seconds(), ctx_.control->wait_seconds());
+    DI_LOG_INFO("parallel: rank %d: MoE dispatch/combine sent %.3f MB, waited %.3f s for peers; tensor-parallel "
+                "collectives sent %.3f MB, waited %.3f s; control plane waited %.3f s; %lld expert rows computed",
+                ctx_.pc.rank, ctx_.moe->bytes_sent() / 1e6, ctx_.moe->wait_seconds(), ctx_.tp->bytes_sent() / 1e6,
+                ctx_.tp->wait_seconds(), ctx_.control->wait_seconds(),
+                static_cast<long long>(ctx_.expert_rows.load(std::memory_order_relaxed)));
     if (is_root()) {
       std::string routed;
       for (int64_t c : group_routed_) routed += (routed.empty() ? "" : ", ") + std::to_string(c);

@@ -31,7 +31,7 @@ struct RankReport {
   int64_t has_rows = 0, busy = 0;
   int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, requests_finished = 0;
   int64_t running = 0, waiting = 0, kv_blocks_free = 0, kv_blocks_total = 0, assigned_requests = 0;
-  int64_t moe_bytes_sent = 0;
+  int64_t moe_bytes_sent = 0, expert_rows = 0;
 };
 
 class DistControl {
@@ -71,6 +71,7 @@ class DistControl {
   };
   std::unordered_map<uint64_t, Remote> remote_;
   std::vector<int64_t> group_load_;                 // samples in flight per group (routing)
+  int last_routed_ = -1;
   std::vector<int64_t> group_routed_;               // requests routed per group since start (logs)
   std::unordered_map<uint64_t, int> prefix_owner_;  // hash of a prompt's first block -> group it went to
   // Group leaders: events produced since the last Sync (filled on the engine thread, inside Process).

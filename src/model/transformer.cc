@@ -244,6 +244,7 @@ void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
                                      *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp,
                                      live ? expert_load_[moe_layer].data() : nullptr);
     if (!s.ok()) dist::AbortJob("expert-parallel MoE: " + s.ToString());
+    dist_->expert_rows.fetch_add(moe_->ep_rows_computed(), std::memory_order_relaxed);
     TpAllReduce(y_.data(), n);
     for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
     return;

@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include <algorithm>
+
 #include <cstdio>
 
 namespace deepinfer {
@@ -92,6 +94,7 @@ std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist
       {"deepinfer_rank_num_requests_running", "gauge", "Sequences running on this rank.", &RankReport::running},
       {"deepinfer_rank_kv_blocks_free", "gauge", "Free KV cache blocks on this rank.", &RankReport::kv_blocks_free},
       {"deepinfer_rank_moe_dispatch_bytes_total", "counter", "Bytes this rank sent in MoE dispatch/combine.", &RankReport::moe_bytes_sent},
+      {"deepinfer_rank_expert_rows_total", "counter", "Expert rows (token x routed expert) this rank computed for any rank.", &RankReport::expert_rows},
   };
   std::string out;
   for (const Series& s : kSeries) {
@@ -104,6 +107,14 @@ std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist
              std::to_string(pc.ep_rank()) + "\"} " + Num(static_cast<double>(reports[r].*s.field)) + "\n";
     }
   }
+  // Expert load imbalance over the expert-parallel ranks since start: max / mean of the rows each computed (1.0 is
+  // perfect; EPLB's target).
+  int64_t total = 0, most = 0;
+  for (const RankReport& r : reports) total += r.expert_rows, most = std::max(most, r.expert_rows);
+  const double imbalance = total > 0 ? static_cast<double>(most) * static_cast<double>(reports.size()) / static_cast<double>(total) : 1.0;
+  out += "# HELP deepinfer_expert_load_imbalance Max over mean of the expert rows the ranks computed (1 = balanced).\n"
+         "# TYPE deepinfer_expert_load_imbalance gauge\ndeepinfer_expert_load_imbalance{model_name=\"" + model + "\"} " +
+         Num(imbalance) + "\n";
   return out;
 }
 

@@ -1,6 +1,10 @@
 // Must-show 5 (part): `mpirun -np 2 deepinfer serve --dp 2 --ep 2`: concurrent requests land on both attention
 // groups (the per-rank metrics say so), answers equal the one-process server's (greedy), and SIGTERM to rank 0
 // ends the job with exit 0, which needs the leak check clean on every rank.
+import {spawnSync} from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
 import {startServer, metrics, checker} from "../server/common.mjs";
 
 const bin = process.argv[2];
@@ -30,8 +34,30 @@ const perRank = dp => {
 };
 check(perRank(0) > 0 && perRank(1) > 0, `both groups generated tokens (dp_rank 0: ${perRank(0)}, dp_rank 1: ${perRank(1)})`);
 check(perRank(0) + perRank(1) === 12 * 16, `the groups' tokens add up to the requests' (${perRank(0) + perRank(1)})`);
+// Sequential requests (each finished before the next) spread too: the router breaks load ties round-robin.
+const before = [perRank(0), perRank(1)];
+for (let i = 0; i < 4; ++i)
+  await fetch(`${srv.base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({prompt: `Seq ${i}`, max_tokens: 4, temperature: 0})}).then(r => r.json());
+const m2 = await metrics(srv.base);
+const rank2 = dp => Number(new RegExp(`^deepinfer_rank_generation_tokens_total\\{[^}]*dp_rank="${dp}"[^}]*\\} ([0-9.e+-]+)$`, "m").exec(m2.text)?.[1]);
+check(rank2(0) - before[0] === 8 && rank2(1) - before[1] === 8, `4 sequential requests: 2 per group (${rank2(0) - before[0]} / ${rank2(1) - before[1]} tokens)`);
 const health = await fetch(`${srv.base}/health`);
 check(health.status === 200, "/health on rank 0");
 const code = await srv.stop();
 check(code === 0, `SIGTERM to rank 0: the job exits 0, leak check clean on every rank (exit ${code}; ${srv.log().split("\n").filter(l => /shutdown|error/i.test(l)).join(" | ").slice(0, 300)})`);
+// A MoE model: both expert-parallel ranks computed expert rows, and the imbalance gauge is exported.
+{
+  const moeDir = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-servedp-"));
+  spawnSync(bin, ["make-tiny", "--arch", "qwen3_moe", "--out", moeDir, "-q"]);
+  const moe = await startServer(bin, ["-m", path.join(moeDir, "model.gguf")]);
+  await Promise.all(prompts.map(p => fetch(`${moe.base}/v1/completions`, {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: p, max_tokens: 8})}).then(r => r.json())));
+  const mm = await metrics(moe.base);
+  const rows = r => Number(new RegExp(`^deepinfer_rank_expert_rows_total\\{[^}]*rank="${r}"[^}]*\\} ([0-9.e+-]+)$`, "m").exec(mm.text)?.[1]);
+  const imb = mm.get("deepinfer_expert_load_imbalance");
+  check(rows(0) > 0 && rows(1) > 0 && imb >= 1 && imb < 2, `MoE: expert rows per rank ${rows(0)} / ${rows(1)}, imbalance gauge ${imb}`);
+  check(await moe.stop() === 0, "MoE server: clean shutdown");
+  fs.rmSync(moeDir, {recursive: true, force: true});
+}
 done("serve_dp");
