@@ -263,7 +263,7 @@ void Engine::StepOnce() {
     if (opt_.overlap) prev_ = cur;
     else process(cur);
   }
-  sched_->Reclaim(stream_.completed());
+  sched_->Reclaim(CompletedFence());
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.host_seconds += Seconds(Clock::now() - t0) - waited;
   // Snapshot scheduler state for readers on other threads (metrics).
@@ -275,7 +275,15 @@ void Engine::StepOnce() {
   stats_.kv_blocks_free = pool_->num_available();
 }
 
+Fence Engine::CompletedFence() const {
+  // Multi-process: the tensor-parallel ranks of a group must free slots and blocks at the same iteration (their
+  // schedulers stay identical only on identical inputs), so they go by the last step this loop processed, which
+  // is complete on every rank, rather than by what the stream happens to have finished by now.
+  return dist_ ? processed_fence_ : stream_.completed();
+}
+
 void Engine::Process(WorkerStepState& st) {
+  processed_fence_ = std::max(processed_fence_, st.done);
   for (size_t i = 0; i < st.sched.rows.size(); ++i) {
     const SequenceMetadata& r = st.sched.rows[i];
     Sequence* s = seqs_.at(r.seq_id).get();
@@ -366,7 +374,7 @@ void Engine::Emit(Sequence* s, RequestOutput ev) {
 
 void Engine::MaybeRelease(Sequence* s) {
   if (s->status() != SeqStatus::kFinished || s->inflight() > 0) return;
-  sched_->Release(s, stream_.completed());  // the one release path: runs once, on the finished -> released step
+  sched_->Release(s, CompletedFence());  // the one release path: runs once, on the finished -> released step
   Request* req = s->req();
   auto& list = seqs_of_[req->id];
   for (Sequence* x : list)
@@ -392,7 +400,7 @@ Status Engine::RunUntilIdle() {
   if (dist_ && !dist_->is_root()) {
     // A follower: step with the job until rank 0 shuts it down.
     while (!dist_->done()) StepOnce();
-    sched_->Reclaim(stream_.completed());
+    sched_->Reclaim(CompletedFence());
     return Status::Ok();
   }
   int stalls = 0;
@@ -429,7 +437,7 @@ void Engine::DrainForShutdown() {
     // The stop travels with the next exchange; every rank aborts what it holds and steps until the whole job
     // has drained, then all leave at the same iteration. (A follower whose loop already ended has nothing left.)
     while (!dist_->done()) StepOnce();
-    sched_->Reclaim(stream_.completed());
+    sched_->Reclaim(CompletedFence());
     return;
   }
   // Abort whatever is left, then run the loop until the pipeline is empty: a launched step is never abandoned.
@@ -440,7 +448,7 @@ void Engine::DrainForShutdown() {
   while (prev_ || !seqs_.empty()) StepOnce();
   // Nothing is in flight now, so every fence has passed: the slots the aborts above returned (with no step
   // left to run, StepOnce's Reclaim never sees them) go back to the free list before the leak check.
-  sched_->Reclaim(stream_.completed());
+  sched_->Reclaim(CompletedFence());
 }
 
 Status Engine::Shutdown() {

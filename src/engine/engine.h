@@ -127,6 +127,8 @@ class Engine {
   void MaybeRelease(Sequence* s);
   void AbortNow(uint64_t request_id);
   void DrainForShutdown();
+  // The newest fence every step before it has passed, as scheduling decisions may use it.
+  Fence CompletedFence() const;
 
   ModelConfig config_;
   const Tokenizer* tok_;
@@ -140,6 +142,7 @@ class Engine {
   WorkerStepState ring_[2];
   WorkerStepState* prev_ = nullptr;
   uint64_t next_step_ = 1;
+  Fence processed_fence_ = 0;  // the done fence of the newest processed step
 
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;

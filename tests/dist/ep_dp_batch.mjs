@@ -83,6 +83,24 @@ for (const arch of archs) {
     check(groups.length === Number(par[1]) && groups.every(g => g > 0), `${label}: every group received requests (${routed ? routed[1] : "no log line"})`);
   }
 }
+// Tensor parallel inside data-parallel groups, through the engine: the tp ranks of a group run identical
+// schedulers (same requests at the same iteration, slots and blocks freed at the same iteration) under slot and
+// KV pressure; two runs write identical files (TP sums in another order than one process, so equality with one
+// process is not claimed here: tests/dist/tp_logprobs.mjs bounds that difference).
+if (!only || only === "deepseek_v3") {
+  const model = path.join(dir, "deepseek_v3", "model.gguf");
+  const outs = [];
+  for (let k = 0; k < 2; ++k) {
+    const out = path.join(dir, `tpdp.${k}.jsonl`);
+    const r = run("mpirun", ["--oversubscribe", "-np", "4", bin, "generate", "-m", model, "--input", input, "-q",
+                             "--max-num-seqs", "4", "--kv-cache", "4MiB", "--dp", "2", "--tp", "2", "--ep", "4", "--output", out]);
+    check(r.status === 0, `tp x dp: mpirun -np 4 --dp 2 --tp 2 --ep 4 run ${k + 1} exits 0 (${r.stderr.trim().slice(-200)})`);
+    outs.push(r.status === 0 ? fs.readFileSync(out, "utf8") : "");
+  }
+  const lines = outs[0].trim().split("\n");
+  check(outs[0] !== "" && outs[0] === outs[1] && lines.length === 220 && !outs[0].includes('"error"'),
+        `tp x dp: two runs write identical files (${lines.length} results)`);
+}
 // Online EPLB (must-show 3, last part): a 500-request run on DeepSeek-V3 with redundant expert slots and a
 // rebalance every 10 steps moves experts between ranks (asserted from the log) and changes no output.
 if (!only || only === "deepseek_v3") {
