@@ -21,6 +21,15 @@ build-san/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 echo "[asan] server: openai SDK end to end, and 300 streams with 100 disconnects"
 node tests/server/openai_sdk.mjs build-san/deepinfer >/dev/null
 node tests/server/load.mjs build-san/deepinfer 300 100 >/dev/null
+echo "[asan] multi-process: mpirun serve --dp 2 --ep 2 (every rank's leak check and LeakSanitizer), EP+DP batch"
+# Open MPI keeps allocations past MPI_Finalize: suppressed by library (tests/dist/lsan_mpi.supp), which needs whole
+# stacks (the slow unwinder; MPI's libraries have no frame pointers) and its components kept loaded.
+(
+  export OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
+  export LSAN_OPTIONS="suppressions=$PWD/tests/dist/lsan_mpi.supp:fast_unwind_on_malloc=0"
+  node tests/dist/serve_dp.mjs build-san/deepinfer >/dev/null
+  node tests/dist/ep_dp_batch.mjs build-san/deepinfer qwen3_moe >/dev/null
+)
 echo "[asan] CLI error checks"
 bash tests/e2e/cli_errors.sh build-san/deepinfer >/dev/null
 
