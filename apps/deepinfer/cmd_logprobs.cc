@@ -8,6 +8,7 @@
 #include "engine_flags.h"
 #include "kernels/cpu/ops.h"
 #include "dist/communicator.h"
+#include "dist/parallel.h"
 #include "model/transformer.h"
 
 namespace deepinfer::cli {
@@ -82,6 +83,11 @@ int CmdLogprobs(int argc, char** argv) {
     append_rows(logits.data(), n - 1);
   }
   out += "]}\n";
+  if (const dist::DistContext* d = dist::Context(); d && d->pc.cp > 1)
+    // The balance of the context-parallel split (query x key pairs each rank's attention computed).
+    std::fprintf(stderr, "context parallel: rank %d (cp %d/%d): attention work %lld query-key pairs, K/V exchange sent %.3f MB\n",
+                 d->pc.rank, d->pc.cp_rank(), d->pc.cp, static_cast<long long>(d->attention_work.load()),
+                 d->cp->bytes_sent() / 1e6);
   if (dist::World().rank() != 0) return 0;
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;

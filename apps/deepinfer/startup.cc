@@ -107,6 +107,12 @@ Status SetupParallel(const Args& args) {
   if (args.Has("eplb-interval")) pc.eplb_interval = static_cast<int>(args.GetInt("eplb-interval"));
   if (pc.redundant_experts < 0) return InvalidArgument("--ep-redundant-experts must be >= 0");
   if (pc.eplb_interval < 0) return InvalidArgument("--eplb-interval must be >= 0");
+  if (args.Has("cp-split")) {
+    const std::string split = args.Get("cp-split");
+    if (split != "balanced" && split != "contiguous")
+      return InvalidArgument("--cp-split must be balanced or contiguous, not '" + split + "'");
+    pc.cp_contiguous = split == "contiguous";
+  }
   dist::Options o;
   if (args.Has("dist-timeout")) {
     o.timeout_seconds = std::strtod(args.Get("dist-timeout").c_str(), nullptr);

@@ -34,7 +34,8 @@ namespace deepinfer::cli {
 #define DI_PARALLEL_FLAGS                                                                                            \
   {"dp", "", "D", "1", "attention data-parallel groups (each its own scheduler and KV cache)"},                     \
       {"tp", "", "T", "N/(D*C)", "tensor-parallel ranks per attention group (heads, FFN and vocabulary split)"},    \
-      {"cp", "", "C", "1", "context-parallel ranks per attention group (long prefill; not implemented yet)"},       \
+      {"cp", "", "C", "1", "context-parallel ranks per attention group (each computes a share of every batch's rows)"}, \
+      {"cp-split", "", "balanced|contiguous", "balanced", "context parallel: prefill chunks cut head-tail into 2C pieces (equal attention work) or into C consecutive ones"}, \
       {"ep", "", "E", "1 if T=N, else N", "expert-parallel ranks for MoE layers (N: whole experts per rank; 1: experts tensor-split)"}, \
       {"ep-redundant-experts", "", "R", "0", "extra expert slots per MoE layer for replicas of hot experts (EPLB; E + R divisible by --ep)"}, \
       {"eplb-interval", "", "STEPS", "0", "engine steps between online expert rebalances from counted loads (0: never)"}, \

@@ -44,7 +44,6 @@ StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, in
   if (pc.ep == 1 && pc.tp != world)
     return Unimplemented("--ep 1 with --dp/--cp > 1 would tensor-split experts over ranks that hold different tokens; "
                          "use --ep " + n + " (expert parallelism over every rank)");
-  if (pc.cp > 1) return Unimplemented("--cp (context parallelism) is not implemented yet");
   return pc;
 }
 
@@ -54,6 +53,7 @@ StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, cons
   DI_ASSIGN_OR_RETURN(d->control, world.Split(0, pc.rank, "control"));
   DI_ASSIGN_OR_RETURN(d->moe, world.Split(0, pc.rank, "moe"));
   DI_ASSIGN_OR_RETURN(d->tp, world.Split(pc.dp_rank() * pc.cp + pc.cp_rank(), pc.tp_rank(), "tp"));
+  DI_ASSIGN_OR_RETURN(d->cp, world.Split(pc.dp_rank() * pc.tp + pc.tp_rank(), pc.cp_rank(), "cp"));
   return d;
 }
 

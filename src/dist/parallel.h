@@ -20,6 +20,9 @@ struct ParallelConfig {
   // steps pass between online rebalances (0: the placement never changes).
   int redundant_experts = 0;
   int eplb_interval = 0;
+  // Context parallelism: how a prefill chunk's rows are divided over the C ranks (model/layers/context_parallel.h):
+  // false = balanced head-tail pieces, true = contiguous pieces (the naive split, for comparison).
+  bool cp_contiguous = false;
 
   int moe_tp() const { return world / ep; }
   int dp_rank() const { return rank / (cp * tp); }
@@ -46,9 +49,12 @@ struct DistContext {
   std::unique_ptr<Communicator> control;  // engine loop: requests in, outputs and load reports back
   std::unique_ptr<Communicator> moe;      // MoE dispatch/combine (executor thread)
   std::unique_ptr<Communicator> tp;       // the attention group's tensor-parallel ranks (executor thread)
+  std::unique_ptr<Communicator> cp;       // the context-parallel ranks with this rank's tp_rank (executor thread)
   // Expert rows this rank computed for any rank (the executor adds, the control plane reports): the per-rank
   // expert load behind the imbalance gauge.
   mutable std::atomic<int64_t> expert_rows{0};
+  // Context parallelism: attention work (query x key pairs) of the rows this rank computed, summed over forwards.
+  mutable std::atomic<int64_t> attention_work{0};
 };
 
 StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, const ParallelConfig& pc);

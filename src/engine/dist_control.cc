@@ -138,6 +138,8 @@ bool DistControl::Sync(bool has_rows) {
   mine.assigned_requests = static_cast<int64_t>(e_.requests_.size());
   mine.moe_bytes_sent = ctx_.moe->bytes_sent();
   mine.expert_rows = ctx_.expert_rows.load(std::memory_order_relaxed);
+  mine.attention_work = ctx_.attention_work.load(std::memory_order_relaxed);
+  mine.cp_bytes_sent = ctx_.cp->bytes_sent();
   wire::Writer w;
   w.Put(mine);
   w.Put<uint64_t>(outbox_.size());
@@ -186,6 +188,11 @@ bool DistControl::Sync(bool has_rows) {
                 ctx_.pc.rank, ctx_.moe->bytes_sent() / 1e6, ctx_.moe->wait_seconds(), ctx_.tp->bytes_sent() / 1e6,
                 ctx_.tp->wait_seconds(), ctx_.control->wait_seconds(),
                 static_cast<long long>(ctx_.expert_rows.load(std::memory_order_relaxed)));
+    if (ctx_.pc.cp > 1)
+      DI_LOG_INFO("parallel: rank %d (cp %d/%d): attention work %lld query-key pairs, context-parallel K/V exchange sent "
+                  "%.3f MB, waited %.3f s", ctx_.pc.rank, ctx_.pc.cp_rank(), ctx_.pc.cp,
+                  static_cast<long long>(ctx_.attention_work.load(std::memory_order_relaxed)), ctx_.cp->bytes_sent() / 1e6,
+                  ctx_.cp->wait_seconds());
     if (is_root()) {
       std::string routed;
       for (int64_t c : group_routed_) routed += (routed.empty() ? "" : ", ") + std::to_string(c);

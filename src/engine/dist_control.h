@@ -32,6 +32,7 @@ struct RankReport {
   int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, requests_finished = 0;
   int64_t running = 0, waiting = 0, kv_blocks_free = 0, kv_blocks_total = 0, assigned_requests = 0;
   int64_t moe_bytes_sent = 0, expert_rows = 0;
+  int64_t attention_work = 0, cp_bytes_sent = 0;  // context parallelism: query x key pairs, K/V exchange bytes
 };
 
 class DistControl {

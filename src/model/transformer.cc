@@ -36,6 +36,8 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
   if (any_dense) mlp_ = std::make_unique<DenseMlp>(max_tokens_, lc_.intermediate);
   dist_ = dist::Context();
   if (dist_ && dist_->pc.single()) dist_ = nullptr;
+  if (dist_ && dist_->pc.cp > 1)
+    cp_ = std::make_unique<ContextParallel>(dist_->cp.get(), dist_->pc.cp_contiguous ? CpSplit::kContiguous : CpSplit::kBalanced);
   // Expert parallelism: one expert may receive every rank's tokens.
   if (c_.n_experts > 0) moe_ = std::make_unique<MoeMlp>(lc_, max_tokens_, dist_ ? dist_->pc.world : 1);
   for (const LayerWeights& L : model_.layers)
@@ -60,15 +62,11 @@ Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv
                       ") exceed the KV cache capacity " + std::to_string(kv.capacity()));
   const int nb = static_cast<int>(kv.block_table().size());
   if (all_logits) {
-    // One row per token: each token is its own "sequence" entry of length 1, which the batched forward handles
-    // exactly like a chunk (row-wise invariance), but chunked by max_batch_tokens.
-    std::vector<SeqForward> rows;
+    // One run per chunk with a logit row per token (row-wise invariance: the same rows as a decode would give).
     for (int done = 0; done < n; done += max_tokens_) {
       const int len = std::min(max_tokens_, n - done);
-      rows.clear();
-      for (int i = 0; i < len; ++i)
-        rows.push_back({tokens + done + i, 1, start + done + i, kv.block_table().data(), nb, true});
-      DI_RETURN_IF_ERROR(ForwardBatch(rows.data(), len, kv.paged(), logits + static_cast<size_t>(done) * c_.vocab_size,
+      SeqForward s{tokens + done, len, start + done, kv.block_table().data(), nb, true, true};
+      DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits + static_cast<size_t>(done) * c_.vocab_size,
                                       hidden ? hidden + static_cast<size_t>(done) * c_.hidden : nullptr));
     }
     return Status::Ok();
@@ -114,7 +112,10 @@ Status Transformer::PlanBatch(const SeqForward* seqs, int num_seqs, int bs, int*
       pos_[row + i] = q.start + i;
       slot_of_token_[row + i] = rows_[rows_begin.back() + q.start + i];
     }
-    if (q.want_logits) logit_rows_.push_back(row + q.n - 1);
+    if (q.all_logits)
+      for (int i = 0; i < q.n; ++i) logit_rows_.push_back(row + i);
+    else if (q.want_logits)
+      logit_rows_.push_back(row + q.n - 1);
     row += q.n;
   }
   row = 0;
@@ -124,15 +125,43 @@ Status Transformer::PlanBatch(const SeqForward* seqs, int num_seqs, int bs, int*
   }
   batch_ = BatchView{total, pos_.data(), slot_of_token_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size())};
   *total_out = total;
+  if (!cp_) return Status::Ok();
+
+  // Context parallel: keep this rank's rows (compacted in order) and the whole batch's KV slots.
+  std::vector<int> seq_rows(num_seqs);
+  for (int s = 0; s < num_seqs; ++s) seq_rows[s] = seqs[s].n;
+  cp_->Plan(seq_rows);
+  cp_slots_.assign(slot_of_token_.begin(), slot_of_token_.begin() + total);
+  LocalAttnSeqs(*cp_, attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), &cp_seqs_);
+  const std::vector<int32_t>& mine = cp_->mine();
+  int64_t work = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    tokens_[i] = tokens_[mine[i]];  // mine is increasing: i <= mine[i], compaction in place is safe
+    pos_[i] = pos_[mine[i]];
+    slot_of_token_[i] = slot_of_token_[mine[i]];
+    work += pos_[i] + 1;
+  }
+  cp_->AddWork(work);
+  dist_->attention_work.fetch_add(work, std::memory_order_relaxed);
+  batch_ = BatchView{static_cast<int>(mine.size()), pos_.data(), slot_of_token_.data(), cp_seqs_.data(),
+                     static_cast<int>(cp_seqs_.size()), cp_.get(), cp_slots_.data()};
   return Status::Ok();
 }
 
 // RMSNorm of the logit rows of x_ with `norm`, then the vocabulary projection.
 void Transformer::Logits(const std::vector<float>& norm, const TensorView& head, float* logits) {
   const int h = c_.hidden, rows = static_cast<int>(logit_rows_.size());
-  for (int r = 0; r < rows; ++r)
-    RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
-            xn_.data() + static_cast<size_t>(r) * h);
+  if (cp_) {
+    // Each logit row's owner sends its hidden state; every rank then projects every logit row.
+    cp_rows_.resize(static_cast<size_t>(rows) * h);
+    cp_->GatherRows(logit_rows_, x_.data(), h, cp_rows_.data());
+    if (xn_.size() < cp_rows_.size()) xn_.resize(cp_rows_.size());
+    RmsNorm(cp_rows_.data(), norm.data(), c_.rms_eps, rows, h, xn_.data());
+  } else {
+    for (int r = 0; r < rows; ++r)
+      RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
+              xn_.data() + static_cast<size_t>(r) * h);
+  }
   if (!shard_.split()) {
     MatMul(head, xn_.data(), rows, logits);
     return;
@@ -158,6 +187,19 @@ void Transformer::Logits(const std::vector<float>& norm, const TensorView& head,
   }
 }
 
+void Transformer::FinalHidden(int total, float* hidden) {
+  const int h = c_.hidden;
+  if (!cp_) {
+    RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+    return;
+  }
+  cp_all_rows_.resize(total);
+  for (int r = 0; r < total; ++r) cp_all_rows_[r] = r;
+  cp_rows_.resize(static_cast<size_t>(total) * h);
+  cp_->GatherRows(cp_all_rows_, x_.data(), h, cp_rows_.data());
+  RmsNorm(cp_rows_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+}
+
 void Transformer::Embed(const TensorView& embd, int total) {
   const int h = c_.hidden;
   if (!shard_.split()) {
@@ -178,10 +220,9 @@ void Transformer::Embed(const TensorView& embd, int total) {
 Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits, float* hidden) {
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
-  const int h = c_.hidden;
-  Embed(model_.tok_embd, total);
+  Embed(model_.tok_embd, batch_.n);
   for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, kv, l);
-  if (hidden) RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+  if (hidden) FinalHidden(total, hidden);
   if (!logit_rows_.empty()) Logits(model_.out_norm, model_.lm_head, logits);
   return Status::Ok();
 }
@@ -199,15 +240,16 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, mtp_kv.block_size(), &total));
   const MtpWeights& P = model_.mtp[k];
-  const int h = c_.hidden;
+  const int h = c_.hidden, n = batch_.n;
   mtp_in_.resize(static_cast<size_t>(max_tokens_) * 2 * h);
-  Embed(P.embed, total);  // into x_, which eh_proj overwrites below
-  for (int r = 0; r < total; ++r) {
+  Embed(P.embed, n);  // into x_, which eh_proj overwrites below
+  for (int r = 0; r < n; ++r) {
+    const int g = cp_ ? cp_->mine()[r] : r;  // hidden holds every row of the batch
     float* in = mtp_in_.data() + static_cast<size_t>(r) * 2 * h;
     RmsNorm(x_.data() + static_cast<size_t>(r) * h, P.enorm.data(), c_.rms_eps, 1, h, in);
-    RmsNorm(hidden + static_cast<size_t>(r) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
+    RmsNorm(hidden + static_cast<size_t>(g) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
   }
-  MatMul(P.eh_proj, mtp_in_.data(), total, x_.data());
+  if (n > 0) MatMul(P.eh_proj, mtp_in_.data(), n, x_.data());
   Layer(P.layer, k, mtp_kv);
   if (!logit_rows_.empty()) Logits(P.head_norm, P.head, logits);
   return Status::Ok();
@@ -226,7 +268,12 @@ void Transformer::TpAllReduce(float* data, int rows) {
 
 void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv) {
   const int n = batch_.n, h = c_.hidden;
-  if (n == 0) return;  // an empty step (another attention group has work): nothing to attend
+  if (n == 0) {
+    // An empty step (another attention group has work): nothing to attend. Under context parallelism a rank
+    // with no rows of a non-empty batch still takes part in the layer's K/V exchange.
+    if (batch_.cp && batch_.cp->total() > 0) batch_.cp->WriteKv(kv, l, nullptr, nullptr, batch_.cp_slots);
+    return;
+  }
   RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
   if (mla_) mla_->Forward(L.mla, batch_, l, kv, xn_.data(), y_.data());
   else gqa_->Forward(L.gqa, batch_, l, kv, xn_.data(), y_.data());
@@ -302,7 +349,7 @@ Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, 
   if (l < 0 || l >= c_.n_layers) return InvalidArgument("bench: no layer " + std::to_string(l));
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
-  Embed(model_.tok_embd, total);
+  Embed(model_.tok_embd, batch_.n);
   AttentionBlock(model_.layers[l], l, kv);
   return Status::Ok();
 }

@@ -18,6 +18,7 @@
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "model/layers/batch.h"
+#include "model/layers/context_parallel.h"
 
 namespace deepinfer {
 
@@ -30,6 +31,7 @@ struct SeqForward {
   const int32_t* block_table = nullptr;
   int num_blocks = 0;
   bool want_logits = false;
+  bool all_logits = false;  // logits for every token of the run (n rows), not only the last
 };
 
 // A single sequence's cache for tools that run one sequence (logprobs, the decode benchmark): a paged cache
@@ -106,11 +108,15 @@ class Transformer {
   }
 
  private:
-  // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows.
+  // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows. Under
+  // context parallelism batch_ (and tokens_, pos_) hold this rank's share of the rows; *total is the whole batch.
   Status PlanBatch(const SeqForward* seqs, int num_seqs, int block_size, int* total);
   // The final norm of the logit rows and the vocabulary projection; under tensor parallelism each rank
-  // projects its vocabulary rows and the slices are all-gathered, so every rank returns the full logits.
+  // projects its vocabulary rows and the slices are all-gathered, so every rank returns the full logits (under
+  // context parallelism the logit rows' hidden states are gathered first, and every rank projects them all).
   void Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
+  // The final-normed hidden state of every row of the batch, in batch order (ForwardBatch's `hidden`).
+  void FinalHidden(int total, float* hidden);
   // x_ = the embeddings of the batch's tokens (tensor parallel: each rank fills the rows of its vocabulary
   // slice, zeros elsewhere, and the all-reduce completes them exactly).
   void Embed(const TensorView& embd, int total);
@@ -143,6 +149,12 @@ class Transformer {
   std::vector<AttnSeq> attn_seqs_;
   std::vector<int32_t> logit_rows_;
   std::vector<float> vocab_local_, vocab_gather_;  // tensor parallel: this rank's logits, every rank's
+  // Context parallelism (--cp > 1): the row split of each forward; the whole batch's KV slots, the gathered
+  // rows of the logits or hidden states, this rank's attention view.
+  std::unique_ptr<ContextParallel> cp_;
+  std::vector<int32_t> cp_slots_, cp_all_rows_;
+  std::vector<float> cp_rows_;
+  std::vector<AttnSeq> cp_seqs_;
   BatchView batch_;
 };
 

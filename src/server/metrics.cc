@@ -95,6 +95,8 @@ std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist
       {"deepinfer_rank_kv_blocks_free", "gauge", "Free KV cache blocks on this rank.", &RankReport::kv_blocks_free},
       {"deepinfer_rank_moe_dispatch_bytes_total", "counter", "Bytes this rank sent in MoE dispatch/combine.", &RankReport::moe_bytes_sent},
       {"deepinfer_rank_expert_rows_total", "counter", "Expert rows (token x routed expert) this rank computed for any rank.", &RankReport::expert_rows},
+      {"deepinfer_rank_attention_work_total", "counter", "Query x key pairs this rank's attention computed (context parallelism: its share).", &RankReport::attention_work},
+      {"deepinfer_rank_cp_exchange_bytes_total", "counter", "Bytes this rank sent in context-parallel K/V exchanges.", &RankReport::cp_bytes_sent},
   };
   std::string out;
   for (const Series& s : kSeries) {
@@ -103,7 +105,7 @@ std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist
       dist::ParallelConfig pc = pc0;
       pc.rank = static_cast<int>(r);
       out += std::string(s.name) + "{model_name=\"" + model + "\",rank=\"" + std::to_string(r) + "\",dp_rank=\"" +
-             std::to_string(pc.dp_rank()) + "\",tp_rank=\"" + std::to_string(pc.tp_rank()) + "\",ep_rank=\"" +
+             std::to_string(pc.dp_rank()) + "\",cp_rank=\"" + std::to_string(pc.cp_rank()) + "\",tp_rank=\"" + std::to_string(pc.tp_rank()) + "\",ep_rank=\"" +
              std::to_string(pc.ep_rank()) + "\"} " + Num(static_cast<double>(reports[r].*s.field)) + "\n";
     }
   }

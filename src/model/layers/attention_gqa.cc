@@ -28,7 +28,7 @@ void GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Paged
   }
   ApplyRope(rope_, q_.data(), n, nh, hd, b.pos);
   ApplyRope(rope_, k_.data(), n, nkv, hd, b.pos);
-  kv.Write(l, k_.data(), v_.data(), b.kv_slots, n);
+  WriteBatchKv(b, kv, l, k_.data(), v_.data());
   PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd},
                  1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   MatMul(w.wo, attn_.data(), n, out);

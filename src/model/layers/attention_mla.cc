@@ -45,7 +45,7 @@ void MlaAttention::Forward(const MlaWeights& w, const BatchView& b, int l, Paged
     RmsNorm(krow_.data() + static_cast<size_t>(t) * krow, w.kv_a_norm.data(), eps_, 1, kvl, krow_.data() + static_cast<size_t>(t) * krow);
   ApplyRope(rope_, krow_.data() + kvl, n, 1, krow, b.pos);
   ApplyRope(rope_, q_.data() + nope, n, H, qk, b.pos);
-  kv.Write(l, krow_.data(), nullptr, b.kv_slots, n);
+  WriteBatchKv(b, kv, l, krow_.data(), nullptr);
   if (absorb_) Absorbed(w, b, l, kv);
   else Decompressed(w, b, l, kv);
   MatMul(w.wo, attn_.data(), n, out);

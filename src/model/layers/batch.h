@@ -8,12 +8,23 @@
 
 namespace deepinfer {
 
+class ContextParallel;
+
 struct BatchView {
   int n = 0;                        // token rows
   const int32_t* pos = nullptr;     // n positions
   const int32_t* kv_slots = nullptr;  // n physical KV rows (written)
   const AttnSeq* seqs = nullptr;    // per sequence: its rows of the batch and the KV rows it attends to
   int num_seqs = 0;
+  // Context parallelism (context_parallel.h): n, pos and seqs are this rank's share of the rows; the layers write
+  // the whole batch's K/V through cp (cp_slots: the KV slot of every row of the batch). nullptr: one rank.
+  ContextParallel* cp = nullptr;
+  const int32_t* cp_slots = nullptr;
 };
+
+// Stores the batch's new K/V rows of layer l (this rank's n rows in k/v; under context parallelism every rank's,
+// gathered). Defined in context_parallel.cc.
+class PagedKvCache;
+void WriteBatchKv(const BatchView& b, PagedKvCache& kv, int l, const float* k, const float* v);
 
 }  // namespace deepinfer
