@@ -76,6 +76,10 @@ Communicator& World();        // InitWorld's result (the local group if InitWorl
 bool LaunchedByMpi();         // this process was started by mpirun
 void SetOptions(const Options& o);
 const Options& GetOptions();
+// Under mpirun every rank joins a liveness round with all others each second (a thread of its own), so a peer that
+// stops answering ends the job within the timeout even while the engine is idle. This is how long the current
+// round has waited (0: every rank answered within the last second or so; always 0 without MPI).
+double PeerSilenceSeconds();
 // Ends the whole job from any rank: logs the reason on this rank and aborts every rank (MPI_Abort).
 [[noreturn]] void AbortJob(const std::string& why, int code = 3);
 // MPI_Finalize when MPI was initialized (call once, at exit, after every communicator is destroyed).

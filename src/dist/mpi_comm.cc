@@ -14,7 +14,10 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -256,7 +259,62 @@ class MpiCommunicator final : public Communicator {
   std::vector<float> scratch_;
 };
 
+// Liveness while the engine is idle (no collective would notice a dead or stopped peer then): a thread per rank
+// joins a round with every other rank each second on its own communicator, an all-reduce-max of "I am stopping".
+// A peer that stopped answering (SIGSTOP, a frozen machine) makes the round wait past the job timeout, which
+// names the rank and ends the job like any other collective; the round's wait so far is what the server reports
+// as 503 in the meantime. All ranks leave together: a rank that stops sets its flag, and the round that carries
+// it ends every rank's loop.
+class Heartbeat {
+ public:
+  explicit Heartbeat(MPI_Comm comm) : comm_(comm, "heartbeat") {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Heartbeat() { Stop(); }
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+  double Silence() const {
+    const int64_t t = round_start_ns_.load(std::memory_order_relaxed);
+    return t ? (Now() - t) / 1e9 : 0.0;
+  }
+
+ private:
+  static int64_t Now() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+  void Run() {
+    for (;;) {
+      int64_t stopping = 0;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stop_; });
+        stopping = stop_;
+      }
+      round_start_ns_.store(Now(), std::memory_order_relaxed);
+      const Status s = comm_.AllReduceMax(&stopping, 1);
+      round_start_ns_.store(0, std::memory_order_relaxed);
+      if (!s.ok()) AbortJob("heartbeat: " + s.ToString());
+      if (stopping) return;
+    }
+  }
+
+  MpiCommunicator comm_;
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::atomic<int64_t> round_start_ns_{0};
+};
+
+std::unique_ptr<Heartbeat> g_heartbeat;
+
 }  // namespace
+
+double PeerSilenceSeconds() { return g_heartbeat ? g_heartbeat->Silence() : 0.0; }
 
 bool LaunchedByMpi() {
   return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_RANK");
@@ -276,9 +334,11 @@ Communicator& InitWorld(int* argc, char*** argv) {
                  "threads communicate concurrently)", provided);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
-  MPI_Comm dup;
+  MPI_Comm dup, hb;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Comm_dup(MPI_COMM_WORLD, &hb);
   g_world = std::make_unique<MpiCommunicator>(dup, "world");
+  g_heartbeat = std::make_unique<Heartbeat>(hb);
   return *g_world;
 }
 
@@ -300,6 +360,7 @@ void AbortJob(const std::string& why, int code) {
 }
 
 void FinalizeWorld() {
+  g_heartbeat.reset();  // the last round, with every rank
   g_world.reset();
   if (g_mpi) {
     int finalized = 0;

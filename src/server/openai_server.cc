@@ -6,11 +6,15 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "dist/communicator.h"
 #include "server/chat.h"
 #include "server/openai_request.h"
 
 namespace deepinfer {
 namespace {
+
+// Heartbeats come every second: three missed ones mean a peer rank is gone or stopped.
+constexpr double kPeerSilenceSeconds = 3.0;
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -137,8 +141,14 @@ bool OpenAiServer::Authorized(const HttpRequest& req) const {
 void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   const std::string& p = req.path;
   const bool is_post = req.method == "POST", is_get = req.method == "GET" || req.method == "HEAD";
+  // Multi-process: a peer rank silent past a few heartbeats is dead or hung; the job ends at --dist-timeout, and
+  // until then health checks and new work get 503 (a load balancer stops sending, clients retry elsewhere).
+  const double silence = dist::PeerSilenceSeconds();
+  const bool peer_silent = silence > kPeerSilenceSeconds;
   if (p == "/health") {
     if (!is_get) return Error(c, 405, "use GET");
+    if (peer_silent) return Error(c, 503, "a peer rank has not answered for " + std::to_string(static_cast<int>(silence)) +
+                                              " s (dead or hung); the job ends at --dist-timeout");
     metrics_.requests_ok++;
     return http_.Respond(c, 200, "application/json", "{\"status\":\"ok\"}\n");
   }
@@ -162,6 +172,9 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     return http_.Respond(c, 200, "application/json", Dump(j) + "\n");
   }
   if (!is_post) return Error(c, 405, "use POST");
+  if (peer_silent && p != "/tokenize" && p != "/detokenize")
+    return Error(c, 503, "a peer rank has not answered for " + std::to_string(static_cast<int>(silence)) +
+                             " s (dead or hung); the job ends at --dist-timeout");
   if (p == "/tokenize") return Tokenize(c, req);
   if (p == "/detokenize") return Detokenize(c, req);
   Generate(c, req, p == "/v1/chat/completions");

@@ -1,5 +1,6 @@
 // Must-show 6 and 7 of the MoE-parallelism issue. A rank that dies (SIGKILL) or hangs (SIGSTOP, with a request in
-// flight) ends the job on every rank within a bounded time, with a non-zero exit and the rank named. Bad layouts,
+// flight or while idle) ends the job on every rank within a bounded time, with a non-zero exit and the rank named;
+// meanwhile the server answers 503. Bad layouts,
 // indivisible heads or experts, and ranks started with different model files are refused on every rank before
 // any work starts.
 import {spawn, spawnSync, execFileSync} from "node:child_process";
@@ -50,6 +51,36 @@ const exited = proc => new Promise(resolve => proc.once("exit", (code, sig) => r
   const secs = (t - t0) / 1000;
   check(code !== 0 && secs < 3 + 15, `rank 1 stopped: the job ends with exit ${code} after ${secs.toFixed(1)} s (timeout 3 s + 15 s bound)`);
   check(/waited 3 s for rank\(s\) 1/.test(srv.log()), `the hung rank is named (${(srv.log().match(/.*waited.*/) ?? [""])[0].slice(0, 200)})`);
+}
+// 2b. A rank hangs while the engine is idle: the heartbeat round notices, the server answers 503 meanwhile (health
+// and new requests), and the job ends at --dist-timeout naming the rank.
+{
+  process.env.DEEPINFER_SERVE_ARGS = "--dp 2 --ep 2 --dist-timeout 8";
+  const srv = await startServer(bin);
+  const healthy = (await fetch(`${srv.base}/health`)).status;
+  const victim = children(srv.proc.pid).find(p => p !== srv.pidOfRank0);
+  let exitedYet = false;
+  const end = exited(srv.proc).then(r => (exitedYet = true, r));
+  process.kill(victim, "SIGSTOP");
+  const t0 = Date.now();
+  let health503 = null, completion503 = null;
+  while (!exitedYet && Date.now() - t0 < 30000) {
+    await new Promise(r => setTimeout(r, 500));
+    const h = await fetch(`${srv.base}/health`).catch(() => null);
+    if (h?.status === 503 && health503 === null) {
+      health503 = (Date.now() - t0) / 1000;
+      const c = await fetch(`${srv.base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+        body: JSON.stringify({prompt: "Hi", max_tokens: 4})}).catch(() => null);
+      completion503 = c ? `${c.status} ${JSON.stringify((await c.json()).error?.message ?? "").slice(0, 100)}` : "no answer";
+    }
+  }
+  const {code, t} = await end;
+  const secs = (t - t0) / 1000;
+  check(healthy === 200 && health503 !== null && health503 < 8, `idle rank 1 stopped: /health 503 after ${health503} s (before the 8 s timeout)`);
+  check(/^503 .*not answered/.test(completion503 ?? ""), `a new completion meanwhile: ${completion503}`);
+  check(code !== 0 && secs < 8 + 15, `idle rank 1 stopped: the job ends with exit ${code} after ${secs.toFixed(1)} s (timeout 8 s + 15 s bound)`);
+  check(/heartbeat.*waited 8 s for rank\(s\) 1/.test(srv.log()), `the hung rank is named (${(srv.log().match(/.*waited.*/) ?? [""])[0].slice(0, 200)})`);
+  try { process.kill(victim, "SIGKILL"); } catch {}
 }
 // 3. Refusals, on every rank, before any work.
 const mpirun = args => spawnSync("mpirun", ["--oversubscribe", ...args], {env, encoding: "utf8", timeout: 60000});
