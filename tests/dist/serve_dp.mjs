@@ -53,11 +53,38 @@ check(code === 0, `SIGTERM to rank 0: the job exits 0, leak check clean on every
   const moe = await startServer(bin, ["-m", path.join(moeDir, "model.gguf")]);
   await Promise.all(prompts.map(p => fetch(`${moe.base}/v1/completions`, {method: "POST",
     headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: p, max_tokens: 8})}).then(r => r.json())));
+  // Aborts mixed in (must-show 1): 24 seeded requests with log-probs run to completion while 24 streams are cut
+  // after a few tokens; the completed answers must equal the one-process server's, bit for bit.
+  const mixed = Array.from({length: 24}, (_, i) => ({prompt: `Story ${i}: once`, max_tokens: 12 + (i % 5), temperature: 0.8,
+                                                     seed: 100 + i, top_k: 40, logprobs: 2}));
+  const complete = base => Promise.all(mixed.map(b => fetch(`${base}/v1/completions`, {method: "POST",
+    headers: {"Content-Type": "application/json"}, body: JSON.stringify(b)}).then(r => r.json()).then(j => JSON.stringify(j.choices))));
+  const cut = base => Promise.all(Array.from({length: 24}, async (_, i) => {
+    const ac = new AbortController();
+    try {
+      const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"}, signal: ac.signal,
+        body: JSON.stringify({prompt: `Abort ${i}`, max_tokens: 200, ignore_eos: true, stream: true, seed: i, temperature: 1})});
+      const reader = r.body.getReader();
+      for (let k = 0; k < 2 + (i % 4); ++k) await reader.read();
+      ac.abort();
+      return true;
+    } catch {
+      return true;
+    }
+  }));
+  const [gotMixed] = await Promise.all([complete(moe.base), cut(moe.base)]);
   const mm = await metrics(moe.base);
   const rows = r => Number(new RegExp(`^deepinfer_rank_expert_rows_total\\{[^}]*rank="${r}"[^}]*\\} ([0-9.e+-]+)$`, "m").exec(mm.text)?.[1]);
   const imb = mm.get("deepinfer_expert_load_imbalance");
   check(rows(0) > 0 && rows(1) > 0 && imb >= 1 && imb < 2, `MoE: expert rows per rank ${rows(0)} / ${rows(1)}, imbalance gauge ${imb}`);
-  check(await moe.stop() === 0, "MoE server: clean shutdown");
+  check(await moe.stop() === 0, "MoE server: clean shutdown after 24 aborted streams (leak check on every rank)");
+  process.env.DEEPINFER_SERVE_MPI = "";
+  const moe1 = await startServer(bin, ["-m", path.join(moeDir, "model.gguf")]);
+  const wantMixed = await complete(moe1.base);
+  await moe1.stop();
+  const diff = wantMixed.findIndex((w, i) => w !== gotMixed[i]);
+  check(diff < 0, `MoE, 24 seeded completions with log-probs alongside 24 aborted streams: equal to one process` +
+        (diff >= 0 ? ` (first difference: request ${diff}: ${gotMixed[diff]?.slice(0, 160)} vs ${wantMixed[diff].slice(0, 160)})` : ""));
   fs.rmSync(moeDir, {recursive: true, force: true});
 }
 done("serve_dp");
