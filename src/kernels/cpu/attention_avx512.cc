@@ -11,6 +11,8 @@ namespace deepinfer {
 namespace isa_avx512 {
 
 namespace {
+constexpr int kMaxAttendHeads = 8;  // heads per register block
+
 // NB heads that share one K/V head, in one pass over the cached rows: each K/V row is loaded once per block and
 // feeds NB independent FMA chains (one per head), which hides the FMA latency a single head's chain is bound by.
 // Per head the arithmetic is exactly the single-head order (lanes over d, rows in order), so the result does not
@@ -154,15 +156,17 @@ void AttendHeadsAny(const float* q, int nh, const void* k, const void* v, DType 
 }
 }  // namespace
 
-void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  AttendHeadsAny<false>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
+// Rows one at a time through the head-blocked kernel (scratch holds at least min(nh, 8) * len scores). Query-row
+// blocking is the AVX2 kernel's; here each row's result is already what it is alone.
+template <bool kBf16Dot>
+void AttendRowsAny(const AttendArgs& a) {
+  for (int r = 0; r < a.nr; ++r)
+    AttendHeadsAny<kBf16Dot>(a.q + r * a.q_stride, a.nh, a.k, a.v, a.kv_type, a.rows, a.len0 + r, a.k_row_bytes,
+                             a.v_row_bytes, a.hd_k, a.hd_v, a.scale, a.scratch, a.out + r * a.o_stride);
 }
-void AttendHeadsBf16Dot(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows,
-                        int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale,
-                        float* scores, float* out) {
-  AttendHeadsAny<true>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
-}
+
+void AttendRows(const AttendArgs& a) { AttendRowsAny<false>(a); }
+void AttendRowsBf16Dot(const AttendArgs& a) { AttendRowsAny<true>(a); }
 
 }  // namespace isa_avx512
 }  // namespace deepinfer
