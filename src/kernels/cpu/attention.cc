@@ -28,7 +28,7 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   }
   // ~32 slots per task amortize a tile's conversion and keep the AVX2 tiles full; the scores scratch
   // (slots x context) stays under ~4 MiB per thread.
-  constexpr int kTargetSlots = 32;
+  constexpr int kTargetSlots = 64;
   constexpr int64_t kMaxScoreFloats = int64_t{1} << 20;
   int hb = std::min(group, kTargetSlots);
   int rb = std::max(1, std::min<int>(max_m, kTargetSlots / hb));
