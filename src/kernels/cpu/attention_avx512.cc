@@ -7,6 +7,12 @@
 #include "kernels/cpu/avx512_loads.inc"
 #include "kernels/cpu/isa_kernels.h"
 
+// The query-row-blocked kernel (attention_portable.inc's AVX2 tiles, built here with the AVX-512 flags: the same
+// arithmetic, so the same results as the AVX2 table) under its own namespace; AttendRows below calls it.
+#define DI_ISA_NS isa_avx512_blocked
+#include "kernels/cpu/attention_portable.inc"
+#undef DI_ISA_NS
+
 namespace deepinfer {
 namespace isa_avx512 {
 
@@ -156,17 +162,17 @@ void AttendHeadsAny(const float* q, int nh, const void* k, const void* v, DType 
 }
 }  // namespace
 
-// Rows one at a time through the head-blocked kernel (scratch holds at least min(nh, 8) * len scores). Query-row
-// blocking is the AVX2 kernel's; here each row's result is already what it is alone.
-template <bool kBf16Dot>
-void AttendRowsAny(const AttendArgs& a) {
+// f32 and f16 caches (and bf16 where the CPU has no AVX512-BF16): the query-row-blocked kernel. A bf16 cache on
+// AVX512-BF16: rows one at a time through the head-blocked vdpbf16ps kernel (scratch holds at least
+// min(nh, 8) * len scores), whose bf16-pair products are not the f32 kernel's; a blocked vdpbf16ps tile is
+// still to do.
+void AttendRows(const AttendArgs& a) { isa_avx512_blocked::AttendRows(a); }
+void AttendRowsBf16Dot(const AttendArgs& a) {
+  if (a.kv_type != DType::kBF16) return isa_avx512_blocked::AttendRows(a);
   for (int r = 0; r < a.nr; ++r)
-    AttendHeadsAny<kBf16Dot>(a.q + r * a.q_stride, a.nh, a.k, a.v, a.kv_type, a.rows, a.len0 + r, a.k_row_bytes,
-                             a.v_row_bytes, a.hd_k, a.hd_v, a.scale, a.scratch, a.out + r * a.o_stride);
+    AttendHeadsAny<true>(a.q + r * a.q_stride, a.nh, a.k, a.v, a.kv_type, a.rows, a.len0 + r, a.k_row_bytes,
+                         a.v_row_bytes, a.hd_k, a.hd_v, a.scale, a.scratch, a.out + r * a.o_stride);
 }
-
-void AttendRows(const AttendArgs& a) { AttendRowsAny<false>(a); }
-void AttendRowsBf16Dot(const AttendArgs& a) { AttendRowsAny<true>(a); }
 
 }  // namespace isa_avx512
 }  // namespace deepinfer

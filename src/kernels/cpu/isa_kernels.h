@@ -69,7 +69,7 @@ void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, floa
 void AttendRows(const AttendArgs& a);
 // Variants for CPUs with AVX-512 extensions, chosen by the dispatch table. GemmSliceVnni: q8_0/q4_0 tiles on
 // AVX512-VNNI vpdpbusd, bitwise the results of GemmSlice. AttendRowsBf16Dot: a bf16 cache's scores on
-// AVX512-BF16 vdpbf16ps (f32/f16 caches as AttendHeads).
+// AVX512-BF16 vdpbf16ps, one row at a time (f32/f16 caches as AttendRows).
 void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendRowsBf16Dot(const AttendArgs& a);
 }  // namespace isa_avx512
