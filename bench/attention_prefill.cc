@@ -2,7 +2,8 @@
 // 512-token chunks (scheduler max_batched_tokens), with the Llama-3.2-1B shape by default (32 query heads, 8 K/V
 // heads, head_dim 64) and a paged cache whose 16-position blocks are shuffled. Reports milliseconds per prompt
 // token for the layer and the causal attention GFLOP/s (4 * head_dim * heads per (query, key) pair).
-//   build/bench_attention_prefill [N=2048] [threads=2] [kv=bf16|f16|f32] [heads=32] [kv_heads=8] [head_dim=64]
+//   build/bench_attention_prefill [N=2048] [threads=2] [kv=bf16|f16|f32] [heads=32] [kv_heads=8] [head_dim=64] [decode]
+// With "decode": one query row at position N-1 (batch-1 decode after N-1 cached tokens), ms per call.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   const std::string kv = argc > 3 ? argv[3] : "bf16";
   const int nh = argc > 4 ? std::atoi(argv[4]) : 32, nkv = argc > 5 ? std::atoi(argv[5]) : 8,
             hd = argc > 6 ? std::atoi(argv[6]) : 64;
+  const bool decode = argc > 7 && std::string(argv[7]) == "decode";
   const DType dt = kv == "f32" ? DType::kF32 : kv == "f16" ? DType::kF16 : DType::kBF16;
   if (n < 1 || threads < 1 || nh < 1 || nkv < 1 || nh % nkv || hd < 1 || (kv != "f32" && kv != "f16" && kv != "bf16")) {
     std::fprintf(stderr, "usage: %s [N] [threads] [bf16|f16|f32] [heads] [kv_heads] [head_dim]\n", argv[0]);
@@ -64,6 +66,17 @@ int main(int argc, char** argv) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
   };
   double best = 1e30, best_cpu = 1e30;
+  if (decode) {
+    const AttnSeq seq{0, 1, n - 1, rows.data()};
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int it = 0; it < 200; ++it) PagedAttention(q.data(), &seq, 1, k.data(), v.data(), dt, shape, scale, out.data());
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 200);
+    }
+    std::printf("attention decode ctx=%d threads=%d kv=%s heads=%d/%d hd=%d isa=%s: %.1f us/token/layer\n", n, threads,
+                kv.c_str(), nh, nkv, hd, Kernels().name, best * 1e6);
+    return 0;
+  }
   for (int rep = 0; rep < (n >= 4096 ? 1 : 3); ++rep) {  // one pass at long prompts (minutes on 2 cores)
     const auto t0 = std::chrono::steady_clock::now();
     const double c0 = cpu_now();
