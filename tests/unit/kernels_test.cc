@@ -504,7 +504,7 @@ TEST(DispatchTest, SetIsaSwitchesTheKernelTable) {
   }
   SetIsa(Isa::kScalar);
   EXPECT_EQ(Kernels().gemm_slice, &isa_scalar::GemmSlice);
-  EXPECT_EQ(Kernels().attend_heads, &isa_scalar::AttendHeads);
+  EXPECT_EQ(Kernels().attend_rows, &isa_scalar::AttendRows);
   SetIsa(Isa::kAvx512);  // clamped to what the CPU has
   EXPECT_EQ(ActiveIsa(), BestIsa());
 }

@@ -15,23 +15,53 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   const size_t esize = GetDTypeInfo(kv_type).block_bytes;
   const int64_t k_row_bytes = static_cast<int64_t>(sh.k_row_elems) * static_cast<int64_t>(esize);
   const int64_t v_row_bytes = static_cast<int64_t>(sh.v_row_elems) * static_cast<int64_t>(esize);
-  // Tasks are (query row, K/V head, block of the heads sharing it) over all sequences. A task's heads read each
-  // cached row once (see AttendHeads); blocks are made smaller only when there are fewer tasks than threads.
-  // Each output element is computed by one task in one fixed order that does not depend on the blocking, so
-  // results do not depend on the partition, the thread count or what else is in the batch.
+  // Tasks are (block of query rows of one sequence, K/V head, block of the heads sharing it). A task's slots
+  // (rows x heads) share each converted K/V tile (see AttendRows); blocks are made smaller only when there are
+  // fewer tasks than threads, or to bound the scores scratch on long contexts. Each output element is computed by
+  // one task in one fixed order that does not depend on the blocking, so results do not depend on the
+  // partition, the thread count or what else is in the batch.
   const int nt_pool = ComputePool().size();
-  int64_t total_rows = 0;
-  int max_len = 0;
+  int max_len = 0, max_m = 1;
   for (int s = 0; s < num_seqs; ++s) {
-    total_rows += seqs[s].m;
     max_len = std::max(max_len, seqs[s].start + seqs[s].m);
+    max_m = std::max(max_m, seqs[s].m);
   }
-  int hb = std::min(group, kMaxAttendHeads);
-  while (hb > 1 && total_rows * sh.n_kv * ((group + hb - 1) / hb) < nt_pool) hb = (hb + 1) / 2;
-  const int blocks = (group + hb - 1) / hb, per_row = sh.n_kv * blocks;
+  // ~32 slots per task amortize a tile's conversion and keep the AVX2 tiles full; the scores scratch
+  // (slots x context) stays under ~4 MiB per thread.
+  constexpr int kTargetSlots = 64;
+  constexpr int64_t kMaxScoreFloats = int64_t{1} << 20;
+  int hb = std::min(group, kTargetSlots);
+  int rb = std::max(1, std::min<int>(max_m, kTargetSlots / hb));
+  while (rb > 1 && static_cast<int64_t>(rb) * hb * max_len > kMaxScoreFloats) rb = (rb + 1) / 2;
+  auto num_tasks = [&](int r, int h) {
+    int64_t n = 0;
+    for (int s = 0; s < num_seqs; ++s) n += (seqs[s].m + r - 1) / r;
+    return n * sh.n_kv * ((group + h - 1) / h);
+  };
+  while (rb > 1 && num_tasks(rb, hb) < nt_pool) rb = (rb + 1) / 2;
+  while (hb > 1 && num_tasks(rb, hb) < nt_pool) hb = (hb + 1) / 2;
+  const int blocks = (group + hb - 1) / hb, per_rb = sh.n_kv * blocks;
+  // Tasks in order (sequence, row block, K/V head, head block); cost[t] = work up to task t (slots x positions),
+  // so each thread takes an equal share of the work: causal rows late in a prompt see more positions.
   std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
-  for (int s = 0; s < num_seqs; ++s) first_task[s + 1] = first_task[s] + static_cast<int64_t>(seqs[s].m) * per_row;
-  const AttendHeadsFn attend = Kernels().attend_heads;  // read once, here: the workers never look it up
+  for (int s = 0; s < num_seqs; ++s)
+    first_task[s + 1] = first_task[s] + static_cast<int64_t>((seqs[s].m + rb - 1) / rb) * per_rb;
+  const int64_t n_tasks = first_task[num_seqs];
+  std::vector<int64_t> cost_end(static_cast<size_t>(n_tasks));
+  {
+    int64_t acc = 0, t = 0;
+    for (int s = 0; s < num_seqs; ++s)
+      for (int r0 = 0; r0 < seqs[s].m; r0 += rb) {
+        const int nr = std::min(rb, seqs[s].m - r0);
+        const int64_t w = static_cast<int64_t>(nr) * (seqs[s].start + r0 + nr) + 64;
+        for (int b = 0; b < per_rb; ++b) {
+          const int h0 = (b % blocks) * hb;
+          acc += w * std::min(hb, group - h0);
+          cost_end[t++] = acc;
+        }
+      }
+  }
+  const AttendRowsFn attend = Kernels().attend_rows;  // read once, here: the workers never look it up
   // A bf16 cache is dotted with q rounded to bf16, the dot-type rule MatMul applies to bf16 weights: the same
   // inputs on every ISA, and AVX512-BF16 multiplies the stored rows directly with vdpbf16ps.
   thread_local std::vector<float> q_bf16;
@@ -43,23 +73,40 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
     q = q_bf16.data();
   }
   ComputePool().Run([&](int tid, int nt) {
-    auto [t0, t1] = ThreadPool::Range(static_cast<size_t>(first_task[num_seqs]), tid, nt);
+    // Thread tid takes the tasks whose cumulative cost ends in (total * tid / nt, total * (tid + 1) / nt].
+    const int64_t total = n_tasks ? cost_end.back() : 0;
+    const int64_t c0 = total * tid / nt, c1 = total * (tid + 1) / nt;
+    const int64_t t0 = std::upper_bound(cost_end.begin(), cost_end.end(), c0) - cost_end.begin();
+    const int64_t t1 = tid + 1 == nt ? n_tasks : std::upper_bound(cost_end.begin(), cost_end.end(), c1) - cost_end.begin();
     if (t0 >= t1) return;
-    std::vector<float> scores(static_cast<size_t>(max_len) * hb);
-    int s = static_cast<int>(std::upper_bound(first_task.begin(), first_task.end(), static_cast<int64_t>(t0)) -
-                             first_task.begin()) - 1;
-    for (size_t t = t0; t < t1; ++t) {
-      while (static_cast<int64_t>(t) >= first_task[s + 1]) ++s;
+    std::vector<float> scratch(static_cast<size_t>(AttendScratchFloats(rb * hb, max_len, sh.hd_k, sh.hd_v)));
+    int s = static_cast<int>(std::upper_bound(first_task.begin(), first_task.end(), t0) - first_task.begin()) - 1;
+    for (int64_t t = t0; t < t1; ++t) {
+      while (t >= first_task[s + 1]) ++s;
       const AttnSeq& sq = seqs[s];
-      const int64_t local = static_cast<int64_t>(t) - first_task[s];
-      const int i = static_cast<int>(local / per_row), kvh = static_cast<int>(local % per_row) / blocks;
+      const int64_t local = t - first_task[s];
+      const int r0 = static_cast<int>(local / per_rb) * rb, kvh = static_cast<int>(local % per_rb) / blocks;
       const int h = kvh * group + static_cast<int>(local % blocks) * hb, nh = std::min(hb, (kvh + 1) * group - h);
-      const int64_t row = sq.q_row + i;
-      attend(q + row * q_stride + static_cast<int64_t>(h) * sh.hd_k, nh,
-             static_cast<const uint8_t*>(k_base) + static_cast<size_t>(kvh) * sh.hd_k * esize,
-             static_cast<const uint8_t*>(v_base) + static_cast<size_t>(kvh) * sh.hd_v * esize, kv_type, sq.rows,
-             sq.start + i + 1, k_row_bytes, v_row_bytes, sh.hd_k, sh.hd_v, scale, scores.data(),
-             out + row * o_stride + static_cast<int64_t>(h) * sh.hd_v);
+      const int64_t row = sq.q_row + r0;
+      AttendArgs args;
+      args.q = q + row * q_stride + static_cast<int64_t>(h) * sh.hd_k;
+      args.q_stride = q_stride;
+      args.out = out + row * o_stride + static_cast<int64_t>(h) * sh.hd_v;
+      args.o_stride = o_stride;
+      args.nr = std::min(rb, sq.m - r0);
+      args.nh = nh;
+      args.k = static_cast<const uint8_t*>(k_base) + static_cast<size_t>(kvh) * sh.hd_k * esize;
+      args.v = static_cast<const uint8_t*>(v_base) + static_cast<size_t>(kvh) * sh.hd_v * esize;
+      args.kv_type = kv_type;
+      args.rows = sq.rows;
+      args.len0 = sq.start + r0 + 1;
+      args.k_row_bytes = k_row_bytes;
+      args.v_row_bytes = v_row_bytes;
+      args.hd_k = sh.hd_k;
+      args.hd_v = sh.hd_v;
+      args.scale = scale;
+      args.scratch = scratch.data();
+      attend(args);
     }
   });
 }

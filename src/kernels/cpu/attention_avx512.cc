@@ -1,4 +1,4 @@
-// AVX-512 attention kernel (AttendHeads, see isa_kernels.h). Built with AVX-512 (+BF16) flags; only called when
+// AVX-512 attention kernels (AttendRows, AttendRowsBf16Dot, see isa_kernels.h). Built with AVX-512 (+BF16) flags; only called when
 // the CPU has them.
 #include <immintrin.h>
 #include <math.h>
@@ -7,10 +7,18 @@
 #include "kernels/cpu/avx512_loads.inc"
 #include "kernels/cpu/isa_kernels.h"
 
+// The query-row-blocked kernel (attention_portable.inc's AVX2 tiles, built here with the AVX-512 flags: the same
+// arithmetic, so the same results as the AVX2 table) under its own namespace; AttendRows below calls it.
+#define DI_ISA_NS isa_avx512_blocked
+#include "kernels/cpu/attention_portable.inc"
+#undef DI_ISA_NS
+
 namespace deepinfer {
 namespace isa_avx512 {
 
 namespace {
+constexpr int kMaxAttendHeads = 8;  // heads per register block
+
 // NB heads that share one K/V head, in one pass over the cached rows: each K/V row is loaded once per block and
 // feeds NB independent FMA chains (one per head), which hides the FMA latency a single head's chain is bound by.
 // Per head the arithmetic is exactly the single-head order (lanes over d, rows in order), so the result does not
@@ -138,30 +146,18 @@ void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, co
   }
 }
 
-// kBf16Dot: a bf16 cache's scores on vdpbf16ps; f32 and f16 caches are the same either way. Two entry points
-// rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
-template <bool kBf16Dot>
-void AttendHeadsAny(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                    int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores,
-                    float* out) {
-  const uint8_t* kb = static_cast<const uint8_t*>(k);
-  const uint8_t* vb = static_cast<const uint8_t*>(v);
-  switch (kv_type) {
-    case DType::kBF16: AttendHeadsT<LoadBF16, kBf16Dot>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-    case DType::kF16: AttendHeadsT<LoadF16, false>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-    default: AttendHeadsT<LoadF32, false>(q, nh, kb, vb, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out); break;
-  }
-}
 }  // namespace
 
-void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  AttendHeadsAny<false>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
-}
-void AttendHeadsBf16Dot(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows,
-                        int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale,
-                        float* scores, float* out) {
-  AttendHeadsAny<true>(q, nh, k, v, kv_type, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, out);
+// f32 and f16 caches (and bf16 where the CPU has no AVX512-BF16): the query-row-blocked kernel. A bf16 cache on
+// AVX512-BF16: rows one at a time through the head-blocked vdpbf16ps kernel (scratch holds at least
+// min(nh, 8) * len scores), whose bf16-pair products are not the f32 kernel's; a blocked vdpbf16ps tile is
+// still to do.
+void AttendRows(const AttendArgs& a) { isa_avx512_blocked::AttendRows(a); }
+void AttendRowsBf16Dot(const AttendArgs& a) {
+  if (a.kv_type != DType::kBF16) return isa_avx512_blocked::AttendRows(a);
+  for (int r = 0; r < a.nr; ++r)
+    AttendHeadsT<LoadBF16, true>(a.q + r * a.q_stride, a.nh, a.k, a.v, a.rows, a.len0 + r, a.k_row_bytes, a.v_row_bytes,
+                                 a.hd_k, a.hd_v, a.scale, a.scratch, a.out + r * a.o_stride);
 }
 
 }  // namespace isa_avx512

@@ -17,7 +17,7 @@ struct KernelTable {
   // rounded to bf16 as `xq`, instead of x rounded through bf16 back to f32.
   bool bf16_dot;
   GemmSliceFn gemm_slice;
-  AttendHeadsFn attend_heads;
+  AttendRowsFn attend_rows;
 };
 
 // The active ISA's table.

@@ -28,40 +28,58 @@ struct GemmWeights {
 using GemmSliceFn = void (*)(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy,
                              int64_t n0, int64_t n1);
 
-// AttendHeads: nh query heads of one row that share one K/V head (GQA group, or all heads for absorbed MLA),
-// against the keys/values of positions [0, len): position p lives in row rows[p] of the K and V storage (rows
-// k_row_bytes / v_row_bytes apart, elements of kv_type f32/bf16/f16; k and v already point at the K/V head's
-// first element). Head h's query is q + h * hd_k, its output out + h * hd_v: scores = q.k (hd_k) * scale,
-// softmax, out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both). `scores` is
-// scratch of min(nh, kMaxAttendHeads) * len floats. Each head's result is bitwise independent of nh: heads are
-// computed in blocks that read each K/V row once, with every head's sums in the single-head order.
-constexpr int kMaxAttendHeads = 8;
-using AttendHeadsFn = void (*)(const float* q, int nh, const void* k, const void* v, DType kv_type,
-                               const int32_t* rows, int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k,
-                               int hd_v, float scale, float* scores, float* out);
+// AttendRows: a block of nr consecutive query rows of one sequence times nh query heads that share one K/V head
+// (GQA group, or all heads for absorbed MLA); each (row, head) pair is a "slot". Row r sees the keys/values of
+// positions [0, len0 + r): position p lives in row rows[p] of the K and V storage (rows k_row_bytes / v_row_bytes
+// apart, elements of kv_type f32/bf16/f16; k and v already point at the K/V head's first element). Row r, head h:
+// query q + r * q_stride + h * hd_k, output out + r * o_stride + h * hd_v; scores = q.k (hd_k) * scale, softmax
+// (exact max, two passes), out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both).
+// K and V are read in tiles of kAttendTile positions, each converted to f32 once per call and used by every slot.
+// `scratch` holds AttendScratchFloats(...) floats. Each slot's result is bitwise independent of nr, nh and the
+// slot's place in the block: every slot's sums run over positions in order, in one fixed per-ISA lane order.
+struct AttendArgs {
+  const float* q;
+  int64_t q_stride;
+  float* out;
+  int64_t o_stride;
+  int nr, nh;
+  const uint8_t* k;
+  const uint8_t* v;
+  DType kv_type;
+  const int32_t* rows;
+  int len0;
+  int64_t k_row_bytes, v_row_bytes;
+  int hd_k, hd_v;
+  float scale;
+  float* scratch;
+};
+constexpr int kAttendTile = 64;        // positions per K/V tile
+constexpr int kMaxAttendSlots = 128;   // nr * nh at most
+// Scratch layout (floats): scores [len0 + nr - 1][slots rounded up to 8], then the queries transposed
+// [hd_k][slots rounded up to 8], then one K/V tile [kAttendTile][max(hd_k, hd_v)].
+constexpr int64_t AttendScratchFloats(int slots, int len_max, int hd_k, int hd_v) {
+  const int64_t padded = (slots + 7) / 8 * 8;
+  return padded * (len_max + hd_k) + static_cast<int64_t>(kAttendTile) * (hd_k > hd_v ? hd_k : hd_v);
+}
+using AttendRowsFn = void (*)(const AttendArgs& a);
 
 // Each ISA's entry points, of the types above (gemm_<isa>.cc and attention_<isa>.cc define them).
 namespace isa_avx512 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
+void AttendRows(const AttendArgs& a);
 // Variants for CPUs with AVX-512 extensions, chosen by the dispatch table. GemmSliceVnni: q8_0/q4_0 tiles on
-// AVX512-VNNI vpdpbusd, bitwise the results of GemmSlice. AttendHeadsBf16Dot: a bf16 cache's scores on
-// AVX512-BF16 vdpbf16ps (f32/f16 caches as AttendHeads).
+// AVX512-VNNI vpdpbusd, bitwise the results of GemmSlice. AttendRowsBf16Dot: a bf16 cache's scores on
+// AVX512-BF16 vdpbf16ps, one row at a time (f32/f16 caches as AttendRows).
 void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHeadsBf16Dot(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows,
-                        int len, int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale,
-                        float* scores, float* out);
+void AttendRowsBf16Dot(const AttendArgs& a);
 }  // namespace isa_avx512
 namespace isa_avx2 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
+void AttendRows(const AttendArgs& a);
 }  // namespace isa_avx2
 namespace isa_scalar {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-void AttendHeads(const float* q, int nh, const void* k, const void* v, DType kv_type, const int32_t* rows, int len,
-                 int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out);
+void AttendRows(const AttendArgs& a);
 }  // namespace isa_scalar
 
 }  // namespace deepinfer
