@@ -35,7 +35,10 @@ StatusOr<json> NormalizeMessages(const json& msgs) {
       }
       n["content"] = text;
     } else if (c.is_null()) {
-      n["content"] = "";
+      // An assistant turn that only calls tools keeps content null: templates such as DeepSeek-V3's render the
+      // calls only under `content is none`. Elsewhere templates concatenate content, so null becomes "".
+      const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+      n["content"] = calls ? json(nullptr) : json("");
     } else if (!c.is_string()) {
       return InvalidArgument("message 'content' must be a string or a list of text parts");
     }
@@ -85,18 +88,36 @@ ChatFormatter::ChatFormatter(const Model& model, const std::string& template_sou
   tmpl_ = std::move(*t);
 }
 
-StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {
+StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt, const json* request) const {
   DI_ASSIGN_OR_RETURN(json msgs, NormalizeMessages(messages));
-  json ctx = {{"messages", msgs}, {"add_generation_prompt", add_generation_prompt},
-              {"bos_token", tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : ""},
-              {"eos_token", tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : ""}};
+  json ctx = json::object();
+  if (request) {
+    // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
+    if (auto k = request->find("chat_template_kwargs"); k != request->end() && !k->is_null()) {
+      if (!k->is_object()) return InvalidArgument("'chat_template_kwargs' must be an object");
+      ctx = *k;
+    }
+    if (auto t = request->find("tools"); t != request->end() && !t->is_null()) {
+      if (!t->is_array()) return InvalidArgument("'tools' must be a list");
+      for (const auto& tool : *t)
+        if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+            !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+          return InvalidArgument("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+      if (!t->empty()) ctx["tools"] = *t;
+    }
+  }
+  ctx["messages"] = msgs;
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : "";
+  ctx["eos_token"] = tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : "";
   auto text = tmpl_->Render(ctx.dump(-1, ' ', false, json::error_handler_t::replace));
   if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
   return text;
 }
 
-StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt) const {
-  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt));
+StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt,
+                                                     const json* request) const {
+  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt, request));
   const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text.rfind(tok_.piece(tok_.bos_id()), 0) != 0;
   std::vector<int32_t> ids = tok_.Encode(text, bos);
   if (ids.empty()) return InvalidArgument("the rendered chat prompt is empty");

@@ -22,8 +22,11 @@ class ChatFormatter {
   ChatFormatter(const Model& model, const std::string& template_source = "");
   // Validates OpenAI-style messages (role strings; content a string, text parts or null), renders the template
   // and tokenizes (BOS added when the tokenizer wants it and the template did not write it).
-  StatusOr<std::vector<int32_t>> Encode(const nlohmann::json& messages, bool add_generation_prompt) const;
-  StatusOr<std::string> Render(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // `request` (optional): the request body, whose `tools` and `chat_template_kwargs` reach the template.
+  StatusOr<std::vector<int32_t>> Encode(const nlohmann::json& messages, bool add_generation_prompt,
+                                        const nlohmann::json* request = nullptr) const;
+  StatusOr<std::string> Render(const nlohmann::json& messages, bool add_generation_prompt,
+                               const nlohmann::json* request = nullptr) const;
   bool using_fallback() const { return fallback_; }
 
  private:

@@ -1,5 +1,7 @@
 #include "server/openai_server.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,21 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// "%2F" -> "/" in a path segment (model ids such as org/name arrive encoded); malformed escapes stay as they are.
+std::string PercentDecode(const std::string& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      o += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      o += s[i];
+    }
+  }
+  return o;
+}
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -99,6 +116,15 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
             [this](HttpServer::ConnId c) { OnClose(c); }) {
   name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
   chat_ = std::make_unique<ChatFormatter>(model, opt_.chat_template);
+  max_prompt_bytes_ = opt_.max_prompt_bytes;
+  if (max_prompt_bytes_ == 0) {
+    // Every token stands for at most `longest` bytes, so text over max_model_len * longest bytes is more tokens
+    // than the context holds. The factor 2 leaves room for normalizers that shrink text (NFKC, stripping).
+    size_t longest = 1;
+    for (int id = 0; id < tok_.vocab_size(); ++id) longest = std::max(longest, tok_.TokenBytes(id).size());
+    max_prompt_bytes_ = 2 * static_cast<size_t>(engine_.max_model_len()) * longest;
+  }
+  prep_ = std::make_unique<WorkQueue>(opt_.prep_threads);
 }
 
 OpenAiServer::~OpenAiServer() = default;
@@ -113,9 +139,10 @@ Status OpenAiServer::Listen() {
 void OpenAiServer::Run() { http_.Run(); }
 
 void OpenAiServer::Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type,
-                         const std::string& param) {
+                         const std::string& param, const std::string& code) {
   json e = {{"error", {{"message", message}, {"type", type.empty() ? ErrorType(status) : type},
-                       {"param", param.empty() ? json(nullptr) : json(param)}, {"code", status}}}};
+                       {"param", param.empty() ? json(nullptr) : json(param)},
+                       {"code", code.empty() ? json(status) : json(code)}}}};
   std::vector<std::pair<std::string, std::string>> headers;
   if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
   if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -137,6 +164,7 @@ bool OpenAiServer::Authorized(const HttpRequest& req) const {
 void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   const std::string& p = req.path;
   const bool is_post = req.method == "POST", is_get = req.method == "GET" || req.method == "HEAD";
+  if (req.method == "OPTIONS") return Options(c, req);
   if (p == "/health") {
     if (!is_get) return Error(c, 405, "use GET");
     metrics_.requests_ok++;
@@ -149,32 +177,99 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     if (const DistControl* d = engine_.dist()) body += RenderRankMetrics(d->Reports(), d->pc(), name_);
     return http_.Respond(c, 200, "text/plain; version=0.0.4", body);
   }
-  const bool known = p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
+  const bool model_route = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
+  const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
                      p == "/detokenize";
   if (!known) return Error(c, 404, "no route for " + req.method + " " + p.substr(0, 200));
   if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
-  if (p == "/v1/models") {
+  if (p == "/v1/models" || model_route) {
     if (!is_get) return Error(c, 405, "use GET");
-    json j = {{"object", "list"},
-              {"data", json::array({{{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
-                                     {"max_model_len", engine_.max_model_len()}}})}};
+    const json model = {{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
+                        {"max_model_len", engine_.max_model_len()}};
+    if (model_route) {
+      // OpenAI's shape for a missing model: 404, invalid_request_error, code model_not_found.
+      const std::string id = PercentDecode(p.substr(11));
+      if (id != name_)
+        return Error(c, 404, "The model `" + id.substr(0, 200) + "` does not exist.", "invalid_request_error", "model",
+                     "model_not_found");
+      metrics_.requests_ok++;
+      return http_.Respond(c, 200, "application/json", Dump(model) + "\n");
+    }
     metrics_.requests_ok++;
-    return http_.Respond(c, 200, "application/json", Dump(j) + "\n");
+    return http_.Respond(c, 200, "application/json", Dump(json{{"object", "list"}, {"data", json::array({model})}}) + "\n");
   }
   if (!is_post) return Error(c, 405, "use POST");
-  if (p == "/tokenize") return Tokenize(c, req);
-  if (p == "/detokenize") return Detokenize(c, req);
-  Generate(c, req, p == "/v1/chat/completions");
+  // Parsing, chat templates and tokenization run on the prep workers: a megabyte prompt takes a while to
+  // tokenize, and the loop must keep serving /health and every other client meanwhile. The workers answer
+  // errors themselves (Error and Respond are thread-safe) and hand accepted requests back to the loop.
+  preparing_.insert(c);
+  auto shared_req = std::make_shared<HttpRequest>(std::move(req));
+  prep_->Submit([this, c, shared_req] {
+    HttpRequest& r = *shared_req;
+    if (r.path == "/tokenize") Tokenize(c, r);
+    else if (r.path == "/detokenize") Detokenize(c, r);
+    else Generate(c, r, r.path == "/v1/chat/completions");
+    http_.RunOnLoop([this, c] { preparing_.erase(c); });
+  });
+}
+
+void OpenAiServer::Options(HttpServer::ConnId c, const HttpRequest& req) {
+  // A CORS preflight (no credentials, so before authentication): which methods and headers the real request
+  // may use. The Access-Control-Allow-Origin line itself is added by the HTTP layer to every answer.
+  const std::string* origin = req.Header("origin");
+  const std::string* method = req.Header("access-control-request-method");
+  if (origin && method && !http_.OriginAllowed(*origin))
+    return Error(c, 400, "disallowed CORS origin " + origin->substr(0, 200) + " (--allowed-origins)");
+  std::vector<std::pair<std::string, std::string>> headers = {{"Allow", "GET, HEAD, POST, OPTIONS"}};
+  if (origin && method) {
+    const std::string* asked = req.Header("access-control-request-headers");
+    headers.emplace_back("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    headers.emplace_back("Access-Control-Allow-Headers", asked && !asked->empty() ? *asked : "*");
+    headers.emplace_back("Access-Control-Max-Age", "600");
+  }
+  metrics_.requests_ok++;
+  http_.Respond(c, 204, "text/plain", "", std::move(headers));
+}
+
+size_t OpenAiServer::PromptBytes(const json& body, bool chat) {
+  size_t bytes = 0;
+  auto text_of = [&](const json& v) {
+    if (v.is_string()) bytes += v.get_ref<const std::string&>().size();
+    else if (v.is_array())
+      for (const auto& e : v) {
+        if (e.is_string()) bytes += e.get_ref<const std::string&>().size();
+        else if (e.is_object() && e.contains("text") && e["text"].is_string()) bytes += e["text"].get_ref<const std::string&>().size();
+      }
+  };
+  if (chat) {
+    if (auto m = body.find("messages"); m != body.end() && m->is_array())
+      for (const auto& msg : *m)
+        if (msg.is_object() && msg.contains("content")) text_of(msg["content"]);
+  } else if (auto pr = body.find("prompt"); pr != body.end()) {
+    text_of(*pr);
+  }
+  return bytes;
 }
 
 void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat) {
+  // Runs on a prep worker (see Handle).
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
   if (!body.is_object()) return Error(c, 400, "the request body must be a JSON object");
   if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
     if (!m->is_string()) return Error(c, 400, "'model' must be a string", "", "model");
-    if (m->get<std::string>() != name_) return Error(c, 404, "The model `" + m->get<std::string>().substr(0, 200) + "` does not exist.", "", "model");
+    if (m->get<std::string>() != name_)
+      return Error(c, 404, "The model `" + m->get<std::string>().substr(0, 200) + "` does not exist.", "", "model", "model_not_found");
   }
+  if (Status u = CheckUnsupportedFields(body, chat); !u.ok()) {
+    const std::string& msg = u.message();
+    return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
+  }
+  // The cheap bound first: text this long cannot fit the context, so it is refused before it is tokenized.
+  if (const size_t bytes = PromptBytes(body, chat); bytes > max_prompt_bytes_)
+    return Error(c, 400, std::string(chat ? "the messages hold " : "the prompt holds ") + std::to_string(bytes) +
+                             " bytes of text; the limit is " + std::to_string(max_prompt_bytes_) +
+                             " bytes (--max-prompt-bytes)", "", chat ? "messages" : "prompt");
   RequestParams defaults;
   if (chat) defaults.max_tokens = std::max(1, engine_.max_model_len() - 1);  // chat: until the context is full
   auto params = ParseRequestParams(body, defaults);
@@ -183,7 +278,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   std::vector<int32_t>& prompt = prompts[0];
   const bool echo = !chat && body.value("echo", false) == true;
   if (chat) {
-    auto ids = chat_->Encode(body.value("messages", json(nullptr)), body.value("add_generation_prompt", true));
+    auto ids = chat_->Encode(body.value("messages", json(nullptr)), body.value("add_generation_prompt", true), &body);
     if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "messages");
     prompt = std::move(*ids);
   } else {
@@ -217,6 +312,15 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
     if (!v.ok()) return Error(c, 400, v.status().message());
     checked.push_back(std::move(*v));
   }
+  // The rest runs on the loop thread, which owns calls_: queueing, and the client may have gone meanwhile.
+  auto checked_ptr = std::make_shared<std::vector<ValidatedRequest>>(std::move(checked));
+  auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
+  http_.RunOnLoop([=, this] { Submit(c, chat, stream, include_usage, echo, *params_ptr, std::move(*checked_ptr)); });
+}
+
+void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo,
+                          const RequestParams& params, std::vector<ValidatedRequest> checked) {
+  if (!preparing_.count(c)) return;  // the client disconnected while its request was prepared
   if (metrics_.in_flight.load() >= opt_.max_pending) {
     metrics_.requests_rejected++;
     return Error(c, 429, "the server is at its queue limit (" + std::to_string(opt_.max_pending) + " requests); retry later");
@@ -227,10 +331,10 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   call->stream = stream;
   call->include_usage = include_usage;
   call->echo = echo;
-  call->logprobs = params->logprobs;
+  call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
-  const int n = params->n;
+  const int n = params.n;
   call->choices.resize(checked.size() * n);
   call->unfinished = static_cast<int>(call->choices.size());
   for (size_t p = 0; p < checked.size(); ++p) {
@@ -381,6 +485,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
 }
 
 void OpenAiServer::OnClose(HttpServer::ConnId c) {
+  if (preparing_.erase(c) > 0) metrics_.requests_aborted_by_client++;
   auto it = calls_.find(c);
   if (it == calls_.end()) return;
   std::shared_ptr<Call> call = std::move(it->second);
@@ -394,7 +499,7 @@ void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
   if (body.is_discarded() || !body.is_object()) return Error(c, 400, "the request body must be a JSON object");
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    auto text = chat_->Render(body["messages"], body.value("add_generation_prompt", true));
+    auto text = chat_->Render(body["messages"], body.value("add_generation_prompt", true), &body);
     if (!text.ok()) return Error(c, 400, text.status().message(), "", "messages");
     ids = tok_.Encode(*text, false);
   } else {

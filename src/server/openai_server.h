@@ -3,16 +3,22 @@
 // (openai_request.h), errors come back in OpenAI's JSON shape with the right status, a client that disconnects
 // aborts its request (its KV is freed at once), and a full queue answers 429 with Retry-After.
 //
-// Threads: everything here runs on the HTTP loop thread except the engine's output callback (HandOff), which
-// only queues the event and wakes the loop; the loop then builds the JSON, updates metrics and writes SSE.
+// Threads: routing, queueing and output run on the HTTP loop thread. Request bodies are parsed, chat templates
+// rendered and prompts tokenized on a few prep workers (prep_), which answer errors directly and hand accepted
+// requests back to the loop (Submit). The engine's output callback (HandOff) only queues the event and wakes
+// the loop; the loop then builds the JSON, updates metrics and writes SSE.
 #pragma once
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/work_queue.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/http_server.h"
@@ -27,6 +33,10 @@ struct OpenAiServerOptions {
   std::string api_key;            // empty: no authentication
   int max_pending = 4096;         // requests accepted and unanswered before 429
   std::string chat_template;      // template source; empty: the model's, else ChatML
+  int prep_threads = 2;           // threads that parse, render chat templates and tokenize off the HTTP loop
+  // Prompt text (a completion prompt, or the messages' contents) longer than this is refused before it is
+  // tokenized. 0: 2 x max_model_len x the longest token's bytes, which no prompt that fits the context exceeds.
+  size_t max_prompt_bytes = 0;
 };
 
 
@@ -51,8 +61,12 @@ class OpenAiServer {
   void Handle(HttpServer::ConnId c, HttpRequest& req);
   void OnClose(HttpServer::ConnId c);
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
-             const std::string& param = "");
-  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);
+             const std::string& param = "", const std::string& code = "");  // code: else the status
+  void Options(HttpServer::ConnId c, const HttpRequest& req);
+  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);  // on a prep worker
+  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo,
+              const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
+  static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
   struct PendingOutput {
@@ -81,6 +95,11 @@ class OpenAiServer {
   std::vector<PendingOutput> outputs_;   // engine events not yet handled, in order (guarded by outputs_mu_)
   std::vector<PendingOutput> draining_;  // the batch DrainOutputs is handling (HTTP thread only)
   std::atomic<uint64_t> next_id_{1};
+  size_t max_prompt_bytes_ = 0;
+  // Connections whose request is with the prep workers (HTTP thread only).
+  std::unordered_set<HttpServer::ConnId> preparing_;
+  // Last, so it is destroyed first: its threads use everything above.
+  std::unique_ptr<WorkQueue> prep_;
 };
 
 }  // namespace deepinfer
