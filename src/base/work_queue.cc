@@ -1,10 +1,14 @@
 #include "base/work_queue.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace deepinfer {
 
-WorkQueue::WorkQueue(int num_threads) {
+WorkQueue::WorkQueue(int num_threads, int nice) : nice_(nice) {
   for (int i = 0; i < std::max(1, num_threads); ++i) threads_.emplace_back([this] { Worker(); });
 }
 
@@ -32,6 +36,9 @@ size_t WorkQueue::queued() const {
 }
 
 void WorkQueue::Worker() {
+  // Below the threads that hand out answers (an event loop, the engine): on a busy machine a queue of long
+  // tasks then slows itself down, not them. Linux applies nice per thread; failure leaves the default.
+  if (nice_ > 0) (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), nice_);
   for (;;) {
     std::function<void()> task;
     {

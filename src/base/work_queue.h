@@ -13,7 +13,8 @@ namespace deepinfer {
 
 class WorkQueue {
  public:
-  explicit WorkQueue(int num_threads);
+  // nice > 0: the workers run at that lower scheduling priority.
+  explicit WorkQueue(int num_threads, int nice = 0);
   // Tasks still queued are dropped; running ones finish first.
   ~WorkQueue();
   WorkQueue(const WorkQueue&) = delete;
@@ -29,6 +30,7 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<std::function<void()>> tasks_;
   bool stop_ = false;
+  int nice_ = 0;
   std::vector<std::thread> threads_;
 };
 

@@ -11,14 +11,17 @@ namespace deepinfer {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 // Used when a model ships no template (llama.cpp falls back to ChatML as well).
 constexpr const char* kChatMl =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-// Messages -> the list templates expect: content flattened to a string (text parts joined).
-StatusOr<json> NormalizeMessages(const json& msgs) {
+// Messages -> the list templates expect: content flattened to a string (text parts joined). Ordered JSON keeps
+// the client's key order, which templates show when they dump tools or tool-call arguments with tojson.
+StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs) {
+  using json = ordered_json;
   if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
   json out = json::array();
   for (const auto& m : msgs) {
@@ -88,40 +91,53 @@ ChatFormatter::ChatFormatter(const Model& model, const std::string& template_sou
   tmpl_ = std::move(*t);
 }
 
-StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt, const json* request) const {
-  DI_ASSIGN_OR_RETURN(json msgs, NormalizeMessages(messages));
-  json ctx = json::object();
-  if (request) {
-    // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
-    if (auto k = request->find("chat_template_kwargs"); k != request->end() && !k->is_null()) {
-      if (!k->is_object()) return InvalidArgument("'chat_template_kwargs' must be an object");
-      ctx = *k;
-    }
-    if (auto t = request->find("tools"); t != request->end() && !t->is_null()) {
-      if (!t->is_array()) return InvalidArgument("'tools' must be a list");
-      for (const auto& tool : *t)
-        if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
-            !tool["function"].contains("name") || !tool["function"]["name"].is_string())
-          return InvalidArgument("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
-      if (!t->empty()) ctx["tools"] = *t;
-    }
+StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {
+  ordered_json request = {{"messages", ordered_json::parse(messages.dump())}};
+  return RenderRequest(request, add_generation_prompt);
+}
+
+StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, bool add_generation_prompt) const {
+  if (!request.is_object()) return InvalidArgument("the request body must be a JSON object");
+  auto m = request.find("messages");
+  DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m));
+  ordered_json ctx = ordered_json::object();
+  // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
+  if (auto k = request.find("chat_template_kwargs"); k != request.end() && !k->is_null()) {
+    if (!k->is_object()) return InvalidArgument("'chat_template_kwargs' must be an object");
+    ctx = *k;
   }
-  ctx["messages"] = msgs;
+  if (auto t = request.find("tools"); t != request.end() && !t->is_null()) {
+    if (!t->is_array()) return InvalidArgument("'tools' must be a list");
+    for (const auto& tool : *t)
+      if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+        return InvalidArgument("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    if (!t->empty()) ctx["tools"] = *t;
+  }
+  ctx["messages"] = std::move(msgs);
   ctx["add_generation_prompt"] = add_generation_prompt;
   ctx["bos_token"] = tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : "";
   ctx["eos_token"] = tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : "";
-  auto text = tmpl_->Render(ctx.dump(-1, ' ', false, json::error_handler_t::replace));
+  auto text = tmpl_->Render(ctx.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
   if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
   return text;
 }
 
-StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt,
-                                                     const json* request) const {
-  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt, request));
+StatusOr<std::vector<int32_t>> ChatFormatter::Tokenize(const std::string& text) const {
   const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text.rfind(tok_.piece(tok_.bos_id()), 0) != 0;
   std::vector<int32_t> ids = tok_.Encode(text, bos);
   if (ids.empty()) return InvalidArgument("the rendered chat prompt is empty");
   return ids;
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::EncodeRequest(const ordered_json& request, bool add_generation_prompt) const {
+  DI_ASSIGN_OR_RETURN(std::string text, RenderRequest(request, add_generation_prompt));
+  return Tokenize(text);
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt) const {
+  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt));
+  return Tokenize(text);
 }
 
 }  // namespace deepinfer

@@ -22,14 +22,17 @@ class ChatFormatter {
   ChatFormatter(const Model& model, const std::string& template_source = "");
   // Validates OpenAI-style messages (role strings; content a string, text parts or null), renders the template
   // and tokenizes (BOS added when the tokenizer wants it and the template did not write it).
-  // `request` (optional): the request body, whose `tools` and `chat_template_kwargs` reach the template.
-  StatusOr<std::vector<int32_t>> Encode(const nlohmann::json& messages, bool add_generation_prompt,
-                                        const nlohmann::json* request = nullptr) const;
-  StatusOr<std::string> Render(const nlohmann::json& messages, bool add_generation_prompt,
-                               const nlohmann::json* request = nullptr) const;
+  StatusOr<std::vector<int32_t>> Encode(const nlohmann::json& messages, bool add_generation_prompt) const;
+  StatusOr<std::string> Render(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // A whole chat request body (parsed in order: templates that dump tools show the client's key order):
+  // its `messages`, `tools` and `chat_template_kwargs` (Qwen3's enable_thinking, ...) reach the template.
+  StatusOr<std::vector<int32_t>> EncodeRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
+  StatusOr<std::string> RenderRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
   bool using_fallback() const { return fallback_; }
 
  private:
+  StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const;  // BOS unless the template wrote it
+
   const Tokenizer& tok_;
   std::unique_ptr<jinja::Template> tmpl_;
   bool fallback_ = false;

@@ -124,7 +124,9 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
     for (int id = 0; id < tok_.vocab_size(); ++id) longest = std::max(longest, tok_.TokenBytes(id).size());
     max_prompt_bytes_ = 2 * static_cast<size_t>(engine_.max_model_len()) * longest;
   }
-  prep_ = std::make_unique<WorkQueue>(opt_.prep_threads);
+  // Nice 5: prompt preparation yields the CPU to the loop and the engine when they compete for it.
+  prep_ = std::make_unique<WorkQueue>(opt_.prep_threads, 5);
+  prep_small_ = std::make_unique<WorkQueue>(1, 5);
 }
 
 OpenAiServer::~OpenAiServer() = default;
@@ -202,9 +204,11 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   // Parsing, chat templates and tokenization run on the prep workers: a megabyte prompt takes a while to
   // tokenize, and the loop must keep serving /health and every other client meanwhile. The workers answer
   // errors themselves (Error and Respond are thread-safe) and hand accepted requests back to the loop.
+  // Small bodies have a worker of their own, so a queue of megabyte prompts never delays a short request.
   preparing_.insert(c);
+  WorkQueue& queue = req.body.size() < kSmallBodyBytes ? *prep_small_ : *prep_;
   auto shared_req = std::make_shared<HttpRequest>(std::move(req));
-  prep_->Submit([this, c, shared_req] {
+  queue.Submit([this, c, shared_req] {
     HttpRequest& r = *shared_req;
     if (r.path == "/tokenize") Tokenize(c, r);
     else if (r.path == "/detokenize") Detokenize(c, r);
@@ -278,7 +282,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   std::vector<int32_t>& prompt = prompts[0];
   const bool echo = !chat && body.value("echo", false) == true;
   if (chat) {
-    auto ids = chat_->Encode(body.value("messages", json(nullptr)), body.value("add_generation_prompt", true), &body);
+    auto ids = chat_->EncodeRequest(nlohmann::ordered_json::parse(req.body), body.value("add_generation_prompt", true));
     if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "messages");
     prompt = std::move(*ids);
   } else {
@@ -499,7 +503,7 @@ void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
   if (body.is_discarded() || !body.is_object()) return Error(c, 400, "the request body must be a JSON object");
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    auto text = chat_->Render(body["messages"], body.value("add_generation_prompt", true), &body);
+    auto text = chat_->RenderRequest(nlohmann::ordered_json::parse(req.body), body.value("add_generation_prompt", true));
     if (!text.ok()) return Error(c, 400, text.status().message(), "", "messages");
     ids = tok_.Encode(*text, false);
   } else {

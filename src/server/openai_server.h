@@ -98,8 +98,10 @@ class OpenAiServer {
   size_t max_prompt_bytes_ = 0;
   // Connections whose request is with the prep workers (HTTP thread only).
   std::unordered_set<HttpServer::ConnId> preparing_;
-  // Last, so it is destroyed first: its threads use everything above.
-  std::unique_ptr<WorkQueue> prep_;
+  // Last, so they are destroyed first: their threads use everything above. Bodies under kSmallBodyBytes go
+  // to prep_small_, the rest to prep_ (--prep-workers threads).
+  static constexpr size_t kSmallBodyBytes = 64 << 10;
+  std::unique_ptr<WorkQueue> prep_, prep_small_;
 };
 
 }  // namespace deepinfer
