@@ -89,6 +89,7 @@ ChatFormatter::ChatFormatter(const Model& model, const std::string& template_sou
     fallback_ = true;
   }
   tmpl_ = std::move(*t);
+  source_ = fallback_ ? std::string(kChatMl) : src;
 }
 
 StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {

@@ -29,6 +29,7 @@ class ChatFormatter {
   StatusOr<std::vector<int32_t>> EncodeRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
   StatusOr<std::string> RenderRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
   bool using_fallback() const { return fallback_; }
+  const std::string& source() const { return source_; }  // the template in use
 
  private:
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const;  // BOS unless the template wrote it
@@ -36,6 +37,7 @@ class ChatFormatter {
   const Tokenizer& tok_;
   std::unique_ptr<jinja::Template> tmpl_;
   bool fallback_ = false;
+  std::string source_;
 };
 
 }  // namespace deepinfer

@@ -10,6 +10,7 @@
 #include "base/logging.h"
 #include "server/chat.h"
 #include "server/openai_request.h"
+#include "server/tool_parse.h"
 
 namespace deepinfer {
 namespace {
@@ -82,12 +83,29 @@ json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogpro
   return out;
 }
 
+// The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
+// a <think> block was split off, tool_calls with ids unique within the response.
+json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, const std::string& id_prefix) {
+  const ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking);
+  json m = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json(nullptr)}};
+  if (p.reasoning) m["reasoning_content"] = *p.reasoning;
+  if (!p.tool_calls.empty()) {
+    json calls = json::array();
+    for (size_t i = 0; i < p.tool_calls.size(); ++i)
+      calls.push_back({{"id", id_prefix + std::to_string(i)}, {"type", "function"},
+                       {"function", {{"name", p.tool_calls[i].name}, {"arguments", p.tool_calls[i].arguments}}}});
+    m["tool_calls"] = calls;
+  }
+  return m;
+}
+
 }  // namespace
 
 struct OpenAiServer::Call {
   HttpServer::ConnId conn = 0;
   std::vector<uint64_t> engine_ids;  // one engine request per prompt
   bool chat = false, stream = false, include_usage = false, echo = false;
+  bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -125,6 +143,8 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
     max_prompt_bytes_ = 2 * static_cast<size_t>(engine_.max_model_len()) * longest;
   }
   // Nice 5: prompt preparation yields the CPU to the loop and the engine when they compete for it.
+  tool_format_ = DetectToolFormat(chat_->source());
+  parse_thinking_ = TemplateHasThinking(chat_->source());
   prep_ = std::make_unique<WorkQueue>(opt_.prep_threads, 5);
   prep_small_ = std::make_unique<WorkQueue>(1, 5);
 }
@@ -308,6 +328,11 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
+  auto parsing = ChatOutputParsing(body, chat);
+  if (!parsing.ok()) {
+    const std::string msg = parsing.status().message();  // starts with the quoted field
+    return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
+  }
   // Every prompt is checked before any is queued: a bad one rejects the whole batch. Add does not check again.
   std::vector<ValidatedRequest> checked;
   checked.reserve(prompts.size());
@@ -319,10 +344,13 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   // The rest runs on the loop thread, which owns calls_: queueing, and the client may have gone meanwhile.
   auto checked_ptr = std::make_shared<std::vector<ValidatedRequest>>(std::move(checked));
   auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
-  http_.RunOnLoop([=, this] { Submit(c, chat, stream, include_usage, echo, *params_ptr, std::move(*checked_ptr)); });
+  const int parse = *parsing;
+  http_.RunOnLoop([=, this] {
+    Submit(c, chat, stream, include_usage, echo, parse, *params_ptr, std::move(*checked_ptr));
+  });
 }
 
-void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo,
+void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
                           const RequestParams& params, std::vector<ValidatedRequest> checked) {
   if (!preparing_.count(c)) return;  // the client disconnected while its request was prepared
   if (metrics_.in_flight.load() >= opt_.max_pending) {
@@ -335,6 +363,8 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->stream = stream;
   call->include_usage = include_usage;
   call->echo = echo;
+  call->parse_tools = parse & 1;
+  call->parse_thinking = parse & 2;
   call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
@@ -437,13 +467,30 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   if (k.stream) {
     std::string text = ev.text;
     if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
+    // With tools the answer is parsed whole: its text is held back and sent, parsed, with the final delta
+    // (one delta per call carrying its id, name and complete arguments, as OpenAI's own streams allow).
+    const bool held = k.chat && k.parse_tools;
+    if (held) text.clear();
     if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
       json choice = {{"index", index}, {"logprobs", lp_delta},
                      {"finish_reason", ev.finished ? json(ev.finish_reason) : json(nullptr)}};
       if (k.chat) {
         json delta = json::object();
         if (!ch.role_sent) delta["role"] = "assistant";
-        if (!text.empty() || !ch.role_sent) delta["content"] = text;
+        if (held && ev.finished) {
+          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking,
+                                            "call_" + k.id + "_" + std::to_string(index) + "_");
+          if (msg.contains("reasoning_content")) delta["reasoning_content"] = msg["reasoning_content"];
+          if (!msg["content"].is_null()) delta["content"] = msg["content"];
+          if (msg.contains("tool_calls")) {
+            json calls = msg["tool_calls"];
+            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+            delta["tool_calls"] = calls;
+            if (ev.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+          }
+        } else if (!text.empty() || !ch.role_sent) {
+          delta["content"] = text;
+        }
         choice["delta"] = delta;
       } else {
         choice["text"] = text;
@@ -476,7 +523,11 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
         lp = LogprobsJson(tok_, k.chat, x.raw, &text_start);
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
-      if (k.chat) choice["message"] = {{"role", "assistant"}, {"content", x.text}};
+      if (k.chat) {
+        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking,
+                                             "call_" + k.id + "_" + std::to_string(i) + "_");
+        if (choice["message"].contains("tool_calls") && x.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+      }
       else choice["text"] = x.echo + x.text;
       choices.push_back(std::move(choice));
     }
@@ -486,6 +537,31 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   }
   metrics_.requests_ok++;
   metrics_.in_flight--;
+}
+
+StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat) const {
+  if (!chat) return 0;
+  int parse = parse_thinking_ ? 2 : 0;
+  auto tools = body.find("tools");
+  const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
+  std::string choice = has_tools ? "auto" : "none";
+  if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
+    if (tc->is_string()) choice = tc->get<std::string>();
+    else if (tc->is_object()) choice = "named";
+    else return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  }
+  if (choice == "required" || choice == "named")
+    return InvalidArgument("'tool_choice' " + std::string(choice == "named" ? "naming a function" : "\"required\"") +
+                           " needs constrained decoding, which is not implemented yet; use \"auto\"");
+  if (choice != "none" && choice != "auto")
+    return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  if (choice == "auto" && !has_tools) return InvalidArgument("'tool_choice' is \"auto\" but no 'tools' are given");
+  if (choice == "auto") {
+    if (tool_format_ == ToolFormat::kNone)
+      return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+    parse |= 1;
+  }
+  return parse;
 }
 
 void OpenAiServer::OnClose(HttpServer::ConnId c) {

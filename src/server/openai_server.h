@@ -24,6 +24,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/chat.h"
+#include "server/tool_parse.h"
 
 namespace deepinfer {
 
@@ -64,8 +65,12 @@ class OpenAiServer {
              const std::string& param = "", const std::string& code = "");  // code: else the status
   void Options(HttpServer::ConnId c, const HttpRequest& req);
   void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);  // on a prep worker
-  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo,
+  // parse: bit 0 tool calls, bit 1 reasoning (ChatOutputParsing).
+  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
               const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
+  // What a chat answer is parsed into, from `tools` / `tool_choice` and the template; 400 for tool choices
+  // that need constrained decoding (required, named).
+  StatusOr<int> ChatOutputParsing(const nlohmann::json& body, bool chat) const;
   static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
@@ -96,6 +101,8 @@ class OpenAiServer {
   std::vector<PendingOutput> draining_;  // the batch DrainOutputs is handling (HTTP thread only)
   std::atomic<uint64_t> next_id_{1};
   size_t max_prompt_bytes_ = 0;
+  ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
+  bool parse_thinking_ = false;                 // the template writes <think> blocks
   // Connections whose request is with the prep workers (HTTP thread only).
   std::unordered_set<HttpServer::ConnId> preparing_;
   // Last, so they are destroyed first: their threads use everything above. Bodies under kSmallBodyBytes go
