@@ -225,7 +225,7 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   // tokenize, and the loop must keep serving /health and every other client meanwhile. The workers answer
   // errors themselves (Error and Respond are thread-safe) and hand accepted requests back to the loop.
   // Small bodies have a worker of their own, so a queue of megabyte prompts never delays a short request.
-  preparing_.insert(c);
+  if (preparing_.insert(c).second) preparing_count_++;
   WorkQueue& queue = req.body.size() < kSmallBodyBytes ? *prep_small_ : *prep_;
   auto shared_req = std::make_shared<HttpRequest>(std::move(req));
   queue.Submit([this, c, shared_req] {
@@ -233,7 +233,9 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     if (r.path == "/tokenize") Tokenize(c, r);
     else if (r.path == "/detokenize") Detokenize(c, r);
     else Generate(c, r, r.path == "/v1/chat/completions");
-    http_.RunOnLoop([this, c] { preparing_.erase(c); });
+    http_.RunOnLoop([this, c] {
+      if (preparing_.erase(c) > 0) preparing_count_--;
+    });
   });
 }
 
@@ -565,7 +567,10 @@ StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat) const
 }
 
 void OpenAiServer::OnClose(HttpServer::ConnId c) {
-  if (preparing_.erase(c) > 0) metrics_.requests_aborted_by_client++;
+  if (preparing_.erase(c) > 0) {
+    preparing_count_--;
+    metrics_.requests_aborted_by_client++;
+  }
   auto it = calls_.find(c);
   if (it == calls_.end()) return;
   std::shared_ptr<Call> call = std::move(it->second);

@@ -52,7 +52,8 @@ class OpenAiServer {
   void Stop() { http_.Stop(); }
   // Step 2, after the grace period: close whatever is left (their requests are aborted).
   void CloseAll() { http_.CloseAll(); }
-  int64_t in_flight() const { return metrics_.in_flight.load(); }
+  // Requests accepted and not yet answered, those still being prepared included (the shutdown grace waits on it).
+  int64_t in_flight() const { return metrics_.in_flight.load() + preparing_count_.load(); }
   // Thread-safe: runs `task` on the HTTP thread, in order with the answers queued around it (embedders, tests).
   void RunOnHttpThread(std::function<void()> task) { http_.RunOnLoop(std::move(task)); }
   const std::string& model_name() const { return name_; }
@@ -105,6 +106,7 @@ class OpenAiServer {
   bool parse_thinking_ = false;                 // the template writes <think> blocks
   // Connections whose request is with the prep workers (HTTP thread only).
   std::unordered_set<HttpServer::ConnId> preparing_;
+  std::atomic<int64_t> preparing_count_{0};  // preparing_.size(), readable from any thread
   // Last, so they are destroyed first: their threads use everything above. Bodies under kSmallBodyBytes go
   // to prep_small_, the rest to prep_ (--prep-workers threads).
   static constexpr size_t kSmallBodyBytes = 64 << 10;
