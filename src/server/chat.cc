@@ -6,6 +6,7 @@
 
 #include "base/logging.h"
 #include "format/gguf.h"
+#include "server/tool_parse.h"
 
 namespace deepinfer {
 namespace {
@@ -20,7 +21,10 @@ constexpr const char* kChatMl =
 
 // Messages -> the list templates expect: content flattened to a string (text parts joined). Ordered JSON keeps
 // the client's key order, which templates show when they dump tools or tool-call arguments with tojson.
-StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs) {
+// arguments_as_objects: tool-call arguments sent as JSON text (OpenAI's shape) are parsed into objects, for
+// templates that dump them with tojson or iterate them (Llama-3.1: `arguments | tojson`); others (DeepSeek-V3's
+// string concatenation) need the text.
+StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool arguments_as_objects) {
   using json = ordered_json;
   if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
   json out = json::array();
@@ -45,6 +49,13 @@ StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs) {
     } else if (!c.is_string()) {
       return InvalidArgument("message 'content' must be a string or a list of text parts");
     }
+    if (arguments_as_objects && n.contains("tool_calls") && n["tool_calls"].is_array())
+      for (auto& call : n["tool_calls"])
+        if (call.is_object() && call.contains("function") && call["function"].is_object())
+          if (auto a = call["function"].find("arguments"); a != call["function"].end() && a->is_string()) {
+            json parsed = json::parse(a->get<std::string>(), nullptr, false);
+            if (!parsed.is_discarded()) *a = std::move(parsed);
+          }
     out.push_back(std::move(n));
   }
   return out;
@@ -100,7 +111,8 @@ StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_gener
 StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, bool add_generation_prompt) const {
   if (!request.is_object()) return InvalidArgument("the request body must be a JSON object");
   auto m = request.find("messages");
-  DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m));
+  DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m,
+                                                           DetectToolFormat(source_) == ToolFormat::kLlama3Json));
   ordered_json ctx = ordered_json::object();
   // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
   if (auto k = request.find("chat_template_kwargs"); k != request.end() && !k->is_null()) {

