@@ -1,8 +1,13 @@
 // deepinfer generate: one prompt streamed to the terminal (or --json), or a JSONL batch (--input/--output)
 // through the same engine the server uses.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -96,24 +101,88 @@ GenerationParams DefaultsFromArgs(const Args& args) {
   return p;
 }
 
+// The --output file, written in input order as results finish: each line goes out as soon as it and every
+// line before it are done, and is fsynced about once a second, so a killed batch keeps every finished prefix
+// line. --resume reads back the lines an earlier run completed (a torn last line is cut off).
+class BatchOutput {
+ public:
+  ~BatchOutput() {
+    if (fd_ > 1) ::close(fd_);
+  }
+  // path "-": stdout. `resume`: keep the complete lines already there; *done_lines says how many.
+  Status Open(const std::string& path, bool resume, size_t* done_lines) {
+    *done_lines = 0;
+    if (path.empty() || path == "-") {
+      if (resume) return InvalidArgument("--resume needs --output FILE");
+      fd_ = 1;
+      return Status::Ok();
+    }
+    off_t keep = 0;
+    if (resume) {
+      std::ifstream in(path, std::ios::binary);
+      std::string line;
+      // Only lines that end in a newline and parse are results; a torn last line is redone.
+      while (in && std::getline(in, line)) {
+        if (in.eof() || json::parse(line, nullptr, false).is_discarded()) break;
+        keep += static_cast<off_t>(line.size() + 1);
+        ++*done_lines;
+      }
+    }
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) return IoError(path + ": cannot write: " + std::strerror(errno));
+    if (::ftruncate(fd_, keep) != 0 || ::lseek(fd_, keep, SEEK_SET) != keep)
+      return IoError(path + ": cannot truncate: " + std::strerror(errno));
+    path_ = path;
+    return Status::Ok();
+  }
+  Status Write(const std::string& bytes) {
+    for (size_t off = 0; off < bytes.size();) {
+      const ssize_t n = ::write(fd_, bytes.data() + off, bytes.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return IoError((path_.empty() ? "stdout" : path_) + ": write failed: " + std::strerror(errno));
+      off += static_cast<size_t>(n);
+    }
+    dirty_ = true;
+    return Status::Ok();
+  }
+  void Sync(bool force) {
+    if (!dirty_ || fd_ <= 1) return;
+    const auto now = Clock::now();
+    if (!force && now - last_sync_ < std::chrono::seconds(1)) return;
+    ::fsync(fd_);
+    last_sync_ = now;
+    dirty_ = false;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+  bool dirty_ = false;
+  Clock::time_point last_sync_ = Clock::now();
+};
+
 int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
   std::ifstream in(args.Get("input"), std::ios::binary);
   if (!in) return Fail(NotFound(args.Get("input") + ": cannot open"));
-  const std::string out_path = args.Get("output");
-  std::ofstream out_file;
-  if (!out_path.empty() && out_path != "-") {
-    out_file.open(out_path, std::ios::binary | std::ios::trunc);
-    if (!out_file) return Fail(IoError(out_path + ": cannot write"));
-  }
-  std::ostream& out = out_file.is_open() ? out_file : std::cout;
+  BatchOutput out;
+  size_t skip = 0;
+  if (Status s = out.Open(args.Get("output"), args.Has("resume"), &skip); !s.ok()) return Fail(s);
   const GenerationParams defaults = DefaultsFromArgs(args);
   std::vector<Collected> results;
   std::vector<bool> want_logprobs;
   std::string line;
   int line_no = 0, bad = 0;
+  size_t skipped = 0;
+  std::vector<size_t> unstarted;  // results whose engine requests are added below
+  std::vector<api::Request> requests;
+  std::vector<int> request_lines;  // input line numbers, for error messages
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (skipped < skip) {  // --resume: this line's result is in the file already
+      ++skipped;
+      continue;
+    }
     results.emplace_back();
     want_logprobs.push_back(false);
     Collected& c = results.back();
@@ -126,15 +195,32 @@ int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
     want_logprobs.back() = request->params.logprobs >= 0;
     c.choices.resize(request->params.n);
     c.unfinished = request->params.n;
-    const size_t idx = results.size() - 1;
-    auto id = engine.Add(std::move(request->prompt), request->params, [&results, idx](const Output& ev) { results[idx].Take(ev); });
+    unstarted.push_back(results.size() - 1);
+    requests.push_back(std::move(*request));
+    request_lines.push_back(line_no);
+  }
+  if (skipped < skip)
+    return Fail(InvalidArgument("--resume: the output holds " + std::to_string(skip) + " results but the input only " +
+                                std::to_string(skipped) + " requests"));
+  if (skip) DI_LOG_INFO("--resume: %zu lines already done, %zu to go", skip, results.size());
+  // Done flags, set by the engine thread once a result is complete and read by this thread, which writes the
+  // finished prefix. Sized before any request runs: results never move while the engine is going.
+  auto finished = std::make_unique<std::atomic<bool>[]>(results.size());
+  for (size_t i = 0; i < results.size(); ++i) finished[i] = !results[i].error.empty();
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const size_t idx = unstarted[k];
+    auto id = engine.Add(std::move(requests[k].prompt), requests[k].params, [&results, &finished, idx](const Output& ev) {
+      results[idx].Take(ev);
+      if (results[idx].unfinished == 0) finished[idx].store(true, std::memory_order_release);
+    });
     if (!id.ok()) {
-      c.error = "line " + std::to_string(line_no) + ": " + id.status().message();
+      results[idx].error = "line " + std::to_string(request_lines[k]) + ": " + id.status().message();
+      finished[idx] = true;
       ++bad;
     }
   }
   if (bad) DI_LOG_WARN("%d of %zu input lines were rejected (their output lines hold the error)", bad, results.size());
-  // Progress: the engine runs on its own thread; this thread draws the bar.
+  // Progress: the engine runs on its own thread; this thread draws the bar and writes the finished prefix.
   const auto t0 = Clock::now();
   ProgressBar bar("generate", results.size(), "req");
   std::atomic<bool> done{false};
@@ -143,18 +229,32 @@ int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
     run = engine.RunUntilIdle();
     done = true;
   });
+  size_t written = 0;
+  Status write_status;
+  auto write_ready = [&] {
+    std::string chunk;
+    for (; written < results.size() && finished[written].load(std::memory_order_acquire); ++written) {
+      chunk += Dump(results[written].ToJson(want_logprobs[written])) + "\n";
+      results[written] = Collected{};  // written: its memory can go
+    }
+    if (!chunk.empty() && write_status.ok()) write_status = out.Write(chunk);
+  };
   while (!done) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     const api::EngineStats st = engine.Stats();
     bar.Update(static_cast<uint64_t>(st.requests_finished + st.requests_aborted + bad));
+    write_ready();
+    out.Sync(false);
   }
   loop.join();
+  write_ready();
+  out.Sync(true);
   bar.Update(results.size());
   bar.Finish();
   if (!run.ok()) return Fail(run);
+  if (!write_status.ok()) return Fail(write_status);
+  if (written != results.size()) return Fail(Internal("the engine went idle with unfinished requests"));
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  for (size_t i = 0; i < results.size(); ++i) out << Dump(results[i].ToJson(want_logprobs[i])) << "\n";
-  out.flush();
   const api::EngineStats st = engine.Stats();
   DI_LOG_INFO("%zu requests in %.2f s: %lld prompt tokens computed (%lld from the prefix cache), %lld generated "
               "(%.1f tok/s), %lld steps, %lld preemptions",
@@ -181,7 +281,8 @@ int CmdGenerate(int argc, char** argv) {
                 {"prompt", "p", "TEXT", "", "prompt text (default: start from BOS alone)"},
                 {"file", "f", "FILE", "", "read the prompt from a file"},
                 {"input", "", "FILE", "", "JSONL batch of requests (one per line)"},
-                {"output", "o", "FILE", "-", "where --input results go (- = stdout)"},
+                {"output", "o", "FILE", "-", "where --input results go (- = stdout), each line as soon as it and all before it are done"},
+                {"resume", "", "", "", "with --input/--output: keep the results already in --output and run only the lines after them"},
                 {"n-predict", "n", "N", "128", "maximum number of tokens to generate"},
                 {"temp", "", "T", "0.8", "sampling temperature; 0 = greedy"},
                 {"top-k", "", "K", "40", "keep the K most likely tokens; 0 = off"},

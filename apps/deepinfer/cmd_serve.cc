@@ -36,6 +36,9 @@ int CmdServe(int argc, char** argv) {
                 {"chat-template", "", "FILE", "model's", "Jinja chat template file (default: the model's, else ChatML)"},
                 {"max-pending", "", "N", "4096", "requests in flight before new ones get 429 + Retry-After"},
                 {"max-body", "", "BYTES", "8388608", "largest request body (413 beyond)"},
+                {"max-prompt-bytes", "", "BYTES", "auto", "prompt text refused (400) before tokenizing; auto: 2 x context x longest token"},
+                {"prep-workers", "", "N", "2", "threads that parse requests, render chat templates and tokenize (off the HTTP loop)"},
+                {"allowed-origins", "", "LIST", "*", "CORS: comma-separated origins browsers may call from ('*' any, '' none)"},
                 {"max-connections", "", "N", "16384", "open connections before new ones get 503"},
                 {"request-timeout", "", "SECONDS", "30", "time allowed to send a whole request (slow clients get 408)"},
                 {"idle-timeout", "", "SECONDS", "120", "keep-alive connections idle this long are closed"},
@@ -59,6 +62,9 @@ int CmdServe(int argc, char** argv) {
   so.http.idle_timeout_s = args.GetFloat("idle-timeout");
   so.max_pending = static_cast<int>(std::max<long long>(1, args.GetInt("max-pending")));
   so.api_key = args.Get("api-key");
+  if (args.Has("max-prompt-bytes")) so.max_prompt_bytes = static_cast<size_t>(std::max<long long>(1, args.GetInt("max-prompt-bytes")));
+  so.prep_threads = static_cast<int>(std::clamp<long long>(args.GetInt("prep-workers"), 1, 64));
+  so.http.allowed_origins = SplitOrigins(args.Get("allowed-origins"));
   if (so.api_key.empty())
     if (const char* k = std::getenv("DEEPINFER_API_KEY")) so.api_key = k;
   if (args.Has("served-model-name")) so.served_model_name = args.Get("served-model-name");

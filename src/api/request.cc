@@ -16,7 +16,7 @@ StatusOr<Request> RequestFromOpenAiJson(const Model& model, const std::string& j
   const auto& impl = static_cast<const ModelImpl&>(model);
   StatusOr<std::vector<int32_t>> prompt =
       body.is_object() && body.contains("messages")
-          ? impl.chat().Encode(body["messages"], body.value("add_generation_prompt", true))
+          ? impl.chat().EncodeRequest(nlohmann::ordered_json::parse(json_body), body.value("add_generation_prompt", true))
           : ParsePrompt(body, *impl.internal().tokenizer);
   if (!prompt.ok()) return prompt.status();
   return Request{std::move(prompt).value(), FromInternal(params)};

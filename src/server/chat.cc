@@ -6,19 +6,26 @@
 
 #include "base/logging.h"
 #include "format/gguf.h"
+#include "server/tool_parse.h"
 
 namespace deepinfer {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 // Used when a model ships no template (llama.cpp falls back to ChatML as well).
 constexpr const char* kChatMl =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}";
 
-// Messages -> the list templates expect: content flattened to a string (text parts joined).
-StatusOr<json> NormalizeMessages(const json& msgs) {
+// Messages -> the list templates expect: content flattened to a string (text parts joined). Ordered JSON keeps
+// the client's key order, which templates show when they dump tools or tool-call arguments with tojson.
+// arguments_as_objects: tool-call arguments sent as JSON text (OpenAI's shape) are parsed into objects, for
+// templates that dump them with tojson or iterate them (Llama-3.1: `arguments | tojson`); others (DeepSeek-V3's
+// string concatenation) need the text.
+StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool arguments_as_objects) {
+  using json = ordered_json;
   if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
   json out = json::array();
   for (const auto& m : msgs) {
@@ -35,10 +42,20 @@ StatusOr<json> NormalizeMessages(const json& msgs) {
       }
       n["content"] = text;
     } else if (c.is_null()) {
-      n["content"] = "";
+      // An assistant turn that only calls tools keeps content null: templates such as DeepSeek-V3's render the
+      // calls only under `content is none`. Elsewhere templates concatenate content, so null becomes "".
+      const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
+      n["content"] = calls ? json(nullptr) : json("");
     } else if (!c.is_string()) {
       return InvalidArgument("message 'content' must be a string or a list of text parts");
     }
+    if (arguments_as_objects && n.contains("tool_calls") && n["tool_calls"].is_array())
+      for (auto& call : n["tool_calls"])
+        if (call.is_object() && call.contains("function") && call["function"].is_object())
+          if (auto a = call["function"].find("arguments"); a != call["function"].end() && a->is_string()) {
+            json parsed = json::parse(a->get<std::string>(), nullptr, false);
+            if (!parsed.is_discarded()) *a = std::move(parsed);
+          }
     out.push_back(std::move(n));
   }
   return out;
@@ -83,24 +100,57 @@ ChatFormatter::ChatFormatter(const Model& model, const std::string& template_sou
     fallback_ = true;
   }
   tmpl_ = std::move(*t);
+  source_ = fallback_ ? std::string(kChatMl) : src;
 }
 
 StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {
-  DI_ASSIGN_OR_RETURN(json msgs, NormalizeMessages(messages));
-  json ctx = {{"messages", msgs}, {"add_generation_prompt", add_generation_prompt},
-              {"bos_token", tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : ""},
-              {"eos_token", tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : ""}};
-  auto text = tmpl_->Render(ctx.dump(-1, ' ', false, json::error_handler_t::replace));
+  ordered_json request = {{"messages", ordered_json::parse(messages.dump())}};
+  return RenderRequest(request, add_generation_prompt);
+}
+
+StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, bool add_generation_prompt) const {
+  if (!request.is_object()) return InvalidArgument("the request body must be a JSON object");
+  auto m = request.find("messages");
+  DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m,
+                                                           DetectToolFormat(source_) == ToolFormat::kLlama3Json));
+  ordered_json ctx = ordered_json::object();
+  // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
+  if (auto k = request.find("chat_template_kwargs"); k != request.end() && !k->is_null()) {
+    if (!k->is_object()) return InvalidArgument("'chat_template_kwargs' must be an object");
+    ctx = *k;
+  }
+  if (auto t = request.find("tools"); t != request.end() && !t->is_null()) {
+    if (!t->is_array()) return InvalidArgument("'tools' must be a list");
+    for (const auto& tool : *t)
+      if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
+          !tool["function"].contains("name") || !tool["function"]["name"].is_string())
+        return InvalidArgument("each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    if (!t->empty()) ctx["tools"] = *t;
+  }
+  ctx["messages"] = std::move(msgs);
+  ctx["add_generation_prompt"] = add_generation_prompt;
+  ctx["bos_token"] = tok_.bos_id() >= 0 ? tok_.piece(tok_.bos_id()) : "";
+  ctx["eos_token"] = tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : "";
+  auto text = tmpl_->Render(ctx.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
   if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
   return text;
 }
 
-StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt) const {
-  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt));
+StatusOr<std::vector<int32_t>> ChatFormatter::Tokenize(const std::string& text) const {
   const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text.rfind(tok_.piece(tok_.bos_id()), 0) != 0;
   std::vector<int32_t> ids = tok_.Encode(text, bos);
   if (ids.empty()) return InvalidArgument("the rendered chat prompt is empty");
   return ids;
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::EncodeRequest(const ordered_json& request, bool add_generation_prompt) const {
+  DI_ASSIGN_OR_RETURN(std::string text, RenderRequest(request, add_generation_prompt));
+  return Tokenize(text);
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::Encode(const json& messages, bool add_generation_prompt) const {
+  DI_ASSIGN_OR_RETURN(std::string text, Render(messages, add_generation_prompt));
+  return Tokenize(text);
 }
 
 }  // namespace deepinfer

@@ -24,12 +24,20 @@ class ChatFormatter {
   // and tokenizes (BOS added when the tokenizer wants it and the template did not write it).
   StatusOr<std::vector<int32_t>> Encode(const nlohmann::json& messages, bool add_generation_prompt) const;
   StatusOr<std::string> Render(const nlohmann::json& messages, bool add_generation_prompt) const;
+  // A whole chat request body (parsed in order: templates that dump tools show the client's key order):
+  // its `messages`, `tools` and `chat_template_kwargs` (Qwen3's enable_thinking, ...) reach the template.
+  StatusOr<std::vector<int32_t>> EncodeRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
+  StatusOr<std::string> RenderRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
   bool using_fallback() const { return fallback_; }
+  const std::string& source() const { return source_; }  // the template in use
 
  private:
+  StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const;  // BOS unless the template wrote it
+
   const Tokenizer& tok_;
   std::unique_ptr<jinja::Template> tmpl_;
   bool fallback_ = false;
+  std::string source_;
 };
 
 }  // namespace deepinfer

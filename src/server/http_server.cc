@@ -32,7 +32,41 @@ std::string ChunkOf(const std::string& data) {
   return size + data + "\r\n";
 }
 
+// Inserts header lines right after the status line of an answer's head.
+void AddHeaderLines(std::string& head, const std::string& lines) {
+  if (!lines.empty()) head.insert(head.find("\r\n") + 2, lines);
+}
+
 }  // namespace
+
+std::vector<std::string> SplitOrigins(const std::string& list) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= list.size()) {
+    size_t j = list.find(',', i);
+    if (j == std::string::npos) j = list.size();
+    std::string o = list.substr(i, j - i);
+    while (!o.empty() && o.front() == ' ') o.erase(0, 1);
+    while (!o.empty() && o.back() == ' ') o.pop_back();
+    if (!o.empty()) out.push_back(o);
+    i = j + 1;
+  }
+  return out;
+}
+
+bool HttpServer::OriginAllowed(const std::string& origin) const {
+  for (const auto& o : opt_.allowed_origins)
+    if (o == "*" || o == origin) return true;
+  return false;
+}
+
+std::string HttpServer::CorsHeaders(const HttpRequest* req) const {
+  for (const auto& o : opt_.allowed_origins)
+    if (o == "*") return "Access-Control-Allow-Origin: *\r\n";
+  const std::string* origin = req ? req->Header("origin") : nullptr;
+  if (!origin || !OriginAllowed(*origin)) return opt_.allowed_origins.empty() ? "" : "Vary: Origin\r\n";
+  return "Access-Control-Allow-Origin: " + *origin + "\r\nVary: Origin\r\n";
+}
 
 struct HttpServer::Conn {
   ConnId id;
@@ -46,6 +80,7 @@ struct HttpServer::Conn {
   bool peer_closed = false;
   Clock::time_point last_activity, request_start, last_write_progress;
   bool want_write = false;
+  std::string cors;  // Access-Control-* header lines for the current answer
   explicit Conn(HttpLimits l) : parser(l) {}
 };
 
@@ -197,7 +232,7 @@ void HttpServer::ErrorResponse(Conn& c, int status, const std::string& msg) {
   std::string body = "{\"error\":{\"message\":\"" + msg + "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":" +
                      std::to_string(status) + "}}\n";
   std::string head = StatusLine(status) + "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                     std::to_string(body.size()) + "\r\n\r\n";
+                     std::to_string(body.size()) + "\r\n" + CorsHeaders(nullptr) + "\r\n";
   c.state = Conn::State::kClosing;
   c.keep_alive = false;
   QueueWrite(c, head + body);
@@ -217,6 +252,7 @@ void HttpServer::TryParse(Conn& c) {
     c.keep_alive = c.parser.request().keep_alive && !stopping_;
     c.state = Conn::State::kHandling;
     HttpRequest& req = c.parser.request();
+    c.cors = CorsHeaders(&req);
     on_request_(c.id, req);
     return;  // the next pipelined request waits until this answer is complete
   }
@@ -302,6 +338,7 @@ void HttpServer::ApplyOps(std::vector<Op>& ops) {
         if (c.state != Conn::State::kHandling) break;
         const bool keep = c.keep_alive && !stopping_;
         if (!keep) op.bytes.insert(op.bytes.find("\r\n") + 2, "Connection: close\r\n");
+        AddHeaderLines(op.bytes, c.cors);
         c.state = keep ? Conn::State::kReading : Conn::State::kClosing;
         c.parser.Reset();
         c.last_activity = Clock::now();
@@ -312,6 +349,7 @@ void HttpServer::ApplyOps(std::vector<Op>& ops) {
       case Op::kStart:
         if (c.state != Conn::State::kHandling) break;
         if (!(c.keep_alive && !stopping_)) op.bytes.insert(op.bytes.find("\r\n") + 2, "Connection: close\r\n");
+        AddHeaderLines(op.bytes, c.cors);
         c.state = Conn::State::kStreaming;
         QueueWrite(c, std::move(op.bytes));
         break;

@@ -29,7 +29,14 @@ struct HttpServerOptions {
   double idle_timeout_s = 120;    // keep-alive connection with no request in progress
   double write_stall_s = 60;      // output pending and none of it accepted by the client for this long
   size_t max_pending_output = 8 << 20;
+  // CORS: origins whose browsers may read the answers. "*": any (Access-Control-Allow-Origin: * on every
+  // response, errors and streams included, as vLLM's default); else the request's Origin is echoed back when
+  // listed. Empty: no CORS headers.
+  std::vector<std::string> allowed_origins = {"*"};
 };
+
+// "a,b , c" -> {"a", "b", "c"} (the --allowed-origins syntax); "" -> {}.
+std::vector<std::string> SplitOrigins(const std::string& list);
 
 class HttpServer {
  public:
@@ -63,6 +70,7 @@ class HttpServer {
   void RunOnLoop(std::function<void()> task);
 
   size_t num_connections() const { return num_conns_.load(); }
+  bool OriginAllowed(const std::string& origin) const;
 
  private:
   struct Conn;
@@ -84,6 +92,8 @@ class HttpServer {
   void UpdateInterest(Conn& c);
   void QueueWrite(Conn& c, std::string bytes);
   void ErrorResponse(Conn& c, int status, const std::string& msg);
+  // The Access-Control-* header lines for an answer to `req` (nullptr: a request that could not be parsed).
+  std::string CorsHeaders(const HttpRequest* req) const;
 
   HttpServerOptions opt_;
   Handler on_request_;

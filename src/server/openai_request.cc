@@ -172,3 +172,42 @@ StatusOr<std::vector<int32_t>> ParsePrompt(const json& b, const Tokenizer& tok) 
 }
 
 }  // namespace deepinfer
+
+namespace deepinfer {
+
+Status CheckUnsupportedFields(const json& b, bool chat) {
+  // Fields that change what the client gets back: ignoring one would hand back a different answer than asked
+  // for without saying so (OpenAI and vLLM honour these), so each is refused by name.
+  auto present = [&](const char* f) {
+    auto it = b.find(f);
+    return it != b.end() && !it->is_null() ? &*it : nullptr;
+  };
+  auto refuse = [](const std::string& field, const std::string& why) {
+    return InvalidArgument("'" + field + "' is not supported: " + why);
+  };
+  if (const json* s = present("suffix"); s && !(s->is_string() && s->get_ref<const std::string&>().empty()))
+    return refuse("suffix", "deepinfer does not do fill-in-the-middle completions");
+  if (const json* bo = present("best_of")) {
+    int64_t n = 1;
+    if (const json* nn = present("n"); nn && nn->is_number_integer()) n = nn->get<int64_t>();
+    if (!bo->is_number_integer()) return InvalidArgument("'best_of' must be an integer");
+    if (bo->get<int64_t>() != n)
+      return refuse("best_of", "only best_of == n (" + std::to_string(n) + ") is served; ranking extra samples is not implemented");
+  }
+  if (chat) {
+    if (present("audio")) return refuse("audio", "audio output is not implemented");
+    if (const json* m = present("modalities"); m && m->is_array())
+      for (const auto& e : *m)
+        if (!(e.is_string() && e.get_ref<const std::string&>() == "text")) return refuse("modalities", "only [\"text\"] is served");
+    if (present("prediction")) return refuse("prediction", "predicted outputs are not implemented");
+    if (present("functions") || present("function_call"))
+      return refuse(present("functions") ? "functions" : "function_call", "the legacy function-calling fields are not implemented; use 'tools'");
+    if (const json* e = present("echo"); e && e->is_boolean() && e->get<bool>())
+      return refuse("echo", "echo is a /v1/completions field");
+  } else {
+    if (const json* e = present("echo"); e && !e->is_boolean()) return InvalidArgument("'echo' must be true or false");
+  }
+  return Status::Ok();
+}
+
+}  // namespace deepinfer

@@ -19,4 +19,8 @@ StatusOr<RequestParams> ParseRequestParams(const nlohmann::json& body, const Req
 // "prompt_token_ids".
 StatusOr<std::vector<int32_t>> ParsePrompt(const nlohmann::json& body, const Tokenizer& tok);
 
+// Fields that would change the answer and that deepinfer does not implement (suffix, best_of != n, audio,
+// non-text modalities, prediction, the legacy functions / function_call): InvalidArgument naming the field.
+Status CheckUnsupportedFields(const nlohmann::json& body, bool chat);
+
 }  // namespace deepinfer

@@ -1,5 +1,7 @@
 #include "server/openai_server.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -9,6 +11,7 @@
 #include "dist/communicator.h"
 #include "server/chat.h"
 #include "server/openai_request.h"
+#include "server/tool_parse.h"
 
 namespace deepinfer {
 namespace {
@@ -21,6 +24,21 @@ using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// "%2F" -> "/" in a path segment (model ids such as org/name arrive encoded); malformed escapes stay as they are.
+std::string PercentDecode(const std::string& s) {
+  std::string o;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && std::isxdigit(static_cast<unsigned char>(s[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(s[i + 2]))) {
+      o += static_cast<char>(std::stoi(s.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      o += s[i];
+    }
+  }
+  return o;
+}
 
 int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -69,12 +87,29 @@ json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogpro
   return out;
 }
 
+// The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
+// a <think> block was split off, tool_calls with ids unique within the response.
+json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, const std::string& id_prefix) {
+  const ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking);
+  json m = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json(nullptr)}};
+  if (p.reasoning) m["reasoning_content"] = *p.reasoning;
+  if (!p.tool_calls.empty()) {
+    json calls = json::array();
+    for (size_t i = 0; i < p.tool_calls.size(); ++i)
+      calls.push_back({{"id", id_prefix + std::to_string(i)}, {"type", "function"},
+                       {"function", {{"name", p.tool_calls[i].name}, {"arguments", p.tool_calls[i].arguments}}}});
+    m["tool_calls"] = calls;
+  }
+  return m;
+}
+
 }  // namespace
 
 struct OpenAiServer::Call {
   HttpServer::ConnId conn = 0;
   std::vector<uint64_t> engine_ids;  // one engine request per prompt
   bool chat = false, stream = false, include_usage = false, echo = false;
+  bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -103,6 +138,19 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
             [this](HttpServer::ConnId c) { OnClose(c); }) {
   name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
   chat_ = std::make_unique<ChatFormatter>(model, opt_.chat_template);
+  max_prompt_bytes_ = opt_.max_prompt_bytes;
+  if (max_prompt_bytes_ == 0) {
+    // Every token stands for at most `longest` bytes, so text over max_model_len * longest bytes is more tokens
+    // than the context holds. The factor 2 leaves room for normalizers that shrink text (NFKC, stripping).
+    size_t longest = 1;
+    for (int id = 0; id < tok_.vocab_size(); ++id) longest = std::max(longest, tok_.TokenBytes(id).size());
+    max_prompt_bytes_ = 2 * static_cast<size_t>(engine_.max_model_len()) * longest;
+  }
+  // Nice 5: prompt preparation yields the CPU to the loop and the engine when they compete for it.
+  tool_format_ = DetectToolFormat(chat_->source());
+  parse_thinking_ = TemplateHasThinking(chat_->source());
+  prep_ = std::make_unique<WorkQueue>(opt_.prep_threads, 5);
+  prep_small_ = std::make_unique<WorkQueue>(1, 5);
 }
 
 OpenAiServer::~OpenAiServer() = default;
@@ -117,9 +165,10 @@ Status OpenAiServer::Listen() {
 void OpenAiServer::Run() { http_.Run(); }
 
 void OpenAiServer::Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type,
-                         const std::string& param) {
+                         const std::string& param, const std::string& code) {
   json e = {{"error", {{"message", message}, {"type", type.empty() ? ErrorType(status) : type},
-                       {"param", param.empty() ? json(nullptr) : json(param)}, {"code", status}}}};
+                       {"param", param.empty() ? json(nullptr) : json(param)},
+                       {"code", code.empty() ? json(status) : json(code)}}}};
   std::vector<std::pair<std::string, std::string>> headers;
   if (status == 429 || status == 503) headers.emplace_back("Retry-After", "1");
   if (status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -141,6 +190,7 @@ bool OpenAiServer::Authorized(const HttpRequest& req) const {
 void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   const std::string& p = req.path;
   const bool is_post = req.method == "POST", is_get = req.method == "GET" || req.method == "HEAD";
+  if (req.method == "OPTIONS") return Options(c, req);
   // Multi-process: a peer rank silent past a few heartbeats is dead or hung; the job ends at --dist-timeout, and
   // until then health checks and new work get 503 (a load balancer stops sending, clients retry elsewhere).
   const double silence = dist::PeerSilenceSeconds();
@@ -159,35 +209,106 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     if (const DistControl* d = engine_.dist()) body += RenderRankMetrics(d->Reports(), d->pc(), name_);
     return http_.Respond(c, 200, "text/plain; version=0.0.4", body);
   }
-  const bool known = p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
+  const bool model_route = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
+  const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
                      p == "/detokenize";
   if (!known) return Error(c, 404, "no route for " + req.method + " " + p.substr(0, 200));
   if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
-  if (p == "/v1/models") {
+  if (p == "/v1/models" || model_route) {
     if (!is_get) return Error(c, 405, "use GET");
-    json j = {{"object", "list"},
-              {"data", json::array({{{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
-                                     {"max_model_len", engine_.max_model_len()}}})}};
+    const json model = {{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
+                        {"max_model_len", engine_.max_model_len()}};
+    if (model_route) {
+      // OpenAI's shape for a missing model: 404, invalid_request_error, code model_not_found.
+      const std::string id = PercentDecode(p.substr(11));
+      if (id != name_)
+        return Error(c, 404, "The model `" + id.substr(0, 200) + "` does not exist.", "invalid_request_error", "model",
+                     "model_not_found");
+      metrics_.requests_ok++;
+      return http_.Respond(c, 200, "application/json", Dump(model) + "\n");
+    }
     metrics_.requests_ok++;
-    return http_.Respond(c, 200, "application/json", Dump(j) + "\n");
+    return http_.Respond(c, 200, "application/json", Dump(json{{"object", "list"}, {"data", json::array({model})}}) + "\n");
   }
   if (!is_post) return Error(c, 405, "use POST");
   if (peer_silent && p != "/tokenize" && p != "/detokenize")
     return Error(c, 503, "a peer rank has not answered for " + std::to_string(static_cast<int>(silence)) +
                              " s (dead or hung); the job ends at --dist-timeout");
-  if (p == "/tokenize") return Tokenize(c, req);
-  if (p == "/detokenize") return Detokenize(c, req);
-  Generate(c, req, p == "/v1/chat/completions");
+  // Parsing, chat templates and tokenization run on the prep workers: a megabyte prompt takes a while to
+  // tokenize, and the loop must keep serving /health and every other client meanwhile. The workers answer
+  // errors themselves (Error and Respond are thread-safe) and hand accepted requests back to the loop.
+  // Small bodies have a worker of their own, so a queue of megabyte prompts never delays a short request.
+  if (preparing_.insert(c).second) preparing_count_++;
+  WorkQueue& queue = req.body.size() < kSmallBodyBytes ? *prep_small_ : *prep_;
+  auto shared_req = std::make_shared<HttpRequest>(std::move(req));
+  queue.Submit([this, c, shared_req] {
+    HttpRequest& r = *shared_req;
+    if (r.path == "/tokenize") Tokenize(c, r);
+    else if (r.path == "/detokenize") Detokenize(c, r);
+    else Generate(c, r, r.path == "/v1/chat/completions");
+    http_.RunOnLoop([this, c] {
+      if (preparing_.erase(c) > 0) preparing_count_--;
+    });
+  });
+}
+
+void OpenAiServer::Options(HttpServer::ConnId c, const HttpRequest& req) {
+  // A CORS preflight (no credentials, so before authentication): which methods and headers the real request
+  // may use. The Access-Control-Allow-Origin line itself is added by the HTTP layer to every answer.
+  const std::string* origin = req.Header("origin");
+  const std::string* method = req.Header("access-control-request-method");
+  if (origin && method && !http_.OriginAllowed(*origin))
+    return Error(c, 400, "disallowed CORS origin " + origin->substr(0, 200) + " (--allowed-origins)");
+  std::vector<std::pair<std::string, std::string>> headers = {{"Allow", "GET, HEAD, POST, OPTIONS"}};
+  if (origin && method) {
+    const std::string* asked = req.Header("access-control-request-headers");
+    headers.emplace_back("Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    headers.emplace_back("Access-Control-Allow-Headers", asked && !asked->empty() ? *asked : "*");
+    headers.emplace_back("Access-Control-Max-Age", "600");
+  }
+  metrics_.requests_ok++;
+  http_.Respond(c, 204, "text/plain", "", std::move(headers));
+}
+
+size_t OpenAiServer::PromptBytes(const json& body, bool chat) {
+  size_t bytes = 0;
+  auto text_of = [&](const json& v) {
+    if (v.is_string()) bytes += v.get_ref<const std::string&>().size();
+    else if (v.is_array())
+      for (const auto& e : v) {
+        if (e.is_string()) bytes += e.get_ref<const std::string&>().size();
+        else if (e.is_object() && e.contains("text") && e["text"].is_string()) bytes += e["text"].get_ref<const std::string&>().size();
+      }
+  };
+  if (chat) {
+    if (auto m = body.find("messages"); m != body.end() && m->is_array())
+      for (const auto& msg : *m)
+        if (msg.is_object() && msg.contains("content")) text_of(msg["content"]);
+  } else if (auto pr = body.find("prompt"); pr != body.end()) {
+    text_of(*pr);
+  }
+  return bytes;
 }
 
 void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat) {
+  // Runs on a prep worker (see Handle).
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
   if (!body.is_object()) return Error(c, 400, "the request body must be a JSON object");
   if (auto m = body.find("model"); m != body.end() && !m->is_null()) {
     if (!m->is_string()) return Error(c, 400, "'model' must be a string", "", "model");
-    if (m->get<std::string>() != name_) return Error(c, 404, "The model `" + m->get<std::string>().substr(0, 200) + "` does not exist.", "", "model");
+    if (m->get<std::string>() != name_)
+      return Error(c, 404, "The model `" + m->get<std::string>().substr(0, 200) + "` does not exist.", "", "model", "model_not_found");
   }
+  if (Status u = CheckUnsupportedFields(body, chat); !u.ok()) {
+    const std::string& msg = u.message();
+    return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
+  }
+  // The cheap bound first: text this long cannot fit the context, so it is refused before it is tokenized.
+  if (const size_t bytes = PromptBytes(body, chat); bytes > max_prompt_bytes_)
+    return Error(c, 400, std::string(chat ? "the messages hold " : "the prompt holds ") + std::to_string(bytes) +
+                             " bytes of text; the limit is " + std::to_string(max_prompt_bytes_) +
+                             " bytes (--max-prompt-bytes)", "", chat ? "messages" : "prompt");
   RequestParams defaults;
   if (chat) defaults.max_tokens = std::max(1, engine_.max_model_len() - 1);  // chat: until the context is full
   auto params = ParseRequestParams(body, defaults);
@@ -196,7 +317,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   std::vector<int32_t>& prompt = prompts[0];
   const bool echo = !chat && body.value("echo", false) == true;
   if (chat) {
-    auto ids = chat_->Encode(body.value("messages", json(nullptr)), body.value("add_generation_prompt", true));
+    auto ids = chat_->EncodeRequest(nlohmann::ordered_json::parse(req.body), body.value("add_generation_prompt", true));
     if (!ids.ok()) return Error(c, 400, ids.status().message(), "", "messages");
     prompt = std::move(*ids);
   } else {
@@ -222,6 +343,11 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
+  auto parsing = ChatOutputParsing(body, chat);
+  if (!parsing.ok()) {
+    const std::string msg = parsing.status().message();  // starts with the quoted field
+    return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
+  }
   // Every prompt is checked before any is queued: a bad one rejects the whole batch. Add does not check again.
   std::vector<ValidatedRequest> checked;
   checked.reserve(prompts.size());
@@ -230,6 +356,18 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
     if (!v.ok()) return Error(c, 400, v.status().message());
     checked.push_back(std::move(*v));
   }
+  // The rest runs on the loop thread, which owns calls_: queueing, and the client may have gone meanwhile.
+  auto checked_ptr = std::make_shared<std::vector<ValidatedRequest>>(std::move(checked));
+  auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
+  const int parse = *parsing;
+  http_.RunOnLoop([=, this] {
+    Submit(c, chat, stream, include_usage, echo, parse, *params_ptr, std::move(*checked_ptr));
+  });
+}
+
+void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
+                          const RequestParams& params, std::vector<ValidatedRequest> checked) {
+  if (!preparing_.count(c)) return;  // the client disconnected while its request was prepared
   if (metrics_.in_flight.load() >= opt_.max_pending) {
     metrics_.requests_rejected++;
     return Error(c, 429, "the server is at its queue limit (" + std::to_string(opt_.max_pending) + " requests); retry later");
@@ -240,10 +378,12 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   call->stream = stream;
   call->include_usage = include_usage;
   call->echo = echo;
-  call->logprobs = params->logprobs;
+  call->parse_tools = parse & 1;
+  call->parse_thinking = parse & 2;
+  call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
-  const int n = params->n;
+  const int n = params.n;
   call->choices.resize(checked.size() * n);
   call->unfinished = static_cast<int>(call->choices.size());
   for (size_t p = 0; p < checked.size(); ++p) {
@@ -342,13 +482,30 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   if (k.stream) {
     std::string text = ev.text;
     if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
+    // With tools the answer is parsed whole: its text is held back and sent, parsed, with the final delta
+    // (one delta per call carrying its id, name and complete arguments, as OpenAI's own streams allow).
+    const bool held = k.chat && k.parse_tools;
+    if (held) text.clear();
     if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
       json choice = {{"index", index}, {"logprobs", lp_delta},
                      {"finish_reason", ev.finished ? json(ev.finish_reason) : json(nullptr)}};
       if (k.chat) {
         json delta = json::object();
         if (!ch.role_sent) delta["role"] = "assistant";
-        if (!text.empty() || !ch.role_sent) delta["content"] = text;
+        if (held && ev.finished) {
+          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking,
+                                            "call_" + k.id + "_" + std::to_string(index) + "_");
+          if (msg.contains("reasoning_content")) delta["reasoning_content"] = msg["reasoning_content"];
+          if (!msg["content"].is_null()) delta["content"] = msg["content"];
+          if (msg.contains("tool_calls")) {
+            json calls = msg["tool_calls"];
+            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+            delta["tool_calls"] = calls;
+            if (ev.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+          }
+        } else if (!text.empty() || !ch.role_sent) {
+          delta["content"] = text;
+        }
         choice["delta"] = delta;
       } else {
         choice["text"] = text;
@@ -381,7 +538,11 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
         lp = LogprobsJson(tok_, k.chat, x.raw, &text_start);
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
-      if (k.chat) choice["message"] = {{"role", "assistant"}, {"content", x.text}};
+      if (k.chat) {
+        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking,
+                                             "call_" + k.id + "_" + std::to_string(i) + "_");
+        if (choice["message"].contains("tool_calls") && x.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+      }
       else choice["text"] = x.echo + x.text;
       choices.push_back(std::move(choice));
     }
@@ -393,7 +554,36 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   metrics_.in_flight--;
 }
 
+StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat) const {
+  if (!chat) return 0;
+  int parse = parse_thinking_ ? 2 : 0;
+  auto tools = body.find("tools");
+  const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
+  std::string choice = has_tools ? "auto" : "none";
+  if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
+    if (tc->is_string()) choice = tc->get<std::string>();
+    else if (tc->is_object()) choice = "named";
+    else return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  }
+  if (choice == "required" || choice == "named")
+    return InvalidArgument("'tool_choice' " + std::string(choice == "named" ? "naming a function" : "\"required\"") +
+                           " needs constrained decoding, which is not implemented yet; use \"auto\"");
+  if (choice != "none" && choice != "auto")
+    return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  if (choice == "auto" && !has_tools) return InvalidArgument("'tool_choice' is \"auto\" but no 'tools' are given");
+  if (choice == "auto") {
+    if (tool_format_ == ToolFormat::kNone)
+      return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+    parse |= 1;
+  }
+  return parse;
+}
+
 void OpenAiServer::OnClose(HttpServer::ConnId c) {
+  if (preparing_.erase(c) > 0) {
+    preparing_count_--;
+    metrics_.requests_aborted_by_client++;
+  }
   auto it = calls_.find(c);
   if (it == calls_.end()) return;
   std::shared_ptr<Call> call = std::move(it->second);
@@ -407,7 +597,7 @@ void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
   if (body.is_discarded() || !body.is_object()) return Error(c, 400, "the request body must be a JSON object");
   std::vector<int32_t> ids;
   if (body.contains("messages")) {
-    auto text = chat_->Render(body["messages"], body.value("add_generation_prompt", true));
+    auto text = chat_->RenderRequest(nlohmann::ordered_json::parse(req.body), body.value("add_generation_prompt", true));
     if (!text.ok()) return Error(c, 400, text.status().message(), "", "messages");
     ids = tok_.Encode(*text, false);
   } else {

@@ -3,21 +3,28 @@
 // (openai_request.h), errors come back in OpenAI's JSON shape with the right status, a client that disconnects
 // aborts its request (its KV is freed at once), and a full queue answers 429 with Retry-After.
 //
-// Threads: everything here runs on the HTTP loop thread except the engine's output callback (HandOff), which
-// only queues the event and wakes the loop; the loop then builds the JSON, updates metrics and writes SSE.
+// Threads: routing, queueing and output run on the HTTP loop thread. Request bodies are parsed, chat templates
+// rendered and prompts tokenized on a few prep workers (prep_), which answer errors directly and hand accepted
+// requests back to the loop (Submit). The engine's output callback (HandOff) only queues the event and wakes
+// the loop; the loop then builds the JSON, updates metrics and writes SSE.
 #pragma once
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
+#include "base/work_queue.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/chat.h"
+#include "server/tool_parse.h"
 
 namespace deepinfer {
 
@@ -27,6 +34,10 @@ struct OpenAiServerOptions {
   std::string api_key;            // empty: no authentication
   int max_pending = 4096;         // requests accepted and unanswered before 429
   std::string chat_template;      // template source; empty: the model's, else ChatML
+  int prep_threads = 2;           // threads that parse, render chat templates and tokenize off the HTTP loop
+  // Prompt text (a completion prompt, or the messages' contents) longer than this is refused before it is
+  // tokenized. 0: 2 x max_model_len x the longest token's bytes, which no prompt that fits the context exceeds.
+  size_t max_prompt_bytes = 0;
 };
 
 
@@ -41,7 +52,8 @@ class OpenAiServer {
   void Stop() { http_.Stop(); }
   // Step 2, after the grace period: close whatever is left (their requests are aborted).
   void CloseAll() { http_.CloseAll(); }
-  int64_t in_flight() const { return metrics_.in_flight.load(); }
+  // Requests accepted and not yet answered, those still being prepared included (the shutdown grace waits on it).
+  int64_t in_flight() const { return metrics_.in_flight.load() + preparing_count_.load(); }
   // Thread-safe: runs `task` on the HTTP thread, in order with the answers queued around it (embedders, tests).
   void RunOnHttpThread(std::function<void()> task) { http_.RunOnLoop(std::move(task)); }
   const std::string& model_name() const { return name_; }
@@ -51,8 +63,16 @@ class OpenAiServer {
   void Handle(HttpServer::ConnId c, HttpRequest& req);
   void OnClose(HttpServer::ConnId c);
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
-             const std::string& param = "");
-  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);
+             const std::string& param = "", const std::string& code = "");  // code: else the status
+  void Options(HttpServer::ConnId c, const HttpRequest& req);
+  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);  // on a prep worker
+  // parse: bit 0 tool calls, bit 1 reasoning (ChatOutputParsing).
+  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
+              const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
+  // What a chat answer is parsed into, from `tools` / `tool_choice` and the template; 400 for tool choices
+  // that need constrained decoding (required, named).
+  StatusOr<int> ChatOutputParsing(const nlohmann::json& body, bool chat) const;
+  static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
   struct PendingOutput {
@@ -81,6 +101,16 @@ class OpenAiServer {
   std::vector<PendingOutput> outputs_;   // engine events not yet handled, in order (guarded by outputs_mu_)
   std::vector<PendingOutput> draining_;  // the batch DrainOutputs is handling (HTTP thread only)
   std::atomic<uint64_t> next_id_{1};
+  size_t max_prompt_bytes_ = 0;
+  ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
+  bool parse_thinking_ = false;                 // the template writes <think> blocks
+  // Connections whose request is with the prep workers (HTTP thread only).
+  std::unordered_set<HttpServer::ConnId> preparing_;
+  std::atomic<int64_t> preparing_count_{0};  // preparing_.size(), readable from any thread
+  // Last, so they are destroyed first: their threads use everything above. Bodies under kSmallBodyBytes go
+  // to prep_small_, the rest to prep_ (--prep-workers threads).
+  static constexpr size_t kSmallBodyBytes = 64 << 10;
+  std::unique_ptr<WorkQueue> prep_, prep_small_;
 };
 
 }  // namespace deepinfer

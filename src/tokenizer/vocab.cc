@@ -1,10 +1,12 @@
 // GGUF-embedded vocabularies: SentencePiece-style (llama) merged by score here; byte-level BPE (gpt2) handed to
 // the tokenizer.json pipeline with its pre-tokenizer regexes. Also the loaders by path.
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <queue>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -52,37 +54,68 @@ class SpmTokenizer : public Tokenizer {
     std::vector<int32_t> out;
     if (add_bos && bos_id_ >= 0) out.push_back(bos_id_);
     if (text.empty()) return out;
-    std::string s = add_space_prefix_ ? " " + text : text;
     std::string norm;
-    for (char c : s) norm += (c == ' ') ? std::string("\xE2\x96\x81") : std::string(1, c);
-    // Symbols start as single characters; merge the adjacent pair whose concatenation scores best, leftmost first.
-    std::vector<std::string> sym;
+    norm.reserve(text.size() + 3);
+    if (add_space_prefix_) norm += "\xE2\x96\x81";
+    for (char c : text) {
+      if (c == ' ') norm += "\xE2\x96\x81";
+      else norm += c;
+    }
+    // Symbols start as single characters; the adjacent pair whose concatenation scores best is merged, leftmost
+    // first on ties, until no pair is a piece. A linked list of symbols and a max-heap of candidate pairs make
+    // that O(n log n) (llama.cpp's llm_tokenizer_spm); a pair whose symbols changed since it was queued is stale
+    // and skipped, which the length check detects because a symbol's start never moves and it only grows.
+    struct Symbol {
+      int prev, next;
+      size_t start, len;  // bytes of norm; len 0: merged into its left neighbour
+    };
+    std::vector<Symbol> sym;
+    sym.reserve(norm.size());
     for (size_t i = 0; i < norm.size();) {
-      size_t n = CharLen(norm, i);
-      sym.push_back(norm.substr(i, n));
+      const size_t n = std::min(CharLen(norm, i), norm.size() - i);
+      const int idx = static_cast<int>(sym.size());
+      sym.push_back({idx - 1, idx + 1, i, n});
       i += n;
     }
-    for (;;) {
-      int best = -1;
-      float best_score = -1e30f;
-      for (size_t i = 0; i + 1 < sym.size(); ++i) {
-        auto it = ids_.find(sym[i] + sym[i + 1]);
-        if (it != ids_.end() && scores_[it->second] > best_score) {
-          best_score = scores_[it->second];
-          best = static_cast<int>(i);
-        }
-      }
-      if (best < 0) break;
-      sym[best] += sym[best + 1];
-      sym.erase(sym.begin() + best + 1);
+    sym.back().next = -1;
+    struct Pair {
+      float score;
+      int left, right;
+      size_t len;
+    };
+    // Highest score first; on equal scores the leftmost pair (left symbols are numbered in text order).
+    auto worse = [](const Pair& a, const Pair& b) { return a.score < b.score || (a.score == b.score && a.left > b.left); };
+    std::priority_queue<Pair, std::vector<Pair>, decltype(worse)> heap(worse);
+    std::string key;
+    auto try_pair = [&](int left, int right) {
+      if (left < 0 || right < 0) return;
+      key.assign(norm, sym[left].start, sym[left].len + sym[right].len);
+      auto it = ids_.find(key);
+      if (it == ids_.end()) return;
+      heap.push({scores_[it->second], left, right, key.size()});
+    };
+    for (size_t i = 1; i < sym.size(); ++i) try_pair(static_cast<int>(i) - 1, static_cast<int>(i));
+    while (!heap.empty()) {
+      const Pair p = heap.top();
+      heap.pop();
+      Symbol& l = sym[p.left];
+      Symbol& r = sym[p.right];
+      if (l.len == 0 || r.len == 0 || l.len + r.len != p.len || l.next != p.right) continue;  // stale
+      l.len += r.len;
+      r.len = 0;
+      l.next = r.next;
+      if (r.next >= 0) sym[r.next].prev = p.left;
+      try_pair(l.prev, p.left);
+      try_pair(p.left, l.next);
     }
-    for (auto& s2 : sym) {
-      auto it = ids_.find(s2);
+    for (int i = 0; i >= 0; i = sym[i].next) {
+      key.assign(norm, sym[i].start, sym[i].len);
+      auto it = ids_.find(key);
       if (it != ids_.end()) {
         out.push_back(it->second);
         continue;
       }
-      for (unsigned char b : s2) out.push_back(byte_ids_[b] >= 0 ? byte_ids_[b] : unk_);
+      for (unsigned char b : key) out.push_back(byte_ids_[b] >= 0 ? byte_ids_[b] : unk_);
     }
     return out;
   }

@@ -1,0 +1,94 @@
+// Tool-call and reasoning parsing on model outputs written out by hand in each format (the expected fields are
+// literal strings, not recomputed by the parser).
+#include <gtest/gtest.h>
+
+#include "server/tool_parse.h"
+
+namespace deepinfer {
+namespace {
+
+TEST(ToolParseTest, DetectsFormatsFromTemplates) {
+  EXPECT_EQ(DetectToolFormat("{{'<｜tool▁calls▁begin｜>'}} ... <tool_call>"), ToolFormat::kDeepSeekV3);
+  EXPECT_EQ(DetectToolFormat("{{- '<tool_call>\\n' }}"), ToolFormat::kHermes);
+  EXPECT_EQ(DetectToolFormat("<|start_header_id|>ipython<|end_header_id|>"), ToolFormat::kLlama3Json);
+  EXPECT_EQ(DetectToolFormat("{% for m in messages %}{{ m.content }}{% endfor %}"), ToolFormat::kNone);
+  EXPECT_TRUE(TemplateHasThinking("{{ '<think>\\n\\n</think>\\n\\n' }}"));
+}
+
+TEST(ToolParseTest, HermesCallsWithContentBefore) {
+  const auto p = ParseAssistantOutput(
+      "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n"
+      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>",
+      ToolFormat::kHermes, true, false);
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\":\"Paris\",\"days\":3}");  // key order kept
+  EXPECT_EQ(p.tool_calls[1].name, "get_time");
+  EXPECT_EQ(p.tool_calls[1].arguments, "{}");  // a parameterless call keeps its {} (vllm#28806)
+  ASSERT_TRUE(p.content.has_value());
+  EXPECT_EQ(*p.content, "Let me check.");
+}
+
+TEST(ToolParseTest, HermesUnclosedLastCallAndBadJson) {
+  auto p = ParseAssistantOutput("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 123}}", ToolFormat::kHermes, true, false);
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"x\":123}");  // a trailing number survives (vllm#48342)
+  EXPECT_FALSE(p.content.has_value());
+  // Not JSON: nothing is a call, the text stays content.
+  p = ParseAssistantOutput("<tool_call>{\"name\": \"f\", </tool_call>", ToolFormat::kHermes, true, false);
+  EXPECT_TRUE(p.tool_calls.empty());
+  EXPECT_EQ(*p.content, "<tool_call>{\"name\": \"f\", </tool_call>");
+  // tools off: never parsed.
+  p = ParseAssistantOutput("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", ToolFormat::kHermes, false, false);
+  EXPECT_TRUE(p.tool_calls.empty());
+}
+
+TEST(ToolParseTest, DeepSeekV3Calls) {
+  const auto p = ParseAssistantOutput(
+      "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{\"city\": \"Paris\", \"code\": 123}\n```"
+      "<｜tool▁call▁end｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_time\n```json\n{}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+      ToolFormat::kDeepSeekV3, true, false);
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\": \"Paris\", \"code\": 123}");  // verbatim
+  EXPECT_EQ(p.tool_calls[1].name, "get_time");
+  EXPECT_EQ(p.tool_calls[1].arguments, "{}");
+  EXPECT_FALSE(p.content.has_value());
+}
+
+TEST(ToolParseTest, Llama3JsonCalls) {
+  auto p = ParseAssistantOutput("{\"name\": \"get_weather\", \"parameters\": {\"city\": {\"name\": \"Oslo\"}}}",
+                                ToolFormat::kLlama3Json, true, false);
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\":{\"name\":\"Oslo\"}}");
+  EXPECT_FALSE(p.content.has_value());
+  p = ParseAssistantOutput("<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": {\"k\": [1, 2]}}",
+                           ToolFormat::kLlama3Json, true, false);
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[1].name, "b");
+  EXPECT_EQ(p.tool_calls[1].arguments, "{\"k\":[1,2]}");
+  p = ParseAssistantOutput("The weather is {nice}.", ToolFormat::kLlama3Json, true, false);
+  EXPECT_TRUE(p.tool_calls.empty());
+  EXPECT_EQ(*p.content, "The weather is {nice}.");
+}
+
+TEST(ToolParseTest, ReasoningSplit) {
+  auto p = ParseAssistantOutput("<think>\nThe user wants a city.\n</think>\n\nParis.", ToolFormat::kNone, false, true);
+  ASSERT_TRUE(p.reasoning.has_value());
+  EXPECT_EQ(*p.reasoning, "The user wants a city.");
+  EXPECT_EQ(*p.content, "Paris.");
+  // The template opened the block (the generation prompt ends in <think>): the output starts inside it.
+  p = ParseAssistantOutput("hmm</think>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+                           ToolFormat::kHermes, true, true);
+  EXPECT_EQ(*p.reasoning, "hmm");
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_FALSE(p.content.has_value());
+  // No </think>: everything is content, no reasoning.
+  p = ParseAssistantOutput("Just an answer.", ToolFormat::kNone, false, true);
+  EXPECT_FALSE(p.reasoning.has_value());
+  EXPECT_EQ(*p.content, "Just an answer.");
+}
+
+}  // namespace
+}  // namespace deepinfer
