@@ -90,22 +90,32 @@ void Reference(DType t, const std::vector<uint8_t>& wb, int64_t n, int64_t k, co
   y->assign(static_cast<size_t>(m) * n, 0);
   mag->assign(static_cast<size_t>(m) * n, 0);
   for (int i = 0; i < m; ++i)
-    for (int64_t r = 0; r < n; ++r)
+    for (int64_t r = 0; r < n; ++r) {
       for (int64_t j = 0; j < k; ++j) {
         const double p = static_cast<double>(xd[i * k + j]) * w[r * k + j];
         (*y)[i * n + r] += p;
         (*mag)[i * n + r] += std::fabs(p);
       }
+      // q4_1/q5_1 x q8_1: the format's product takes sum_j m_w * x_j from the activation block's stored
+      // s = f16(d_x * sum q_x) (ggml's vec_dot), not from the dequantized x: m_w * (s - d_x * sum q_x) per block.
+      if (at == DType::kQ8_1)
+        for (int64_t b = 0; b < k / 32; ++b) {
+          const auto& xb = reinterpret_cast<const BlockQ8_1*>(xq.data())[i * (k / 32) + b];
+          uint16_t mh;
+          std::memcpy(&mh, wb.data() + r * DTypeBytes(t, k) + b * GetDTypeInfo(t).block_bytes + 2, 2);
+          double sum_q = 0;
+          for (int j = 0; j < 32; ++j) sum_q += xb.qs[j];
+          (*y)[i * n + r] += static_cast<double>(F16ToF32(mh)) * (F16ToF32(xb.s) - static_cast<double>(F16ToF32(xb.d)) * sum_q);
+        }
+    }
 }
 
 class QuantGemmTest : public ::testing::TestWithParam<DType> {};
 
 // Rows not a multiple of any tile (1, 5, 17, 33), K of 1 and 3 blocks (k-quants: 256, 768; legacy: 32, 224),
 // m = 1, 3, 17, 64. Tolerance: |y - ref| <= 1e-5 * sum |w x| + 1e-30. The kernel's integer sums are exact; what
-// remains is f32 rounding of the per-block scale products and of the running sum over at most 8 blocks (a few
-// ulps of the magnitude), and the reference's q8_1 min term uses the stored f16 s (d * sum q), which the
-// reference's dequantized x only approximates -- covered by an extra 2e-3 * |m_w| * |s| bound per block for
-// q4_1/q5_1 (see below).
+// remains is f32 rounding of the per-block scale products and of the running sum over at most 7 blocks (a few
+// ulps of the magnitude).
 TEST_P(QuantGemmTest, MatchesDoubleReferenceOnEveryIsa) {
   IsaGuard guard;
   const DType t = GetParam();
@@ -117,28 +127,13 @@ TEST_P(QuantGemmTest, MatchesDoubleReferenceOnEveryIsa) {
         const auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 7 + k));
         std::vector<double> ref, mag;
         Reference(t, wb, n, k, x, m, &ref, &mag);
-        // q4_1/q5_1: the kernel adds m_w * s_x with s_x = f16(d_x * sum(q_x)), the reference m_w * d_x * sum(q_x)
-        // with d_x itself rounded to f16: they differ by the two f16 roundings (2^-11 relative each).
-        std::vector<double> extra(ref.size(), 0);
-        if (t == DType::kQ4_1 || t == DType::kQ5_1) {
-          for (int i = 0; i < m; ++i)
-            for (int64_t r = 0; r < n; ++r)
-              for (int64_t b = 0; b < k / 32; ++b) {
-                const uint8_t* blkp = wb.data() + (r * (k / 32) + b) * GetDTypeInfo(t).block_bytes;
-                uint16_t mh;
-                std::memcpy(&mh, blkp + 2, 2);
-                double sx = 0;
-                for (int j = 0; j < 32; ++j) sx += std::fabs(x[i * k + b * 32 + j]);
-                extra[i * n + r] += 2e-3 * std::fabs(F16ToF32(mh)) * sx;
-              }
-        }
         TensorView w{t, {n, k}, wb.data(), wb.size()};
         for (Isa isa : AvailableIsas()) {
           SetIsa(isa);
           std::vector<float> y(static_cast<size_t>(m) * n, NAN);
           MatMulSlice(w, x.data(), m, y.data(), static_cast<int>(n), 0, n);
           for (size_t i = 0; i < y.size(); ++i)
-            ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + extra[i] + 1e-30)
+            ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 1e-30)
                 << DTypeName(t) << " " << IsaName(isa) << " n=" << n << " k=" << k << " m=" << m << " i=" << i;
         }
       }
