@@ -44,6 +44,9 @@ const cases = [
   {name: "q4_K_M-mix", rules: kmix("q4_K", "q8_0")},
   {name: "q5_K_M-mix", rules: kmix("q5_K", "iq4_nl")},
   {name: "qwen2-q4_K_M-mix", arch: "qwen2", rules: kmix("q4_K", "q4_K")},
+  // MoE: stacked expert tensors {experts, rows, cols} in q4_K, their ffn_down in q6_K.
+  {name: "qwen3_moe-q4_K_M-mix", arch: "qwen3_moe", rules: [...kmix("q4_K", "q8_0"), "ffn_down_exps=q6_K"],
+   flags: ["--head-dim", "64", "--experts", "8", "--experts-used", "2", "--expert-ffn", "256"]},
 ];
 
 let agreeTotal = 0, positions = 0;
