@@ -89,7 +89,7 @@ int CmdMakeTiny(int argc, char** argv) {
   }
   s.seed = static_cast<uint64_t>(args.GetInt("seed"));
   s.dtype = DTypeFromName(args.Get("dtype"));
-  if (s.dtype == DType::kInvalid || s.dtype == DType::kI32) return Fail(InvalidArgument("unknown --dtype '" + args.Get("dtype") + "'"));
+  if (s.dtype == DType::kInvalid || s.dtype == DType::kI32 || !CanQuantizeRow(s.dtype)) return Fail(InvalidArgument("unknown --dtype '" + args.Get("dtype") + "'"));
   const std::string fmt = args.Get("format");
   TinyFormat f = fmt == "hf" ? TinyFormat::kHf : fmt == "gguf" ? TinyFormat::kGguf : TinyFormat::kBoth;
   if (fmt != "hf" && fmt != "gguf" && fmt != "both") return Fail(InvalidArgument("--format must be hf, gguf or both"));

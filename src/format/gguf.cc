@@ -26,7 +26,19 @@ DType DTypeFromGgml(uint32_t t) {
     case 0: return DType::kF32;
     case 1: return DType::kF16;
     case 2: return DType::kQ4_0;
+    case 3: return DType::kQ4_1;
+    case 6: return DType::kQ5_0;
+    case 7: return DType::kQ5_1;
     case 8: return DType::kQ8_0;
+    case 9: return DType::kQ8_1;
+    case 10: return DType::kQ2_K;
+    case 11: return DType::kQ3_K;
+    case 12: return DType::kQ4_K;
+    case 13: return DType::kQ5_K;
+    case 14: return DType::kQ6_K;
+    case 15: return DType::kQ8_K;
+    case 20: return DType::kIQ4_NL;
+    case 23: return DType::kIQ4_XS;
     case 26: return DType::kI32;
     case 30: return DType::kBF16;
     default: return DType::kInvalid;
@@ -38,7 +50,19 @@ uint32_t GgmlFromDType(DType t) {
     case DType::kF32: return 0;
     case DType::kF16: return 1;
     case DType::kQ4_0: return 2;
+    case DType::kQ4_1: return 3;
+    case DType::kQ5_0: return 6;
+    case DType::kQ5_1: return 7;
     case DType::kQ8_0: return 8;
+    case DType::kQ8_1: return 9;
+    case DType::kQ2_K: return 10;
+    case DType::kQ3_K: return 11;
+    case DType::kQ4_K: return 12;
+    case DType::kQ5_K: return 13;
+    case DType::kQ6_K: return 14;
+    case DType::kQ8_K: return 15;
+    case DType::kIQ4_NL: return 20;
+    case DType::kIQ4_XS: return 23;
     case DType::kI32: return 26;
     case DType::kBF16: return 30;
     default: return 0xffffffffu;
@@ -46,6 +70,28 @@ uint32_t GgmlFromDType(DType t) {
 }
 
 namespace {
+
+// ggml's names of the types deepinfer does not read, for error messages (ggml.h's enum ggml_type).
+const char* UnsupportedGgmlTypeName(uint32_t t) {
+  switch (t) {
+    case 16: return "iq2_xxs";
+    case 17: return "iq2_xs";
+    case 18: return "iq3_xxs";
+    case 19: return "iq1_s";
+    case 21: return "iq3_s";
+    case 22: return "iq2_s";
+    case 24: return "i8";
+    case 25: return "i16";
+    case 27: return "i64";
+    case 28: return "f64";
+    case 29: return "iq1_m";
+    case 34: return "tq1_0";
+    case 35: return "tq2_0";
+    case 39: return "mxfp4";
+    case 40: return "nvfp4";
+    default: return nullptr;
+  }
+}
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint64_t kMaxDims = 4;
@@ -221,9 +267,17 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(const uint8_t* data, size_t 
     if (!c.Read(&type) || !c.Read(&info.offset)) return DataLoss(name + ": truncated tensor info for '" + info.name + "'");
     info.dtype = DTypeFromGgml(type);
     if (info.dtype == DType::kInvalid)
-      return Unimplemented(name + ": tensor '" + info.name + "' has unsupported ggml type " + std::to_string(type));
+    {
+      const char* tn = UnsupportedGgmlTypeName(type);
+      return Unimplemented(name + ": tensor '" + info.name + "' has unsupported ggml type " + std::to_string(type) +
+                           (tn ? std::string(" (") + tn + ")" : std::string(" (unknown)")) +
+                           "; supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, "
+                           "iq4_nl, iq4_xs");
+    }
     const auto& ti = GetDTypeInfo(info.dtype);
-    if (ne[0] % ti.block_elems) return DataLoss(name + ": tensor '" + info.name + "' row size is not a multiple of its block size");
+    if (ne[0] % ti.block_elems)
+      return DataLoss(name + ": tensor '" + info.name + "' row size " + std::to_string(ne[0]) + " is not a multiple of " +
+                      ti.name + "'s block size " + std::to_string(ti.block_elems));
     info.nbytes = numel / ti.block_elems * ti.block_bytes;
     for (size_t d = n_dims; d-- > 0;) info.shape.push_back(static_cast<int64_t>(ne[d]));
     if (info.offset % alignment) return DataLoss(name + ": tensor '" + info.name + "' data offset is not aligned");

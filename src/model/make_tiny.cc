@@ -179,10 +179,11 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   if (s.head_dim == 0) s.head_dim = s.hidden / s.heads;
   if (s.vocab < 260) return InvalidArgument("make-tiny: vocab must be at least 260");
   if (s.heads % s.kv_heads || s.head_dim % 2) return InvalidArgument("make-tiny: heads must be a multiple of kv_heads; head_dim even");
+  if (s.dtype == DType::kI32 || s.dtype == DType::kInvalid || !CanQuantizeRow(s.dtype))
+    return InvalidArgument("make-tiny: unsupported dtype");
   const int blk = GetDTypeInfo(s.dtype).block_elems;  // 1 for f8_e4m3
   if (s.hidden % blk || s.intermediate % blk || (s.heads * s.head_dim) % blk)
     return InvalidArgument(std::string("make-tiny: dimensions must be multiples of ") + std::to_string(blk) + " for " + DTypeName(s.dtype));
-  if (s.dtype == DType::kI32 || s.dtype == DType::kInvalid) return InvalidArgument("make-tiny: unsupported dtype");
   const bool quant = blk > 1;
   // FP8 (DeepSeek's checkpoint format): HF linear weights are e4m3 with 128x128 block scales ('<name>_scale_inv');
   // everything else, and the whole GGUF (llama.cpp has no FP8), holds f32 = the dequantized values.

@@ -2,15 +2,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+
+#include "tensor/quant_blocks.h"
 
 namespace deepinfer {
 
 const DTypeInfo& GetDTypeInfo(DType t) {
   static const DTypeInfo kInfo[] = {
-      {"f32", 1, 4}, {"f16", 1, 2}, {"bf16", 1, 2}, {"q8_0", 32, 34}, {"q4_0", 32, 18}, {"i32", 1, 4}, {"f8_e4m3", 1, 1}, {"invalid", 1, 0},
+      {"f32", 1, 4},      {"f16", 1, 2},     {"bf16", 1, 2},    {"q8_0", 32, 34},  {"q4_0", 32, 18},
+      {"i32", 1, 4},      {"f8_e4m3", 1, 1}, {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},
+      {"q8_1", 32, 36},   {"q2_K", 256, 84}, {"q3_K", 256, 110}, {"q4_K", 256, 144}, {"q5_K", 256, 176},
+      {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"invalid", 1, 0},
   };
+  static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kInvalid) + 1);
   return kInfo[static_cast<int>(t)];
 }
 
@@ -133,6 +141,7 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
       return;
     }
     default:
+      DequantizeBlocks(t, src, dst, n);
       return;
   }
 }
@@ -205,7 +214,21 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
       return;
     }
     default:
-      return;
+      std::fprintf(stderr, "QuantizeRow: no quantizer for %s\n", DTypeName(t));
+      std::abort();
+  }
+}
+
+bool CanQuantizeRow(DType t) {
+  switch (t) {
+    case DType::kF8E4M3:
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kI32: return true;
+    default: return false;
   }
 }
 

@@ -7,7 +7,13 @@
 
 namespace deepinfer {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kQ8_0, kQ4_0, kI32, kF8E4M3, kInvalid };
+// New types are appended before kInvalid: the values index GetDTypeInfo's table.
+enum class DType : uint8_t {
+  kF32, kF16, kBF16, kQ8_0, kQ4_0, kI32, kF8E4M3,
+  // ggml's k-quants (256-element super-blocks) and the other GGUF block types users download.
+  kQ4_1, kQ5_0, kQ5_1, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K, kIQ4_NL, kIQ4_XS,
+  kInvalid
+};
 
 struct DTypeInfo {
   const char* name;
@@ -35,6 +41,82 @@ struct BlockQ4_0 {
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
 
+// The remaining ggml block layouts (ggml-common.h), field for field. f16 fields are stored as uint16_t.
+struct BlockQ4_1 {
+  uint16_t d, m;    // value = q * d + m, q in [0, 15]; nibbles as BlockQ4_0
+  uint8_t qs[16];
+};
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];    // bit j: 5th bit of element j
+  uint8_t qs[16];   // low 4 bits, nibbles as BlockQ4_0; value = (q - 16) * d
+};
+struct BlockQ5_1 {
+  uint16_t d, m;    // value = q * d + m
+  uint8_t qh[4];
+  uint8_t qs[16];
+};
+struct BlockQ8_1 {  // activations for q4_1/q5_1 weights
+  uint16_t d, s;    // s = d * sum(qs)
+  int8_t qs[32];
+};
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[16];   // 4-bit indices into kIQ4NLValues, nibbles as BlockQ4_0; value = d * kIQ4NLValues[q]
+};
+constexpr int kQK_K = 256;  // elements per k-quant super-block
+struct BlockQ2_K {
+  uint8_t scales[16];  // per 16 elements: low nibble scale, high nibble min
+  uint8_t qs[64];      // 2-bit quants
+  uint16_t d, dmin;
+};
+struct BlockQ3_K {
+  uint8_t hmask[32];   // high bit (set: q, clear: q - 4)
+  uint8_t qs[64];      // low 2 bits
+  uint8_t scales[12];  // 16 6-bit scales, offset by 32
+  uint16_t d;
+};
+struct BlockQ4_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];  // 8 6-bit scales and 8 6-bit mins, one pair per 32 elements
+  uint8_t qs[128];
+};
+struct BlockQ5_K {
+  uint16_t d, dmin;
+  uint8_t scales[12];
+  uint8_t qh[32];
+  uint8_t qs[128];
+};
+struct BlockQ6_K {
+  uint8_t ql[128];     // low 4 bits
+  uint8_t qh[64];      // high 2 bits
+  int8_t scales[16];   // per 16 elements
+  uint16_t d;          // value = d * scale * (q - 32)
+};
+struct BlockQ8_K {     // activations for k-quant weights
+  float d;
+  int8_t qs[256];
+  int16_t bsums[16];   // sums of qs per 16 elements
+};
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;   // 2 high bits of each 32-element block's 6-bit scale (offset by 32)
+  uint8_t scales_l[4]; // 4 low bits
+  uint8_t qs[128];     // 4-bit indices into kIQ4NLValues
+};
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 &&
+              sizeof(BlockQ8_1) == 36 && sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&
+              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(BlockQ8_K) == 292 &&
+              sizeof(BlockIQ4_XS) == 136);
+// The non-linear 4-bit grid of iq4_nl / iq4_xs (ggml's kvalues_iq4nl).
+extern const int8_t kIQ4NLValues[16];
+// The 6-bit (scale, min) pair j of a q4_K / q5_K super-block (ggml's get_scale_min_k4).
+// Not inline: the ISA kernel units call it too (isa_kernels.h).
+void KQuantScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn);
+// The 16 scales of a q3_K super-block, each still offset by 32.
+void Q3KScales(const uint8_t* packed, int8_t* out16);
+
 inline float BF16ToF32(uint16_t h) {
   uint32_t u = static_cast<uint32_t>(h) << 16;
   float f;
@@ -60,7 +142,16 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n);
 // Quantizes activations to q8_0 blocks the way llama.cpp's x86 kernels do (scale 127/amax, round half to
 // even), so quantized matmuls see the same integers as llama.cpp. n must be a multiple of 32.
 void QuantizeActivationsQ8_0(const float* x, BlockQ8_0* y, size_t n);
+// q8_1 (n a multiple of 32) and q8_K (n a multiple of 256) activations, as ggml's CPU backend quantizes them for
+// q4_1/q5_1 and k-quant / iq4_xs weights.
+void QuantizeActivationsQ8_1(const float* x, BlockQ8_1* y, size_t n);
+void QuantizeActivationsQ8_K(const float* x, BlockQ8_K* y, size_t n);
+// The activation type a weight type's products use (ggml's vec_dot_type): q8_0, q8_1, q8_K, or kInvalid for
+// types multiplied in floating point.
+DType ActivationDotType(DType weight);
 // Converts n f32 values to type t (n a multiple of the block size). Quantization matches ggml's reference.
+// Only the types CanQuantizeRow accepts; other types abort (callers check first).
 void QuantizeRow(DType t, const float* src, void* dst, size_t n);
+bool CanQuantizeRow(DType t);
 
 }  // namespace deepinfer

@@ -59,6 +59,52 @@ TEST(GgufTest, ReadsTheSharedStoriesModel) {
 }
 
 // Every malformation gets a Status naming the file and the problem.
+// Quantized tensors: any per-tensor mix of block types loads; a truncated one, one of a type deepinfer does not
+// read and one whose rows split a block fail with errors naming the tensor.
+TEST(GgufTest, QuantizedTensorsAndTheirErrors) {
+  auto write = [](DType second, int64_t cols, int cut) {
+    GgufWriter w;
+    w.SetString("general.architecture", "llama");
+    w.AddTensor("token_embd.weight", DType::kQ6_K, {2, 256}, std::vector<uint8_t>(2 * 210, 7));
+    const size_t bytes = static_cast<size_t>(3 * cols / GetDTypeInfo(second).block_elems * GetDTypeInfo(second).block_bytes);
+    w.AddTensor("blk.0.ffn_down.weight", second, {3, cols}, std::vector<uint8_t>(bytes, 9));
+    const std::string path = TmpPath("quant.gguf");
+    EXPECT_TRUE(w.Write(path).ok());
+    auto b = ReadAll(path);
+    std::filesystem::remove(path);
+    b.resize(b.size() - cut);
+    return b;
+  };
+  auto parse = [](const std::vector<uint8_t>& b) { return GgufFile::Parse(b.data(), b.size(), "q.gguf"); };
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kQ4_1, DType::kQ5_0,
+                  DType::kQ5_1, DType::kIQ4_NL}) {
+    auto ok = write(t, 512, 0);
+    auto g = parse(ok);
+    ASSERT_TRUE(g.ok()) << DTypeName(t) << ": " << g.status().ToString();
+    const TensorView* e = (*g)->FindTensor("token_embd.weight");
+    const TensorView* d = (*g)->FindTensor("blk.0.ffn_down.weight");
+    ASSERT_TRUE(e && d);
+    EXPECT_EQ(e->dtype, DType::kQ6_K);
+    EXPECT_EQ(d->dtype, t);
+    EXPECT_EQ(d->nbytes, DTypeBytes(t, 3 * 512));
+    EXPECT_EQ(d->row_bytes(), DTypeBytes(t, 512));
+  }
+  const std::string trunc = parse(write(DType::kQ4_K, 512, 100)).status().message();
+  EXPECT_NE(trunc.find("'blk.0.ffn_down.weight'"), std::string::npos) << trunc;
+  EXPECT_NE(trunc.find("truncated"), std::string::npos) << trunc;
+  // A q4_K tensor header claiming rows of 128 elements: half a super-block.
+  auto split = write(DType::kQ4_0, 128, 0);
+  const uint8_t dims[16] = {128, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0};
+  auto it = std::search(split.begin(), split.end(), dims, dims + 16);
+  ASSERT_NE(it, split.end());
+  it[16] = 12;  // ggml type q4_K
+  const std::string msg = parse(split).status().message();
+  EXPECT_NE(msg.find("'blk.0.ffn_down.weight' row size 128 is not a multiple of q4_K's block size 256"), std::string::npos) << msg;
+  it[16] = 16;  // iq2_xxs: not read by deepinfer
+  const std::string unsup = parse(split).status().message();
+  EXPECT_NE(unsup.find("'blk.0.ffn_down.weight' has unsupported ggml type 16 (iq2_xxs)"), std::string::npos) << unsup;
+}
+
 TEST(GgufTest, RejectsCorruptFiles) {
   GgufWriter w;
   w.SetString("general.architecture", "llama");

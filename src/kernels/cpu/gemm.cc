@@ -19,6 +19,8 @@ struct PreparedX {
   std::vector<float> rounded;
   std::vector<uint16_t> half;
   std::vector<BlockQ8_0> q8;
+  std::vector<BlockQ8_1> q8_1;
+  std::vector<BlockQ8_K> q8_k;
 };
 
 void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, PreparedX* p) {
@@ -44,14 +46,28 @@ void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, 
       p->x = p->rounded.data();
       break;
     }
-    case DType::kQ8_0:
-    case DType::kQ4_0: {
-      p->q8.resize(n / 32);
-      QuantizeActivationsQ8_0(x, p->q8.data(), n);  // rows are whole blocks: K % 32 == 0
-      p->xq = p->q8.data();
-      break;
-    }
     default:
+      // Quantized weights: x in the type's ggml vec_dot_type. Rows are whole blocks (K % 32 == 0, K % 256 == 0
+      // for q8_K), so each x row starts a block.
+      switch (ActivationDotType(w.dtype)) {
+        case DType::kQ8_0:
+          p->q8.resize(n / 32);
+          QuantizeActivationsQ8_0(x, p->q8.data(), n);
+          p->xq = p->q8.data();
+          break;
+        case DType::kQ8_1:
+          p->q8_1.resize(n / 32);
+          QuantizeActivationsQ8_1(x, p->q8_1.data(), n);
+          p->xq = p->q8_1.data();
+          break;
+        case DType::kQ8_K:
+          p->q8_k.resize(n / kQK_K);
+          QuantizeActivationsQ8_K(x, p->q8_k.data(), n);
+          p->xq = p->q8_k.data();
+          break;
+        default:
+          break;
+      }
       break;
   }
 }

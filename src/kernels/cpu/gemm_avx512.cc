@@ -7,6 +7,9 @@
 
 #include "kernels/cpu/avx512_loads.inc"
 #include "kernels/cpu/isa_kernels.h"
+#define DI_ISA_NS isa_avx512
+#include "kernels/cpu/quant_dot_portable.inc"
+#undef DI_ISA_NS
 
 namespace deepinfer {
 namespace isa_avx512 {
@@ -327,7 +330,7 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       if constexpr (kVnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
       else RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
       break;
-    default: break;
+    default: QuantSlice(w, xq, m, y, ldy, n0, n1); break;  // the other GGUF block types: the portable kernels
   }
 }
 

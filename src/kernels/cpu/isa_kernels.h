@@ -23,7 +23,8 @@ struct GemmWeights {
 
 // GemmSlice: for weight rows [n0, n1),
 //   y[i * ldy + n] = dot(x[i * K ...], W[n])  for i in [0, m)
-// `xq` is x converted for the weight type: q8_0 blocks for q8_0/q4_0 weights (always), bf16 for bf16 weights
+// `xq` is x converted for the weight type: blocks of its ggml vec_dot_type for quantized weights (always: q8_0
+// for q8_0/q4_0/q5_0/iq4_nl, q8_1 for q4_1/q5_1, q8_K for the k-quants and iq4_xs), bf16 for bf16 weights
 // when the table's bf16_dot is set (AVX512-BF16); null otherwise.
 using GemmSliceFn = void (*)(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy,
                              int64_t n0, int64_t n1);

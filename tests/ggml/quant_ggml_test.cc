@@ -1,0 +1,132 @@
+// Bitwise parity of deepinfer's block dequantization and activation quantization with ggml itself (the library
+// node-llama-cpp ships, through its public API: ggml_get_type_traits()->to_float, and the CPU backend's
+// from_float / vec_dot), and of its quantized dot products within a stated tolerance. A test binary of its own:
+// it links that library, which unit_tests must not depend on.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "ggml-cpu.h"
+#include "ggml.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "../unit/isa_test_util.h"
+#include "../unit/quant_test_util.h"
+#include "../unit/test_util.h"
+#include "format/gguf.h"
+
+// Exported by libggml-base but not in its public headers' type traits (q8_K has no to_float there).
+extern "C" void dequantize_row_q8_K(const void* x, float* y, int64_t k);
+
+namespace deepinfer {
+namespace {
+
+using testing::RandomBlocks;
+using testing::RandomVec;
+
+ggml_type Ggml(DType t) { return static_cast<ggml_type>(GgmlFromDType(t)); }
+
+// The CPU backend linked is ggml's AVX2 ("haswell") build, the one llama.cpp loads on an AVX2 machine.
+class GgmlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!DetectCpu().avx2_fma) GTEST_SKIP() << "ggml's haswell CPU backend needs AVX2";
+    static const bool initialized = (ggml_cpu_init(), true);
+    (void)initialized;
+  }
+};
+
+// Every block type deepinfer reads, on random blocks (any finite f16 scale, subnormals included; NaN/Inf scales
+// are redrawn: they make the whole block NaN/Inf in both, and NaN does not compare bitwise).
+TEST_F(GgmlTest, DequantizationIsBitwiseGgmls) {
+  std::vector<DType> types = testing::NewWeightTypes();
+  // q8_1 is left out: ggml has no to_float for it (it exists only as matmul activations).
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ8_K}) types.push_back(t);
+  for (DType t : types) {
+    for (bool moderate : {false, true}) {
+      const size_t nb = 64;
+      const auto blocks = RandomBlocks(t, nb, 1234 + static_cast<int>(t) + moderate, moderate);
+      const size_t n = nb * GetDTypeInfo(t).block_elems;
+      ASSERT_EQ(ggml_type_size(Ggml(t)), static_cast<size_t>(GetDTypeInfo(t).block_bytes)) << DTypeName(t);
+      ASSERT_EQ(ggml_blck_size(Ggml(t)), GetDTypeInfo(t).block_elems) << DTypeName(t);
+      std::vector<float> ours(n), theirs(n);
+      DequantizeRow(t, blocks.data(), ours.data(), n);
+      if (t == DType::kQ8_K) {
+        dequantize_row_q8_K(blocks.data(), theirs.data(), static_cast<int64_t>(n));
+      } else {
+        ASSERT_NE(ggml_get_type_traits(Ggml(t))->to_float, nullptr) << DTypeName(t);
+        ggml_get_type_traits(Ggml(t))->to_float(blocks.data(), theirs.data(), static_cast<int64_t>(n));
+      }
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t a, b;
+        std::memcpy(&a, &ours[i], 4);
+        std::memcpy(&b, &theirs[i], 4);
+        ASSERT_EQ(a, b) << DTypeName(t) << " element " << i << ": " << ours[i] << " vs ggml " << theirs[i];
+      }
+    }
+  }
+}
+
+// Activations: q8_0, q8_1, q8_K blocks bitwise those of the CPU backend's from_float (what llama.cpp's matmuls
+// feed the vec_dot kernels), on random rows of several magnitudes, an all-zero block and exact ties.
+TEST_F(GgmlTest, ActivationQuantizationIsBitwiseGgmls) {
+  const size_t n = 2048;
+  for (float scale : {1e-3f, 1.f, 300.f}) {
+    auto x = RandomVec(n, 77 + static_cast<uint32_t>(scale), scale);
+    for (size_t i = 0; i < 256; ++i) x[i] = 0;  // a zero block of every type
+    for (size_t i = 256; i < 512; ++i) x[i] = (static_cast<int>(i % 7) - 3) * 0.5f;  // ties at the rounding points
+    for (DType t : {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K}) {
+      std::vector<uint8_t> ours(DTypeBytes(t, n)), theirs(ours.size());
+      if (t == DType::kQ8_0) QuantizeActivationsQ8_0(x.data(), reinterpret_cast<BlockQ8_0*>(ours.data()), n);
+      if (t == DType::kQ8_1) QuantizeActivationsQ8_1(x.data(), reinterpret_cast<BlockQ8_1*>(ours.data()), n);
+      if (t == DType::kQ8_K) QuantizeActivationsQ8_K(x.data(), reinterpret_cast<BlockQ8_K*>(ours.data()), n);
+      ggml_get_type_traits_cpu(Ggml(t))->from_float(x.data(), theirs.data(), static_cast<int64_t>(n));
+      const size_t bb = GetDTypeInfo(t).block_bytes;
+      for (size_t b = 0; b < ours.size() / bb; ++b)
+        ASSERT_EQ(0, std::memcmp(ours.data() + b * bb, theirs.data() + b * bb, bb))
+            << DTypeName(t) << " scale " << scale << " block " << b;
+    }
+  }
+}
+
+// The dot products: deepinfer's MatMul on every ISA against ggml's vec_dot (weights quantized by ggml from random
+// f32 rows, x by ggml's from_float into the type's vec_dot_type). Both sum the same exact integer block sums;
+// only the f32 order of the per-block terms differs, so |ours - ggml| <= 1e-5 * sum |w x| (from the dequantized
+// values).
+TEST_F(GgmlTest, DotProductsTrackGgmlsVecDot) {
+  testing::IsaGuard guard;
+  for (DType t : testing::NewWeightTypes()) {
+    const int64_t k = 1024, rows = 9;
+    const auto wf = RandomVec(static_cast<size_t>(rows * k), 5, 0.1f);
+    std::vector<uint8_t> wq(DTypeBytes(t, rows * k));
+    ggml_quantize_chunk(Ggml(t), wf.data(), wq.data(), 0, rows, k, nullptr);
+    const auto x = RandomVec(static_cast<size_t>(k), 6);
+    const auto* traits = ggml_get_type_traits_cpu(Ggml(t));
+    const DType at = ActivationDotType(t);
+    ASSERT_EQ(static_cast<uint32_t>(traits->vec_dot_type), GgmlFromDType(at)) << DTypeName(t);
+    std::vector<uint8_t> xq(DTypeBytes(at, k));
+    ggml_get_type_traits_cpu(traits->vec_dot_type)->from_float(x.data(), xq.data(), k);
+    std::vector<float> wd(k), xd(k);
+    DequantizeRow(at, xq.data(), xd.data(), k);
+    TensorView w{t, {rows, k}, wq.data(), wq.size()};
+    for (Isa isa : testing::AvailableIsas()) {
+      SetIsa(isa);
+      std::vector<float> y(rows);
+      MatMul(w, x.data(), 1, y.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float ref;
+        traits->vec_dot(static_cast<int>(k), &ref, 0, wq.data() + r * DTypeBytes(t, k), 0, xq.data(), 0, 1);
+        DequantizeRow(t, wq.data() + r * DTypeBytes(t, k), wd.data(), k);
+        double mag = 0;
+        for (int64_t j = 0; j < k; ++j) mag += std::fabs(static_cast<double>(wd[j]) * xd[j]);
+        EXPECT_NEAR(y[r], ref, 1e-5 * mag) << DTypeName(t) << " " << IsaName(isa) << " row " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer

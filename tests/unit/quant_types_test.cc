@@ -1,0 +1,178 @@
+// The GGUF block types beyond q8_0/q4_0 (q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K, iq4_xs): block layouts,
+// hand-decoded blocks, and the GEMM/GEMV kernels against a double-precision reference on every ISA the machine
+// has, with batch and thread invariance. Bitwise parity of dequantization and activation quantization with
+// ggml itself is in tests/ggml/quant_ggml_test.cc (it needs the library node-llama-cpp ships).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "isa_test_util.h"
+#include "quant_test_util.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::AvailableIsas;
+using testing::IsaGuard;
+using testing::NewWeightTypes;
+using testing::RandomBlocks;
+using testing::RandomVec;
+
+TEST(QuantTypesTest, BlockSizesAreGgmls) {
+  // ggml-common.h: type sizes in bytes per block of QK elements.
+  const struct { DType t; int elems, bytes; const char* name; } kWant[] = {
+      {DType::kQ4_1, 32, 20, "q4_1"},   {DType::kQ5_0, 32, 22, "q5_0"},   {DType::kQ5_1, 32, 24, "q5_1"},
+      {DType::kQ8_1, 32, 36, "q8_1"},   {DType::kIQ4_NL, 32, 18, "iq4_nl"}, {DType::kQ2_K, 256, 84, "q2_K"},
+      {DType::kQ3_K, 256, 110, "q3_K"}, {DType::kQ4_K, 256, 144, "q4_K"}, {DType::kQ5_K, 256, 176, "q5_K"},
+      {DType::kQ6_K, 256, 210, "q6_K"}, {DType::kQ8_K, 256, 292, "q8_K"}, {DType::kIQ4_XS, 256, 136, "iq4_xs"}};
+  for (const auto& w : kWant) {
+    EXPECT_EQ(GetDTypeInfo(w.t).block_elems, w.elems) << w.name;
+    EXPECT_EQ(GetDTypeInfo(w.t).block_bytes, w.bytes) << w.name;
+    EXPECT_STREQ(DTypeName(w.t), w.name);
+    EXPECT_EQ(DTypeFromName(w.name), w.t);
+  }
+}
+
+// Hand-built blocks, decoded from the format's description (not from the code under test).
+TEST(QuantTypesTest, Q4KHandBuiltBlock) {
+  BlockQ4_K b{};
+  b.d = F32ToF16(0.5f);
+  b.dmin = F32ToF16(0.25f);
+  // Sub-block 0: scale 3, min 2 (6 bits in scales[0], scales[4]); sub-block 5: scale 0x2a = 42, min 0x31 = 49,
+  // split as low 4 bits in scales[9] (scale) / high nibble (min), high 2 bits in the top bits of scales[1] / [5].
+  b.scales[0] = 3;
+  b.scales[4] = 2;
+  b.scales[9] = (0x31 & 0xF) << 4 | (0x2a & 0xF);
+  b.scales[1] = (0x2a >> 4) << 6;
+  b.scales[5] = (0x31 >> 4) << 6;
+  b.qs[0] = 0x7b;   // element 0 = low nibble 11 (sub-block 0); element 32 = high nibble 7 (sub-block 1)
+  b.qs[64 + 5] = 0xe0;  // element 2*64 + 32 + 5 = 165 (sub-block 5) = high nibble 14
+  float y[256];
+  DequantizeRow(DType::kQ4_K, &b, y, 256);
+  EXPECT_EQ(y[0], 0.5f * 3 * 11 - 0.25f * 2);
+  EXPECT_EQ(y[32], 0.f);  // sub-block 1: scale 0, min 0
+  EXPECT_EQ(y[165], 0.5f * 42 * 14 - 0.25f * 49);
+  EXPECT_EQ(y[160], -0.25f * 49);
+}
+
+TEST(QuantTypesTest, Q6KHandBuiltBlock) {
+  BlockQ6_K b{};
+  b.d = F32ToF16(0.125f);
+  for (int i = 0; i < 16; ++i) b.scales[i] = static_cast<int8_t>(i - 8);
+  // Element 64 + 17 (first half, third quarter, l = 17): low 4 bits = high nibble of ql[17], high 2 bits =
+  // bits 4-5 of qh[17]; q = 0x3f - 32 = 31; scale index 17/16 + 4 = 5.
+  b.ql[17] = 0xf0;
+  b.qh[17] = 0x30;
+  float y[256];
+  DequantizeRow(DType::kQ6_K, &b, y, 256);
+  EXPECT_EQ(y[81], 0.125f * (5 - 8) * 31);
+  EXPECT_EQ(y[0], 0.125f * (0 - 8) * -32);  // all-zero bits: q = -32
+}
+
+// Reference: W dequantized, x quantized to the weight type's vec_dot_type and dequantized (so the reference sees
+// exactly the values the kernel multiplies), products summed in double. Also returns sum |w x| per output, the
+// scale of the kernel's f32 rounding.
+void Reference(DType t, const std::vector<uint8_t>& wb, int64_t n, int64_t k, const std::vector<float>& x, int m,
+               std::vector<double>* y, std::vector<double>* mag) {
+  std::vector<float> w(n * k), xd(x.size());
+  for (int64_t r = 0; r < n; ++r) DequantizeRow(t, wb.data() + r * DTypeBytes(t, k), w.data() + r * k, k);
+  const DType at = ActivationDotType(t);
+  std::vector<uint8_t> xq(DTypeBytes(at, x.size()));
+  if (at == DType::kQ8_K) QuantizeActivationsQ8_K(x.data(), reinterpret_cast<BlockQ8_K*>(xq.data()), x.size());
+  else if (at == DType::kQ8_1) QuantizeActivationsQ8_1(x.data(), reinterpret_cast<BlockQ8_1*>(xq.data()), x.size());
+  else QuantizeActivationsQ8_0(x.data(), reinterpret_cast<BlockQ8_0*>(xq.data()), x.size());
+  DequantizeRow(at, xq.data(), xd.data(), x.size());
+  y->assign(static_cast<size_t>(m) * n, 0);
+  mag->assign(static_cast<size_t>(m) * n, 0);
+  for (int i = 0; i < m; ++i)
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t j = 0; j < k; ++j) {
+        const double p = static_cast<double>(xd[i * k + j]) * w[r * k + j];
+        (*y)[i * n + r] += p;
+        (*mag)[i * n + r] += std::fabs(p);
+      }
+      // q4_1/q5_1 x q8_1: the format's product takes sum_j m_w * x_j from the activation block's stored
+      // s = f16(d_x * sum q_x) (ggml's vec_dot), not from the dequantized x: m_w * (s - d_x * sum q_x) per block.
+      if (at == DType::kQ8_1)
+        for (int64_t b = 0; b < k / 32; ++b) {
+          const auto& xb = reinterpret_cast<const BlockQ8_1*>(xq.data())[i * (k / 32) + b];
+          uint16_t mh;
+          std::memcpy(&mh, wb.data() + r * DTypeBytes(t, k) + b * GetDTypeInfo(t).block_bytes + 2, 2);
+          double sum_q = 0;
+          for (int j = 0; j < 32; ++j) sum_q += xb.qs[j];
+          (*y)[i * n + r] += static_cast<double>(F16ToF32(mh)) * (F16ToF32(xb.s) - static_cast<double>(F16ToF32(xb.d)) * sum_q);
+        }
+    }
+}
+
+class QuantGemmTest : public ::testing::TestWithParam<DType> {};
+
+// Rows not a multiple of any tile (1, 5, 17, 33), K of 1 and 3 blocks (k-quants: 256, 768; legacy: 32, 224),
+// m = 1, 3, 17, 64. Tolerance: |y - ref| <= 1e-5 * sum |w x| + 1e-30. The kernel's integer sums are exact; what
+// remains is f32 rounding of the per-block scale products and of the running sum over at most 7 blocks (a few
+// ulps of the magnitude).
+TEST_P(QuantGemmTest, MatchesDoubleReferenceOnEveryIsa) {
+  IsaGuard guard;
+  const DType t = GetParam();
+  const int blk = GetDTypeInfo(t).block_elems;
+  for (int64_t n : {1, 5, 17, 33})
+    for (int64_t k : {int64_t{blk}, int64_t{blk} * (blk == 32 ? 7 : 3)})
+      for (int m : {1, 3, 17, 64}) {
+        const auto wb = RandomBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(n * 131 + k + m), true);
+        const auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 7 + k));
+        std::vector<double> ref, mag;
+        Reference(t, wb, n, k, x, m, &ref, &mag);
+        TensorView w{t, {n, k}, wb.data(), wb.size()};
+        for (Isa isa : AvailableIsas()) {
+          SetIsa(isa);
+          std::vector<float> y(static_cast<size_t>(m) * n, NAN);
+          MatMulSlice(w, x.data(), m, y.data(), static_cast<int>(n), 0, n);
+          for (size_t i = 0; i < y.size(); ++i)
+            ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i] + 1e-30)
+                << DTypeName(t) << " " << IsaName(isa) << " n=" << n << " k=" << k << " m=" << m << " i=" << i;
+        }
+      }
+}
+
+// A row's output is bitwise the same whatever m (one x row or 64), whichever slice of weight rows computes it,
+// and whatever the thread count.
+TEST_P(QuantGemmTest, BatchSliceAndThreadInvariantBitwise) {
+  IsaGuard guard;
+  const DType t = GetParam();
+  const int blk = GetDTypeInfo(t).block_elems;
+  const int64_t n = 37, k = blk == 32 ? 160 : 512;
+  const int m = 17;
+  const auto wb = RandomBlocks(t, static_cast<size_t>(n * k / blk), 99, true);
+  const auto x = RandomVec(static_cast<size_t>(m) * k, 100);
+  TensorView w{t, {n, k}, wb.data(), wb.size()};
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    SetComputeThreads(1);
+    std::vector<float> all(static_cast<size_t>(m) * n);
+    MatMul(w, x.data(), m, all.data());
+    SetComputeThreads(2);
+    std::vector<float> two(all.size());
+    MatMul(w, x.data(), m, two.data());
+    SetComputeThreads(0);
+    EXPECT_EQ(all, two) << DTypeName(t) << " " << IsaName(isa);
+    for (int i = 0; i < m; ++i) {
+      std::vector<float> one(n);
+      MatMul(w, x.data() + i * k, 1, one.data());
+      ASSERT_EQ(0, std::memcmp(one.data(), all.data() + i * n, n * 4)) << DTypeName(t) << " " << IsaName(isa) << " row " << i;
+      std::vector<float> part(n, NAN);  // rows [5, 20) alone
+      MatMulSlice(w, x.data() + i * k, 1, part.data(), static_cast<int>(n), 5, 20);
+      ASSERT_EQ(0, std::memcmp(part.data() + 5, all.data() + i * n + 5, 15 * 4)) << DTypeName(t) << " " << IsaName(isa);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllNewTypes, QuantGemmTest, ::testing::ValuesIn(NewWeightTypes()),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+}  // namespace
+}  // namespace deepinfer
