@@ -144,6 +144,7 @@ bool GrammarMatcher::AcceptBytes(std::string_view bytes) {
     std::swap(cur, next);
   }
   history_.push_back(std::move(cur));
+  step_tokens_.push_back(-1);
   return true;
 }
 
@@ -152,15 +153,19 @@ bool GrammarMatcher::AcceptToken(int32_t id) {
   if (std::find(trie_->eog().begin(), trie_->eog().end(), id) != trie_->eog().end()) {
     if (!IsAccepting()) return false;
     history_.push_back(history_.back());
+    step_tokens_.push_back(id);
     return true;
   }
   const std::string& b = trie_->bytes(id);
-  return !b.empty() && AcceptBytes(b);
+  if (b.empty() || !AcceptBytes(b)) return false;
+  step_tokens_.back() = id;
+  return true;
 }
 
 void GrammarMatcher::Rollback(int n) {
   n = std::clamp(n, 0, num_steps());
   history_.resize(history_.size() - n);
+  step_tokens_.resize(step_tokens_.size() - n);
 }
 
 bool GrammarMatcher::IsAccepting() const {

@@ -32,6 +32,8 @@ class GrammarMatcher {
   // Undoes the last n accepted steps (n <= num_steps()).
   void Rollback(int n);
   int num_steps() const { return static_cast<int>(history_.size()) - 1; }
+  // The token of each step (-1 for an AcceptBytes step), so a caller can check it against its own history.
+  const std::vector<int32_t>& step_tokens() const { return step_tokens_; }
 
   // The input so far is a complete sentence of the grammar.
   bool IsAccepting() const;
@@ -83,6 +85,7 @@ class GrammarMatcher {
   std::vector<uint32_t> mark_;  // per stack id: stamp of the last union it was added to
   uint32_t stamp_ = 0;
   std::vector<State> history_;   // history_.back() is the current state
+  std::vector<int32_t> step_tokens_;
   std::vector<State> levels_;    // mask walk scratch, one state per trie depth
   // Per-state mask cache, least recently used evicted.
   static constexpr size_t kMaskCacheEntries = 32;
