@@ -175,6 +175,28 @@ bool GrammarMatcher::IsAccepting() const {
 
 bool GrammarMatcher::IsTerminated() const { return IsAccepting() && history_.back().stacks.size() == 1; }
 
+int32_t GrammarMatcher::InternState(const State& s) {
+  auto [it, fresh] = dfa_ids_.emplace(s, static_cast<int32_t>(dfa_states_.size()));
+  if (fresh) {
+    dfa_states_.push_back(s);
+    dfa_next_.emplace_back();
+    if (dfa_states_.size() <= kMaxDfaStates) {
+      dfa_next_.back().reset(new int32_t[256]);
+      std::fill(dfa_next_.back().get(), dfa_next_.back().get() + 256, -2);
+    }
+  }
+  return it->second;
+}
+
+int32_t GrammarMatcher::Next(int32_t sid, uint8_t byte) {
+  int32_t* row = dfa_next_[sid].get();
+  if (row && row[byte] != -2) return row[byte];
+  const int32_t next = Step(dfa_states_[sid], byte, &scratch_) ? InternState(scratch_) : -1;
+  row = dfa_next_[sid].get();  // InternState may have grown dfa_next_
+  if (row) row[byte] = next;
+  return next;
+}
+
 void GrammarMatcher::FillMask(uint32_t* bits) {
   const TokenTrie& t = *trie_;
   const size_t words = (static_cast<size_t>(t.vocab_size()) + 31) / 32;
@@ -187,17 +209,24 @@ void GrammarMatcher::FillMask(uint32_t* bits) {
     return;
   }
   std::memset(bits, 0, words * sizeof(uint32_t));
+  if (dfa_states_.size() > kMaxInterned) {
+    dfa_states_.clear();
+    dfa_ids_.clear();
+    dfa_next_.clear();
+  }
   levels_.resize(t.max_depth() + 1);
-  levels_[0] = st;
+  levels_[0] = InternState(st);
   const size_t n = t.num_nodes();
   uint64_t visited = 0;
   for (size_t i = 1; i < n;) {
     ++visited;
     const int d = t.depth(i);
-    if (!Step(levels_[d - 1], t.byte(i), &levels_[d])) {
+    const int32_t next = Next(levels_[d - 1], t.byte(i));
+    if (next < 0) {
       i = t.skip(i);
       continue;
     }
+    levels_[d] = next;
     for (const int32_t* tok = t.tokens_begin(i); tok != t.tokens_end(i); ++tok) bits[*tok >> 5] |= 1u << (*tok & 31);
     ++i;
   }

@@ -86,7 +86,18 @@ class GrammarMatcher {
   uint32_t stamp_ = 0;
   std::vector<State> history_;   // history_.back() is the current state
   std::vector<int32_t> step_tokens_;
-  std::vector<State> levels_;    // mask walk scratch, one state per trie depth
+  // The mask walk runs over interned states with a lazily filled byte-transition table per state (a DFA built
+  // on demand): inside a JSON string or a repetition the walk revisits a handful of states across the whole
+  // trie, so most edges cost one table lookup. Tables are kept for the first kMaxDfaStates states; the pool is
+  // cleared when it grows past kMaxInterned, before a walk.
+  static constexpr size_t kMaxDfaStates = 4096, kMaxInterned = 1 << 18;
+  int32_t InternState(const State& s);
+  int32_t Next(int32_t sid, uint8_t byte);
+  std::vector<State> dfa_states_;
+  std::unordered_map<State, int32_t, StateHash> dfa_ids_;
+  std::vector<std::unique_ptr<int32_t[]>> dfa_next_;  // per state: 256 successor ids, -1 reject, -2 unknown
+  State scratch_;
+  std::vector<int32_t> levels_;  // mask walk: the state id at each trie depth
   // Per-state mask cache, least recently used evicted.
   static constexpr size_t kMaskCacheEntries = 32;
   std::list<std::pair<State, std::vector<uint32_t>>> lru_;
