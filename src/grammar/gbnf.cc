@@ -82,6 +82,10 @@ namespace {
 
 using Seq = std::vector<Symbol>;
 constexpr int kMaxRepeat = 4096;  // bounds x{m,n}, which is unrolled into m + (n - m) symbols
+// Bounds on the compiled grammar: unrolled repetitions multiply (x{4096}{4096}), and the matcher's expansion
+// recurses along chains of rules, so both sizes are capped.
+constexpr size_t kMaxUnrolled = size_t{1} << 20;
+constexpr size_t kMaxRules = 16384;
 
 class Parser {
  public:
@@ -138,6 +142,10 @@ class Parser {
     }
   }
   uint32_t RuleId(const std::string& name) {
+    if (g_.rule_names.size() >= kMaxRules && !ids_.count(name)) {
+      Fail("more than 16384 rules");
+      return 0;
+    }
     auto [it, fresh] = ids_.emplace(name, static_cast<uint32_t>(g_.rule_names.size()));
     if (fresh) {
       g_.rule_names.push_back(name);
@@ -341,6 +349,8 @@ class Parser {
   void Repeat(const std::string& rule, Seq* out, size_t last, int lo, int hi) {
     Seq elem(out->begin() + last, out->end());
     out->resize(last);
+    unrolled_ += static_cast<size_t>(std::max(lo, hi)) + 1;
+    if (unrolled_ > kMaxUnrolled) return Fail("repetitions unroll to more than 2^20 symbols");
     if (elem.size() != 1) elem = {Symbol{Symbol::kRule, NewRule(rule, {elem})}};
     for (int i = 0; i < lo; ++i) out->push_back(elem[0]);
     if (hi < 0) {
@@ -413,6 +423,7 @@ class Parser {
   std::vector<std::vector<Seq>> alts_;
   std::vector<bool> defined_;
   int generated_ = 0;
+  size_t unrolled_ = 0;
 };
 
 }  // namespace
