@@ -112,6 +112,10 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= config_.vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(t) + " is outside the vocabulary");
   DI_RETURN_IF_ERROR(p.sampling.Validate(config_.vocab_size));
+  if (!p.grammar && !p.grammar_source.empty()) {
+    auto g = grammar::ParseGbnf(p.grammar_source);
+    return g.ok() ? InvalidArgument("grammar: given as source but not compiled") : g.status();
+  }
   if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
   const int64_t blocks = (longest + opt_.block_size - 1) / opt_.block_size;

@@ -217,6 +217,23 @@ if (process.argv[2] === "--dump-schemas") {  // the corpus for `deepinfer bench 
   process.exit(0);
 }
 await suite("stories260K", [], schemas);
+// Offline batch mode (`generate --input`) takes the same fields.
+{
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "di-so-batch-"));
+  const lines = schemas.slice(0, 20).map((schema, i) => ({prompt: "Once upon a time", max_tokens: 400, temperature: 1, seed: i,
+                                                          response_format: {type: "json_schema", json_schema: {name: "s", schema}}}));
+  lines.push({prompt: "Once", max_tokens: 20, temperature: 1, seed: 1, guided_choice: ["left", "right"]});
+  fs.writeFileSync(path.join(dir, "in.jsonl"), lines.map(l => JSON.stringify(l)).join("\n") + "\n");
+  const r = spawnSync(bin, ["generate", "-m", path.join(repoRoot, "../shared/models/stories260K.gguf"), "--input", path.join(dir, "in.jsonl"),
+                            "--output", path.join(dir, "out.jsonl"), "-q"], {encoding: "utf8"});
+  const out = fs.readFileSync(path.join(dir, "out.jsonl"), "utf8").trim().split("\n").map(l => JSON.parse(l));
+  const ajv = new Ajv({strict: false});
+  addFormats(ajv);
+  const okSchemas = out.slice(0, 20).filter((o, i) => { try { return ajv.validate(schemas[i], JSON.parse(o.text)); } catch { return false; } }).length;
+  check(r.status === 0 && okSchemas === 20 && ["left", "right"].includes(out[20].text),
+        `generate --input: ${okSchemas}/20 schema lines valid (ajv), choice line ${JSON.stringify(out[20]?.text)}`);
+  fs.rmSync(dir, {recursive: true, force: true});
+}
 const tiny = fs.mkdtempSync(path.join(os.tmpdir(), "di-so-"));
 const mk = spawnSync(bin, ["make-tiny", "--arch", "qwen3", "--out", tiny, "-q", "--seed", "5"], {encoding: "utf8"});
 check(mk.status === 0, `make-tiny qwen3 (${(mk.stderr || "").trim().slice(-200)})`);
