@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 secs="${FUZZ_SECONDS:-60}"
 cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=ON -DDEEPINFER_SANITIZE=ON >/dev/null
-cmake --build build-san -j "$(nproc)" --target deepinfer unit_tests engine_tests gguf_fuzz safetensors_fuzz http_fuzz
+cmake --build build-san -j "$(nproc)" --target deepinfer unit_tests engine_tests gguf_fuzz safetensors_fuzz http_fuzz grammar_fuzz
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 echo "[asan] unit tests"
 build-san/tests/unit_tests --gtest_brief=1
@@ -42,15 +42,18 @@ echo "[tsan] engine tests"
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 
 corpus=build-san/corpus
-rm -rf "$corpus"; mkdir -p "$corpus/gguf" "$corpus/safetensors" "$corpus/http"
+rm -rf "$corpus"; mkdir -p "$corpus/gguf" "$corpus/safetensors" "$corpus/http" "$corpus/grammar"
 printf '\x07POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 61\r\n\r\n{"prompt":"hi","max_tokens":4,"temperature":0.5,"stop":["."]}' > "$corpus/http/post"
 printf '\x03POST /v1/chat/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{"n":\r\n3\r\n2,"\r\n0\r\n\r\nGET /health HTTP/1.1\r\n\r\n' > "$corpus/http/chunked"
+printf '\x00\x80root ::= "a" [b-d]+ ("x" | "yz")? tail\ntail ::= "!"{1,3}\nabcd!!' > "$corpus/grammar/gbnf"
+printf '\x01\x40(ab|c)*[0-9]{2,4}\\.\\w+abab12.x' > "$corpus/grammar/regex"
+printf '\x02\xc0{"type":"object","properties":{"a":{"type":"integer","minimum":-5}},"required":["a"]}{"a": 3}' > "$corpus/grammar/schema"
 shared="${DEEPINFER_SHARED_MODELS:-../shared/models}"
 build/deepinfer make-tiny --arch qwen3 --vocab 300 --hidden 32 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --out "$corpus/tiny" -q
 cp "$corpus/tiny/model.gguf" "$corpus/gguf/tiny.gguf"
 cp "$corpus/tiny/model.safetensors" "$corpus/safetensors/tiny.safetensors"
 [[ -f "$shared/stories260K.gguf" ]] && head -c 65536 "$shared/stories260K.gguf" > "$corpus/gguf/stories_head.gguf"
-for t in gguf safetensors http; do
+for t in gguf safetensors http grammar; do
   echo "[fuzz] ${t}_fuzz for ${secs}s"
   build-san/fuzz/${t}_fuzz -max_total_time="$secs" -max_len=262144 -rss_limit_mb=4096 -print_final_stats=1 \
     "$corpus/$t" 2>&1 | tail -n 12

@@ -159,6 +159,7 @@ int BenchTokenize(const Args& args) {
 int CmdBench(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "serve") return CmdBenchServe(argc - 1, argv + 1);
   if (argc >= 1 && std::string(argv[0]) == "layers") return CmdBenchLayers(argc - 1, argv + 1);
+  if (argc >= 1 && std::string(argv[0]) == "grammar") return CmdBenchGrammar(argc - 1, argv + 1);
   if (argc >= 1 && (std::string(argv[0]) == "sim" || std::string(argv[0]) == "throughput"))
     return CmdBenchEngine(argv[0], argc - 1, argv + 1);
   Args args("bench",
@@ -166,7 +167,8 @@ int CmdBench(int argc, char** argv) {
             "for one long prompt. membw: read bandwidth. With --peer, llama.cpp (node-llama-cpp) runs the same GGUF with the\n"
             "same threads in the same run and the ratio is printed. sim and throughput benchmark the engine (see\n"
             "deepinfer bench sim --help, deepinfer bench throughput --help, deepinfer bench serve --help); layers runs\n"
-            "MoE-layer and attention/MLA-decode microbenchmarks (deepinfer bench layers --help).",
+            "MoE-layer and attention/MLA-decode microbenchmarks (deepinfer bench layers --help); grammar measures\n"
+            "structured-output mask and compile times (deepinfer bench grammar --help).",
             {
                 {"model", "m", "MODEL", "", "model (GGUF for a llama.cpp comparison)"},
                 {"threads", "t", "N", "all cores", "compute threads (also the peer's)"},
@@ -180,7 +182,7 @@ int CmdBench(int argc, char** argv) {
                 {"input", "", "FILE", "", "tokenize: documents, one JSON string per line"},
                 DI_WEIGHT_FLAGS,
             },
-            "{decode|prefill|membw|tokenize|sim|throughput|serve|layers}");
+            "{decode|prefill|membw|tokenize|sim|throughput|serve|layers|grammar}");
   if (!args.Parse(argc, argv)) return 2;
   if (args.help_requested() || args.positional().size() != 1) {
     args.PrintHelp();

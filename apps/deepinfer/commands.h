@@ -15,6 +15,7 @@ int CmdPull(int argc, char** argv);
 int CmdBench(int argc, char** argv);
 int CmdBenchServe(int argc, char** argv);
 int CmdBenchLayers(int argc, char** argv);
+int CmdBenchGrammar(int argc, char** argv);
 int CmdBenchEngine(const std::string& mode, int argc, char** argv);  // sim, throughput
 int CmdLogprobs(int argc, char** argv);
 int CmdTokenize(int argc, char** argv);

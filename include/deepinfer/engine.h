@@ -63,6 +63,9 @@ struct GenerationParams {
   bool include_stop_str_in_output = false;
   bool ignore_eos = false;                // keep generating past end-of-generation tokens
   int logprobs = -1;                      // < 0: none; k >= 0: the chosen token's log-prob plus the k most likely
+  // Structured output: a GBNF grammar (llama.cpp syntax, root rule `root`) every sample's text must match;
+  // empty: none. RequestFromOpenAiJson fills it from response_format / structured_outputs / guided_*.
+  std::string grammar;
 
   // The sampling ranges (an error names the parameter); vocab_size > 0 also checks logit_bias ids. Engine::Add
   // checks this too, with the prompt; calling it first reports bad parameters before any engine exists.

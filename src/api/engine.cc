@@ -85,6 +85,10 @@ RequestParams ToInternal(const GenerationParams& g) {
   p.ignore_eos = g.ignore_eos;
   p.logprobs = g.logprobs;
   p.include_stop_str_in_output = g.include_stop_str_in_output;
+  if (!g.grammar.empty()) {  // an invalid grammar leaves p.grammar unset; Engine::Validate reports why
+    p.grammar_source = g.grammar;
+    if (auto gr = grammar::ParseGbnf(g.grammar); gr.ok()) p.grammar = *gr;
+  }
   return p;
 }
 
@@ -106,6 +110,7 @@ GenerationParams FromInternal(const RequestParams& p) {
   g.ignore_eos = p.ignore_eos;
   g.logprobs = p.logprobs;
   g.include_stop_str_in_output = p.include_stop_str_in_output;
+  g.grammar = p.grammar ? p.grammar_source : std::string();
   return g;
 }
 

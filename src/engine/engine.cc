@@ -112,6 +112,11 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= config_.vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(t) + " is outside the vocabulary");
   DI_RETURN_IF_ERROR(p.sampling.Validate(config_.vocab_size));
+  if (!p.grammar && !p.grammar_source.empty()) {
+    auto g = grammar::ParseGbnf(p.grammar_source);
+    return g.ok() ? InvalidArgument("grammar: given as source but not compiled") : g.status();
+  }
+  if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
   const int64_t blocks = (longest + opt_.block_size - 1) / opt_.block_size;
   if (blocks > pool_->num_blocks())
@@ -140,6 +145,11 @@ StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
   req->params = std::move(p);
   req->prompt = std::move(v.prompt_);
   req->callback = std::move(cb);
+  if (req->params.grammar) {
+    auto trie = GrammarTrie();
+    for (int i = 0; i < req->params.n; ++i)
+      req->matchers.push_back(std::make_unique<grammar::GrammarMatcher>(req->params.grammar, trie));
+  }
   const uint64_t id = req->id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -148,6 +158,12 @@ StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
   }
   cv_.notify_one();
   return id;
+}
+
+std::shared_ptr<const grammar::TokenTrie> Engine::GrammarTrie() const {
+  std::lock_guard<std::mutex> lock(trie_mu_);
+  if (!trie_) trie_ = grammar::TokenTrie::FromTokenizer(*tok_);
+  return trie_;
 }
 
 void Engine::Abort(uint64_t request_id) {

@@ -132,6 +132,10 @@ class Engine {
 
   ModelConfig config_;
   const Tokenizer* tok_;
+  // The vocabulary trie grammar masks walk: built on the first constrained request, shared by all of them.
+  std::shared_ptr<const grammar::TokenTrie> GrammarTrie() const;
+  mutable std::mutex trie_mu_;
+  mutable std::shared_ptr<const grammar::TokenTrie> trie_;
   EngineOptions opt_;
   SchedulerConfig sched_cfg_;
   std::unique_ptr<BlockPool> pool_;

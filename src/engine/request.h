@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "deepinfer/status.h"
+#include "grammar/grammar.h"
 #include "sample/sampler.h"
 
 namespace deepinfer {
@@ -20,6 +21,10 @@ struct RequestParams {
   bool ignore_eos = false;
   int logprobs = -1;             // < 0: none; k >= 0: the chosen token's log-prob plus the k most likely
   bool include_stop_str_in_output = false;
+  // Structured output: every sample's text is a sentence of this grammar (compiled by the caller, off the
+  // engine thread). grammar_source is its GBNF text, which multi-process runs send to the other ranks.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::string grammar_source;
 };
 
 // One streamed event for one sample of a request: what is new since the previous event. The last event of a

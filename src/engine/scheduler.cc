@@ -88,6 +88,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
   r.sampling = &s->req()->params.sampling;
   r.sample_index = static_cast<uint32_t>(s->index());
   r.logprobs = s->req()->params.logprobs;
+  if (!s->req()->matchers.empty()) r.matcher = s->req()->matchers[s->index()].get();
   // Length limits are known now, so the row that produces the last allowed token is the last one scheduled.
   s->RowScheduled(q_len, out->step, cfg_.max_model_len);
   out->rows.push_back(r);

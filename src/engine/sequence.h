@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/output_text.h"
+#include "grammar/matcher.h"
 #include "engine/request.h"
 #include "engine/stream.h"
 
@@ -36,6 +37,8 @@ struct Request {
   std::vector<int32_t> prompt;
   OutputCallback callback;
   int unfinished = 0;  // samples not yet finished
+  // One grammar matcher per sample when params.grammar is set. Only the executor (stream thread) touches them.
+  std::vector<std::unique_ptr<grammar::GrammarMatcher>> matchers;
 };
 
 enum class SeqStatus {

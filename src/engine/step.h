@@ -11,6 +11,9 @@
 #include "sample/sampler.h"
 
 namespace deepinfer {
+namespace grammar {
+class GrammarMatcher;
+}
 
 // One row of one step: a run of consecutive positions of one sequence.
 struct SequenceMetadata {
@@ -24,6 +27,7 @@ struct SequenceMetadata {
   const SamplingParams* sampling = nullptr;      // owned by the request, alive while the row is in flight
   uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
   int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report
+  grammar::GrammarMatcher* matcher = nullptr;  // structured output: owned by the request, like sampling
 };
 
 struct SchedulerOutputs {

@@ -12,6 +12,7 @@ void PutParams(Writer& w, const RequestParams& p) {
   for (const std::string& x : p.stop) w.PutString(x);
   w.PutVector(p.stop_token_ids);
   w.Put(p.ignore_eos), w.Put(p.logprobs), w.Put(p.include_stop_str_in_output);
+  w.PutString(p.grammar ? p.grammar_source : std::string());
 }
 
 RequestParams GetParams(Reader& r) {
@@ -26,6 +27,12 @@ RequestParams GetParams(Reader& r) {
   for (uint64_t i = 0; i < stops && r.ok(); ++i) p.stop.push_back(r.GetString());
   p.stop_token_ids = r.GetVector<int32_t>();
   p.ignore_eos = r.Get<bool>(), p.logprobs = r.Get<int>(), p.include_stop_str_in_output = r.Get<bool>();
+  // The grammar travels as its GBNF source; it compiled on rank 0, so it compiles here too.
+  p.grammar_source = r.GetString();
+  if (r.ok() && !p.grammar_source.empty()) {
+    auto g = grammar::ParseGbnf(p.grammar_source);
+    if (g.ok()) p.grammar = *g;
+  }
   return p;
 }
 

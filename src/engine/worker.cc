@@ -1,11 +1,45 @@
 #include "engine/worker.h"
 
 #include <cstring>
+#include <limits>
 
 #include "base/logging.h"
 #include "dist/parallel.h"
+#include "grammar/matcher.h"
 
 namespace deepinfer {
+
+namespace {
+
+// Brings a row's matcher to the tokens the token table holds before `pos`: normally it is already there (it
+// accepted the token this executor sampled last step); after a preemption or any discarded step it rolls back
+// to the common prefix and replays. False when the history is not a sentence prefix (then no mask is applied).
+bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len, int pos) {
+  const int want = pos - prompt_len;
+  const auto& toks = m->step_tokens();
+  const int have = static_cast<int>(toks.size());
+  if (have == want && (want == 0 || toks.back() == hist[pos - 1])) return true;
+  int common = 0;
+  while (common < have && common < want && toks[common] == hist[prompt_len + common]) ++common;
+  m->Rollback(have - common);
+  for (int i = common; i < want; ++i)
+    if (!m->AcceptToken(hist[prompt_len + i])) return false;
+  return true;
+}
+
+}  // namespace
+
+void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits) {
+  const int grammar_vocab = m->trie()->vocab_size();
+  bits->assign((grammar_vocab + 31) / 32, 0);
+  m->FillMask(bits->data());
+  bool any = false;
+  for (uint32_t w : *bits) any |= w != 0;
+  if (!any) return;  // nothing the vocabulary can spell continues the grammar: leave the row unconstrained
+  const uint32_t* b = bits->data();
+  for (int t = 0; t < vocab; ++t)
+    if (t >= grammar_vocab || !((b[t >> 5] >> (t & 31)) & 1)) logits[t] = -std::numeric_limits<float>::infinity();
+}
 
 ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
                              int max_batch_tokens)
@@ -57,7 +91,12 @@ void ModelExecutor::Execute(WorkerStepState& st) {
     // Log-probs are reported from the model's distribution (before penalties and temperature), as vLLM does.
     if (r.logprobs >= 0) raw_.assign(logits, logits + vocab_);
     ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &counts_);
+    // The grammar mask for this position depends on the token sampled at the previous one, which this
+    // executor wrote into the token table itself: the overlap loop never waits on the host for it.
+    const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
+    if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
     out.token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
+    if (constrained) r.matcher->AcceptToken(out.token);
     if (r.logprobs >= 0) {
       TopLogprobs lp = ComputeLogprobs(raw_.data(), vocab_, out.token, r.logprobs);
       out.logprob = lp.logprob;

@@ -12,6 +12,12 @@
 
 namespace deepinfer {
 
+namespace grammar {
+class GrammarMatcher;
+}
+// Sets the logits of every token the matcher does not allow to -inf (a no-op when it allows none).
+void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits);
+
 class ModelExecutor : public Executor {
  public:
   ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table, int max_batch_tokens);
@@ -29,6 +35,7 @@ class ModelExecutor : public Executor {
   std::vector<SeqForward> fwd_;
   std::vector<float> logits_, raw_;
   std::vector<int32_t> counts_;
+  std::vector<uint32_t> mask_bits_;
   int rebalances_ = 0;
   int64_t moved_slots_ = 0;
 };

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "server/structured_output.h"
+
 namespace deepinfer {
 namespace {
 
@@ -141,6 +143,7 @@ StatusOr<RequestParams> ParseRequestParams(const json& b, const RequestParams& d
   DI_RETURN_IF_ERROR(GetBool(b, "ignore_eos", &p.ignore_eos));
   DI_RETURN_IF_ERROR(GetBool(b, "include_stop_str_in_output", &p.include_stop_str_in_output));
   DI_RETURN_IF_ERROR(s.Validate());
+  DI_RETURN_IF_ERROR(ParseStructuredOutput(b, &p));
   return p;
 }
 
