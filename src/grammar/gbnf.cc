@@ -240,10 +240,8 @@ class Parser {
       return v;
     }
     // A UTF-8 sequence (the grammar text is UTF-8).
-    const unsigned char c = s_[p_];
-    const size_t n = utf8::CharLen(s_, p_);
-    uint32_t v = n == 1 ? c : c & (0xFF >> (n + 1));
-    for (size_t i = 1; i < n; ++i) v = (v << 6) | (static_cast<unsigned char>(s_[p_ + i]) & 0x3F);
+    size_t n = 0;
+    const uint32_t v = utf8::DecodeAt(s_, p_, &n);
     p_ += n;
     return v;
   }

@@ -15,6 +15,17 @@ inline size_t CharLen(std::string_view s, size_t i) {
   return n < s.size() - i ? n : s.size() - i;
 }
 
+// The code point of the sequence starting at s[i]; *len receives its CharLen (no validation: continuation bytes
+// contribute their low 6 bits, a lone byte is its own value).
+inline uint32_t DecodeAt(std::string_view s, size_t i, size_t* len) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t n = CharLen(s, i);
+  uint32_t v = n == 1 ? c : c & (0xFF >> (n + 1));
+  for (size_t k = 1; k < n; ++k) v = (v << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  *len = n;
+  return v;
+}
+
 inline std::string Encode(uint32_t cp) {
   std::string o;
   if (cp < 0x80) {
