@@ -37,13 +37,6 @@ StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, in
   pc.ep = ep > 0 ? ep : (pc.tp == world ? 1 : world);
   if (pc.ep > world || world % pc.ep != 0)
     return InvalidArgument("--ep " + std::to_string(pc.ep) + " must divide the job's " + n + " ranks");
-  if (pc.ep > 1 && pc.ep < world)
-    return Unimplemented("--ep " + std::to_string(pc.ep) + " with " + n + " ranks would tensor-split every expert " +
-                         std::to_string(world / pc.ep) + " ways inside each expert-parallel group; supported: --ep " + n +
-                         " (whole experts per rank) or --ep 1 (every expert tensor-split over all ranks)");
-  if (pc.ep == 1 && pc.tp != world)
-    return Unimplemented("--ep 1 with --dp/--cp > 1 would tensor-split experts over ranks that hold different tokens; "
-                         "use --ep " + n + " (expert parallelism over every rank)");
   return pc;
 }
 

@@ -1,6 +1,9 @@
 // How the ranks of a job are laid out (the mpirun contract, docs/configuration.md "Multi-process"):
 //   attention:  rank = (dp_rank * cp + cp_rank) * tp + tp_rank     (D data-parallel groups of C x T ranks)
 //   MoE layers: rank = ep_rank * moe_tp + moe_tp_rank              (E expert-parallel groups of N / E ranks)
+// MoE layers either follow attention's tensor parallelism (ep = 1 and tp = N: every expert split like the dense
+// MLP, no dispatch) or dispatch tokens (every other layout): a token's row goes to the N / E ranks of the group
+// that holds its expert, each computes its 1 / (N / E) slice of that expert (moe_tp > 1) or all of it (E = N).
 // Each attention group (one dp_rank) runs its own scheduler, KV pool and overlap loop; its tp ranks run that
 // schedule in lockstep (identical inputs, identical sampled tokens). MoE layers are collective over all N ranks.
 #pragma once
@@ -25,6 +28,8 @@ struct ParallelConfig {
   bool cp_contiguous = false;
 
   int moe_tp() const { return world / ep; }
+  // Whether MoE layers dispatch tokens to expert groups (all-to-all-v) rather than follow attention's TP.
+  bool expert_dispatch() const { return ep > 1 || tp != world; }
   int dp_rank() const { return rank / (cp * tp); }
   int cp_rank() const { return rank / tp % cp; }
   int tp_rank() const { return rank % tp; }
@@ -38,8 +43,9 @@ struct ParallelConfig {
 };
 
 // The flags as given (0 = left out). Left-out --dp/--cp are 1; --tp fills N / (dp * cp); --ep is 1 when tp = N
-// (experts tensor-split like everything else) and N otherwise (whole experts spread over every rank). Every inconsistency is an error
-// naming the flags and N, returned on every rank before any weight is read.
+// (experts tensor-split like everything else) and N otherwise (whole experts spread over every rank); any E
+// dividing N is accepted (1 < E < N: each expert split N / E ways inside its group). Every inconsistency is an
+// error naming the flags and N, returned on every rank before any weight is read.
 StatusOr<ParallelConfig> ResolveParallel(int world, int rank, int dp, int tp, int cp, int ep);
 
 // The communicators one rank uses. world/control/moe all span every rank but are separate MPI communicators, so

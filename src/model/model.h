@@ -53,7 +53,8 @@ struct ModelShard {
   int n_heads = 0, head0 = 0;        // attention heads [head0, head0 + n_heads) of the model's
   int n_kv_heads = 0, kv_head0 = 0;  // GQA KV heads the rank holds (one replicated head when tp > n_kv)
   int intermediate = 0;              // dense MLP slice (columns of gate/up rows, of down's inputs)
-  int moe_intermediate = 0;          // per routed expert (whole under expert parallelism)
+  int moe_intermediate = 0;          // per routed expert (whole under expert parallelism with E = N)
+  int expert_tp = 1;                 // ways each routed expert is split (pure TP: tp; dispatch: N / E)
   int shared_ffn = 0;                // shared expert slice (whole under expert parallelism)
   int vocab_begin = 0, vocab_rows = 0;  // rows [vocab_begin, vocab_begin + vocab_rows) of tok_embd and lm_head
   int vocab_stride = 0;                 // ceil(vocab / tp): rank q's rows start at q * vocab_stride

@@ -9,8 +9,12 @@
 //   MLA       q (or q_b) and kv_b (or v_b) rows of the rank's heads, their W_UK^T; q_a, kv_a, norms whole; wo
 //             columns. The latent cache row is computed whole on every rank.
 //   dense MLP gate/up rows [r F/T, (r+1) F/T), down columns
-//   MoE       pure TP (ep == 1): every routed expert and the shared expert as the dense MLP; router whole.
-//             With ep > 1 the experts follow the expert-parallel placement instead and are not split.
+//   MoE       pure TP (ep == 1, tp == N): every routed expert and the shared expert as the dense MLP; router
+//             whole. Otherwise tokens are dispatched (dist/parallel.h): the experts follow the expert-parallel
+//             placement over the E groups, and with N / E = M > 1 ranks per group each routed expert is split
+//             M ways by moe_tp_rank (gate/up rows, down input columns) like the dense MLP; the shared expert
+//             stays whole (each rank runs it over its own rows). Only the held experts' down slices are copied,
+//             unless online EPLB (--eplb-interval) may hand this group any expert: then every expert's are.
 //   vocab     rows [r ceil(V/T), ...) of tok_embd and lm_head (the last rank's range is shorter when T does not
 //             divide V); tied heads share the slice. MTP modules get the same treatment.
 #include "model/shard.h"
@@ -47,7 +51,7 @@ Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
                              " KV heads neither split " + t + " ways nor divide " + t + " (for replication)");
     if (AnyDenseLayer(c) && c.intermediate % pc.tp != 0)
       return InvalidArgument("--tp " + t + ": the model's MLP width " + std::to_string(c.intermediate) + " does not split " + t + " ways");
-    if (c.n_experts > 0 && pc.ep == 1) {  // pure tensor parallelism splits every expert
+    if (c.n_experts > 0 && !pc.expert_dispatch()) {  // pure tensor parallelism splits every expert
       if (c.moe_intermediate % pc.tp != 0)
         return InvalidArgument("--tp " + t + ": the model's expert width " + std::to_string(c.moe_intermediate) +
                                " does not split " + t + " ways (expert parallelism, --ep, keeps experts whole)");
@@ -56,6 +60,10 @@ Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
                                " does not split " + t + " ways");
     }
   }
+  if (c.n_experts > 0 && pc.expert_dispatch() && pc.moe_tp() > 1 && c.moe_intermediate % pc.moe_tp() != 0)
+    return InvalidArgument("--ep " + std::to_string(pc.ep) + " over " + std::to_string(pc.world) + " ranks splits each expert " +
+                           std::to_string(pc.moe_tp()) + " ways, but the model's expert width " +
+                           std::to_string(c.moe_intermediate) + " does not split " + std::to_string(pc.moe_tp()) + " ways");
   if (c.n_experts > 0 && pc.ep > 1 && (c.n_experts + pc.redundant_experts) % pc.ep != 0)
     return InvalidArgument("--ep " + std::to_string(pc.ep) + ": the model's " + std::to_string(c.n_experts) +
                            " routed experts" +
@@ -68,6 +76,7 @@ Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
 
 ModelConfig RankConfig(const Model& m) {
   ModelConfig c = m.config;
+  if (m.shard.expert_tp > 1) c.moe_intermediate = m.shard.moe_intermediate;
   if (!m.shard.split()) return c;
   c.n_heads = m.shard.n_heads;
   if (!c.mla) c.n_kv_heads = m.shard.n_kv_heads;
@@ -106,10 +115,23 @@ std::vector<float> VecSlice(const std::vector<float>& v, size_t first, size_t n)
 // are collected (ColumnSlice) and copied out together at the end (Finish).
 class TpSharder {
  public:
-  TpSharder(Model& m, const dist::ParallelConfig& pc) : m_(m), c_(m.config), T_(pc.tp), r_(pc.tp_rank()), ep_(pc.ep) {}
+  TpSharder(Model& m, const dist::ParallelConfig& pc)
+      : m_(m), c_(m.config), pc_(pc), T_(pc.tp), r_(pc.tp_rank()),
+        expert_ways_(m.config.n_experts == 0 ? 1 : pc.expert_dispatch() ? pc.moe_tp() : pc.tp),
+        expert_rank_(pc.expert_dispatch() ? pc.moe_tp_rank() : pc.tp_rank()) {}
+
+  // Whether this rank splits anything: attention TP, or experts split inside their groups.
+  bool needed() const { return T_ > 1 || expert_ways_ > 1; }
 
   Status Run() {
     ModelShard& s = m_.shard;
+    s.expert_tp = expert_ways_;
+    s.moe_intermediate = c_.moe_intermediate / expert_ways_;
+    if (T_ == 1) {  // experts only: attention, dense layers and the vocabulary stay whole
+      for (size_t l = 0; l < m_.layers.size(); ++l) DI_RETURN_IF_ERROR(Experts(m_.layers[l], "layer " + std::to_string(l)));
+      for (size_t k = 0; k < m_.mtp.size(); ++k) DI_RETURN_IF_ERROR(Experts(m_.mtp[k].layer, "MTP module " + std::to_string(k)));
+      return Finish();
+    }
     s.tp = T_;
     s.tp_rank = r_;
     s.n_heads = c_.n_heads / T_;
@@ -124,9 +146,8 @@ class TpSharder {
       }
     }
     s.intermediate = c_.intermediate / T_;
-    const bool split_experts = c_.n_experts > 0 && ep_ == 1;
-    s.moe_intermediate = split_experts ? c_.moe_intermediate / T_ : c_.moe_intermediate;
-    s.shared_ffn = split_experts ? c_.shared_ffn / T_ : c_.shared_ffn;
+    const bool split_shared = c_.n_experts > 0 && !pc_.expert_dispatch();
+    s.shared_ffn = split_shared ? c_.shared_ffn / T_ : c_.shared_ffn;
     s.vocab_stride = (c_.vocab_size + T_ - 1) / T_;
     s.vocab_begin = std::min(c_.vocab_size, r_ * s.vocab_stride);
     s.vocab_rows = std::min(s.vocab_stride, c_.vocab_size - s.vocab_begin);
@@ -137,10 +158,10 @@ class TpSharder {
     m_.tok_embd = VocabSlice(m_.tok_embd);
     m_.lm_head = tied ? m_.tok_embd : VocabSlice(m_.lm_head);
     for (size_t l = 0; l < m_.layers.size(); ++l)
-      DI_RETURN_IF_ERROR(Layer(m_.layers[l], "layer " + std::to_string(l), split_experts));
+      DI_RETURN_IF_ERROR(Layer(m_.layers[l], "layer " + std::to_string(l), split_shared));
     for (size_t k = 0; k < m_.mtp.size(); ++k) {
       MtpWeights& P = m_.mtp[k];
-      DI_RETURN_IF_ERROR(Layer(P.layer, "MTP module " + std::to_string(k), split_experts));
+      DI_RETURN_IF_ERROR(Layer(P.layer, "MTP module " + std::to_string(k), split_shared));
       P.embed = P.embed.data == embd0 ? m_.tok_embd : VocabSlice(P.embed);
       P.head = P.head.data == head0 ? m_.lm_head : VocabSlice(P.head);
     }
@@ -155,15 +176,19 @@ class TpSharder {
 
   TensorView VocabSlice(const TensorView& w) { return RowSlice(w, m_.shard.vocab_begin, m_.shard.vocab_rows); }
 
-  // Queues input columns [c0, c0 + n) of every row of t for copying (row-parallel weights).
+  // Queues input columns [c0, c0 + n) of every row of t for copying (row-parallel weights). split: the flag
+  // that asked for the split, for errors.
   Status ColumnSlice(TensorView& t, int64_t c0, int64_t n, const std::string& what) {
+    return ColumnSlice(t, c0, n, what, "--tp " + std::to_string(T_));
+  }
+  Status ColumnSlice(TensorView& t, int64_t c0, int64_t n, const std::string& what, const std::string& split) {
     const DTypeInfo& info = GetDTypeInfo(t.dtype);
     if (c0 % info.block_elems != 0 || n % info.block_elems != 0)
-      return InvalidArgument("--tp " + std::to_string(T_) + ": " + what + " (" + DTypeName(t.dtype) + " " + t.ShapeString() +
+      return InvalidArgument(split + ": " + what + " (" + DTypeName(t.dtype) + " " + t.ShapeString() +
                              ") would split inside its " + std::to_string(info.block_elems) + "-element quantization blocks (" +
                              std::to_string(n) + " input columns per rank)");
     if (t.block_scale && c0 % TensorView::kFp8Block != 0)
-      return Unimplemented("--tp " + std::to_string(T_) + ": " + what + " (FP8 " + t.ShapeString() +
+      return Unimplemented(split + ": " + what + " (FP8 " + t.ShapeString() +
                            ") would split inside its 128-column scale blocks (" + std::to_string(n) + " input columns per rank)");
     cuts_.push_back({&t, c0, n});
     return Status::Ok();
@@ -202,18 +227,34 @@ class TpSharder {
     return ColumnSlice(w.down, f0, f, what);
   }
 
-  Status Layer(LayerWeights& L, const std::string& where, bool split_experts) {
+  Status Layer(LayerWeights& L, const std::string& where, bool split_shared) {
     DI_RETURN_IF_ERROR(Attention(L, where));
     DI_RETURN_IF_ERROR(Mlp(L.mlp, c_.intermediate, where + " MLP down"));
-    if (!L.is_moe() || !split_experts) return Status::Ok();
+    if (!L.is_moe()) return Status::Ok();
+    DI_RETURN_IF_ERROR(Experts(L, where));
+    return split_shared ? Mlp(L.moe.shared, c_.shared_ffn, where + " shared expert down") : Status::Ok();
+  }
+
+  // Routed experts split expert_ways_ ways (pure TP: by tp_rank; dispatch: by moe_tp_rank inside the group).
+  // Experts this group does not hold (and will never be handed: no online EPLB) get no down slice.
+  Status Experts(LayerWeights& L, const std::string& where) {
+    if (!L.is_moe() || expert_ways_ == 1) return Status::Ok();
     MoeWeights& w = L.moe;
-    const int64_t f = c_.moe_intermediate / T_, f0 = r_ * f;
+    const int64_t f = c_.moe_intermediate / expert_ways_, f0 = expert_rank_ * f;
+    const std::string split = pc_.expert_dispatch() ? "--ep " + std::to_string(pc_.ep) + " (experts split " +
+                                                          std::to_string(expert_ways_) + " ways)"
+                                                    : "--tp " + std::to_string(T_);
     for (size_t e = 0; e < w.gate.size(); ++e) {
       w.gate[e] = RowSlice(w.gate[e], f0, f);
       w.up[e] = RowSlice(w.up[e], f0, f);
-      DI_RETURN_IF_ERROR(ColumnSlice(w.down[e], f0, f, where + " expert " + std::to_string(e) + " down"));
+      const bool held = w.placement.empty() || pc_.eplb_interval > 0 || w.placement.Holds(static_cast<int>(e), pc_.ep_rank());
+      if (!held) {
+        w.down[e] = TensorView{};
+        continue;
+      }
+      DI_RETURN_IF_ERROR(ColumnSlice(w.down[e], f0, f, where + " expert " + std::to_string(e) + " down", split));
     }
-    return Mlp(w.shared, c_.shared_ffn, where + " shared expert down");
+    return Status::Ok();
   }
 
   // Copies every queued column slice into one buffer the model owns and points the views there.
@@ -258,7 +299,8 @@ class TpSharder {
 
   Model& m_;
   const ModelConfig& c_;
-  const int T_, r_, ep_;
+  const dist::ParallelConfig& pc_;
+  const int T_, r_, expert_ways_, expert_rank_;
   std::vector<Cut> cuts_;
 };
 
@@ -267,13 +309,14 @@ class TpSharder {
 Status ShardModel(Model& m, const dist::ParallelConfig& pc) {
   DI_RETURN_IF_ERROR(CheckModelSplit(pc, m.config));
   m.parallel = pc;
-  if (pc.ep > 1) {
+  if (pc.expert_dispatch() && m.config.n_experts > 0) {
     for (auto& L : m.layers)
       if (L.is_moe()) DI_RETURN_IF_ERROR(ShardExperts(L.moe, pc, m.config.n_experts, m.config.n_group));
     for (auto& P : m.mtp)
       if (P.layer.is_moe()) DI_RETURN_IF_ERROR(ShardExperts(P.layer.moe, pc, m.config.n_experts, m.config.n_group));
   }
-  if (pc.tp > 1) DI_RETURN_IF_ERROR(TpSharder(m, pc).Run());
+  TpSharder sharder(m, pc);
+  if (sharder.needed()) DI_RETURN_IF_ERROR(sharder.Run());
   return Status::Ok();
 }
 

@@ -288,7 +288,7 @@ void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
     RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
     const bool live = moe_layer >= 0 && !placement_.empty();
     const Status s = moe_->ForwardEp(L.moe, live ? placement_[moe_layer] : L.moe.placement, xn_.data(), n, y_.data(),
-                                     *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp,
+                                     *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp, dist_->pc.moe_tp(),
                                      live ? expert_load_[moe_layer].data() : nullptr);
     if (!s.ok()) dist::AbortJob("expert-parallel MoE: " + s.ToString());
     dist_->expert_rows.fetch_add(moe_->ep_rows_computed(), std::memory_order_relaxed);

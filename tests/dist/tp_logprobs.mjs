@@ -8,7 +8,7 @@
 //     -57 (qwen3, tied: 4 ulps), everything above -8 within ~6e-6. MTP rows (the main model's final hidden state
 //     through one more layer) get twice the bar (seen 1.15e-5 at -10).
 //   - two runs of the same split print the same JSON text (the all-reduces sum in rank order);
-//   - TP x EP mixes on the MoE models, a vocabulary not divisible by T (510 over 4 ranks), KV-head replication
+//   - TP x EP mixes on the MoE models, experts split inside expert-parallel groups (1 < E < N and E = 1 with DP), a vocabulary not divisible by T (510 over 4 ranks), KV-head replication
 //     (4 heads, 2 KV heads at --tp 4), DeepSeek's MTP module (--mtp);
 //   - a split the model cannot take (--tp 3 with 4 heads) exits non-zero with the error on every rank.
 //   node tests/dist/tp_logprobs.mjs BIN [case-prefix]
@@ -79,7 +79,11 @@ const prompt = Array.from({length: 16}, () => (s = (s * 1103515245 + 12345) % 21
 const tokens = ["--tokens", JSON.stringify(prompt)];
 
 const DENSE = [["--tp", "2"], ["--tp", "4"]];
-const MOE = [...DENSE, ["--tp", "2", "--ep", "2"], ["--dp", "2", "--tp", "2", "--ep", "4"]];
+// MoE layouts: whole experts per rank (E = N), and experts split N / E ways inside their expert-parallel group
+// (--dp 2 --ep 1: one group of 2 ranks holding halves of every expert; --dp 2 --tp 2 --ep 2: 2 groups of 2,
+// attention TP on top), where the down projection's sum is split as under TP (same bar).
+const MOE = [...DENSE, ["--tp", "2", "--ep", "2"], ["--dp", "2", "--tp", "2", "--ep", "4"], ["--dp", "2", "--ep", "1"],
+             ["--dp", "2", "--tp", "2", "--ep", "2"]];
 const cases = [
   {name: "llama", make: ["--arch", "llama"], splits: DENSE},
   {name: "qwen2", make: ["--arch", "qwen2"], splits: DENSE},                // q/k/v biases
@@ -89,7 +93,7 @@ const cases = [
   {name: "qwen2_moe", make: ["--arch", "qwen2_moe"], splits: MOE},          // gated shared expert
   // MLA, a dense first layer, routed + shared experts, the MTP module (embedding and head split too).
   {name: "deepseek_v3", make: ["--arch", "deepseek_v3", "--mtp", "--experts", "16", "--experts-used", "4", "--layers", "3"],
-   splits: MOE, extra: ["--mtp"]},
+   splits: [...MOE, ["--dp", "4", "--ep", "2"]], extra: ["--mtp"]},
   // Quantized weights: o_proj/down slices cut at q8_0 block boundaries (32 columns per rank at --tp 2).
   {name: "qwen2-q8_0", make: ["--arch", "qwen2", "--dtype", "q8_0"], file: "model.gguf", splits: [["--tp", "2"]]},
   // The vocabulary over 4 ranks: 128, 128, 128, 126 rows; the tied head shares the embedding's slice.
@@ -137,6 +141,31 @@ if (!only || "refusal".startsWith(only)) {
   if (r.status === 0 || !/--tp 4: layer 0 attention output \(q8_0 .*quantization blocks/.test(r.stderr))
     fail(`q8_0 at --tp 4: exit ${r.status}, expected the block-alignment error:\n${r.stderr.slice(-800)}`);
   else console.log("ok   q8_0 at --tp 4: refused (o_proj would split inside its quantization blocks)");
+}
+
+// The engine with experts split inside their groups and online EPLB moving experts between the groups (each
+// rank keeps every expert's down slice for that): 30 greedy requests give one process's tokens (argmax equal
+// at every position, as above), and the log says slots moved.
+if (!only || "engine".startsWith(only)) {
+  const dir = path.join(tmp, "ds-engine");
+  deepinfer(["make-tiny", "--out", dir, "-q", "--arch", "deepseek_v3", "--experts", "8", "--experts-used", "2"]);
+  const input = path.join(tmp, "greedy.jsonl");
+  fs.writeFileSync(input, Array.from({length: 30}, (_, i) =>
+    JSON.stringify({prompt: [i + 3, (i * 7) % 400 + 3, 5, 6, 7], max_tokens: 12, ignore_eos: true, temperature: 0})).join("\n") + "\n");
+  const ids = file => fs.readFileSync(file, "utf8").trim().split("\n").map(l => JSON.stringify(JSON.parse(l).token_ids));
+  const model = path.join(dir, "model.gguf");
+  deepinfer(["generate", "-m", model, "--input", input, "--output", path.join(tmp, "greedy.ref.jsonl"), "-q"]);
+  const want = ids(path.join(tmp, "greedy.ref.jsonl"));
+  for (const split of [["--dp", "4", "--ep", "2", "--eplb-interval", "3"], ["--dp", "2", "--tp", "2", "--ep", "2", "--eplb-interval", "2", "--no-overlap"]]) {
+    const out = path.join(tmp, "greedy.out.jsonl");
+    const r = mpirun(4, ["generate", "-m", model, "--input", input, "--output", out, ...split]);
+    const moved = /EPLB: .*\((\d+) over \d+ rebalances\)/.exec(r.stderr.split("\n").filter(l => l.includes("EPLB")).pop() ?? "");
+    const got = r.status === 0 ? ids(out) : [];
+    const same = got.filter((g, i) => g === want[i]).length;
+    if (r.status !== 0 || same !== want.length || !moved || Number(moved[1]) === 0)
+      fail(`engine -np 4 ${split.join(" ")}: exit ${r.status}, ${same}/${want.length} equal, EPLB ${moved?.[0]}:\n${r.stderr.slice(-600)}`);
+    else console.log(`ok   engine -np 4 ${split.join(" ")}: ${same}/${want.length} greedy outputs equal to one process, ${moved[1]} slots moved`);
+  }
 }
 
 fs.rmSync(tmp, {recursive: true, force: true});

@@ -186,11 +186,12 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
 }
 
 Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
-                         dist::Communicator& comm, int tp_rank, int tp_size, int64_t* load) {
-  const int h = hidden_, K = top_k_, P = comm.size();
+                         dist::Communicator& comm, int tp_rank, int tp_size, int group_size, int64_t* load) {
+  const int h = hidden_, K = top_k_, P = comm.size(), G = group_size;
   const size_t row = static_cast<size_t>(h) + 1;  // [physical slot (int32 bits), hidden floats]
   Route(w, xn, n);
-  // 1. This rank's pairs, each to the owner of one slot of its expert (replicas spread by pair index), packed by
+  // 1. This rank's pairs, each to the group owning one slot of its expert (replicas spread by pair index): to
+  //    each of the group's G ranks (G > 1: each holds a 1/G slice of every expert it serves), packed by
   //    destination rank in pair order.
   ep_mine_.assign(n, 0);
   ep_dest_.clear();
@@ -204,11 +205,13 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
       const auto& slots = pl.log2phy[route_e_[t * K + k]];
       const int32_t slot = slots[(t * K + k) % slots.size()];
       if (load) ++load[route_e_[t * K + k]];
-      ep_slot_.push_back(slot);
-      const int dest = pl.owner(slot);
-      ep_dest_.push_back(dest);
-      ep_order_.push_back(t * K + k);
-      ++ep_counts_[dest];
+      for (int j = 0; j < G; ++j) {
+        const int dest = pl.owner(slot) * G + j;
+        ep_slot_.push_back(slot);
+        ep_dest_.push_back(dest);
+        ep_order_.push_back(t * K + k);
+        ++ep_counts_[dest];
+      }
     }
   }
   const int sent = static_cast<int>(ep_order_.size());
@@ -246,7 +249,7 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
   for (int i = 0; i < received; ++i) {
     int32_t slot;
     std::memcpy(&slot, ep_recv_.data() + static_cast<size_t>(i) * row, sizeof(int32_t));
-    if (slot < 0 || slot >= static_cast<int32_t>(pl.phy2log.size()) || pl.owner(slot) != comm.rank())
+    if (slot < 0 || slot >= static_cast<int32_t>(pl.phy2log.size()) || pl.owner(slot) != comm.rank() / G)
       return Internal("moe: received a row for expert slot " + std::to_string(slot) + ", which this rank does not hold");
     expert_of[i] = pl.phy2log[slot];
   }
@@ -262,9 +265,14 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
   }
   ep_ret_.resize(static_cast<size_t>(sent) * h);
   DI_RETURN_IF_ERROR(comm.AllToAllV(back.data(), ep_send_bytes_.data(), ep_ret_.data(), ep_recv_bytes_.data()));
-  for (int j = 0; j < sent; ++j)
-    std::memcpy(out_k_.data() + static_cast<size_t>(ep_order_[j]) * h, ep_ret_.data() + static_cast<size_t>(ep_pos_[j]) * h,
-                sizeof(float) * h);
+  // A pair's G partial outputs (its group's ranks in order, each over its slice of the expert's width) are
+  // consecutive in ep_order_: summed in that order, so the result does not depend on arrival.
+  for (int j = 0; j < sent; ++j) {
+    float* dst = out_k_.data() + static_cast<size_t>(ep_order_[j]) * h;
+    const float* src = ep_ret_.data() + static_cast<size_t>(ep_pos_[j]) * h;
+    if (j % G == 0) std::memcpy(dst, src, sizeof(float) * h);
+    else for (int d = 0; d < h; ++d) dst[d] += src[d];
+  }
   ep_pairs_sent_ = sent;
   ep_rows_computed_ = received;
   Combine(w, xn, n, out, &ep_mine_);

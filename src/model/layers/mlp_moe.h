@@ -61,10 +61,13 @@ class MoeMlp {
   // owning the chosen experts' slots (all-to-all-v), come back as expert outputs, and are summed exactly as
   // Forward sums them (slot order, then the shared experts), so a row's result is bitwise the one-process
   // result. Rows of the other tp ranks are left 0 in out (the caller's tp all-reduce adds them, exactly).
-  // pl: where the experts live now (the layer's placement, changed by online rebalancing); load (optional,
-  // n_experts entries): each pair this rank routes adds 1 to its logical expert.
+  // pl: where the experts live now (the layer's placement over comm.size() / group_size groups, changed by
+  // online rebalancing); group_size > 1: each group's ranks hold a 1/group_size slice of its experts' width
+  // (comm rank = group * group_size + j), a pair goes to all of them and their partial outputs are summed in j
+  // order (no longer bitwise the one-process sum: the down projection's sum is split, as under tensor
+  // parallelism). load (optional, n_experts entries): each pair this rank routes adds 1 to its logical expert.
   Status ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
-                   dist::Communicator& comm, int tp_rank, int tp_size, int64_t* load);
+                   dist::Communicator& comm, int tp_rank, int tp_size, int group_size, int64_t* load);
   // Expert-parallel traffic of the last ForwardEp: (token, slot) pairs this rank sent and expert rows it computed.
   int64_t ep_pairs_sent() const { return ep_pairs_sent_; }
   int64_t ep_rows_computed() const { return ep_rows_computed_; }
