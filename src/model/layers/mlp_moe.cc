@@ -137,7 +137,10 @@ void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_str
 
 // out = the weighted sum of each token's expert outputs (out_k_) in routing order (best expert first, as
 // llama.cpp adds them), then the shared experts (sh_out_). mine (optional): rows not marked stay 0.
-void MoeMlp::Combine(const MoeWeights& w, const float* xn, int n, float* out, const std::vector<uint8_t>* mine) {
+// sh_x / sh_n: the shared experts' input rows (xn, or with shared_compact the marked rows only, in order;
+// sh_out_ row i then belongs to the i-th marked row).
+void MoeMlp::Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, float* out, const std::vector<uint8_t>* mine,
+                     bool shared_compact) {
   const int h = hidden_, K = top_k_;
   for (int t = 0; t < n; ++t) {
     float* o = out + static_cast<size_t>(t) * h;
@@ -154,15 +157,16 @@ void MoeMlp::Combine(const MoeWeights& w, const float* xn, int n, float* out, co
         for (int d = 0; d < h; ++d) o[d] += y[d] * wk;
     }
   }
-  if (w.shared.empty() || n == 0) return;
+  if (w.shared.empty() || n == 0 || sh_n == 0) return;
   // Shared experts, added after the routed sum; Qwen2-MoE scales them per token by sigmoid(x . shared_gate).
-  if (w.shared_gate.data) MatMul(w.shared_gate, xn, n, sh_scale_.data());
-  for (int t = 0; t < n; ++t) {
+  if (w.shared_gate.data) MatMul(w.shared_gate, sh_x, sh_n, sh_scale_.data());
+  for (int t = 0, i = 0; t < n; ++t) {
     if (mine && !(*mine)[t]) continue;
+    const int srow = shared_compact ? i++ : t;
     float* o = out + static_cast<size_t>(t) * h;
-    const float* y = sh_out_.data() + static_cast<size_t>(t) * h;
+    const float* y = sh_out_.data() + static_cast<size_t>(srow) * h;
     if (w.shared_gate.data) {
-      const float g = 1.f / (1.f + std::exp(-sh_scale_[t]));
+      const float g = 1.f / (1.f + std::exp(-sh_scale_[srow]));
       for (int d = 0; d < h; ++d) o[d] += y[d] * g;
     } else {
       for (int d = 0; d < h; ++d) o[d] += y[d];
@@ -182,7 +186,7 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
   const int pairs = n * top_k_;
   SortByExpert(route_e_.data(), pairs, n_experts_, expert_first_, sort_next_, rows_);
   RunExperts(w, xn, static_cast<size_t>(hidden_), top_k_, out_k_.data(), xn, n, !w.shared.empty());
-  Combine(w, xn, n, out, nullptr);
+  Combine(w, xn, n, n, out, nullptr, false);
 }
 
 Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
@@ -256,7 +260,19 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
   SortByExpert(expert_of.data(), received, n_experts_, expert_first_, sort_next_, rows_);
   std::vector<float>& back = ep_back_;
   back.resize(static_cast<size_t>(received) * h);
-  RunExperts(w, ep_recv_.data() + 1, row, 1, back.data(), xn, n, !w.shared.empty());
+  // The shared experts run over the rows this rank routes only: the other ranks of its attention TP group hold
+  // the same rows and add the rest (rows are independent, so a compact batch changes no row's result).
+  const float* sh_x = xn;
+  int sh_n = n;
+  const bool compact = tp_size > 1 && !w.shared.empty();
+  if (compact) {
+    sh_n = 0;
+    ep_shared_in_.resize(static_cast<size_t>(n) * h);
+    for (int t = 0; t < n; ++t)
+      if (ep_mine_[t]) std::memcpy(ep_shared_in_.data() + static_cast<size_t>(sh_n++) * h, xn + static_cast<size_t>(t) * h, sizeof(float) * h);
+    sh_x = ep_shared_in_.data();
+  }
+  RunExperts(w, ep_recv_.data() + 1, row, 1, back.data(), sh_x, sh_n, !w.shared.empty());
   // 4. The outputs back to where the rows came from (combine), then into out_k_ by pair.
   for (int r = 0; r < P; ++r) {
     std::swap(ep_send_bytes_[r], ep_recv_bytes_[r]);
@@ -275,7 +291,7 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
   }
   ep_pairs_sent_ = sent;
   ep_rows_computed_ = received;
-  Combine(w, xn, n, out, &ep_mine_);
+  Combine(w, sh_x, sh_n, n, out, &ep_mine_, compact);
   return Status::Ok();
 }
 

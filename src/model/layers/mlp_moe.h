@@ -80,7 +80,8 @@ class MoeMlp {
   void RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base, const float* xn,
                   int n, bool shared);
   void Route(const MoeWeights& w, const float* xn, int n);
-  void Combine(const MoeWeights& w, const float* xn, int n, float* out, const std::vector<uint8_t>* mine);
+  void Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, float* out, const std::vector<uint8_t>* mine,
+               bool shared_compact);
   struct WaveExpert {
     int expert, first, count;  // the expert's gathered rows are [first, first + count) of in_
   };
@@ -99,6 +100,7 @@ class MoeMlp {
   std::vector<size_t> ep_send_bytes_, ep_recv_bytes_;
   std::vector<int64_t> ep_counts_;
   std::vector<uint8_t> ep_mine_;
+  std::vector<float> ep_shared_in_;  // the rows this rank routes, compacted for the shared experts (tp > 1)
   int64_t ep_pairs_sent_ = 0, ep_rows_computed_ = 0;
 };
 
