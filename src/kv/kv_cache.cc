@@ -62,6 +62,24 @@ void PagedKvCache::Write(int layer, const float* k, const float* v, const int32_
   }
 }
 
+void PagedKvCache::Encode(const float* k, const float* v, int n, uint8_t* k_out, uint8_t* v_out) const {
+  for (int i = 0; i < n; ++i) {
+    StoreRow(dtype_, k + static_cast<size_t>(i) * k_elems_, k_out + static_cast<size_t>(i) * k_row_bytes_, k_elems_);
+    if (v_elems_ > 0)
+      StoreRow(dtype_, v + static_cast<size_t>(i) * v_elems_, v_out + static_cast<size_t>(i) * v_row_bytes_, v_elems_);
+  }
+}
+
+void PagedKvCache::WriteEncoded(int layer, const uint8_t* k, const uint8_t* v, const int32_t* rows, int n) {
+  uint8_t* kb = buf_->data() + LayerOffset(layer);
+  uint8_t* vb = kb + k_plane_bytes_;
+  for (int i = 0; i < n; ++i) {
+    std::memcpy(kb + static_cast<size_t>(rows[i]) * k_row_bytes_, k + static_cast<size_t>(i) * k_row_bytes_, k_row_bytes_);
+    if (v_elems_ > 0)
+      std::memcpy(vb + static_cast<size_t>(rows[i]) * v_row_bytes_, v + static_cast<size_t>(i) * v_row_bytes_, v_row_bytes_);
+  }
+}
+
 void PagedKvCache::CopyBlock(int32_t src, int32_t dst) {
   for (int l = 0; l < num_layers_; ++l) {
     uint8_t* k = buf_->data() + LayerOffset(l);

@@ -36,6 +36,13 @@ class PagedKvCache {
   // Stores n rows of K and V (f32; k_row_elems / v_row_elems each; v may be null when V rows are empty) into
   // slots rows[0..n), converting to the cache dtype.
   void Write(int layer, const float* k, const float* v, const int32_t* rows, int n);
+  // The same in two halves, for rows produced on another rank (context parallelism sends them as stored, so
+  // a bf16/f16 cache halves the traffic and the cache bytes stay those Write would store): Encode converts n
+  // rows to the cache dtype (k_out: n x k_row_bytes(), v_out: n x v_row_bytes()); WriteEncoded stores such rows.
+  size_t k_row_bytes() const { return k_row_bytes_; }
+  size_t v_row_bytes() const { return v_row_bytes_; }
+  void Encode(const float* k, const float* v, int n, uint8_t* k_out, uint8_t* v_out) const;
+  void WriteEncoded(int layer, const uint8_t* k, const uint8_t* v, const int32_t* rows, int n);
   // Copies every layer's rows of block src into block dst.
   void CopyBlock(int32_t src, int32_t dst);
 

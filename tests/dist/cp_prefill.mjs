@@ -162,6 +162,38 @@ for (const name of ["llama", "deepseek_v3"]) {
   }
 }
 
+// 4: a bf16 cache: K/V rows are exchanged as stored (bf16, converted by their owner), so the cache, and with it
+// every output, is bitwise one process's with the same cache dtype, for half the f32 exchange.
+{
+  const model = path.join(tmp, "llama");
+  const exchanged = stderr => [...stderr.matchAll(/context-parallel K\/V exchange sent ([0-9.]+) MB/g)].reduce((a, m) => a + Number(m[1]), 0);
+  const base = ["generate", "-m", model, "--input", input, "--max-batched-tokens", "512", "--kv-cache", "64MiB"];
+  const mb = {};
+  let want;
+  for (const dt of ["bf16", "f32"]) {
+    const refOut = path.join(tmp, `bf16.ref.${dt}.jsonl`), out = path.join(tmp, `bf16.${dt}.jsonl`);
+    const args = [...base, "--kv-cache-dtype", dt];
+    if (dt === "bf16") {
+      deepinfer([...args, "-q", "--output", refOut]);
+      want = normalize(fs.readFileSync(refOut, "utf8"));
+    }
+    const r = mpirun(2, [...args, "--cp", "2", "--output", out]);
+    if (r.status !== 0) {
+      check(false, `llama --kv-cache-dtype ${dt} --cp 2: exit ${r.status}: ${r.stderr.slice(-600)}`);
+      continue;
+    }
+    mb[dt] = exchanged(r.stderr);
+    if (dt === "bf16") {
+      const got = normalize(fs.readFileSync(out, "utf8"));
+      const diff = want.findIndex((l, i) => got[i] !== l);
+      check(got.length === want.length && diff < 0, `llama generate -np 2 --cp 2 --kv-cache-dtype bf16: ${got.length} results bitwise equal to one process with a bf16 cache` +
+            (diff >= 0 ? ` (first difference: line ${diff + 1})` : ""));
+    }
+  }
+  if (mb.bf16 && mb.f32)
+    check(mb.bf16 / mb.f32 > 0.45 && mb.bf16 / mb.f32 < 0.55, `--cp 2 K/V exchange: bf16 cache ${mb.bf16.toFixed(3)} MB vs f32 ${mb.f32.toFixed(3)} MB (ratio ${(mb.bf16 / mb.f32).toFixed(3)}, expected ~0.5)`);
+}
+
 fs.rmSync(tmp, {recursive: true, force: true});
 console.log(failures ? `${failures} failure(s)` : "context parallelism: all checks passed");
 process.exit(failures ? 1 : 0);

@@ -35,23 +35,23 @@ void ContextParallel::Plan(const std::vector<int>& seq_rows) {
 }
 
 void ContextParallel::WriteKv(PagedKvCache& kv, int l, const float* k, const float* v, const int32_t* slots) {
-  const int C = ranks(), ke = kv.k_row_elems(), ve = kv.v_row_elems();  // ve = 0: no V plane (MLA)
+  const int C = ranks();
+  const size_t kb = kv.k_row_bytes(), vb = kv.v_row_bytes();  // vb = 0: no V plane (MLA)
   const size_t n = mine_.size();
-  // Per rank: its K rows, then its V rows (f32: the cache conversion happens at the write, identically to one
-  // process).
-  send_.resize(n * (ke + ve));
-  if (n) std::memcpy(send_.data(), k, sizeof(float) * n * ke);
-  if (n && ve) std::memcpy(send_.data() + n * ke, v, sizeof(float) * n * ve);
-  const Status s = comm_->AllGatherV(send_.data(), sizeof(float) * send_.size(), &recv_, &sizes_);
+  // Per rank: its K rows, then its V rows, already in the cache dtype (the conversion Write would do, done by
+  // the row's owner: the cache bytes are those of one process, and a bf16/f16 cache sends half of f32).
+  kv_send_.resize(n * (kb + vb));
+  kv.Encode(k, v, static_cast<int>(n), kv_send_.data(), kv_send_.data() + n * kb);
+  const Status s = comm_->AllGatherV(kv_send_.data(), kv_send_.size(), &recv_, &sizes_);
   if (!s.ok()) dist::AbortJob("context-parallel K/V all-gather: " + s.ToString());
   for (int r = 0; r < C; ++r) slots_of_rank_[r].clear();
   for (int g = 0; g < total(); ++g) slots_of_rank_[owner_[g]].push_back(slots[g]);
   size_t off = 0;
   for (int r = 0; r < C; ++r) {
-    const int cnt = static_cast<int>(slots_of_rank_[r].size());
-    if (sizes_[r] != sizeof(float) * cnt * (ke + ve)) dist::AbortJob("context-parallel K/V all-gather: rank " + std::to_string(r) + " sent an unexpected row count (ranks disagree on the batch)");
-    const float* base = reinterpret_cast<const float*>(recv_.data() + off);
-    if (cnt) kv.Write(l, base, ve ? base + static_cast<size_t>(cnt) * ke : nullptr, slots_of_rank_[r].data(), cnt);
+    const size_t cnt = slots_of_rank_[r].size();
+    if (sizes_[r] != cnt * (kb + vb)) dist::AbortJob("context-parallel K/V all-gather: rank " + std::to_string(r) + " sent an unexpected row count (ranks disagree on the batch)");
+    const uint8_t* base = recv_.data() + off;
+    if (cnt) kv.WriteEncoded(l, base, base + cnt * kb, slots_of_rank_[r].data(), static_cast<int>(cnt));
     off += sizes_[r];
   }
 }

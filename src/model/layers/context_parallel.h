@@ -11,8 +11,8 @@
 //   short runs (decode rows, chunks shorter than the pieces) go row by row round-robin over the ranks.
 // Every rank computes the same assignment for every rank, so no plan is exchanged. Why all-gather and not a
 // ring: decode reads every position's K/V, so gathered K/V is already where decode needs it (no second
-// redistribution, no distributed softmax merge), the traffic per layer is one K/V row per token (MLA: one latent
-// row of 576 values), and rows and results stay bitwise those of one process (each row's arithmetic is
+// redistribution, no distributed softmax merge), the traffic per layer is one K/V row per token in the cache dtype (MLA: one latent
+// row of 576 values; bf16 halves f32), and rows and results stay bitwise those of one process (each row's arithmetic is
 // unchanged; only who computes it changes). The cost is memory: the KV cache is not divided by C.
 #pragma once
 #include <cstdint>
@@ -61,7 +61,7 @@ class ContextParallel {
   std::vector<int32_t> mine_, owner_, local_;
   std::vector<std::vector<int32_t>> slots_of_rank_;
   std::vector<float> send_;
-  std::vector<uint8_t> recv_;
+  std::vector<uint8_t> kv_send_, recv_;
   std::vector<size_t> sizes_;
   int64_t work_ = 0;
 };
