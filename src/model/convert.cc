@@ -18,8 +18,9 @@ namespace deepinfer {
 namespace {
 
 // llama.cpp's per-tensor type choice for a file type (llama-quant.cpp, llama_tensor_get_type and
-// tensor_type_fallback, for the non-Falcon architectures convert writes), applied in the order tensors are
-// written, which is llama.cpp's order: attn_v's rule counts attn_v tensors as llama.cpp's i_attention_wv does.
+// tensor_type_fallback, for the non-Falcon architectures convert writes). llama.cpp counts attn_v and (dense)
+// ffn_down tensors in load order, one per layer, so the count is the layer number in the name here, which makes
+// the choice independent of the order tensors are written in.
 class LlamaMix {
  public:
   LlamaMix(int ftype, DType base, int n_layers_all, int n_attn_v, int n_expert, bool tied)
@@ -27,6 +28,8 @@ class LlamaMix {
 
   DType Type(const std::string& name, int64_t cols) {
     auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+    int layer = 0;
+    std::sscanf(name.c_str(), "blk.%d.", &layer);
     auto more_bits = [](int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
     const bool km = ftype_ == kQ4_K_M || ftype_ == kQ5_K_M;
     DType t = base_;
@@ -35,18 +38,14 @@ class LlamaMix {
       else if (base_ != DType::kQ8_0) t = DType::kQ6_K;
     } else if (name == "token_embd.weight") {
     } else if (has("attn_v.weight")) {
-      if (km && more_bits(i_attn_v_, n_attn_v_)) t = DType::kQ6_K;
-      else if (ftype_ == kQ4_K_S && i_attn_v_ < 4) t = DType::kQ5_K;
+      if (km && more_bits(layer, n_attn_v_)) t = DType::kQ6_K;
+      else if (ftype_ == kQ4_K_S && layer < 4) t = DType::kQ5_K;
       if (n_expert_ == 8) t = DType::kQ8_0;
-      ++i_attn_v_;
     } else if (has("attn_k.weight")) {
       if (n_expert_ == 8) t = DType::kQ8_0;
     } else if (has("attn_output.weight")) {
       if (n_expert_ == 8 && (ftype_ == kQ4_K_S || ftype_ == kQ4_K_M)) t = DType::kQ5_K;
     } else if (has("ffn_down")) {
-      // Dense models count ffn_down tensors; MoE ones take the layer from the name. Both are the layer here.
-      int layer = 0;
-      std::sscanf(name.c_str(), "blk.%d.", &layer);
       if (km && more_bits(layer, n_layers_)) t = DType::kQ6_K;
       else if (ftype_ == kQ4_K_S && layer < n_layers_ / 8) t = DType::kQ5_K;
     }
@@ -74,7 +73,6 @@ class LlamaMix {
   DType base_;
   int n_layers_, n_attn_v_, n_expert_;
   bool tied_;
-  int i_attn_v_ = 0;
 };
 
 // Writes tensors into a GgufWriter as producers: each reads its source rows when the file is written.
@@ -99,7 +97,8 @@ class TensorEmitter {
   void Matrix(const std::string& name, const TensorView& v, int permute_heads = 0) {
     const int64_t rows = v.rows(), cols = v.cols();
     const DType t = OutType(name, v.dtype, cols);
-    gw_.AddTensor(name, t, {rows, cols}, [v, t, rows, cols, permute_heads](std::vector<uint8_t>* out) {
+    const std::vector<int64_t> shape = v.shape.size() > 2 ? v.shape : std::vector<int64_t>{rows, cols};
+    gw_.AddTensor(name, t, shape, [v, t, rows, cols, permute_heads](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
       const bool raw = t == v.dtype && !permute_heads && !v.block_scale;
       std::vector<float> buf(static_cast<size_t>(cols));
@@ -147,6 +146,12 @@ class TensorEmitter {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
       for (int64_t r = 0; r < rows; ++r) QuantizeRow(t, data.data() + r * cols, out->data() + r * out_row, static_cast<size_t>(cols));
     });
+  }
+
+  // A tensor copied as it is (a GGUF input's vectors and the matrices llama.cpp leaves unquantized).
+  void Raw(const std::string& name, const TensorView& v) {
+    const uint8_t* p = static_cast<const uint8_t*>(v.data);
+    gw_.AddTensor(name, v.dtype, v.shape, std::vector<uint8_t>(p, p + v.nbytes));
   }
 
   // A {1, n} weight (Qwen2-MoE's shared-expert gate) as the f32 vector {n} llama.cpp expects.
@@ -286,9 +291,69 @@ bool ParseOutType(const std::string& name, ConvertOptions* opts) {
   return false;
 }
 
+namespace {
+
+Status WriteWithProgress(const GgufWriter& gw, const std::string& out, const ConvertOptions& opts) {
+  std::unique_ptr<ProgressBar> bar;
+  DI_RETURN_IF_ERROR(gw.Write(out, [&](size_t done, size_t total) {
+    if (!opts.progress) return;
+    if (!bar) bar = std::make_unique<ProgressBar>("convert", total, "B");
+    bar->Update(done);
+  }));
+  if (bar) bar->Finish();
+  return Status::Ok();
+}
+
+void SetFileType(const ConvertOptions& opts, GgufWriter& gw) {
+  if (opts.ftype >= 0) gw.SetU32("general.file_type", static_cast<uint32_t>(opts.ftype));
+  // The block-format version llama.cpp's quantizer stamps on every quantized file (GGML_QNT_VERSION).
+  if (opts.outtype != DType::kInvalid && GetDTypeInfo(opts.outtype).block_elems > 1)
+    gw.SetU32("general.quantization_version", 2);
+}
+
+// f32/f16/bf16 GGUF -> another type: metadata copied, matrices re-typed as llama-quantize does (which tensors it
+// quantizes: tensor_allows_quantization — 2+ dimensions, names ending in "weight", no norms, no routers).
+Status ConvertGguf(const std::string& in, const std::string& out, const ConvertOptions& opts) {
+  if (opts.outtype == DType::kInvalid) return InvalidArgument("convert: a GGUF input needs --outtype");
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::Open(in));
+  GgufWriter gw;
+  for (const auto& [k, v] : f->metadata())
+    if (k != "general.file_type" && k != "general.quantization_version") gw.SetValue(k, v);
+  SetFileType(opts, gw);
+  DI_ASSIGN_OR_RETURN(std::string ga, f->GetString("general.architecture"));
+  auto get = [&](const std::string& key) { auto r = f->GetInt(ga + "." + key); return r.ok() ? static_cast<int>(*r) : 0; };
+  const int n_layers = get("block_count"), n_expert = get("expert_count");
+  int n_attn_v = 0;
+  for (const auto& [name, t] : f->tensors()) n_attn_v += name.find("attn_v.weight") != std::string::npos;
+  std::unique_ptr<LlamaMix> mix;
+  if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
+    mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, n_layers, n_attn_v, n_expert,
+                                     f->FindTensor("output.weight") == nullptr);
+  TensorEmitter emit(gw, opts.outtype, std::move(mix));
+  for (const auto& [name, t] : f->tensors()) {
+    const bool matrix = t.shape.size() >= 2 && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 &&
+                        name.find("_norm.weight") == std::string::npos;
+    if (!matrix || name.find("ffn_gate_inp") != std::string::npos) {
+      emit.Raw(name, t);
+      continue;
+    }
+    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16)
+      return InvalidArgument(in + ": tensor " + name + " is " + DTypeName(t.dtype) +
+                             "; convert re-types only f32/f16/bf16 matrices (no requantization)");
+    emit.Matrix(name, t);
+  }
+  DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
+  DI_LOG_INFO("wrote %s (%s from %s)", out.c_str(), DTypeName(opts.outtype), in.c_str());
+  // f must outlive the write: the producers read its mapped tensors.
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const ConvertOptions& opts) {
   if (opts.outtype != DType::kInvalid && !CanQuantizeRow(opts.outtype))
     return InvalidArgument(std::string("convert: unsupported output type ") + DTypeName(opts.outtype));
+  if (hf_dir.size() > 5 && hf_dir.compare(hf_dir.size() - 5, 5, ".gguf") == 0) return ConvertGguf(hf_dir, out, opts);
   LoadOptions lo;
   lo.placement = WeightPlacement::kMmap;
   lo.progress = false;
@@ -307,10 +372,7 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   WriteMetadata(*m, ga, c.n_layers + n_mtp, gw);
   DI_RETURN_IF_ERROR(ExportHfTokenizerToGguf(hf_dir, c.vocab_size, gw));
 
-  if (opts.ftype >= 0) gw.SetU32("general.file_type", static_cast<uint32_t>(opts.ftype));
-  // The block-format version llama.cpp's quantizer stamps on every quantized file (GGML_QNT_VERSION).
-  if (opts.outtype != DType::kInvalid && GetDTypeInfo(opts.outtype).block_elems > 1)
-    gw.SetU32("general.quantization_version", 2);
+  SetFileType(opts, gw);
   std::unique_ptr<LlamaMix> mix;
   if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
     mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, c.n_layers + n_mtp, c.mla ? 0 : c.n_layers + n_mtp,
@@ -334,13 +396,7 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   emit.Vector(N(TensorId::kOutputNorm), m->out_norm);
   if (!c.tie_embeddings) emit.Matrix(N(TensorId::kOutput), m->lm_head);
 
-  std::unique_ptr<ProgressBar> bar;
-  DI_RETURN_IF_ERROR(gw.Write(out, [&](size_t done, size_t total) {
-    if (!opts.progress) return;
-    if (!bar) bar = std::make_unique<ProgressBar>("convert", total, "B");
-    bar->Update(done);
-  }));
-  if (bar) bar->Finish();
+  DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
   DI_LOG_INFO("wrote %s (%s, %d layers%s)", out.c_str(), ga.c_str(), c.n_layers, n_mtp ? " + MTP" : "");
   return Status::Ok();
 }

@@ -1,5 +1,5 @@
 // `deepinfer convert --outtype q4_k_m | q4_k_s | q5_k_m | q5_k_s | q6_k | q8_0 | q4_0 ...` against llama.cpp.
-// A random llama-shaped model from make-tiny (f32, rows of 256 and 512 so the k-quants apply; 8 layers so
+// A random llama-shaped model from make-tiny (f32 unless --dtype f16, rows of 256 and 512 so the k-quants apply; 8 layers so
 // llama.cpp's use_more_bits picks some layers and not others; vocab 520 makes token_embd/output rows of 256 but
 // one case uses hidden 288, a row length that is no multiple of 256, to exercise the fallbacks) is converted from
 // its HF directory by deepinfer, and its GGUF copy (same f32 weights) is quantized by llama.cpp's own quantizer
@@ -51,24 +51,28 @@ async function tensors(file) {
 
 function model(name, flags) {
   const dir = path.join(tmp, name);
-  runDeepinfer(bin, ["make-tiny", "--arch", "llama", "--dtype", "f32", "--vocab", "520", "--heads", "4", "--kv-heads", "2",
+  runDeepinfer(bin, ["make-tiny", "--arch", "llama", "--vocab", "520", "--heads", "4", "--kv-heads", "2",
                      "--layers", "8", "-q", "--out", dir, ...flags]);
   return dir;
 }
 
 const big = model("m256", ["--hidden", "256", "--ffn", "512"]);
 const small = model("m256-2", ["--hidden", "256", "--ffn", "512", "--layers", "2"]);
+const f16 = model("m256-f16", ["--hidden", "256", "--ffn", "512", "--dtype", "f16"]);
 const odd = model("m288", ["--hidden", "288", "--ffn", "544", "--heads", "4", "--kv-heads", "2"]);
 const cases = [
   ...["q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k", "q8_0", "q4_0", "q5_1"].map(t => ({dir: big, outtype: t})),
   ...["q4_k_m", "q6_k"].map(t => ({dir: odd, outtype: t})),
   {dir: small, outtype: "q4_k_m"},
+  // GGUF inputs (f32, and f16 from make-tiny --dtype f16): deepinfer re-types the same file llama.cpp quantizes.
+  {dir: big, outtype: "q4_k_m", gguf: true},
+  {dir: f16, outtype: "q5_k_m", gguf: true},
 ];
 for (const c of cases) {
-  const label = `${c.outtype} (${path.basename(c.dir)})`;
-  const ours = path.join(tmp, `ours-${c.outtype}-${path.basename(c.dir)}.gguf`);
+  const label = `${c.outtype} (${path.basename(c.dir)}${c.gguf ? ", from its GGUF" : ""})`;
+  const ours = path.join(tmp, `ours-${c.outtype}-${path.basename(c.dir)}${c.gguf ? "-gguf" : ""}.gguf`);
   const ref = path.join(tmp, `ref-${c.outtype}-${path.basename(c.dir)}.gguf`);
-  runDeepinfer(bin, ["convert", "-m", c.dir, "-o", ours, "-q", "--outtype", c.outtype]);
+  runDeepinfer(bin, ["convert", "-m", c.gguf ? path.join(c.dir, "model.gguf") : c.dir, "-o", ours, "-q", "--outtype", c.outtype]);
   execFileSync(quantizeRef, [path.join(c.dir, "model.gguf"), ref, String(kFtype[c.outtype])], {stdio: ["ignore", "ignore", "pipe"]});
   const a = await tensors(ours), b = await tensors(ref);
   if (a.fileType !== b.fileType) fail(`${label}: general.file_type ${a.fileType} vs llama.cpp's ${b.fileType}`);
@@ -120,4 +124,21 @@ compareLogprobs("q4_k_m logprobs", ourLp, refLp, 0.5, 3e-2);
 const agree = ourLp.filter((row, i) => argmax(row) === argmax(refLp[i])).length;
 console.log(`     q4_k_m: argmax agrees at ${agree}/${prompt.length} positions`);
 if (agree < 0.99 * prompt.length) fail(`argmax agrees at ${agree}/${prompt.length} positions (< 99%)`);
+// 4. A file re-typed from a GGUF keeps the input's metadata: llama.cpp loads it and gives the log-probs it gives
+// on llama-quantize's file of the same input (same tensor bytes, so exactly equal).
+{
+  const a = await llamaLogprobs(path.join(tmp, "ours-q5_k_m-m256-f16-gguf.gguf"), prompt.slice(0, 16));
+  const b = await llamaLogprobs(path.join(tmp, "ref-q5_k_m-m256-f16.gguf"), prompt.slice(0, 16));
+  compareLogprobs("q5_k_m from an f16 GGUF, in llama.cpp, vs llama-quantize's file", a, b, 0);
+}
+// 5. Bad input gets a clear error naming the tensor: requantizing an already quantized file, and no --outtype.
+for (const [args, want] of [[["--outtype", "q4_k_m"], /tensor \S+ is q\d_K.*no requantization/], [[], /needs --outtype/]]) {
+  try {
+    runDeepinfer(bin, ["convert", "-m", file, "-o", path.join(tmp, "bad.gguf"), "-q", ...args]);
+    fail(`convert ${args.join(" ")} of a quantized GGUF succeeded`);
+  } catch (e) {
+    if (!want.test(String(e.stderr))) fail(`convert ${args.join(" ")}: unexpected error ${e.stderr}`);
+    else console.log(`ok   error: ${String(e.stderr).trim().split("\n").pop()}`);
+  }
+}
 fs.rmSync(tmp, {recursive: true, force: true});
