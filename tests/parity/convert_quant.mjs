@@ -32,6 +32,9 @@ const {readGgufFileInfo} = await import(require.resolve("node-llama-cpp"));
 const kBlock = {0: [4, 1], 1: [2, 1], 2: [18, 32], 3: [20, 32], 6: [22, 32], 7: [24, 32], 8: [34, 32],
                 10: [84, 256], 11: [110, 256], 12: [144, 256], 13: [176, 256], 14: [210, 256], 30: [2, 1]};
 const kFtype = {q4_0: 2, q4_1: 3, q8_0: 7, q5_0: 8, q5_1: 9, q4_k_s: 14, q4_k_m: 15, q5_k_s: 16, q5_k_m: 17, q6_k: 18};
+// One type for every matrix: llama-quantize --pure with a file type of that base type (its file_type is not
+// compared: deepinfer writes none for these).
+const kPure = {q2_k: 10, q3_k: 12, q4_k: 15, q5_k: 17};
 
 async function tensors(file) {
   const info = await readGgufFileInfo(file, {readTensorInfo: true});
@@ -52,18 +55,23 @@ async function tensors(file) {
 function model(name, flags) {
   const dir = path.join(tmp, name);
   runDeepinfer(bin, ["make-tiny", "--arch", "llama", "--vocab", "520", "--heads", "4", "--kv-heads", "2",
-                     "--layers", "8", "-q", "--out", dir, ...flags]);
+                     "--layers", "8", "-q", "--out", dir, ...flags]);  // later flags override these
   return dir;
 }
 
 const big = model("m256", ["--hidden", "256", "--ffn", "512"]);
 const small = model("m256-2", ["--hidden", "256", "--ffn", "512", "--layers", "2"]);
+const moe = model("moe8", ["--arch", "qwen3_moe", "--hidden", "256", "--experts", "8", "--experts-used", "2",
+                           "--expert-ffn", "256", "--layers", "2"]);
 const f16 = model("m256-f16", ["--hidden", "256", "--ffn", "512", "--dtype", "f16"]);
 const odd = model("m288", ["--hidden", "288", "--ffn", "544", "--heads", "4", "--kv-heads", "2"]);
 const cases = [
   ...["q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k", "q8_0", "q4_0", "q5_1"].map(t => ({dir: big, outtype: t})),
   ...["q4_k_m", "q6_k"].map(t => ({dir: odd, outtype: t})),
   {dir: small, outtype: "q4_k_m"},
+  ...Object.keys(kPure).map(t => ({dir: big, outtype: t})),
+  // MoE with 8 experts (llama.cpp's q8_0 attn_k/attn_v and q5_K attn_output rules), stacked expert tensors.
+  {dir: moe, outtype: "q4_k_m"},
   // GGUF inputs (f32, and f16 from make-tiny --dtype f16): deepinfer re-types the same file llama.cpp quantizes.
   {dir: big, outtype: "q4_k_m", gguf: true},
   {dir: f16, outtype: "q5_k_m", gguf: true},
@@ -73,9 +81,10 @@ for (const c of cases) {
   const ours = path.join(tmp, `ours-${c.outtype}-${path.basename(c.dir)}${c.gguf ? "-gguf" : ""}.gguf`);
   const ref = path.join(tmp, `ref-${c.outtype}-${path.basename(c.dir)}.gguf`);
   runDeepinfer(bin, ["convert", "-m", c.gguf ? path.join(c.dir, "model.gguf") : c.dir, "-o", ours, "-q", "--outtype", c.outtype]);
-  execFileSync(quantizeRef, [path.join(c.dir, "model.gguf"), ref, String(kFtype[c.outtype])], {stdio: ["ignore", "ignore", "pipe"]});
+  const refArgs = kPure[c.outtype] ? [String(kPure[c.outtype]), "pure"] : [String(kFtype[c.outtype])];
+  execFileSync(quantizeRef, [path.join(c.dir, "model.gguf"), ref, ...refArgs], {stdio: ["ignore", "ignore", "pipe"]});
   const a = await tensors(ours), b = await tensors(ref);
-  if (a.fileType !== b.fileType) fail(`${label}: general.file_type ${a.fileType} vs llama.cpp's ${b.fileType}`);
+  if (!kPure[c.outtype] && a.fileType !== b.fileType) fail(`${label}: general.file_type ${a.fileType} vs llama.cpp's ${b.fileType}`);
   const names = [...b.tensors.keys()].sort();
   if (JSON.stringify([...a.tensors.keys()].sort()) !== JSON.stringify(names)) fail(`${label}: tensor names differ`);
   let typesBad = 0, bytesBad = 0;
