@@ -37,7 +37,7 @@ class LlamaMix {
       if (cols % GetDTypeInfo(base_).block_elems) t = DType::kQ8_0;
       else if (base_ != DType::kQ8_0) t = DType::kQ6_K;
     } else if (name == "token_embd.weight") {
-    } else if (has("attn_v.weight")) {
+    } else if (AttnVLike(name)) {
       if (km && more_bits(layer, n_attn_v_)) t = DType::kQ6_K;
       else if (ftype_ == kQ4_K_S && layer < 4) t = DType::kQ5_K;
       if (n_expert_ == 8) t = DType::kQ8_0;
@@ -50,6 +50,13 @@ class LlamaMix {
       else if (ftype_ == kQ4_K_S && layer < n_layers_ / 8) t = DType::kQ5_K;
     }
     return Fallback(t, cols);
+  }
+
+  // llama.cpp's attention-V-like tensors (category_is_attn_v): more sensitive to quantization.
+  static bool AttnVLike(const std::string& name) {
+    for (const char* s : {"attn_v.weight", "attn_qkv.weight", "attn_kv_b.weight"})
+      if (name.find(s) != std::string::npos) return true;
+    return false;
   }
 
   // A type whose block does not divide the row: llama.cpp's smaller-block substitute, else f16.
@@ -324,7 +331,7 @@ Status ConvertGguf(const std::string& in, const std::string& out, const ConvertO
   auto get = [&](const std::string& key) { auto r = f->GetInt(ga + "." + key); return r.ok() ? static_cast<int>(*r) : 0; };
   const int n_layers = get("block_count"), n_expert = get("expert_count");
   int n_attn_v = 0;
-  for (const auto& [name, t] : f->tensors()) n_attn_v += name.find("attn_v.weight") != std::string::npos;
+  for (const auto& [name, t] : f->tensors()) n_attn_v += LlamaMix::AttnVLike(name);
   std::unique_ptr<LlamaMix> mix;
   if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
     mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, n_layers, n_attn_v, n_expert,

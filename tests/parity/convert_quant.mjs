@@ -3,7 +3,9 @@
 // llama.cpp's use_more_bits picks some layers and not others; vocab 520 makes token_embd/output rows of 256 but
 // one case uses hidden 288, a row length that is no multiple of 256, to exercise the fallbacks) is converted from
 // its HF directory by deepinfer, and its GGUF copy (same f32 weights) is quantized by llama.cpp's own quantizer
-// (tools/ref/llama_quantize_ref.cc: llama_model_quantize, what llama-quantize runs, no imatrix). Checks:
+// (tools/ref/llama_quantize_ref.cc: llama_model_quantize, what llama-quantize runs, no imatrix). Also: the pure
+// types (--pure), an 8-expert qwen3_moe (stacked experts, llama.cpp's 8-expert rules), a DeepSeek-V3 GGUF
+// (attn_kv_b) and f32/f16 GGUF inputs. Checks:
 //   1. the same tensors, the same per-tensor types (llama.cpp's mix rules) and bitwise the same tensor bytes
 //      (deepinfer's quantizers and ggml's reference search), and general.file_type as llama.cpp writes it;
 //   2. llama.cpp (node-llama-cpp) loads deepinfer's q4_k_m file and generates the same 32 greedy tokens as
@@ -63,6 +65,9 @@ const big = model("m256", ["--hidden", "256", "--ffn", "512"]);
 const small = model("m256-2", ["--hidden", "256", "--ffn", "512", "--layers", "2"]);
 const moe = model("moe8", ["--arch", "qwen3_moe", "--hidden", "256", "--experts", "8", "--experts-used", "2",
                            "--expert-ffn", "256", "--layers", "2"]);
+// DeepSeek-V3-shaped GGUF (make-tiny's GGUF keeps MLA's single attn_kv_b, which llama.cpp treats as attn_v).
+const ds = model("ds8", ["--arch", "deepseek_v3", "--hidden", "256", "--kv-lora", "256", "--q-lora", "256", "--ffn", "512",
+                         "--expert-ffn", "256", "--experts", "8", "--experts-used", "2", "--layers", "3"]);
 const f16 = model("m256-f16", ["--hidden", "256", "--ffn", "512", "--dtype", "f16"]);
 const odd = model("m288", ["--hidden", "288", "--ffn", "544", "--heads", "4", "--kv-heads", "2"]);
 const cases = [
@@ -75,6 +80,7 @@ const cases = [
   // GGUF inputs (f32, and f16 from make-tiny --dtype f16): deepinfer re-types the same file llama.cpp quantizes.
   {dir: big, outtype: "q4_k_m", gguf: true},
   {dir: f16, outtype: "q5_k_m", gguf: true},
+  {dir: ds, outtype: "q4_k_m", gguf: true},
 ];
 for (const c of cases) {
   const label = `${c.outtype} (${path.basename(c.dir)}${c.gguf ? ", from its GGUF" : ""})`;
