@@ -14,9 +14,9 @@ int CmdConvert(int argc, char** argv) {
             "mistral, qwen2, qwen3, qwen3_moe, deepseek_v2/v3 (MLA as split attn_k_b/attn_v_b, MTP modules as\n"
             "blk.N.nextn.*). Tokenizers: byte-level BPE (Llama 3, Qwen, DeepSeek).",
             {
-                {"model", "m", "DIR", "", "Hugging Face model directory"},
+                {"model", "m", "DIR", "", "Hugging Face model directory, or an f32/f16/bf16 .gguf to re-type (needs --outtype)"},
                 {"out", "o", "FILE", "", "output .gguf file (written atomically)"},
-                {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0"},
+                {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k_m | q4_k_s | q5_k_m | q5_k_s | q6_k (llama.cpp's per-tensor mixes) | q2_k | q3_k | q4_k | q5_k (one type for every matrix)"},
                 {"no-mtp", "", "", "", "leave DeepSeek MTP modules out"},
                 {"quiet", "q", "", "", "no progress output"},
             });
@@ -25,8 +25,7 @@ int CmdConvert(int argc, char** argv) {
   ConvertOptions opts;
   const std::string t = args.Get("outtype");
   if (t != "auto") {
-    opts.outtype = DTypeFromName(t);
-    if (opts.outtype == DType::kInvalid) return Fail(InvalidArgument("unknown --outtype '" + t + "'"));
+    if (!ParseOutType(t, &opts)) return Fail(InvalidArgument("unknown --outtype '" + t + "'"));
   }
   opts.mtp = !args.Has("no-mtp");
   opts.progress = !args.Has("quiet");

@@ -390,6 +390,51 @@ void GgufWriter::SetArray(const std::string& k, uint32_t elem_type, const std::v
 void GgufWriter::SetF32Array(const std::string& k, const std::vector<float>& v) { SetArray(k, 6, v); }
 void GgufWriter::SetI32Array(const std::string& k, const std::vector<int32_t>& v) { SetArray(k, 5, v); }
 
+namespace {
+// One scalar of GGUF type t, from the widened value the reader keeps.
+void PutTyped(std::vector<uint8_t>& b, GgufType t, double f, int64_t i) {
+  switch (t) {
+    case GgufType::kU8: Put<uint8_t>(b, static_cast<uint8_t>(i)); break;
+    case GgufType::kI8: Put<int8_t>(b, static_cast<int8_t>(i)); break;
+    case GgufType::kU16: Put<uint16_t>(b, static_cast<uint16_t>(i)); break;
+    case GgufType::kI16: Put<int16_t>(b, static_cast<int16_t>(i)); break;
+    case GgufType::kU32: Put<uint32_t>(b, static_cast<uint32_t>(i)); break;
+    case GgufType::kI32: Put<int32_t>(b, static_cast<int32_t>(i)); break;
+    case GgufType::kU64: Put<uint64_t>(b, static_cast<uint64_t>(i)); break;
+    case GgufType::kI64: Put<int64_t>(b, i); break;
+    case GgufType::kF32: Put<float>(b, static_cast<float>(f)); break;
+    case GgufType::kF64: Put<double>(b, f); break;
+    case GgufType::kBool: Put<uint8_t>(b, i ? 1 : 0); break;
+    default: break;
+  }
+}
+}  // namespace
+
+void GgufWriter::SetValue(const std::string& k, const GgufValue& v) {
+  std::vector<uint8_t> b;
+  Put<uint32_t>(b, static_cast<uint32_t>(v.type));
+  if (v.is_array()) {
+    Put<uint32_t>(b, static_cast<uint32_t>(v.array_type));
+    if (v.array_type == GgufType::kString) {
+      Put<uint64_t>(b, v.strings.size());
+      for (const auto& x : v.strings) PutString(b, x);
+    } else {
+      Put<uint64_t>(b, v.numbers.size());
+      for (double x : v.numbers) PutTyped(b, v.array_type, x, static_cast<int64_t>(x));
+    }
+  } else if (v.type == GgufType::kString) {
+    PutString(b, std::get<std::string>(v.scalar));
+  } else {
+    double f = 0;
+    int64_t i = 0;
+    if (const auto* p = std::get_if<int64_t>(&v.scalar)) f = static_cast<double>(i = *p);
+    if (const auto* p = std::get_if<double>(&v.scalar)) i = static_cast<int64_t>(f = *p);
+    if (const auto* p = std::get_if<bool>(&v.scalar)) f = static_cast<double>(i = *p ? 1 : 0);
+    PutTyped(b, v.type, f, i);
+  }
+  kv_.emplace_back(k, std::move(b));
+}
+
 void GgufWriter::AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<uint8_t> bytes) {
   const size_t n = bytes.size();
   tensors_.push_back({name, dtype, shape, std::move(bytes), nullptr, n});

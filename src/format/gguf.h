@@ -68,6 +68,8 @@ class GgufWriter {
   void SetStringArray(const std::string& k, const std::vector<std::string>& v);
   void SetF32Array(const std::string& k, const std::vector<float>& v);
   void SetI32Array(const std::string& k, const std::vector<int32_t>& v);
+  // A value read by GgufFile, re-encoded with its own type (64-bit integer arrays pass through double).
+  void SetValue(const std::string& k, const GgufValue& v);
   // shape is outermost-first (PyTorch order); the bytes are copied into the writer.
   void AddTensor(const std::string& name, DType dtype, const std::vector<int64_t>& shape, std::vector<uint8_t> bytes);
   // A tensor produced while the file is written (one at a time, so a converter never holds the whole model):

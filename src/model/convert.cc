@@ -1,6 +1,8 @@
 #include "model/convert.h"
 
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 
@@ -15,25 +17,95 @@
 namespace deepinfer {
 namespace {
 
+// llama.cpp's per-tensor type choice for a file type (llama-quant.cpp, llama_tensor_get_type and
+// tensor_type_fallback, for the non-Falcon architectures convert writes). llama.cpp counts attn_v and (dense)
+// ffn_down tensors in load order, one per layer, so the count is the layer number in the name here, which makes
+// the choice independent of the order tensors are written in.
+class LlamaMix {
+ public:
+  LlamaMix(int ftype, DType base, int n_layers_all, int n_attn_v, int n_expert, bool tied)
+      : ftype_(ftype), base_(base), n_layers_(n_layers_all), n_attn_v_(n_attn_v), n_expert_(n_expert), tied_(tied) {}
+
+  DType Type(const std::string& name, int64_t cols) {
+    auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+    int layer = 0;
+    std::sscanf(name.c_str(), "blk.%d.", &layer);
+    auto more_bits = [](int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+    const bool km = ftype_ == kQ4_K_M || ftype_ == kQ5_K_M;
+    DType t = base_;
+    if (name == "output.weight" || (tied_ && name == "token_embd.weight")) {
+      if (cols % GetDTypeInfo(base_).block_elems) t = DType::kQ8_0;
+      else if (base_ != DType::kQ8_0) t = DType::kQ6_K;
+    } else if (name == "token_embd.weight") {
+    } else if (AttnVLike(name)) {
+      if (km && more_bits(layer, n_attn_v_)) t = DType::kQ6_K;
+      else if (ftype_ == kQ4_K_S && layer < 4) t = DType::kQ5_K;
+      if (n_expert_ == 8) t = DType::kQ8_0;
+    } else if (has("attn_k.weight")) {
+      if (n_expert_ == 8) t = DType::kQ8_0;
+    } else if (has("attn_output.weight")) {
+      if (n_expert_ == 8 && (ftype_ == kQ4_K_S || ftype_ == kQ4_K_M)) t = DType::kQ5_K;
+    } else if (has("ffn_down")) {
+      if (km && more_bits(layer, n_layers_)) t = DType::kQ6_K;
+      else if (ftype_ == kQ4_K_S && layer < n_layers_ / 8) t = DType::kQ5_K;
+    }
+    return Fallback(t, cols);
+  }
+
+  // llama.cpp's attention-V-like tensors (category_is_attn_v): more sensitive to quantization.
+  static bool AttnVLike(const std::string& name) {
+    for (const char* s : {"attn_v.weight", "attn_qkv.weight", "attn_kv_b.weight"})
+      if (name.find(s) != std::string::npos) return true;
+    return false;
+  }
+
+  // A type whose block does not divide the row: llama.cpp's smaller-block substitute, else f16.
+  static DType Fallback(DType t, int64_t cols) {
+    if (cols % GetDTypeInfo(t).block_elems == 0) return t;
+    switch (t) {
+      case DType::kQ2_K:
+      case DType::kQ3_K: t = DType::kQ4_0; break;
+      case DType::kQ4_K: t = DType::kQ5_0; break;
+      case DType::kQ5_K: t = DType::kQ5_1; break;
+      case DType::kQ6_K: t = DType::kQ8_0; break;
+      default: break;
+    }
+    return cols % GetDTypeInfo(t).block_elems ? DType::kF16 : t;
+  }
+
+  static constexpr int kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17;
+
+ private:
+  int ftype_;
+  DType base_;
+  int n_layers_, n_attn_v_, n_expert_;
+  bool tied_;
+};
+
 // Writes tensors into a GgufWriter as producers: each reads its source rows when the file is written.
 class TensorEmitter {
  public:
-  TensorEmitter(GgufWriter& gw, DType outtype) : gw_(gw), outtype_(outtype) {}
+  TensorEmitter(GgufWriter& gw, DType outtype, std::unique_ptr<LlamaMix> mix)
+      : gw_(gw), outtype_(outtype), mix_(std::move(mix)) {}
 
-  // The type a matrix of `src` dtype and `cols` columns is written as.
-  DType OutType(DType src, int64_t cols) const {
+  // The type matrix `name` of `src` dtype and `cols` columns is written as.
+  DType OutType(const std::string& name, DType src, int64_t cols) const {
+    const bool quantized = outtype_ != DType::kInvalid && GetDTypeInfo(outtype_).block_elems > 1;
+    // Routers stay exact, as llama.cpp's quantizer leaves ffn_gate_inp.
+    if (quantized && name.find("ffn_gate_inp") != std::string::npos) return DType::kF32;
+    if (mix_) return mix_->Type(name, cols);
+    if (quantized) return LlamaMix::Fallback(outtype_, cols);
     DType t = outtype_;
     if (t == DType::kInvalid) t = (src == DType::kF32 || src == DType::kF16 || src == DType::kBF16) ? src : DType::kBF16;
-    const int blk = GetDTypeInfo(t).block_elems;
-    if (cols % blk) t = DType::kF32;  // a row that does not fill whole quantization blocks stays exact
     return t;
   }
 
   // A matrix, optionally with llama-style q/k rows reordered (rotate-half -> adjacent pairs, per head).
   void Matrix(const std::string& name, const TensorView& v, int permute_heads = 0) {
     const int64_t rows = v.rows(), cols = v.cols();
-    const DType t = OutType(v.dtype, cols);
-    gw_.AddTensor(name, t, {rows, cols}, [v, t, rows, cols, permute_heads](std::vector<uint8_t>* out) {
+    const DType t = OutType(name, v.dtype, cols);
+    const std::vector<int64_t> shape = v.shape.size() > 2 ? v.shape : std::vector<int64_t>{rows, cols};
+    gw_.AddTensor(name, t, shape, [v, t, rows, cols, permute_heads](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
       const bool raw = t == v.dtype && !permute_heads && !v.block_scale;
       std::vector<float> buf(static_cast<size_t>(cols));
@@ -56,7 +128,7 @@ class TensorEmitter {
   // Per-expert matrices stacked into {E, rows, cols}, as llama.cpp keeps them.
   void Stacked(const std::string& name, const std::vector<TensorView>& experts) {
     const int64_t E = static_cast<int64_t>(experts.size()), rows = experts[0].rows(), cols = experts[0].cols();
-    const DType t = OutType(experts[0].dtype, cols);
+    const DType t = OutType(name, experts[0].dtype, cols);
     gw_.AddTensor(name, t, {E, rows, cols}, [experts, t, rows, cols](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
       std::vector<float> buf(static_cast<size_t>(cols));
@@ -76,11 +148,17 @@ class TensorEmitter {
   // Rows of an f32 matrix held in memory (W_UK^T derived at load), in the type `like` converts to.
   void F32Rows(const std::string& name, const std::vector<float>& data, std::vector<int64_t> shape, DType like) {
     const int64_t cols = shape.back(), rows = static_cast<int64_t>(data.size()) / cols;
-    const DType t = OutType(like, cols);
+    const DType t = OutType(name, like, cols);
     gw_.AddTensor(name, t, shape, [&data, t, rows, cols](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
       for (int64_t r = 0; r < rows; ++r) QuantizeRow(t, data.data() + r * cols, out->data() + r * out_row, static_cast<size_t>(cols));
     });
+  }
+
+  // A tensor copied as it is (a GGUF input's vectors and the matrices llama.cpp leaves unquantized).
+  void Raw(const std::string& name, const TensorView& v) {
+    const uint8_t* p = static_cast<const uint8_t*>(v.data);
+    gw_.AddTensor(name, v.dtype, v.shape, std::vector<uint8_t>(p, p + v.nbytes));
   }
 
   // A {1, n} weight (Qwen2-MoE's shared-expert gate) as the f32 vector {n} llama.cpp expects.
@@ -99,6 +177,7 @@ class TensorEmitter {
  private:
   GgufWriter& gw_;
   DType outtype_;
+  std::unique_ptr<LlamaMix> mix_;
 };
 
 Status CheckConvertible(const ModelConfig& c, const std::string& dir) {
@@ -197,10 +276,91 @@ void WriteLayer(const ModelConfig& c, const LayerWeights& L, int l, TensorEmitte
 
 }  // namespace
 
+bool ParseOutType(const std::string& name, ConvertOptions* opts) {
+  struct Entry { const char* name; DType type; int ftype; };
+  // llama_ftype values (llama.h); -1: no llama.cpp file type, the type for every matrix.
+  static const Entry kTypes[] = {
+      {"f32", DType::kF32, 0},     {"f16", DType::kF16, 1},     {"bf16", DType::kBF16, 32},
+      {"q8_0", DType::kQ8_0, 7},   {"q4_0", DType::kQ4_0, 2},   {"q4_1", DType::kQ4_1, 3},
+      {"q5_0", DType::kQ5_0, 8},   {"q5_1", DType::kQ5_1, 9},   {"q4_k_s", DType::kQ4_K, 14},
+      {"q4_k_m", DType::kQ4_K, 15}, {"q5_k_s", DType::kQ5_K, 16}, {"q5_k_m", DType::kQ5_K, 17},
+      {"q6_k", DType::kQ6_K, 18},  {"q2_k", DType::kQ2_K, -1},  {"q3_k", DType::kQ3_K, -1},
+      {"q4_k", DType::kQ4_K, -1},  {"q5_k", DType::kQ5_K, -1},
+  };
+  std::string lower = name;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  for (const Entry& e : kTypes)
+    if (lower == e.name) {
+      opts->outtype = e.type;
+      opts->ftype = e.ftype;
+      return true;
+    }
+  return false;
+}
+
+namespace {
+
+Status WriteWithProgress(const GgufWriter& gw, const std::string& out, const ConvertOptions& opts) {
+  std::unique_ptr<ProgressBar> bar;
+  DI_RETURN_IF_ERROR(gw.Write(out, [&](size_t done, size_t total) {
+    if (!opts.progress) return;
+    if (!bar) bar = std::make_unique<ProgressBar>("convert", total, "B");
+    bar->Update(done);
+  }));
+  if (bar) bar->Finish();
+  return Status::Ok();
+}
+
+void SetFileType(const ConvertOptions& opts, GgufWriter& gw) {
+  if (opts.ftype >= 0) gw.SetU32("general.file_type", static_cast<uint32_t>(opts.ftype));
+  // The block-format version llama.cpp's quantizer stamps on every quantized file (GGML_QNT_VERSION).
+  if (opts.outtype != DType::kInvalid && GetDTypeInfo(opts.outtype).block_elems > 1)
+    gw.SetU32("general.quantization_version", 2);
+}
+
+// f32/f16/bf16 GGUF -> another type: metadata copied, matrices re-typed as llama-quantize does (which tensors it
+// quantizes: tensor_allows_quantization — 2+ dimensions, names ending in "weight", no norms, no routers).
+Status ConvertGguf(const std::string& in, const std::string& out, const ConvertOptions& opts) {
+  if (opts.outtype == DType::kInvalid) return InvalidArgument("convert: a GGUF input needs --outtype");
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> f, GgufFile::Open(in));
+  GgufWriter gw;
+  for (const auto& [k, v] : f->metadata())
+    if (k != "general.file_type" && k != "general.quantization_version") gw.SetValue(k, v);
+  SetFileType(opts, gw);
+  DI_ASSIGN_OR_RETURN(std::string ga, f->GetString("general.architecture"));
+  auto get = [&](const std::string& key) { auto r = f->GetInt(ga + "." + key); return r.ok() ? static_cast<int>(*r) : 0; };
+  const int n_layers = get("block_count"), n_expert = get("expert_count");
+  int n_attn_v = 0;
+  for (const auto& [name, t] : f->tensors()) n_attn_v += LlamaMix::AttnVLike(name);
+  std::unique_ptr<LlamaMix> mix;
+  if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
+    mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, n_layers, n_attn_v, n_expert,
+                                     f->FindTensor("output.weight") == nullptr);
+  TensorEmitter emit(gw, opts.outtype, std::move(mix));
+  for (const auto& [name, t] : f->tensors()) {
+    const bool matrix = t.shape.size() >= 2 && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 &&
+                        name.find("_norm.weight") == std::string::npos;
+    if (!matrix || name.find("ffn_gate_inp") != std::string::npos) {
+      emit.Raw(name, t);
+      continue;
+    }
+    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16)
+      return InvalidArgument(in + ": tensor " + name + " is " + DTypeName(t.dtype) +
+                             "; convert re-types only f32/f16/bf16 matrices (no requantization)");
+    emit.Matrix(name, t);
+  }
+  DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
+  DI_LOG_INFO("wrote %s (%s from %s)", out.c_str(), DTypeName(opts.outtype), in.c_str());
+  // f must outlive the write: the producers read its mapped tensors.
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const ConvertOptions& opts) {
-  if (opts.outtype != DType::kInvalid && opts.outtype != DType::kF32 && opts.outtype != DType::kF16 &&
-      opts.outtype != DType::kBF16 && opts.outtype != DType::kQ8_0 && opts.outtype != DType::kQ4_0)
+  if (opts.outtype != DType::kInvalid && !CanQuantizeRow(opts.outtype))
     return InvalidArgument(std::string("convert: unsupported output type ") + DTypeName(opts.outtype));
+  if (hf_dir.size() > 5 && hf_dir.compare(hf_dir.size() - 5, 5, ".gguf") == 0) return ConvertGguf(hf_dir, out, opts);
   LoadOptions lo;
   lo.placement = WeightPlacement::kMmap;
   lo.progress = false;
@@ -219,7 +379,12 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   WriteMetadata(*m, ga, c.n_layers + n_mtp, gw);
   DI_RETURN_IF_ERROR(ExportHfTokenizerToGguf(hf_dir, c.vocab_size, gw));
 
-  TensorEmitter emit(gw, opts.outtype);
+  SetFileType(opts, gw);
+  std::unique_ptr<LlamaMix> mix;
+  if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
+    mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, c.n_layers + n_mtp, c.mla ? 0 : c.n_layers + n_mtp,
+                                     c.n_experts, c.tie_embeddings);
+  TensorEmitter emit(gw, opts.outtype, std::move(mix));
   auto N = [&](TensorId id, int layer = -1) { return TensorName(arch, WeightFormat::kGguf, id, layer); };
   emit.Matrix(N(TensorId::kTokEmbd), m->tok_embd);
   if (!c.rope_freq_factors.empty()) emit.Vector(N(TensorId::kRopeFreqs), c.rope_freq_factors);
@@ -238,13 +403,7 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   emit.Vector(N(TensorId::kOutputNorm), m->out_norm);
   if (!c.tie_embeddings) emit.Matrix(N(TensorId::kOutput), m->lm_head);
 
-  std::unique_ptr<ProgressBar> bar;
-  DI_RETURN_IF_ERROR(gw.Write(out, [&](size_t done, size_t total) {
-    if (!opts.progress) return;
-    if (!bar) bar = std::make_unique<ProgressBar>("convert", total, "B");
-    bar->Update(done);
-  }));
-  if (bar) bar->Finish();
+  DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
   DI_LOG_INFO("wrote %s (%s, %d layers%s)", out.c_str(), ga.c_str(), c.n_layers, n_mtp ? " + MTP" : "");
   return Status::Ok();
 }

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "tensor/quant_blocks.h"
+#include "tensor/quantize.h"
 
 namespace deepinfer {
 
@@ -208,6 +209,14 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
       }
       return;
     }
+    case DType::kQ4_1: return QuantizeRowQ4_1(src, static_cast<BlockQ4_1*>(dst), n);
+    case DType::kQ5_0: return QuantizeRowQ5_0(src, static_cast<BlockQ5_0*>(dst), n);
+    case DType::kQ5_1: return QuantizeRowQ5_1(src, static_cast<BlockQ5_1*>(dst), n);
+    case DType::kQ2_K: return QuantizeRowQ2_K(src, static_cast<BlockQ2_K*>(dst), n);
+    case DType::kQ3_K: return QuantizeRowQ3_K(src, static_cast<BlockQ3_K*>(dst), n);
+    case DType::kQ4_K: return QuantizeRowQ4_K(src, static_cast<BlockQ4_K*>(dst), n);
+    case DType::kQ5_K: return QuantizeRowQ5_K(src, static_cast<BlockQ5_K*>(dst), n);
+    case DType::kQ6_K: return QuantizeRowQ6_K(src, static_cast<BlockQ6_K*>(dst), n);
     case DType::kI32: {
       auto* d = static_cast<int32_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(src[i]);
@@ -227,6 +236,14 @@ bool CanQuantizeRow(DType t) {
     case DType::kBF16:
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ2_K:
+    case DType::kQ3_K:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
     case DType::kI32: return true;
     default: return false;
   }

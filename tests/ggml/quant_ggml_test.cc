@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "ggml-cpu.h"
@@ -124,6 +125,48 @@ TEST_F(GgmlTest, DotProductsTrackGgmlsVecDot) {
         for (int64_t j = 0; j < k; ++j) mag += std::fabs(static_cast<double>(wd[j]) * xd[j]);
         EXPECT_NEAR(y[r], ref, 1e-5 * mag) << DTypeName(t) << " " << IsaName(isa) << " row " << r;
       }
+    }
+  }
+}
+
+// Weight quantization (what `convert --outtype` writes): deepinfer's blocks bitwise those of ggml's quantizer
+// (ggml_quantize_chunk without an importance matrix, what llama-quantize runs), on rows that exercise every
+// branch of the searches: uniform and Gaussian rows at several magnitudes, heavy outliers, an all-zero block,
+// constant blocks (positive and negative), one-sided blocks (all positive / all negative: the min clamp), tiny
+// values near the group epsilon and f16-rounded ties.
+TEST_F(GgmlTest, WeightQuantizationIsBitwiseGgmls) {
+  const size_t n = 256 * 40;
+  std::vector<std::vector<float>> rows;
+  for (float scale : {1e-6f, 0.02f, 1.f, 80.f}) rows.push_back(RandomVec(n, 900 + static_cast<uint32_t>(rows.size()), scale));
+  {
+    std::mt19937 rng(4242);
+    std::normal_distribution<float> g(0.f, 0.05f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = g(rng);
+    for (size_t i = 0; i < n; i += 97) v[i] *= 40.f;  // outliers, as real weight rows have
+    for (size_t i = 0; i < 256; ++i) v[i] = 0;                                        // all-zero super-block
+    for (size_t i = 256; i < 512; ++i) v[i] = 0.25f;                                  // constant > 0
+    for (size_t i = 512; i < 768; ++i) v[i] = -0.125f;                                // constant < 0
+    for (size_t i = 768; i < 1024; ++i) v[i] = std::fabs(v[i]) + 0.01f;               // one-sided
+    for (size_t i = 1024; i < 1280; ++i) v[i] = -std::fabs(v[i]) - 0.01f;
+    for (size_t i = 1280; i < 1536; ++i) v[i] = (static_cast<int>(i % 9) - 4) * 0.0625f;  // exact ties
+    for (size_t i = 1536; i < 1792; ++i) v[i] *= 1e-16f;                              // below the group epsilon
+    for (size_t i = 1792; i < 2048; ++i) v[i] = i % 32 ? 0.f : 1.f;                   // sparse
+    rows.push_back(v);
+  }
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    ASSERT_TRUE(CanQuantizeRow(t)) << DTypeName(t);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const auto& x = rows[r];
+      std::vector<uint8_t> ours(DTypeBytes(t, n)), theirs(ours.size());
+      QuantizeRow(t, x.data(), ours.data(), n);
+      const int64_t cols = 1024;  // ggml quantizes row by row; 10 rows of 1024
+      ggml_quantize_chunk(Ggml(t), x.data(), theirs.data(), 0, static_cast<int64_t>(n) / cols, cols, nullptr);
+      const size_t bb = GetDTypeInfo(t).block_bytes;
+      for (size_t b = 0; b < ours.size() / bb; ++b)
+        ASSERT_EQ(0, std::memcmp(ours.data() + b * bb, theirs.data() + b * bb, bb))
+            << DTypeName(t) << " row set " << r << " block " << b;
     }
   }
 }

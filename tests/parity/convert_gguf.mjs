@@ -10,7 +10,7 @@
 //    tokenizer.json for every corpus document that has no added-token text in it (GGUF tokenization, as in
 //    llama.cpp, does not parse special tokens out of plain text) and, for Qwen, that NFC leaves unchanged (GGUF
 //    has no normalizer; llama.cpp does not apply Qwen's NFC). (c) llama.cpp loads every converted vocabulary.
-// 3. Refusals: a GGUF input, a directory without tokenizer.json, a SentencePiece tokenizer, an unsupported MoE
+// 3. Refusals: a GGUF input without --outtype, a directory without tokenizer.json, a SentencePiece tokenizer, an unsupported MoE
 //    layout: clear error, non-zero exit, no output file.
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
@@ -116,7 +116,8 @@ function expectRefusal(label, args, pattern) {
 }
 const plain = path.join(tmp, "plain");
 runDeepinfer(bin, ["make-tiny", "--arch", "llama", "-q", "--out", plain]);
-expectRefusal("a GGUF input", ["-m", path.join(plain, "model.gguf")], /Hugging Face model directory/);
+// A GGUF is re-typed only to a named type (tests/parity/convert_quant.mjs covers that path).
+expectRefusal("a GGUF input without --outtype", ["-m", path.join(plain, "model.gguf")], /needs --outtype/);
 const notok = path.join(tmp, "notok");
 fs.cpSync(plain, notok, {recursive: true});
 fs.rmSync(path.join(notok, "tokenizer.json"));
