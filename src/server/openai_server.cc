@@ -11,6 +11,8 @@
 #include "dist/communicator.h"
 #include "server/chat.h"
 #include "server/openai_request.h"
+#include "grammar/compile.h"
+#include "server/tool_grammar.h"
 #include "server/tool_parse.h"
 
 namespace deepinfer {
@@ -89,8 +91,10 @@ json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogpro
 
 // The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
 // a <think> block was split off, tool_calls with ids unique within the response.
-json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, const std::string& id_prefix) {
-  const ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking);
+json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, bool single,
+                      const std::string& id_prefix) {
+  ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking);
+  if (single && p.tool_calls.size() > 1) p.tool_calls.resize(1);  // parallel_tool_calls false
   json m = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json(nullptr)}};
   if (p.reasoning) m["reasoning_content"] = *p.reasoning;
   if (!p.tool_calls.empty()) {
@@ -110,6 +114,7 @@ struct OpenAiServer::Call {
   std::vector<uint64_t> engine_ids;  // one engine request per prompt
   bool chat = false, stream = false, include_usage = false, echo = false;
   bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
+  bool single_call = false;                          // parallel_tool_calls false: at most one call
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -343,7 +348,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
-  auto parsing = ChatOutputParsing(body, chat);
+  auto parsing = ChatOutputParsing(body, chat, &*params);
   if (!parsing.ok()) {
     const std::string msg = parsing.status().message();  // starts with the quoted field
     return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
@@ -380,6 +385,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->echo = echo;
   call->parse_tools = parse & 1;
   call->parse_thinking = parse & 2;
+  call->single_call = parse & 4;
   call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
@@ -493,7 +499,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
         json delta = json::object();
         if (!ch.role_sent) delta["role"] = "assistant";
         if (held && ev.finished) {
-          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking,
+          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking, k.single_call,
                                             "call_" + k.id + "_" + std::to_string(index) + "_");
           if (msg.contains("reasoning_content")) delta["reasoning_content"] = msg["reasoning_content"];
           if (!msg["content"].is_null()) delta["content"] = msg["content"];
@@ -539,7 +545,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
       if (k.chat) {
-        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking,
+        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call,
                                              "call_" + k.id + "_" + std::to_string(i) + "_");
         if (choice["message"].contains("tool_calls") && x.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
       }
@@ -554,27 +560,53 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   metrics_.in_flight--;
 }
 
-StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat) const {
+StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat, RequestParams* params) const {
   if (!chat) return 0;
   int parse = parse_thinking_ ? 2 : 0;
   auto tools = body.find("tools");
   const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
-  std::string choice = has_tools ? "auto" : "none";
-  if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
-    if (tc->is_string()) choice = tc->get<std::string>();
-    else if (tc->is_object()) choice = "named";
-    else return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  bool parallel = true;
+  if (auto pt = body.find("parallel_tool_calls"); pt != body.end() && !pt->is_null()) {
+    if (!pt->is_boolean()) return InvalidArgument("'parallel_tool_calls' must be true or false");
+    parallel = pt->get<bool>();
   }
-  if (choice == "required" || choice == "named")
-    return InvalidArgument("'tool_choice' " + std::string(choice == "named" ? "naming a function" : "\"required\"") +
-                           " needs constrained decoding, which is not implemented yet; use \"auto\"");
-  if (choice != "none" && choice != "auto")
-    return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
-  if (choice == "auto" && !has_tools) return InvalidArgument("'tool_choice' is \"auto\" but no 'tools' are given");
-  if (choice == "auto") {
-    if (tool_format_ == ToolFormat::kNone)
-      return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
-    parse |= 1;
+  const char* kChoices = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+  std::string choice = has_tools ? "auto" : "none", named;
+  if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+    } else if (tc->is_object()) {
+      const json* fn = tc->contains("function") ? &(*tc)["function"] : nullptr;
+      if (tc->value("type", std::string("function")) != "function" || !fn || !fn->is_object() || !fn->contains("name") ||
+          !(*fn)["name"].is_string())
+        return InvalidArgument(kChoices);
+      choice = "named";
+      named = (*fn)["name"].get<std::string>();
+      if (named.empty()) return InvalidArgument("'tool_choice.function.name' is empty");
+    } else {
+      return InvalidArgument(kChoices);
+    }
+  }
+  if (choice != "none" && choice != "auto" && choice != "required" && choice != "named") return InvalidArgument(kChoices);
+  if (choice == "none") return parse;  // tools may be shown to the template, but calls are not parsed
+  if (!has_tools) return InvalidArgument("'tool_choice' is \"" + choice + "\" but no 'tools' are given");
+  if (tool_format_ == ToolFormat::kNone)
+    return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+  parse |= 1;
+  // A named function is called once (as OpenAI and vLLM answer a forced function).
+  if (choice == "named") parallel = false;
+  if (!parallel) parse |= 4;
+  if (choice == "required" || choice == "named") {
+    // Enforced by a grammar over the template's call syntax and each function's parameter schema.
+    if (params->grammar)
+      return InvalidArgument("'tool_choice' \"" + choice + "\" constrains the output itself; it cannot be combined with "
+                             "response_format / structured_outputs / guided_*");
+    auto gbnf = ToolCallGbnf(*tools, tool_format_, named, parallel);
+    if (!gbnf.ok()) return gbnf.status();  // it names the field: tools[i].function.parameters or tool_choice
+    auto g = grammar::CompileGbnf(*gbnf);
+    if (!g.ok()) return Internal("tool-call grammar failed to compile: " + g.status().message());
+    params->grammar = *g;
+    params->grammar_source = std::move(*gbnf);
   }
   return parse;
 }
