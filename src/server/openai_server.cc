@@ -91,9 +91,9 @@ json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogpro
 
 // The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
 // a <think> block was split off, tool_calls with ids unique within the response.
-json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, bool single,
+json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, bool single, bool opened,
                       const std::string& id_prefix) {
-  ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking);
+  ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking, opened);
   if (single && p.tool_calls.size() > 1) p.tool_calls.resize(1);  // parallel_tool_calls false
   json m = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json(nullptr)}};
   if (p.reasoning) m["reasoning_content"] = *p.reasoning;
@@ -115,6 +115,7 @@ struct OpenAiServer::Call {
   bool chat = false, stream = false, include_usage = false, echo = false;
   bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
   bool single_call = false;                          // parallel_tool_calls false: at most one call
+  bool opened = false;                               // the prompt ends inside an open <think>
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -126,6 +127,7 @@ struct OpenAiServer::Call {
     std::string echo;  // the prompt text when echo is on (completions)
     bool role_sent = false;
     Clock::time_point last_token;
+    ReasoningSplitter split{false};  // streamed <think> split (set up in Submit)
   };
   std::vector<Choice> choices;
   int unfinished = 0;  // choices not finished
@@ -392,6 +394,14 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   const int n = params.n;
   call->choices.resize(checked.size() * n);
   call->unfinished = static_cast<int>(call->choices.size());
+  if (chat && call->parse_thinking) {
+    // Whether the generation prompt left a <think> open (its last tokens suffice; special tokens kept, since
+    // <think> may be one).
+    const auto& pr = checked[0].prompt();
+    const std::vector<int32_t> tail(pr.size() > 32 ? pr.end() - 32 : pr.begin(), pr.end());
+    call->opened = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
+    for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
+  }
   for (size_t p = 0; p < checked.size(); ++p) {
     call->prompt_tokens += static_cast<int>(checked[p].prompt().size());
     if (echo) {
@@ -488,34 +498,56 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   if (k.stream) {
     std::string text = ev.text;
     if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
-    // With tools the answer is parsed whole: its text is held back and sent, parsed, with the final delta
-    // (one delta per call carrying its id, name and complete arguments, as OpenAI's own streams allow).
+    // With tools the answer is parsed whole: its text is held back and sent, parsed, at the end: reasoning and
+    // content deltas, then per call a delta with its index, id, type and name (arguments "") and one with its
+    // arguments, the shape OpenAI streams calls in (not incremental: arguments come whole). Without tools, a
+    // <think> template's text goes through the ReasoningSplitter: reasoning_content deltas, then content.
     const bool held = k.chat && k.parse_tools;
-    if (held) text.clear();
-    if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
-      json choice = {{"index", index}, {"logprobs", lp_delta},
-                     {"finish_reason", ev.finished ? json(ev.finish_reason) : json(nullptr)}};
-      if (k.chat) {
-        json delta = json::object();
-        if (!ch.role_sent) delta["role"] = "assistant";
-        if (held && ev.finished) {
-          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking, k.single_call,
+    std::vector<json> deltas;  // chat: what this event sends, one chunk each
+    if (k.chat) {
+      json delta = json::object();
+      if (!ch.role_sent) delta["role"] = "assistant";
+      if (held) {
+        if (ev.finished) {
+          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking, k.single_call, k.opened,
                                             "call_" + k.id + "_" + std::to_string(index) + "_");
           if (msg.contains("reasoning_content")) delta["reasoning_content"] = msg["reasoning_content"];
           if (!msg["content"].is_null()) delta["content"] = msg["content"];
+          if (!delta.empty()) deltas.push_back(std::move(delta));
+          delta = json::object();
           if (msg.contains("tool_calls")) {
-            json calls = msg["tool_calls"];
-            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
-            delta["tool_calls"] = calls;
-            if (ev.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+            const json& calls = msg["tool_calls"];
+            for (size_t i = 0; i < calls.size(); ++i) {
+              json head = calls[i];
+              head["index"] = i;
+              head["function"]["arguments"] = "";
+              deltas.push_back({{"tool_calls", json::array({head})}});
+              deltas.push_back({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", calls[i]["function"]["arguments"]}}}}})}});
+            }
           }
-        } else if (!text.empty() || !ch.role_sent) {
-          delta["content"] = text;
         }
-        choice["delta"] = delta;
-      } else {
-        choice["text"] = text;
+      } else if (k.parse_thinking) {
+        std::string r, c;
+        ch.split.Feed(text, &r, &c);
+        if (ev.finished) ch.split.Finish(&r, &c);
+        if (!r.empty()) delta["reasoning_content"] = r;
+        if (!c.empty() || (!ch.role_sent && r.empty())) delta["content"] = c;
+      } else if (!text.empty() || !ch.role_sent) {
+        delta["content"] = text;
       }
+      if (!delta.empty()) deltas.push_back(std::move(delta));
+      if (deltas.empty() && (ev.finished || !lp_delta.is_null())) deltas.push_back(json::object());
+    } else if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
+      deltas.push_back(nullptr);
+    }
+    const bool calls = held && ev.finished && ev.finish_reason == "stop" &&
+                       std::any_of(deltas.begin(), deltas.end(), [](const json& d) { return d.is_object() && d.contains("tool_calls"); });
+    for (size_t d = 0; d < deltas.size(); ++d) {
+      const bool last = d + 1 == deltas.size();
+      json choice = {{"index", index}, {"logprobs", d == 0 ? lp_delta : json(nullptr)},
+                     {"finish_reason", ev.finished && last ? json(calls ? "tool_calls" : ev.finish_reason) : json(nullptr)}};
+      if (k.chat) choice["delta"] = std::move(deltas[d]);
+      else choice["text"] = text;
       ch.role_sent = true;
       json chunk = {{"id", k.id}, {"object", object}, {"created", k.created}, {"model", name_}, {"choices", json::array({choice})}};
       if (k.include_usage) chunk["usage"] = nullptr;
@@ -545,7 +577,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
       if (k.chat) {
-        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call,
+        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
                                              "call_" + k.id + "_" + std::to_string(i) + "_");
         if (choice["message"].contains("tool_calls") && x.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
       }

