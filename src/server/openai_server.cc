@@ -12,6 +12,7 @@
 #include "server/chat.h"
 #include "server/openai_request.h"
 #include "grammar/compile.h"
+#include "server/responses.h"
 #include "server/tool_grammar.h"
 #include "server/tool_parse.h"
 
@@ -116,6 +117,7 @@ struct OpenAiServer::Call {
   bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
   bool single_call = false;                          // parallel_tool_calls false: at most one call
   bool opened = false;                               // the prompt ends inside an open <think>
+  std::unique_ptr<ResponseBuilder> resp;             // a /v1/responses request: its answer's shape
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -217,7 +219,7 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     return http_.Respond(c, 200, "text/plain; version=0.0.4", body);
   }
   const bool model_route = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
-  const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
+  const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/responses" || p == "/tokenize" ||
                      p == "/detokenize";
   if (!known) return Error(c, 404, "no route for " + req.method + " " + p.substr(0, 200));
   if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
@@ -252,6 +254,7 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     HttpRequest& r = *shared_req;
     if (r.path == "/tokenize") Tokenize(c, r);
     else if (r.path == "/detokenize") Detokenize(c, r);
+    else if (r.path == "/v1/responses") Responses(c, r);
     else Generate(c, r, r.path == "/v1/chat/completions");
     http_.RunOnLoop([this, c] {
       if (preparing_.erase(c) > 0) preparing_count_--;
@@ -297,7 +300,20 @@ size_t OpenAiServer::PromptBytes(const json& body, bool chat) {
   return bytes;
 }
 
-void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat) {
+void OpenAiServer::Responses(HttpServer::ConnId c, HttpRequest& req) {
+  // A Responses request runs as the chat request it is equivalent to; only its answer's shape differs.
+  auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
+  auto chat = ResponsesToChat(body);
+  if (!chat.ok()) {
+    const std::string m = chat.status().message();
+    return Error(c, 400, m, "", m[0] == '\'' ? m.substr(1, m.find('\'', 1) - 1) : "");
+  }
+  req.body = chat->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  Generate(c, req, true, true);
+}
+
+void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, bool responses) {
   // Runs on a prep worker (see Handle).
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
@@ -368,7 +384,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
   const int parse = *parsing;
   http_.RunOnLoop([=, this] {
-    Submit(c, chat, stream, include_usage, echo, parse, *params_ptr, std::move(*checked_ptr));
+    Submit(c, chat, stream, include_usage, echo, parse | (responses ? 8 : 0), *params_ptr, std::move(*checked_ptr));
   });
 }
 
@@ -388,6 +404,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->parse_tools = parse & 1;
   call->parse_thinking = parse & 2;
   call->single_call = parse & 4;
+  if (parse & 8) call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
   call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
@@ -495,7 +512,24 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
                       {"total_tokens", k.prompt_tokens + completion_tokens},
                       {"prompt_tokens_details", {{"cached_tokens", k.cached_tokens}}}};
   const char* object = k.chat ? "chat.completion.chunk" : "text_completion";
-  if (k.stream) {
+  if (k.stream && k.resp) {
+    // Responses events: the text streams (reasoning is not part of the output), calls come at the end.
+    std::string events = ch.role_sent ? "" : k.resp->Start();
+    ch.role_sent = true;
+    if (!k.parse_tools) {
+      std::string r, text = ev.text;
+      if (k.parse_thinking) {
+        text.clear();
+        ch.split.Feed(ev.text, &r, &text);
+        if (ev.finished) ch.split.Finish(&r, &text);
+      }
+      events += k.resp->TextDelta(text);
+    }
+    if (ev.finished)
+      events += k.resp->Finish(AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
+                                                "call_" + k.id + "_0_"), ev.finish_reason, usage);
+    if (!events.empty()) http_.SendChunk(k.conn, events);
+  } else if (k.stream) {
     std::string text = ev.text;
     if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
     // With tools the answer is parsed whole: its text is held back and sent, parsed, at the end: reasoning and
@@ -559,7 +593,9 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   // (or aborted) as a disconnect.
   if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
   metrics_.e2e.Observe(std::chrono::duration<double>(now - k.start).count());
-  if (k.stream) {
+  if (k.stream && k.resp) {
+    http_.EndStream(k.conn);
+  } else if (k.stream) {
     if (k.include_usage) {
       json chunk = {{"id", k.id}, {"object", object}, {"created", k.created}, {"model", name_}, {"choices", json::array()}, {"usage", usage}};
       http_.SendChunk(k.conn, "data: " + Dump(chunk) + "\n\n");
@@ -586,6 +622,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     }
     json out = {{"id", k.id}, {"object", k.chat ? "chat.completion" : "text_completion"}, {"created", k.created},
                 {"model", name_}, {"choices", choices}, {"usage", usage}};
+    if (k.resp) out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, usage);
     http_.Respond(k.conn, 200, "application/json", Dump(out) + "\n");
   }
   metrics_.requests_ok++;
