@@ -106,13 +106,16 @@ constexpr double kIntLimit = 1e15;
 
 class Converter {
  public:
-  explicit Converter(const json& root) : root_(root) {}
+  Converter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  StatusOr<std::string> Run() {
-    const std::string top = Visit(root_, "root", 0);
+  // The rules, the top one named `top`; empty bodies spelled "" (GBNF has no empty alternative on its own).
+  StatusOr<std::map<std::string, std::string>> Rules(const std::string& top) {
+    const std::string body = Visit(root_, prefix_ + "root", 0);
     if (!err_.ok()) return err_;
-    std::string out = "root ::= " + top + "\n";
-    for (const auto& [name, body] : rules_) out += name + " ::= " + (body.empty() ? std::string("\"\"") : body) + "\n";
+    std::map<std::string, std::string> out = rules_;
+    for (auto& [name, b] : out)
+      if (b.empty()) b = "\"\"";
+    out[top] = body;
     return out;
   }
 
@@ -132,6 +135,7 @@ class Converter {
     std::string base;
     for (char c : hint) base += isalnum(static_cast<unsigned char>(c)) ? c : '-';
     if (base.empty() || Primitives().count(base) || base == "root") base = "r-" + base;
+    base = prefix_ + base;
     std::string name = base;
     for (int i = 2; rules_.count(name); ++i) name = base + "-" + std::to_string(i);
     rules_[name] = body;
@@ -377,6 +381,7 @@ class Converter {
   }
 
   const json& root_;
+  const std::string prefix_;  // on every rule name but the primitives'
   Status err_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
@@ -384,7 +389,18 @@ class Converter {
 
 }  // namespace
 
-StatusOr<std::string> JsonSchemaToGbnf(const json& schema) { return Converter(schema).Run(); }
+StatusOr<std::string> JsonSchemaToGbnf(const json& schema) {
+  DI_ASSIGN_OR_RETURN(auto rules, Converter(schema, "").Rules("root"));
+  std::string out = "root ::= " + rules["root"] + "\n";
+  for (const auto& [name, body] : rules)
+    if (name != "root") out += name + " ::= " + body + "\n";
+  return out;
+}
+
+StatusOr<std::map<std::string, std::string>> JsonSchemaRules(const json& schema, const std::string& prefix,
+                                                              const std::string& top) {
+  return Converter(schema, prefix).Rules(top);
+}
 
 std::string JsonObjectGbnf() {
   std::string out = "root ::= object\n";

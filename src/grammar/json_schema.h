@@ -11,6 +11,7 @@
 // Keywords that constrain values and are not implemented (not, if/then/else, patternProperties, uniqueItems,
 // multipleOf, contains, min/maxProperties, ...) are errors, never silently ignored.
 #pragma once
+#include <map>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +21,11 @@
 namespace deepinfer::grammar {
 
 StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::json& schema);
+// The same rules as name -> body, the top rule named `top` and every other rule the schema defines starting with
+// `prefix`; the JSON primitives (space, string, value, ...) keep their names and bodies, so the rule sets of
+// several schemas merge into one grammar (forced tool calls: one argument schema per function).
+StatusOr<std::map<std::string, std::string>> JsonSchemaRules(const nlohmann::json& schema, const std::string& prefix,
+                                                              const std::string& top);
 // Any JSON object (response_format json_object).
 std::string JsonObjectGbnf();
 // One of the given strings, exactly.

@@ -11,6 +11,9 @@
 #include "dist/communicator.h"
 #include "server/chat.h"
 #include "server/openai_request.h"
+#include "grammar/compile.h"
+#include "server/responses.h"
+#include "server/tool_grammar.h"
 #include "server/tool_parse.h"
 
 namespace deepinfer {
@@ -89,8 +92,10 @@ json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogpro
 
 // The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
 // a <think> block was split off, tool_calls with ids unique within the response.
-json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, const std::string& id_prefix) {
-  const ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking);
+json AssistantMessage(const std::string& text, ToolFormat format, bool tools, bool thinking, bool single, bool opened,
+                      const std::string& id_prefix) {
+  ParsedAssistant p = ParseAssistantOutput(text, format, tools, thinking, opened);
+  if (single && p.tool_calls.size() > 1) p.tool_calls.resize(1);  // parallel_tool_calls false
   json m = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json(nullptr)}};
   if (p.reasoning) m["reasoning_content"] = *p.reasoning;
   if (!p.tool_calls.empty()) {
@@ -110,6 +115,9 @@ struct OpenAiServer::Call {
   std::vector<uint64_t> engine_ids;  // one engine request per prompt
   bool chat = false, stream = false, include_usage = false, echo = false;
   bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
+  bool single_call = false;                          // parallel_tool_calls false: at most one call
+  bool opened = false;                               // the prompt ends inside an open <think>
+  std::unique_ptr<ResponseBuilder> resp;             // a /v1/responses request: its answer's shape
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -121,6 +129,7 @@ struct OpenAiServer::Call {
     std::string echo;  // the prompt text when echo is on (completions)
     bool role_sent = false;
     Clock::time_point last_token;
+    ReasoningSplitter split{false};  // streamed <think> split (set up in Submit)
   };
   std::vector<Choice> choices;
   int unfinished = 0;  // choices not finished
@@ -210,7 +219,7 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     return http_.Respond(c, 200, "text/plain; version=0.0.4", body);
   }
   const bool model_route = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
-  const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/tokenize" ||
+  const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/responses" || p == "/tokenize" ||
                      p == "/detokenize";
   if (!known) return Error(c, 404, "no route for " + req.method + " " + p.substr(0, 200));
   if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
@@ -245,6 +254,7 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     HttpRequest& r = *shared_req;
     if (r.path == "/tokenize") Tokenize(c, r);
     else if (r.path == "/detokenize") Detokenize(c, r);
+    else if (r.path == "/v1/responses") Responses(c, r);
     else Generate(c, r, r.path == "/v1/chat/completions");
     http_.RunOnLoop([this, c] {
       if (preparing_.erase(c) > 0) preparing_count_--;
@@ -290,7 +300,20 @@ size_t OpenAiServer::PromptBytes(const json& body, bool chat) {
   return bytes;
 }
 
-void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat) {
+void OpenAiServer::Responses(HttpServer::ConnId c, HttpRequest& req) {
+  // A Responses request runs as the chat request it is equivalent to; only its answer's shape differs.
+  auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
+  if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
+  auto chat = ResponsesToChat(body);
+  if (!chat.ok()) {
+    const std::string m = chat.status().message();
+    return Error(c, 400, m, "", m[0] == '\'' ? m.substr(1, m.find('\'', 1) - 1) : "");
+  }
+  req.body = chat->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  Generate(c, req, true, true);
+}
+
+void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, bool responses) {
   // Runs on a prep worker (see Handle).
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
@@ -343,7 +366,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
-  auto parsing = ChatOutputParsing(body, chat);
+  auto parsing = ChatOutputParsing(body, chat, &*params);
   if (!parsing.ok()) {
     const std::string msg = parsing.status().message();  // starts with the quoted field
     return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
@@ -361,7 +384,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
   const int parse = *parsing;
   http_.RunOnLoop([=, this] {
-    Submit(c, chat, stream, include_usage, echo, parse, *params_ptr, std::move(*checked_ptr));
+    Submit(c, chat, stream, include_usage, echo, parse | (responses ? 8 : 0), *params_ptr, std::move(*checked_ptr));
   });
 }
 
@@ -380,12 +403,22 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->echo = echo;
   call->parse_tools = parse & 1;
   call->parse_thinking = parse & 2;
+  call->single_call = parse & 4;
+  if (parse & 8) call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
   call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
   const int n = params.n;
   call->choices.resize(checked.size() * n);
   call->unfinished = static_cast<int>(call->choices.size());
+  if (chat && call->parse_thinking) {
+    // Whether the generation prompt left a <think> open (its last tokens suffice; special tokens kept, since
+    // <think> may be one).
+    const auto& pr = checked[0].prompt();
+    const std::vector<int32_t> tail(pr.size() > 32 ? pr.end() - 32 : pr.begin(), pr.end());
+    call->opened = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
+    for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
+  }
   for (size_t p = 0; p < checked.size(); ++p) {
     call->prompt_tokens += static_cast<int>(checked[p].prompt().size());
     if (echo) {
@@ -479,37 +512,76 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
                       {"total_tokens", k.prompt_tokens + completion_tokens},
                       {"prompt_tokens_details", {{"cached_tokens", k.cached_tokens}}}};
   const char* object = k.chat ? "chat.completion.chunk" : "text_completion";
-  if (k.stream) {
+  if (k.stream && k.resp) {
+    // Responses events: the text streams (reasoning is not part of the output), calls come at the end.
+    std::string events = ch.role_sent ? "" : k.resp->Start();
+    ch.role_sent = true;
+    if (!k.parse_tools) {
+      std::string r, text = ev.text;
+      if (k.parse_thinking) {
+        text.clear();
+        ch.split.Feed(ev.text, &r, &text);
+        if (ev.finished) ch.split.Finish(&r, &text);
+      }
+      events += k.resp->TextDelta(text);
+    }
+    if (ev.finished)
+      events += k.resp->Finish(AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
+                                                "call_" + k.id + "_0_"), ev.finish_reason, usage);
+    if (!events.empty()) http_.SendChunk(k.conn, events);
+  } else if (k.stream) {
     std::string text = ev.text;
     if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
-    // With tools the answer is parsed whole: its text is held back and sent, parsed, with the final delta
-    // (one delta per call carrying its id, name and complete arguments, as OpenAI's own streams allow).
+    // With tools the answer is parsed whole: its text is held back and sent, parsed, at the end: reasoning and
+    // content deltas, then per call a delta with its index, id, type and name (arguments "") and one with its
+    // arguments, the shape OpenAI streams calls in (not incremental: arguments come whole). Without tools, a
+    // <think> template's text goes through the ReasoningSplitter: reasoning_content deltas, then content.
     const bool held = k.chat && k.parse_tools;
-    if (held) text.clear();
-    if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
-      json choice = {{"index", index}, {"logprobs", lp_delta},
-                     {"finish_reason", ev.finished ? json(ev.finish_reason) : json(nullptr)}};
-      if (k.chat) {
-        json delta = json::object();
-        if (!ch.role_sent) delta["role"] = "assistant";
-        if (held && ev.finished) {
-          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking,
+    std::vector<json> deltas;  // chat: what this event sends, one chunk each
+    if (k.chat) {
+      json delta = json::object();
+      if (!ch.role_sent) delta["role"] = "assistant";
+      if (held) {
+        if (ev.finished) {
+          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking, k.single_call, k.opened,
                                             "call_" + k.id + "_" + std::to_string(index) + "_");
           if (msg.contains("reasoning_content")) delta["reasoning_content"] = msg["reasoning_content"];
           if (!msg["content"].is_null()) delta["content"] = msg["content"];
+          if (!delta.empty()) deltas.push_back(std::move(delta));
+          delta = json::object();
           if (msg.contains("tool_calls")) {
-            json calls = msg["tool_calls"];
-            for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
-            delta["tool_calls"] = calls;
-            if (ev.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
+            const json& calls = msg["tool_calls"];
+            for (size_t i = 0; i < calls.size(); ++i) {
+              json head = calls[i];
+              head["index"] = i;
+              head["function"]["arguments"] = "";
+              deltas.push_back({{"tool_calls", json::array({head})}});
+              deltas.push_back({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", calls[i]["function"]["arguments"]}}}}})}});
+            }
           }
-        } else if (!text.empty() || !ch.role_sent) {
-          delta["content"] = text;
         }
-        choice["delta"] = delta;
-      } else {
-        choice["text"] = text;
+      } else if (k.parse_thinking) {
+        std::string r, c;
+        ch.split.Feed(text, &r, &c);
+        if (ev.finished) ch.split.Finish(&r, &c);
+        if (!r.empty()) delta["reasoning_content"] = r;
+        if (!c.empty() || (!ch.role_sent && r.empty())) delta["content"] = c;
+      } else if (!text.empty() || !ch.role_sent) {
+        delta["content"] = text;
       }
+      if (!delta.empty()) deltas.push_back(std::move(delta));
+      if (deltas.empty() && (ev.finished || !lp_delta.is_null())) deltas.push_back(json::object());
+    } else if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
+      deltas.push_back(nullptr);
+    }
+    const bool calls = held && ev.finished && ev.finish_reason == "stop" &&
+                       std::any_of(deltas.begin(), deltas.end(), [](const json& d) { return d.is_object() && d.contains("tool_calls"); });
+    for (size_t d = 0; d < deltas.size(); ++d) {
+      const bool last = d + 1 == deltas.size();
+      json choice = {{"index", index}, {"logprobs", d == 0 ? lp_delta : json(nullptr)},
+                     {"finish_reason", ev.finished && last ? json(calls ? "tool_calls" : ev.finish_reason) : json(nullptr)}};
+      if (k.chat) choice["delta"] = std::move(deltas[d]);
+      else choice["text"] = text;
       ch.role_sent = true;
       json chunk = {{"id", k.id}, {"object", object}, {"created", k.created}, {"model", name_}, {"choices", json::array({choice})}};
       if (k.include_usage) chunk["usage"] = nullptr;
@@ -521,7 +593,9 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   // (or aborted) as a disconnect.
   if (auto it = calls_.find(k.conn); it != calls_.end() && it->second == call) calls_.erase(it);
   metrics_.e2e.Observe(std::chrono::duration<double>(now - k.start).count());
-  if (k.stream) {
+  if (k.stream && k.resp) {
+    http_.EndStream(k.conn);
+  } else if (k.stream) {
     if (k.include_usage) {
       json chunk = {{"id", k.id}, {"object", object}, {"created", k.created}, {"model", name_}, {"choices", json::array()}, {"usage", usage}};
       http_.SendChunk(k.conn, "data: " + Dump(chunk) + "\n\n");
@@ -539,7 +613,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
       if (k.chat) {
-        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking,
+        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
                                              "call_" + k.id + "_" + std::to_string(i) + "_");
         if (choice["message"].contains("tool_calls") && x.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
       }
@@ -548,33 +622,60 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     }
     json out = {{"id", k.id}, {"object", k.chat ? "chat.completion" : "text_completion"}, {"created", k.created},
                 {"model", name_}, {"choices", choices}, {"usage", usage}};
+    if (k.resp) out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, usage);
     http_.Respond(k.conn, 200, "application/json", Dump(out) + "\n");
   }
   metrics_.requests_ok++;
   metrics_.in_flight--;
 }
 
-StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat) const {
+StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat, RequestParams* params) const {
   if (!chat) return 0;
   int parse = parse_thinking_ ? 2 : 0;
   auto tools = body.find("tools");
   const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
-  std::string choice = has_tools ? "auto" : "none";
-  if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
-    if (tc->is_string()) choice = tc->get<std::string>();
-    else if (tc->is_object()) choice = "named";
-    else return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
+  bool parallel = true;
+  if (auto pt = body.find("parallel_tool_calls"); pt != body.end() && !pt->is_null()) {
+    if (!pt->is_boolean()) return InvalidArgument("'parallel_tool_calls' must be true or false");
+    parallel = pt->get<bool>();
   }
-  if (choice == "required" || choice == "named")
-    return InvalidArgument("'tool_choice' " + std::string(choice == "named" ? "naming a function" : "\"required\"") +
-                           " needs constrained decoding, which is not implemented yet; use \"auto\"");
-  if (choice != "none" && choice != "auto")
-    return InvalidArgument("'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", ...}");
-  if (choice == "auto" && !has_tools) return InvalidArgument("'tool_choice' is \"auto\" but no 'tools' are given");
-  if (choice == "auto") {
-    if (tool_format_ == ToolFormat::kNone)
-      return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
-    parse |= 1;
+  const char* kChoices = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}";
+  std::string choice = has_tools ? "auto" : "none", named;
+  if (auto tc = body.find("tool_choice"); tc != body.end() && !tc->is_null()) {
+    if (tc->is_string()) {
+      choice = tc->get<std::string>();
+    } else if (tc->is_object()) {
+      const json* fn = tc->contains("function") ? &(*tc)["function"] : nullptr;
+      if (tc->value("type", std::string("function")) != "function" || !fn || !fn->is_object() || !fn->contains("name") ||
+          !(*fn)["name"].is_string())
+        return InvalidArgument(kChoices);
+      choice = "named";
+      named = (*fn)["name"].get<std::string>();
+      if (named.empty()) return InvalidArgument("'tool_choice.function.name' is empty");
+    } else {
+      return InvalidArgument(kChoices);
+    }
+  }
+  if (choice != "none" && choice != "auto" && choice != "required" && choice != "named") return InvalidArgument(kChoices);
+  if (choice == "none") return parse;  // tools may be shown to the template, but calls are not parsed
+  if (!has_tools) return InvalidArgument("'tool_choice' is \"" + choice + "\" but no 'tools' are given");
+  if (tool_format_ == ToolFormat::kNone)
+    return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+  parse |= 1;
+  // A named function is called once (as OpenAI and vLLM answer a forced function).
+  if (choice == "named") parallel = false;
+  if (!parallel) parse |= 4;
+  if (choice == "required" || choice == "named") {
+    // Enforced by a grammar over the template's call syntax and each function's parameter schema.
+    if (params->grammar)
+      return InvalidArgument("'tool_choice' \"" + choice + "\" constrains the output itself; it cannot be combined with "
+                             "response_format / structured_outputs / guided_*");
+    auto gbnf = ToolCallGbnf(*tools, tool_format_, named, parallel);
+    if (!gbnf.ok()) return gbnf.status();  // it names the field: tools[i].function.parameters or tool_choice
+    auto g = grammar::CompileGbnf(*gbnf);
+    if (!g.ok()) return Internal("tool-call grammar failed to compile: " + g.status().message());
+    params->grammar = *g;
+    params->grammar_source = std::move(*gbnf);
   }
   return parse;
 }

@@ -65,13 +65,14 @@ class OpenAiServer {
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
              const std::string& param = "", const std::string& code = "");  // code: else the status
   void Options(HttpServer::ConnId c, const HttpRequest& req);
-  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat);  // on a prep worker
-  // parse: bit 0 tool calls, bit 1 reasoning (ChatOutputParsing).
+  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, bool responses = false);  // on a prep worker
+  void Responses(HttpServer::ConnId c, HttpRequest& req);  // /v1/responses, as a chat request (prep worker)
+  // parse: bit 0 tool calls, bit 1 reasoning, bit 2 at most one call (ChatOutputParsing), bit 3 /v1/responses.
   void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
               const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
-  // What a chat answer is parsed into, from `tools` / `tool_choice` and the template; 400 for tool choices
-  // that need constrained decoding (required, named).
-  StatusOr<int> ChatOutputParsing(const nlohmann::json& body, bool chat) const;
+  // What a chat answer is parsed into, from `tools` / `tool_choice` / `parallel_tool_calls` and the template;
+  // for tool_choice "required" or named, the grammar that forces the calls goes into params.
+  StatusOr<int> ChatOutputParsing(const nlohmann::json& body, bool chat, RequestParams* params) const;
   static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).

@@ -1,5 +1,7 @@
 #include "server/tool_parse.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 namespace deepinfer {
@@ -126,20 +128,99 @@ ToolFormat DetectToolFormat(const std::string& t) {
 
 bool TemplateHasThinking(const std::string& t) { return t.find("<think>") != std::string::npos; }
 
-ParsedAssistant ParseAssistantOutput(const std::string& text, ToolFormat format, bool tools, bool thinking) {
+namespace {
+bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+// Length of the longest suffix of `s` that is a proper prefix of `marker` (text that may yet become it).
+size_t PartialMarker(const std::string& s, const std::string& marker) {
+  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
+    if (s.compare(s.size() - n, n, marker, 0, n) == 0) return n;
+  return 0;
+}
+}  // namespace
+
+void ReasoningSplitter::Feed(std::string_view text, std::string* reasoning, std::string* content) {
+  held_.append(text);
+  Step(false, reasoning, content);
+}
+
+void ReasoningSplitter::Finish(std::string* reasoning, std::string* content) { Step(true, reasoning, content); }
+
+void ReasoningSplitter::Step(bool end, std::string* reasoning, std::string* content) {
+  static const std::string open = "<think>", close = "</think>";
+  for (;;) {
+    if (state_ == kStart) {
+      size_t a = 0;
+      while (a < held_.size() && IsWs(held_[a])) ++a;
+      const std::string rest = held_.substr(a);
+      if (rest.rfind(open, 0) == 0) {
+        held_ = held_.substr(a + open.size());
+        state_ = kReasoning;
+        continue;
+      }
+      if (!end && open.rfind(rest, 0) == 0) return;  // still a prefix of <think> (or only whitespace)
+      state_ = kContent;
+      continue;
+    }
+    if (state_ == kReasoning) {
+      reasoned_ = true;
+      if (!emitted_) {  // reasoning is trimmed: drop its leading whitespace
+        size_t a = 0;
+        while (a < held_.size() && IsWs(held_[a])) ++a;
+        held_.erase(0, a);
+      }
+      const size_t at = held_.find(close);
+      std::string out = at == std::string::npos ? held_ : held_.substr(0, at);
+      size_t keep = 0;  // held back: a partial </think>, and the whitespace before it (trimmed if it closes)
+      if (at == std::string::npos) {
+        keep = end ? 0 : PartialMarker(out, close);
+        size_t w = out.size() - keep;
+        while (w > 0 && IsWs(out[w - 1])) --w;
+        keep = out.size() - w;  // at the end that is trailing whitespace, which trimming drops
+        out.resize(w);
+      } else {
+        while (!out.empty() && IsWs(out.back())) out.pop_back();
+      }
+      if (!out.empty()) emitted_ = true;
+      reasoning->append(out);
+      if (at == std::string::npos) {
+        held_ = end ? "" : held_.substr(held_.size() - keep);
+        return;
+      }
+      held_ = held_.substr(at + close.size());
+      state_ = kAfter;
+      continue;
+    }
+    if (state_ == kAfter) {
+      size_t a = 0;
+      while (a < held_.size() && (held_[a] == '\r' || held_[a] == '\n')) ++a;
+      held_.erase(0, a);
+      if (held_.empty() && !end) return;
+      state_ = kContent;
+      continue;
+    }
+    content->append(held_);
+    held_.clear();
+    return;
+  }
+}
+
+bool PromptOpensThinking(const std::string& tail) {
+  size_t e = tail.size();
+  while (e > 0 && IsWs(tail[e - 1])) --e;
+  return e >= 7 && tail.compare(e - 7, 7, "<think>") == 0;
+}
+
+ParsedAssistant ParseAssistantOutput(const std::string& text, ToolFormat format, bool tools, bool thinking,
+                                     bool opened) {
   ParsedAssistant out;
   std::string rest = text;
   if (thinking) {
-    // Reasoning is what comes before </think> (a leading <think> the model wrote itself is dropped). Without
-    // </think> the text is all content: the template closed the block already (Qwen3 with enable_thinking off).
-    if (const size_t end = rest.find("</think>"); end != std::string::npos) {
-      std::string r = rest.substr(0, end);
-      if (const size_t open = r.find("<think>"); open != std::string::npos) r = r.substr(open + 7);
-      out.reasoning = Trim(r);
-      rest = rest.substr(end + 8);
-      const size_t a = rest.find_first_not_of("\r\n");
-      rest = a == std::string::npos ? "" : rest.substr(a);
-    }
+    ReasoningSplitter split(opened);
+    std::string reasoning;
+    rest.clear();
+    split.Feed(text, &reasoning, &rest);
+    split.Finish(&reasoning, &rest);
+    if (split.reasoned()) out.reasoning = std::move(reasoning);
   }
   out.content = rest;
   if (!tools) return out;

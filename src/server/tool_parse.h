@@ -4,6 +4,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace deepinfer {
@@ -27,7 +28,32 @@ struct ParsedAssistant {
   std::vector<ParsedToolCall> tool_calls;
 };
 
-// `tools`: parse calls in `format`; `thinking`: split reasoning. Text that does not parse as calls stays content.
-ParsedAssistant ParseAssistantOutput(const std::string& text, ToolFormat format, bool tools, bool thinking);
+// The `<think>` split, incrementally, so a stream's reasoning_content / content deltas concatenate to exactly
+// what the finished answer gives. The rule is one a stream can decide as it goes: the answer is reasoning from
+// its start when the prompt left a `<think>` open (`opened`: DeepSeek-R1 / V3.1 style generation prompts) or the
+// output itself starts with `<think>` (Qwen3), and reasoning ends at `</think>` (never closed: all reasoning);
+// otherwise all of it is content. Reasoning is trimmed; the newlines right after `</think>` are dropped.
+class ReasoningSplitter {
+ public:
+  explicit ReasoningSplitter(bool opened) : state_(opened ? kReasoning : kStart) {}
+  // Appends what became certain to *reasoning / *content; text that could still be a marker is held back.
+  void Feed(std::string_view text, std::string* reasoning, std::string* content);
+  void Finish(std::string* reasoning, std::string* content);  // the end: held text resolved
+  bool reasoned() const { return reasoned_; }                 // reasoning mode was entered
+
+ private:
+  void Step(bool end, std::string* reasoning, std::string* content);
+  enum State { kStart, kReasoning, kAfter, kContent } state_;
+  std::string held_;
+  bool reasoned_ = false, emitted_ = false;  // emitted_: reasoning text went out (leading whitespace is dropped)
+};
+
+// True when a rendered prompt ends inside an open `<think>` block.
+bool PromptOpensThinking(const std::string& prompt_tail);
+
+// `tools`: parse calls in `format`; `thinking`: split reasoning (ReasoningSplitter, `opened` as there). Text that
+// does not parse as calls stays content.
+ParsedAssistant ParseAssistantOutput(const std::string& text, ToolFormat format, bool tools, bool thinking,
+                                     bool opened = false);
 
 }  // namespace deepinfer

@@ -185,7 +185,7 @@ async function timed(fn) {
       const want = rendered.replaceAll("\u2581", " ");  // stories260K's SentencePiece vocabulary reads U+2581 as a space
       if (name === "qwen3" && req.tools && req.messages.length === 1) {
         // Tools through the SDK: tool_choice auto is served (stories260K's weights never write a call, so the
-        // text stays content, streamed and not alike); required / named need the grammar engine: 400 by name.
+        // text stays content, streamed and not alike).
         const client = new OpenAI({baseURL: `${srv.base}/v1`, apiKey: "none", maxRetries: 0});
         const ask = {model: "stories260K.gguf", messages: req.messages, tools: req.tools, max_tokens: 12, temperature: 0.9, seed: 4};
         const one = await client.chat.completions.create(ask);
@@ -194,14 +194,8 @@ async function timed(fn) {
           for (const c of ch.choices) { streamed += c.delta.content ?? ""; calls += c.delta.tool_calls?.length ?? 0; }
         check(typeof one.choices[0].message.content === "string" && streamed === one.choices[0].message.content && calls === 0 &&
               !one.choices[0].message.tool_calls, `tools + auto: served; stream equals non-stream (${JSON.stringify(streamed.slice(0, 40))})`);
-        for (const tool_choice of ["required", {type: "function", function: {name: "get_weather"}}]) {
-          try {
-            await client.chat.completions.create({...ask, tool_choice});
-            check(false, `tool_choice ${JSON.stringify(tool_choice)}: no error`);
-          } catch (e) {
-            check(e instanceof OpenAI.BadRequestError && e.param === "tool_choice", `tool_choice ${JSON.stringify(tool_choice)}: 400 ${e.message.slice(0, 60)}`);
-          }
-        }
+        // (required / named are forced by a grammar: tests/server/tool_calls.mjs, on models whose context holds
+        // Qwen3's tool prompt, which stories260K's 512 tokens barely do.)
       }
       check(dt.prompt === want && mustHave.every(s => rendered.includes(s)),
             `${name} ${JSON.stringify(Object.keys(req))}: the server's prompt equals @huggingface/jinja's (${want.length} bytes)` +

@@ -80,7 +80,7 @@ TEST(ToolParseTest, ReasoningSplit) {
   EXPECT_EQ(*p.content, "Paris.");
   // The template opened the block (the generation prompt ends in <think>): the output starts inside it.
   p = ParseAssistantOutput("hmm</think>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
-                           ToolFormat::kHermes, true, true);
+                           ToolFormat::kHermes, true, true, /*opened=*/true);
   EXPECT_EQ(*p.reasoning, "hmm");
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_FALSE(p.content.has_value());
@@ -88,6 +88,38 @@ TEST(ToolParseTest, ReasoningSplit) {
   p = ParseAssistantOutput("Just an answer.", ToolFormat::kNone, false, true);
   EXPECT_FALSE(p.reasoning.has_value());
   EXPECT_EQ(*p.content, "Just an answer.");
+  // Not opened and not starting with <think>: a later </think> is content (a stream decides at the start).
+  p = ParseAssistantOutput("a</think>b", ToolFormat::kNone, false, true);
+  EXPECT_FALSE(p.reasoning.has_value());
+  EXPECT_EQ(*p.content, "a</think>b");
+  // Opened and never closed: all reasoning.
+  p = ParseAssistantOutput("  still thinking \n", ToolFormat::kNone, false, true, true);
+  EXPECT_EQ(*p.reasoning, "still thinking");
+  EXPECT_EQ(*p.content, "");
+}
+
+// Fed in pieces of every size, the splitter gives what the whole text gives (literal expectations).
+TEST(ToolParseTest, ReasoningSplitterStreams) {
+  struct Case { const char* text; bool opened; const char* reasoning; const char* content; };
+  const Case cases[] = {
+      {"<think>\n  step one\n step two \n</think>\n\nThe answer.", false, "step one\n step two", "The answer."},
+      {"\n<think>x</th", false, "x</th", ""},
+      {"why </think>\nok </thin", true, "why", "ok </thin"},
+      {"<thinker>", false, nullptr, "<thinker>"},
+      {" <thi", false, nullptr, " <thi"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = c.text;
+    for (size_t piece = 1; piece <= text.size(); ++piece) {
+      ReasoningSplitter s(c.opened);
+      std::string r, o;
+      for (size_t i = 0; i < text.size(); i += piece) s.Feed(text.substr(i, piece), &r, &o);
+      s.Finish(&r, &o);
+      EXPECT_EQ(s.reasoned(), c.reasoning != nullptr) << text << " piece " << piece;
+      if (c.reasoning) EXPECT_EQ(r, c.reasoning) << text << " piece " << piece;
+      EXPECT_EQ(o, c.content) << text << " piece " << piece;
+    }
+  }
 }
 
 }  // namespace

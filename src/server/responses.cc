@@ -1,0 +1,190 @@
+#include "server/responses.h"
+
+namespace deepinfer {
+
+using nlohmann::json;
+using nlohmann::ordered_json;
+
+namespace {
+
+// input item content -> chat content: a string, or the text of input_text / output_text parts.
+StatusOr<std::string> ContentText(const ordered_json& c, const std::string& field) {
+  if (c.is_string()) return c.get<std::string>();
+  if (!c.is_array()) return InvalidArgument("'" + field + "' must be a string or a list of text parts");
+  std::string out;
+  for (const auto& part : c) {
+    const std::string t = part.is_object() ? part.value("type", std::string()) : "";
+    if ((t != "input_text" && t != "output_text" && t != "text") || !part.contains("text") || !part["text"].is_string())
+      return InvalidArgument("'" + field + "': only input_text / output_text parts are supported, not '" + t + "'");
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<ordered_json> ResponsesToChat(const ordered_json& b) {
+  if (!b.is_object()) return InvalidArgument("the request body must be a JSON object");
+  for (const char* k : {"previous_response_id", "conversation", "background", "prompt", "reasoning"})
+    if (b.contains(k) && !b[k].is_null()) return InvalidArgument(std::string("'") + k + "' is not supported");
+  ordered_json chat = ordered_json::object();
+  ordered_json msgs = ordered_json::array();
+  if (auto i = b.find("instructions"); i != b.end() && !i->is_null()) {
+    if (!i->is_string()) return InvalidArgument("'instructions' must be a string");
+    msgs.push_back({{"role", "system"}, {"content", *i}});
+  }
+  auto in = b.find("input");
+  if (in == b.end() || in->is_null()) return InvalidArgument("'input' is required");
+  if (in->is_string()) {
+    msgs.push_back({{"role", "user"}, {"content", *in}});
+  } else if (in->is_array()) {
+    for (size_t n = 0; n < in->size(); ++n) {
+      const ordered_json& it = (*in)[n];
+      const std::string field = "input[" + std::to_string(n) + "]";
+      const std::string type = it.is_object() ? it.value("type", std::string("message")) : "";
+      if (type == "message") {
+        if (!it.contains("role") || !it["role"].is_string()) return InvalidArgument("'" + field + ".role' is required");
+        DI_ASSIGN_OR_RETURN(std::string text, ContentText(it.value("content", ordered_json("")), field + ".content"));
+        std::string role = it["role"].get<std::string>();
+        if (role == "developer") role = "system";
+        msgs.push_back({{"role", role}, {"content", text}});
+      } else if (type == "function_call") {
+        // The model's earlier call: an assistant turn with that call (merged into the previous one if it is).
+        ordered_json call = {{"id", it.value("call_id", std::string())}, {"type", "function"},
+                             {"function", {{"name", it.value("name", std::string())}, {"arguments", it.value("arguments", std::string("{}"))}}}};
+        if (!msgs.empty() && msgs.back()["role"] == "assistant" && msgs.back().contains("tool_calls")) msgs.back()["tool_calls"].push_back(call);
+        else msgs.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ordered_json::array({call})}});
+      } else if (type == "function_call_output") {
+        const ordered_json& out = it.value("output", ordered_json(""));
+        msgs.push_back({{"role", "tool"}, {"tool_call_id", it.value("call_id", std::string())},
+                        {"content", out.is_string() ? out.get<std::string>() : out.dump()}});
+      } else {
+        return InvalidArgument("'" + field + ".type' must be message, function_call or function_call_output, not '" + type + "'");
+      }
+    }
+  } else {
+    return InvalidArgument("'input' must be a string or a list of input items");
+  }
+  chat["messages"] = std::move(msgs);
+  if (auto t = b.find("tools"); t != b.end() && !t->is_null()) {
+    if (!t->is_array()) return InvalidArgument("'tools' must be a list");
+    ordered_json tools = ordered_json::array();
+    for (size_t n = 0; n < t->size(); ++n) {
+      const ordered_json& tool = (*t)[n];
+      if (!tool.is_object() || tool.value("type", std::string()) != "function" || !tool.contains("name"))
+        return InvalidArgument("'tools[" + std::to_string(n) + "]': only function tools ({\"type\": \"function\", \"name\": ...}) are supported");
+      ordered_json fn = {{"name", tool["name"]}};
+      for (const char* k : {"description", "parameters"})
+        if (tool.contains(k) && !tool[k].is_null()) fn[k] = tool[k];
+      tools.push_back({{"type", "function"}, {"function", fn}});
+    }
+    if (!tools.empty()) chat["tools"] = std::move(tools);
+  }
+  if (auto tc = b.find("tool_choice"); tc != b.end() && !tc->is_null()) {
+    if (tc->is_object() && tc->value("type", std::string()) == "function" && tc->contains("name"))
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
+    else chat["tool_choice"] = *tc;
+  }
+  if (auto f = b.find("text"); f != b.end() && f->is_object() && f->contains("format")) {
+    const ordered_json& fmt = (*f)["format"];
+    const std::string type = fmt.is_object() ? fmt.value("type", std::string()) : "";
+    if (type == "json_schema") {
+      ordered_json js = {{"name", fmt.value("name", std::string("schema"))}, {"schema", fmt.value("schema", ordered_json())}};
+      if (fmt.contains("strict")) js["strict"] = fmt["strict"];
+      chat["response_format"] = {{"type", "json_schema"}, {"json_schema", js}};
+    } else if (type == "json_object") {
+      chat["response_format"] = {{"type", "json_object"}};
+    } else if (type != "text") {
+      return InvalidArgument("'text.format.type' must be text, json_object or json_schema");
+    }
+  }
+  if (auto m = b.find("max_output_tokens"); m != b.end() && !m->is_null()) chat["max_tokens"] = *m;
+  for (const char* k : {"model", "temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "metadata"})
+    if (b.contains(k) && !b[k].is_null()) chat[k] = b[k];
+  chat.erase("metadata");
+  chat.erase("user");
+  return chat;
+}
+
+json ResponseBuilder::Base(const char* status) const {
+  return {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", model_},
+          {"output", json::array()}, {"error", nullptr}, {"incomplete_details", nullptr}, {"parallel_tool_calls", true},
+          {"tool_choice", "auto"}, {"tools", json::array()}, {"usage", nullptr}};
+}
+
+std::string ResponseBuilder::Event(const char* type, json data) {
+  data["type"] = type;
+  data["sequence_number"] = seq_++;
+  return std::string("event: ") + type + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+}
+
+static json TextPart(const std::string& text) { return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}; }
+
+std::string ResponseBuilder::Start() {
+  std::string s = Event("response.created", {{"response", Base("in_progress")}});
+  s += Event("response.in_progress", {{"response", Base("in_progress")}});
+  s += Event("response.output_item.added", {{"output_index", 0}, {"item", {{"id", "msg_" + id_}, {"type", "message"},
+            {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}}}});
+  s += Event("response.content_part.added", {{"item_id", "msg_" + id_}, {"output_index", 0}, {"content_index", 0}, {"part", TextPart("")}});
+  return s;
+}
+
+std::string ResponseBuilder::TextDelta(const std::string& text) {
+  if (text.empty()) return "";
+  text_ += text;
+  return Event("response.output_text.delta", {{"item_id", "msg_" + id_}, {"output_index", 0}, {"content_index", 0},
+                                              {"delta", text}, {"logprobs", json::array()}});
+}
+
+json ResponseBuilder::Object(const json& message, const std::string& finish_reason, const json& usage) {
+  json r = Base(finish_reason == "length" ? "incomplete" : "completed");
+  if (finish_reason == "length") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
+  json out = json::array();
+  if (!text.empty() || !message.contains("tool_calls"))
+    out.push_back({{"id", "msg_" + id_}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"},
+                   {"content", json::array({TextPart(text)})}});
+  if (message.contains("tool_calls"))
+    for (const auto& c : message["tool_calls"])
+      out.push_back({{"id", "fc_" + c["id"].get<std::string>()}, {"type", "function_call"}, {"status", "completed"},
+                     {"call_id", c["id"]}, {"name", c["function"]["name"]}, {"arguments", c["function"]["arguments"]}});
+  r["output"] = out;
+  r["usage"] = {{"input_tokens", usage["prompt_tokens"]}, {"output_tokens", usage["completion_tokens"]},
+                {"total_tokens", usage["total_tokens"]},
+                {"input_tokens_details", {{"cached_tokens", usage["prompt_tokens_details"]["cached_tokens"]}}},
+                {"output_tokens_details", {{"reasoning_tokens", 0}}}};
+  return r;
+}
+
+std::string ResponseBuilder::Finish(const json& message, const std::string& finish_reason, const json& usage) {
+  json r = Object(message, finish_reason, usage);
+  std::string s;
+  // The text item was opened at the start: its text (held back when tools are parsed) and its close.
+  const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
+  if (text.size() > text_.size() && text.compare(0, text_.size(), text_) == 0) s += TextDelta(text.substr(text_.size()));
+  const std::string item = "msg_" + id_;
+  s += Event("response.output_text.done", {{"item_id", item}, {"output_index", 0}, {"content_index", 0}, {"text", text}, {"logprobs", json::array()}});
+  s += Event("response.content_part.done", {{"item_id", item}, {"output_index", 0}, {"content_index", 0}, {"part", TextPart(text)}});
+  s += Event("response.output_item.done", {{"output_index", 0}, {"item", {{"id", item}, {"type", "message"}, {"status", "completed"},
+            {"role", "assistant"}, {"content", json::array({TextPart(text)})}}}});
+  // The streamed output always has the message first; the object's output then lists the same items.
+  json out = json::array({{{"id", item}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", json::array({TextPart(text)})}}});
+  int index = 1;
+  for (const auto& it : r["output"]) {
+    if (it["type"] != "function_call") continue;
+    json added = it;
+    added["status"] = "in_progress";
+    added["arguments"] = "";
+    s += Event("response.output_item.added", {{"output_index", index}, {"item", added}});
+    s += Event("response.function_call_arguments.delta", {{"item_id", it["id"]}, {"output_index", index}, {"delta", it["arguments"]}});
+    s += Event("response.function_call_arguments.done", {{"item_id", it["id"]}, {"output_index", index}, {"arguments", it["arguments"]}});
+    s += Event("response.output_item.done", {{"output_index", index}, {"item", it}});
+    out.push_back(it);
+    ++index;
+  }
+  r["output"] = out;
+  s += Event(r["status"] == "incomplete" ? "response.incomplete" : "response.completed", {{"response", r}});
+  return s;
+}
+
+}  // namespace deepinfer

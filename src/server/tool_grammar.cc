@@ -1,0 +1,76 @@
+#include "server/tool_grammar.h"
+
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+
+namespace deepinfer {
+namespace {
+
+using nlohmann::json;
+
+// One call's text around its name and arguments, and what separates calls, per format (as each template writes
+// an assistant turn's calls, and as tool_parse.cc reads them back).
+struct CallSyntax {
+  std::string before, open, name_to_args, close, between, after;
+};
+
+CallSyntax Syntax(ToolFormat f) {
+  switch (f) {
+    case ToolFormat::kHermes:  // <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
+      return {"", "<tool_call>\n{\"name\": ", ", \"arguments\": ", "}\n</tool_call>", "\n", ""};
+    case ToolFormat::kDeepSeekV3:
+      return {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>function<｜tool▁sep｜>", "\n```json\n",
+              "\n```<｜tool▁call▁end｜>", "\n", "<｜tool▁calls▁end｜>"};
+    case ToolFormat::kLlama3Json:  // {"name": "f", "parameters": {...}}; several joined by "; "
+      return {"", "{\"name\": ", ", \"parameters\": ", "}", "; ", ""};
+    case ToolFormat::kNone: break;
+  }
+  return {};
+}
+
+}  // namespace
+
+StatusOr<std::string> ToolCallGbnf(const json& tools, ToolFormat format, const std::string& only, bool parallel) {
+  if (format == ToolFormat::kNone)
+    return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+  if (!tools.is_array() || tools.empty()) return InvalidArgument("'tool_choice' needs a non-empty 'tools' list");
+  const CallSyntax s = Syntax(format);
+  std::map<std::string, std::string> rules;
+  std::string alts;
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const std::string field = "tools[" + std::to_string(i) + "]";
+    const json& t = tools[i];
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object() || !t["function"].contains("name") ||
+        !t["function"]["name"].is_string())
+      return InvalidArgument("'" + field + "' must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    const json& fn = t["function"];
+    const std::string name = fn["name"].get<std::string>();
+    if (!only.empty() && name != only) continue;
+    // No parameters: the function takes none, so its arguments are {} (OpenAI's reading of an omitted schema).
+    json schema = json{{"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}};
+    if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null()) schema = *p;
+    if (!schema.is_object()) return InvalidArgument("'" + field + ".function.parameters' must be a JSON Schema object");
+    // Tool i's rules are tI-...; its arguments tI and its call cI, which no generated name can equal.
+    const std::string id = std::to_string(i), prefix = "t" + id + "-";
+    auto r = grammar::JsonSchemaRules(schema, prefix, "t" + id);
+    if (!r.ok()) return InvalidArgument("'" + field + ".function.parameters': " + r.status().message());
+    for (auto& [k, v] : *r) rules[k] = std::move(v);  // shared primitives have equal bodies
+    // DeepSeek-V3 writes the name bare; the JSON formats as a JSON string.
+    rules["c" + id] = grammar::GbnfLiteral(s.open + (format == ToolFormat::kDeepSeekV3 ? name : json(name).dump()) +
+                                           s.name_to_args) + " t" + id + " " + grammar::GbnfLiteral(s.close);
+    alts += (alts.empty() ? "c" : " | c") + id;
+  }
+  if (alts.empty()) return InvalidArgument("'tool_choice' names function '" + only + "', which is not in 'tools'");
+  std::string root = (s.before.empty() ? "" : grammar::GbnfLiteral(s.before) + " ") + "call";
+  if (parallel) root += " ( " + grammar::GbnfLiteral(s.between) + " call )*";
+  if (!s.after.empty()) root += " " + grammar::GbnfLiteral(s.after);
+  std::string out = "root ::= " + root + "\ncall ::= " + alts + "\n";
+  for (const auto& [k, v] : rules) out += k + " ::= " + v + "\n";
+  return out;
+}
+
+}  // namespace deepinfer
