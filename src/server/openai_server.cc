@@ -130,6 +130,11 @@ struct OpenAiServer::Call {
     bool role_sent = false;
     Clock::time_point last_token;
     ReasoningSplitter split{false};  // streamed <think> split (set up in Submit)
+    // A streamed piece of text into its reasoning and content parts (what is held back, at the end).
+    void Split(const std::string& text, bool finished, std::string* reasoning, std::string* content) {
+      split.Feed(text, reasoning, content);
+      if (finished) split.Finish(reasoning, content);
+    }
   };
   std::vector<Choice> choices;
   int unfinished = 0;  // choices not finished
@@ -382,13 +387,14 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   // The rest runs on the loop thread, which owns calls_: queueing, and the client may have gone meanwhile.
   auto checked_ptr = std::make_shared<std::vector<ValidatedRequest>>(std::move(checked));
   auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
-  const int parse = *parsing;
+  OutputParsing parse = *parsing;
+  parse.responses = responses;
   http_.RunOnLoop([=, this] {
-    Submit(c, chat, stream, include_usage, echo, parse | (responses ? 8 : 0), *params_ptr, std::move(*checked_ptr));
+    Submit(c, chat, stream, include_usage, echo, parse, *params_ptr, std::move(*checked_ptr));
   });
 }
 
-void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
+void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, OutputParsing parse,
                           const RequestParams& params, std::vector<ValidatedRequest> checked) {
   if (!preparing_.count(c)) return;  // the client disconnected while its request was prepared
   if (metrics_.in_flight.load() >= opt_.max_pending) {
@@ -401,10 +407,10 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->stream = stream;
   call->include_usage = include_usage;
   call->echo = echo;
-  call->parse_tools = parse & 1;
-  call->parse_thinking = parse & 2;
-  call->single_call = parse & 4;
-  if (parse & 8) call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
+  call->parse_tools = parse.tools;
+  call->parse_thinking = parse.thinking;
+  call->single_call = parse.single_call;
+  if (parse.responses) call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
   call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
@@ -520,8 +526,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       std::string r, text = ev.text;
       if (k.parse_thinking) {
         text.clear();
-        ch.split.Feed(ev.text, &r, &text);
-        if (ev.finished) ch.split.Finish(&r, &text);
+        ch.Split(ev.text, ev.finished, &r, &text);
       }
       events += k.resp->TextDelta(text);
     }
@@ -562,8 +567,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
         }
       } else if (k.parse_thinking) {
         std::string r, c;
-        ch.split.Feed(text, &r, &c);
-        if (ev.finished) ch.split.Finish(&r, &c);
+        ch.Split(text, ev.finished, &r, &c);
         if (!r.empty()) delta["reasoning_content"] = r;
         if (!c.empty() || (!ch.role_sent && r.empty())) delta["content"] = c;
       } else if (!text.empty() || !ch.role_sent) {
@@ -629,9 +633,10 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   metrics_.in_flight--;
 }
 
-StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat, RequestParams* params) const {
-  if (!chat) return 0;
-  int parse = parse_thinking_ ? 2 : 0;
+StatusOr<OpenAiServer::OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool chat, RequestParams* params) const {
+  OutputParsing parse;
+  if (!chat) return parse;
+  parse.thinking = parse_thinking_;
   auto tools = body.find("tools");
   const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
   bool parallel = true;
@@ -661,10 +666,10 @@ StatusOr<int> OpenAiServer::ChatOutputParsing(const json& body, bool chat, Reque
   if (!has_tools) return InvalidArgument("'tool_choice' is \"" + choice + "\" but no 'tools' are given");
   if (tool_format_ == ToolFormat::kNone)
     return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
-  parse |= 1;
+  parse.tools = true;
   // A named function is called once (as OpenAI and vLLM answer a forced function).
   if (choice == "named") parallel = false;
-  if (!parallel) parse |= 4;
+  parse.single_call = !parallel;
   if (choice == "required" || choice == "named") {
     // Enforced by a grammar over the template's call syntax and each function's parameter schema.
     if (params->grammar)

@@ -67,12 +67,18 @@ class OpenAiServer {
   void Options(HttpServer::ConnId c, const HttpRequest& req);
   void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, bool responses = false);  // on a prep worker
   void Responses(HttpServer::ConnId c, HttpRequest& req);  // /v1/responses, as a chat request (prep worker)
-  // parse: bit 0 tool calls, bit 1 reasoning, bit 2 at most one call (ChatOutputParsing), bit 3 /v1/responses.
-  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, int parse,
+  // What a chat answer is parsed into (ChatOutputParsing) and which API shapes it.
+  struct OutputParsing {
+    bool tools = false;        // tool calls into tool_calls
+    bool thinking = false;     // a <think> block into reasoning_content
+    bool single_call = false;  // at most one call (parallel_tool_calls false, or a named tool)
+    bool responses = false;    // a /v1/responses request
+  };
+  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, OutputParsing parse,
               const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
   // What a chat answer is parsed into, from `tools` / `tool_choice` / `parallel_tool_calls` and the template;
   // for tool_choice "required" or named, the grammar that forces the calls goes into params.
-  StatusOr<int> ChatOutputParsing(const nlohmann::json& body, bool chat, RequestParams* params) const;
+  StatusOr<OutputParsing> ChatOutputParsing(const nlohmann::json& body, bool chat, RequestParams* params) const;
   static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
