@@ -334,9 +334,9 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   // The cheap bound first: text this long cannot fit the context, so it is refused before it is tokenized.
   if (const size_t bytes = PromptBytes(body, chat); bytes > max_prompt_bytes_)
-    return Error(c, 400, std::string(chat ? "the messages hold " : "the prompt holds ") + std::to_string(bytes) +
-                             " bytes of text; the limit is " + std::to_string(max_prompt_bytes_) +
-                             " bytes (--max-prompt-bytes)", "", chat ? "messages" : "prompt");
+    return Error(c, 400, std::string(responses ? "the input holds " : chat ? "the messages hold " : "the prompt holds ") +
+                             std::to_string(bytes) + " bytes of text; the limit is " + std::to_string(max_prompt_bytes_) +
+                             " bytes (--max-prompt-bytes)", "", responses ? "input" : chat ? "messages" : "prompt");
   RequestParams defaults;
   if (chat) defaults.max_tokens = std::max(1, engine_.max_model_len() - 1);  // chat: until the context is full
   auto params = ParseRequestParams(body, defaults);
