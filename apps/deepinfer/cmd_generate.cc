@@ -46,7 +46,15 @@ struct Choice {
   std::string text, finish_reason, stop_reason;
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;
+  int64_t spec_proposed = 0, spec_accepted = 0;
 };
+
+// The --speculative method name when speculative decoding is on (reported in the JSON outputs), else empty.
+std::string g_spec_method;
+
+json SpeculativeJson(int64_t proposed, int64_t accepted) {
+  return {{"method", g_spec_method}, {"proposed", proposed}, {"accepted", accepted}};
+}
 
 // Collects the streamed events of one request into its choices.
 struct Collected {
@@ -60,6 +68,8 @@ struct Collected {
     c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     prompt_tokens = ev.prompt_tokens;
     cached_tokens = ev.cached_tokens;
+    c.spec_proposed = ev.spec_proposed;
+    c.spec_accepted = ev.spec_accepted;
     if (ev.finished) {
       c.finish_reason = ev.finish_reason;
       c.stop_reason = ev.stop_reason;
@@ -70,10 +80,13 @@ struct Collected {
     if (!error.empty()) return {{"error", error}};
     json cs = json::array();
     int completion = 0;
+    int64_t proposed = 0, accepted = 0;
     for (size_t i = 0; i < choices.size(); ++i) {
       const Choice& c = choices[i];
       json j = {{"index", i}, {"text", c.text}, {"token_ids", c.tokens}, {"finish_reason", c.finish_reason}};
       if (!c.stop_reason.empty()) j["stop_reason"] = c.stop_reason;
+      proposed += c.spec_proposed;
+      accepted += c.spec_accepted;
       if (with_logprobs) j["logprobs"] = LogprobsJson(c.logprobs);
       completion += static_cast<int>(c.tokens.size());
       cs.push_back(std::move(j));
@@ -83,6 +96,7 @@ struct Collected {
     out["choices"] = cs;
     out["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion},
                     {"total_tokens", prompt_tokens + completion}, {"cached_tokens", cached_tokens}};
+    if (!g_spec_method.empty()) out["speculative"] = SpeculativeJson(proposed, accepted);
     return out;
   }
 };
@@ -305,6 +319,8 @@ int CmdGenerate(int argc, char** argv) {
     return Fail(InvalidArgument("--input cannot be combined with -p/-f"));
   if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
+  auto draft_model = OpenDraftModelOrDie(args, &eo);
+  if (eo.speculative != api::SpeculativeMethod::kNone) g_spec_method = args.Get("speculative");
   if (Status s = CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
 
   GenerationParams params = DefaultsFromArgs(args);
@@ -372,12 +388,17 @@ int CmdGenerate(int argc, char** argv) {
                 {"usage", {{"prompt_tokens", n_prompt}, {"completion_tokens", c.tokens.size()}}},
                 {"timings", {{"prefill_seconds", prefill_s}, {"decode_seconds", decode_s},
                              {"prefill_tokens_per_second", pre_tps}, {"decode_tokens_per_second", dec_tps}}}};
+    if (!g_spec_method.empty()) out["speculative"] = SpeculativeJson(c.spec_proposed, c.spec_accepted);
     std::printf("%s\n", Dump(out).c_str());
   } else {
     std::printf("\n");
     std::fflush(stdout);
     DI_LOG_INFO("prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s), finish_reason=%s", n_prompt,
                 pre_tps, c.tokens.size(), dec_tps, c.finish_reason.c_str());
+    if (!g_spec_method.empty())
+      DI_LOG_INFO("speculative (%s): %lld drafts proposed, %lld accepted (%.1f%%)", g_spec_method.c_str(),
+                  static_cast<long long>(c.spec_proposed), static_cast<long long>(c.spec_accepted),
+                  c.spec_proposed ? 100.0 * c.spec_accepted / c.spec_proposed : 0.0);
   }
   Status leaks = engine.Shutdown();
   if (!leaks.ok()) return Fail(leaks);

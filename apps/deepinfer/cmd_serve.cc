@@ -93,6 +93,7 @@ int CmdServe(int argc, char** argv) {
 
   if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
+  auto draft_model = OpenDraftModelOrDie(args, &eo);
   if (Status s = CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
   auto engine = api::Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());

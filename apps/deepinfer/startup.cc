@@ -1,5 +1,6 @@
 #include "startup.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -85,7 +86,45 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
   opt->max_batched_tokens = static_cast<int>(args.GetInt("max-batched-tokens"));
   opt->prefix_caching = !args.Has("no-prefix-cache");
   opt->overlap = !args.Has("no-overlap");
+  if (args.Has("speculative")) {
+    const std::string m = args.Get("speculative");
+    if (m == "ngram") opt->speculative = api::SpeculativeMethod::kNgram;
+    else if (m == "draft") opt->speculative = api::SpeculativeMethod::kDraft;
+    else if (m == "mtp") opt->speculative = api::SpeculativeMethod::kMtp;
+    else if (m == "off" || m == "none") opt->speculative = api::SpeculativeMethod::kNone;
+    else return InvalidArgument("--speculative must be ngram, draft or mtp, not '" + m + "'");
+  }
+  const bool spec = opt->speculative != api::SpeculativeMethod::kNone;
+  for (const char* f : {"num-speculative-tokens", "ngram-min", "ngram-max", "spec-verify", "draft-model"})
+    if (args.Has(f) && !spec) return InvalidArgument(std::string("--") + f + " needs --speculative");
+  if (args.Has("draft-model") && opt->speculative != api::SpeculativeMethod::kDraft)
+    return InvalidArgument("--draft-model is only used with --speculative draft");
+  if (opt->speculative == api::SpeculativeMethod::kDraft && !args.Has("draft-model"))
+    return InvalidArgument("--speculative draft needs --draft-model MODEL");
+  if (args.Has("num-speculative-tokens")) {
+    const long long k = args.GetInt("num-speculative-tokens");
+    if (k < 1 || k > 16) return InvalidArgument("--num-speculative-tokens must be in [1, 16], got " + std::to_string(k));
+    opt->num_speculative_tokens = static_cast<int>(k);
+  }
+  if (args.Has("ngram-min")) opt->ngram_min = static_cast<int>(std::clamp<long long>(args.GetInt("ngram-min"), -1, 1000));
+  if (args.Has("ngram-max")) opt->ngram_max = static_cast<int>(std::clamp<long long>(args.GetInt("ngram-max"), -1, 1000));
+  if (opt->ngram_min < 1 || opt->ngram_max < opt->ngram_min || opt->ngram_max > 64)
+    return InvalidArgument("--ngram-min / --ngram-max: need 1 <= min <= max <= 64");
+  if (args.Has("spec-verify")) {
+    const std::string v = args.Get("spec-verify");
+    if (v == "exact") opt->spec_verify = api::SpeculativeVerify::kExact;
+    else if (v == "rejection") opt->spec_verify = api::SpeculativeVerify::kRejection;
+    else return InvalidArgument("--spec-verify must be exact or rejection, not '" + v + "'");
+  }
   return Status::Ok();
+}
+
+std::unique_ptr<api::Model> OpenDraftModelOrDie(const Args& args, api::EngineOptions* opt) {
+  if (!args.Has("draft-model")) return nullptr;
+  DI_LOG_INFO("loading the draft model");
+  auto draft = OpenModelOrDie(args.Get("draft-model"), ModelOptionsFromArgs(args));
+  opt->draft_model = draft.get();
+  return draft;
 }
 
 Status EngineOptionsFromArgs(const Args& args, EngineOptions* opt) {

@@ -24,7 +24,13 @@ namespace deepinfer::cli {
       {"max-batched-tokens", "", "N", "512", "tokens per engine step (prefill chunk budget plus decode rows)"},          \
       {"no-prefix-cache", "", "", "", "do not reuse K/V of earlier prompts with the same prefix"},                      \
       {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \
-      {"threads", "t", "N", "all cores", "compute threads"}
+      {"threads", "t", "N", "all cores", "compute threads"},                                                             \
+      {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's MTP module); outputs stay those of plain decoding"}, \
+      {"draft-model", "", "MODEL", "", "--speculative draft: the draft model (GGUF, HF directory or hub reference) sharing the target's vocabulary"}, \
+      {"num-speculative-tokens", "", "K", "3", "drafts proposed and verified per step (1..16)"},                         \
+      {"ngram-min", "", "N", "2", "--speculative ngram: shortest suffix matched against the prompt and output"},       \
+      {"ngram-max", "", "M", "4", "--speculative ngram: longest suffix matched (tried first)"},                        \
+      {"spec-verify", "", "exact|rejection", "exact", "exact: accept a draft iff it is the model's own choice (identical outputs); rejection: Leviathan et al. rejection sampling (same distribution, higher acceptance, not token-identical)"}
 // The --mmap / --no-mmap flags every model-loading command shares.
 #define DI_WEIGHT_FLAGS                                                                                              \
   {"mmap", "", "", "", "keep weights in the mmapped files (no copy, less RAM; slower decode on 4 KiB pages)"},      \
@@ -53,6 +59,9 @@ void ApplyLogFlags(const Args& args);
 // The engine flags (DI_ENGINE_FLAGS) over EngineOptions' defaults; errors name the flag. --threads resizes the
 // compute pool right away, so model loading runs on the same threads as the forward pass.
 Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* options);
+// --draft-model: loads the draft (exits on failure like OpenModelOrDie) and points options->draft_model at it;
+// null without the flag.
+std::unique_ptr<api::Model> OpenDraftModelOrDie(const Args& args, api::EngineOptions* options);
 // --mmap / --no-mmap (DI_WEIGHT_FLAGS).
 api::ModelOptions ModelOptionsFromArgs(const Args& args);
 // DI_PARALLEL_FLAGS: resolves the rank layout of this job (one process: everything 1) and installs the process's

@@ -28,6 +28,20 @@ namespace deepinfer::api {
 
 enum class KvCacheDtype { kF32, kBF16, kF16 };
 
+// Speculative decoding: a cheap proposer guesses up to num_speculative_tokens tokens per step and the model
+// verifies them in one forward pass. With exact verification (the default) outputs are token-identical to plain
+// decoding, greedy and seeded sampling alike; only the speed changes.
+enum class SpeculativeMethod {
+  kNone,
+  kNgram,  // prompt lookup: continue an earlier occurrence of the last n tokens (prompt and output)
+  kDraft,  // a smaller model with the same vocabulary (draft_model), with its own paged KV cache
+  kMtp,    // DeepSeek-V3's multi-token-prediction module, chained for k > 1
+};
+enum class SpeculativeVerify {
+  kExact,      // accept a draft iff it is the token the model itself chooses: identical outputs
+  kRejection,  // Leviathan et al.: the same output distribution, higher acceptance, not token-identical
+};
+
 struct EngineOptions {
   int max_num_seqs = 64;            // concurrent sequences (each of a request's n samples counts)
   int max_batched_tokens = 512;     // tokens per engine step (prefill chunks plus one per decoding sequence)
@@ -41,6 +55,11 @@ struct EngineOptions {
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
   int threads = 0;                  // > 0: resize the process-wide compute pool (see SetComputeThreads)
+  SpeculativeMethod speculative = SpeculativeMethod::kNone;
+  int num_speculative_tokens = 3;   // drafts per step, 1..16
+  int ngram_min = 2, ngram_max = 4; // n-gram proposer: match lengths tried, longest first
+  SpeculativeVerify spec_verify = SpeculativeVerify::kExact;
+  const Model* draft_model = nullptr;  // kDraft: must share the vocabulary and outlive the engine
 };
 
 // What to generate for one request. The defaults are greedy decoding of up to 16 tokens.
@@ -66,6 +85,8 @@ struct GenerationParams {
   // Structured output: a GBNF grammar (llama.cpp syntax, root rule `root`) every sample's text must match;
   // empty: none. RequestFromOpenAiJson fills it from response_format / structured_outputs / guided_*.
   std::string grammar;
+  // Speculative decoding for this request: -1 uses the engine's num_speculative_tokens, 0 turns it off.
+  int num_speculative_tokens = -1;
 
   // The sampling ranges (an error names the parameter); vocab_size > 0 also checks logit_bias ids. Engine::Add
   // checks this too, with the prompt; calling it first reports bad parameters before any engine exists.
@@ -93,6 +114,8 @@ struct Output {
   int prompt_tokens = 0;
   int cached_tokens = 0;               // prompt tokens served from the prefix cache
   int completion_tokens = 0;           // generated so far for this sample
+  int64_t spec_proposed = 0;           // speculative decoding so far for this sample: drafts proposed
+  int64_t spec_accepted = 0;           // and accepted by verification
 };
 
 // Runs on the engine's thread: keep it short (copy what you need out).
@@ -114,6 +137,8 @@ struct EngineStats {
   int64_t preemptions = 0, requests_finished = 0, requests_aborted = 0;
   int waiting = 0, running = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;
+  // Speculative decoding: verify rows that carried drafts, drafts proposed, drafts accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
 };
 
 class Engine {

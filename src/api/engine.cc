@@ -63,6 +63,12 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   }
   e.prefix_caching = o.prefix_caching;
   e.overlap = o.overlap;
+  e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
+  e.speculative.num_tokens = o.num_speculative_tokens;
+  e.speculative.ngram_min = o.ngram_min;
+  e.speculative.ngram_max = o.ngram_max;
+  e.speculative.verify = o.spec_verify == SpeculativeVerify::kExact ? SpecVerify::kExact : SpecVerify::kRejection;
+  if (o.draft_model) e.speculative.draft_model = &InternalModel(*o.draft_model);
   return e;
 }
 
@@ -85,6 +91,7 @@ RequestParams ToInternal(const GenerationParams& g) {
   p.ignore_eos = g.ignore_eos;
   p.logprobs = g.logprobs;
   p.include_stop_str_in_output = g.include_stop_str_in_output;
+  p.speculative.num_tokens = g.num_speculative_tokens;
   if (!g.grammar.empty()) {  // an invalid grammar leaves p.grammar unset; Engine::Validate reports why
     p.grammar_source = g.grammar;
     if (auto gr = grammar::ParseGbnf(g.grammar); gr.ok()) p.grammar = *gr;
@@ -111,6 +118,7 @@ GenerationParams FromInternal(const RequestParams& p) {
   g.logprobs = p.logprobs;
   g.include_stop_str_in_output = p.include_stop_str_in_output;
   g.grammar = p.grammar ? p.grammar_source : std::string();
+  g.num_speculative_tokens = p.speculative.num_tokens;
   return g;
 }
 
@@ -128,6 +136,8 @@ Output FromInternal(const RequestOutput& r) {
   o.prompt_tokens = r.prompt_tokens;
   o.cached_tokens = r.cached_tokens;
   o.completion_tokens = r.completion_tokens;
+  o.spec_proposed = r.spec_proposed;
+  o.spec_accepted = r.spec_accepted;
   return o;
 }
 
@@ -196,6 +206,9 @@ EngineStats EngineImpl::Stats() const {
   o.running = s.running;
   o.kv_blocks_total = s.kv_blocks_total;
   o.kv_blocks_free = s.kv_blocks_free;
+  o.spec_drafts = s.spec_drafts;
+  o.spec_draft_tokens = s.spec_draft_tokens;
+  o.spec_accepted_tokens = s.spec_accepted_tokens;
   return o;
 }
 

@@ -45,23 +45,36 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   DI_RETURN_IF_ERROR(ValidateOptions(opt));
   const ModelConfig& c = model.config;
   const int max_len = ResolveMaxModelLen(c, opt);
+  const SpeculativeOptions& spec = opt.speculative;
+  const bool speculating = spec.method != SpecMethod::kNone;
+  if (speculating) DI_RETURN_IF_ERROR(ValidateSpeculative(spec, model));
+  dist::DistContext* dctx = dist::Context();
+  if (dctx && dctx->pc.single()) dctx = nullptr;
+  if (dctx && speculating)
+    return InvalidArgument("--speculative is not supported in multi-process runs yet (run one process)");
+  // The proposers' caches share the target's block tables: a block holds its positions in every cache.
+  KvLayout mtp_layout;
+  if (spec.method == SpecMethod::kMtp) mtp_layout = Transformer(model, 1).MtpKvLayout();
+  auto bytes_per_token = [&] {
+    size_t b = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype);
+    if (spec.draft_model) b += PagedKvCache::BytesPerToken(RankKvLayout(*spec.draft_model), opt.kv_dtype);
+    if (spec.method == SpecMethod::kMtp) b += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
+    return b;
+  };
   int blocks = opt.num_kv_blocks;
   if (blocks <= 0) {
     size_t bytes = opt.kv_cache_bytes;
     if (bytes == 0) {
       bytes = static_cast<size_t>(static_cast<double>(AvailableMemoryBytes()) * opt.kv_cache_fraction);
       // No point holding more than every slot at full length needs.
-      const size_t most = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype) * opt.max_num_seqs *
-                          (static_cast<size_t>(max_len) + opt.block_size);
+      const size_t most = bytes_per_token() * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size);
       if (bytes == 0 || bytes > most) bytes = most;
     }
-    blocks = PagedKvCache::BlocksForBytes(RankKvLayout(model), opt.kv_dtype, opt.block_size, bytes);
+    blocks = static_cast<int>(std::min<size_t>(bytes / (bytes_per_token() * opt.block_size), 1u << 30));
     if (blocks < 1)
       return InvalidArgument("the KV cache budget (" + std::to_string(bytes) + " bytes) holds no block of " +
                              std::to_string(opt.block_size) + " tokens");
   }
-  dist::DistContext* dctx = dist::Context();
-  if (dctx && dctx->pc.single()) dctx = nullptr;
   if (dctx) {
     // Every rank the same pool: the tensor-parallel ranks of a group must make identical scheduling decisions,
     // and rank 0 validates every request against its own pool.
@@ -76,7 +89,21 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
               kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks));
-  e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens);
+  std::unique_ptr<PagedKvCache> draft_kv, mtp_kv;
+  if (spec.draft_model) {
+    DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*spec.draft_model), blocks, opt.block_size, opt.kv_dtype));
+  }
+  if (spec.method == SpecMethod::kMtp) {
+    DI_ASSIGN_OR_RETURN(mtp_kv, PagedKvCache::Create(mtp_layout, blocks, opt.block_size, opt.kv_dtype));
+  }
+  if (speculating)
+    DI_LOG_INFO("speculative decoding: %s, %d tokens per step, %s verification%s", SpecMethodName(spec.method),
+                spec.num_tokens, SpecVerifyName(spec.verify),
+                spec.method == SpecMethod::kNgram
+                    ? (", n-gram " + std::to_string(spec.ngram_min) + ".." + std::to_string(spec.ngram_max)).c_str()
+                    : "");
+  e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, spec,
+                                                 std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs);
   if (dctx) e->dist_ = std::make_unique<DistControl>(*dctx, *e);
   return e;
 }
@@ -112,6 +139,12 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= config_.vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(t) + " is outside the vocabulary");
   DI_RETURN_IF_ERROR(p.sampling.Validate(config_.vocab_size));
+  SpecMethod method;
+  int k;
+  DI_RETURN_IF_ERROR(ResolveSpeculation(p.speculative, opt_.speculative, opt_.speculative.draft_model != nullptr,
+                                        opt_.speculative.method == SpecMethod::kMtp, &method, &k));
+  if (method != SpecMethod::kNone && dist_)
+    return InvalidArgument("speculative decoding is not supported in multi-process runs yet");
   if (!p.grammar && !p.grammar_source.empty()) {
     auto g = grammar::ParseGbnf(p.grammar_source);
     return g.ok() ? InvalidArgument("grammar: given as source but not compiled") : g.status();
@@ -195,6 +228,9 @@ void Engine::IngestRequests(std::vector<std::unique_ptr<Request>> inbox, const s
   for (auto& r : inbox) {
     Request* req = r.get();
     req->unfinished = req->params.n;
+    // Validated at Add: resolving again cannot fail.
+    (void)ResolveSpeculation(req->params.speculative, opt_.speculative, opt_.speculative.draft_model != nullptr,
+                             opt_.speculative.method == SpecMethod::kMtp, &req->spec_method, &req->spec_k);
     auto& list = seqs_of_[req->id];
     for (int i = 0; i < req->params.n; ++i) {
       std::unique_ptr<OutputText> text;
@@ -303,7 +339,15 @@ void Engine::Process(WorkerStepState& st) {
   for (size_t i = 0; i < st.sched.rows.size(); ++i) {
     const SequenceMetadata& r = st.sched.rows[i];
     Sequence* s = seqs_.at(r.seq_id).get();
-    s->Processed(r.q_begin + r.q_len);
+    if (r.dynamic) {
+      // The run's real extent: K/V is valid for the input position and the accepted drafts.
+      const RunResult* run = st.status.ok() ? &st.out.runs[i] : nullptr;
+      const int advanced = run ? static_cast<int>(run->tokens.size()) : 0;
+      s->RunProcessed(r.q_len, advanced, sched_cfg_.max_model_len);
+      s->Processed(run && advanced > 0 ? run->begin + advanced : 0);
+    } else {
+      s->Processed(r.q_begin + r.q_len);
+    }
     if (s->status() == SeqStatus::kFinished) {  // a ghost row: scheduled before its stop or abort was known
       if (r.samples) {
         std::lock_guard<std::mutex> lock(stats_mu_);
@@ -319,8 +363,13 @@ void Engine::Process(WorkerStepState& st) {
       MaybeRelease(s);
       continue;
     }
-    if (r.samples) Commit(s, st.out.rows[i]);
-    else sched_->Publish(s);
+    if (r.dynamic) {
+      CommitRun(s, st.out.runs[i]);
+    } else if (r.samples) {
+      Commit(s, st.out.rows[i]);
+    } else {
+      sched_->Publish(s);
+    }
     MaybeRelease(s);
   }
   st.phase = WorkerStepState::Phase::kFree;
@@ -359,6 +408,26 @@ void Engine::Commit(Sequence* s, const SampledToken& t) {
   Emit(s, std::move(ev));
 }
 
+void Engine::CommitRun(Sequence* s, const RunResult& run) {
+  s->CountSpeculation(run.proposed, run.accepted);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    if (run.proposed > 0) {
+      ++stats_.spec_drafts;
+      stats_.spec_draft_tokens += run.proposed;
+      stats_.spec_accepted_tokens += run.accepted;
+      ++stats_.spec_accepted_len[std::min(run.accepted, kMaxSpecTokens)];
+      for (int i = 0; i < run.accepted && i < kMaxSpecTokens; ++i) ++stats_.spec_accepted_per_pos[i];
+    }
+  }
+  // One event per token, as plain decoding sends them; a stop inside the run ends the sample, and the
+  // tokens after it are ghosts, never streamed.
+  for (const SampledToken& t : run.tokens) {
+    if (s->status() != SeqStatus::kRunning) break;
+    Commit(s, t);
+  }
+}
+
 void Engine::Finish(Sequence* s, std::string reason, std::string stop_reason, RequestOutput ev) {
   if (s->status() == SeqStatus::kFinished || s->status() == SeqStatus::kReleased) return;  // first terminal reason wins
   if (s->status() == SeqStatus::kWaiting) sched_->RemoveWaiting(s);
@@ -385,6 +454,8 @@ void Engine::Emit(Sequence* s, RequestOutput ev) {
   ev.prompt_tokens = s->prompt_len();
   ev.cached_tokens = s->cached_tokens();
   ev.completion_tokens = s->num_outputs();
+  ev.spec_proposed = s->spec_proposed();
+  ev.spec_accepted = s->spec_accepted();
   if (req->callback) req->callback(ev);
 }
 

@@ -6,6 +6,7 @@
 // each step right after launching it. Outputs are bit-identical between the two: inputs come from the token
 // table, sampling is keyed by (seed, sample, position), and the forward is batch- and chunk-invariant.
 #pragma once
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
+#include "engine/speculative.h"
 #include "engine/step.h"
 #include "engine/stream.h"
 #include "engine/token_table.h"
@@ -39,6 +41,7 @@ struct EngineOptions {
   bool prefix_caching = true;
   bool overlap = true;              // depth 1 (true) or 0
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
+  SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
 };
 
 struct EngineStats {
@@ -48,6 +51,11 @@ struct EngineStats {
   int kv_blocks_total = 0, kv_blocks_free = 0;
   double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
   double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
+  // Speculative decoding (vLLM's spec_decode metrics): verify rows with drafts, drafts proposed and accepted,
+  // rows by accepted length (0..kMaxSpecTokens), and how often the i-th draft of a row was accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::array<int64_t, kMaxSpecTokens + 1> spec_accepted_len{};
+  std::array<int64_t, kMaxSpecTokens> spec_accepted_per_pos{};
 };
 
 class Engine;
@@ -122,6 +130,7 @@ class Engine {
   void Launch(SchedulerOutputs so);
   void Process(WorkerStepState& st);
   void Commit(Sequence* s, const SampledToken& t);
+  void CommitRun(Sequence* s, const RunResult& run);
   void Finish(Sequence* s, std::string reason, std::string stop_reason = {}, RequestOutput ev = {});
   void Emit(Sequence* s, RequestOutput ev);
   void MaybeRelease(Sequence* s);

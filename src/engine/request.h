@@ -11,6 +11,18 @@
 
 namespace deepinfer {
 
+// Speculative decoding (engine/speculative.h): a proposer guesses tokens, the target verifies them in one pass.
+enum class SpecMethod : uint8_t { kNone = 0, kNgram = 1, kDraft = 2, kMtp = 3 };
+const char* SpecMethodName(SpecMethod m);
+
+// Per request: which proposer and how many drafts per step. Unset fields take the engine's configuration
+// (--speculative, --num-speculative-tokens); num_tokens = 0 turns speculation off for this request.
+struct SpecParams {
+  int num_tokens = -1;
+  bool has_method = false;
+  SpecMethod method = SpecMethod::kNone;
+};
+
 struct RequestParams {
   SamplingParams sampling;       // sampling.seed is used only when has_seed
   bool has_seed = false;         // otherwise the engine draws a seed for the request
@@ -25,6 +37,7 @@ struct RequestParams {
   // engine thread). grammar_source is its GBNF text, which multi-process runs send to the other ranks.
   std::shared_ptr<const grammar::Grammar> grammar;
   std::string grammar_source;
+  SpecParams speculative;
 };
 
 // One streamed event for one sample of a request: what is new since the previous event. The last event of a
@@ -46,6 +59,7 @@ struct RequestOutput {
   int prompt_tokens = 0;                // in every event
   int cached_tokens = 0;                // prompt tokens served from the prefix cache
   int completion_tokens = 0;            // generated so far for this sample
+  int64_t spec_proposed = 0, spec_accepted = 0;  // speculative decoding so far for this sample (drafts)
 };
 
 using OutputCallback = std::function<void(const RequestOutput&)>;

@@ -89,6 +89,8 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
   r.sample_index = static_cast<uint32_t>(s->index());
   r.logprobs = s->req()->params.logprobs;
   if (!s->req()->matchers.empty()) r.matcher = s->req()->matchers[s->index()].get();
+  r.spec_method = static_cast<uint8_t>(s->req()->spec_method);  // prefill rows too: proposers keep their caches
+  r.spec_k = s->req()->spec_k;
   // Length limits are known now, so the row that produces the last allowed token is the last one scheduled.
   s->RowScheduled(q_len, out->step, cfg_.max_model_len);
   out->rows.push_back(r);
@@ -138,7 +140,17 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   for (Sequence* s : order) {
     if (s->status() != SeqStatus::kRunning || s->length_capped() || s->sched() < s->prefill_end()) continue;
     if (full()) break;
-    if (!GrowOrPreempt(s, s->sched() + 1, out->step)) {
+    // A speculating sequence reserves room for its drafts: 1 + k positions past the upper bound of where its
+    // in-flight steps may have taken it (the executor settles the real start and proposes at most k).
+    const Request* req = s->req();
+    const bool dynamic = req->spec_method != SpecMethod::kNone && req->spec_k > 0;
+    int k = 0;
+    if (dynamic) {
+      k = std::min({req->spec_k, budget - 1, cfg_.max_model_len - 2 - s->sched(),
+                    req->params.max_tokens - s->scheduled_outputs() - 1});
+      k = std::max(k, 0);
+    }
+    if (!GrowOrPreempt(s, s->sched() + 1 + k, out->step)) {
       if (s->inflight() == 0) {
         Preempt(s);
         continue;
@@ -146,8 +158,14 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
       blocked = true;
       break;
     }
-    EmitRow(s, 1, out);
-    --budget;
+    EmitRow(s, 1 + k, out);
+    if (dynamic) {
+      SequenceMetadata& r = out->rows.back();
+      r.dynamic = true;
+      r.spec_k = k;
+      r.end_limit = std::min(s->prompt_len() + req->params.max_tokens, cfg_.max_model_len);
+    }
+    budget -= 1 + k;
   }
   if (blocked) return;
   // 2. Continue chunked prefills, oldest first (they may preempt younger idle sequences, so two half-prefilled

@@ -39,6 +39,9 @@ struct Request {
   int unfinished = 0;  // samples not yet finished
   // One grammar matcher per sample when params.grammar is set. Only the executor (stream thread) touches them.
   std::vector<std::unique_ptr<grammar::GrammarMatcher>> matchers;
+  // Speculative decoding, resolved from params.speculative and the engine's options at ingestion.
+  SpecMethod spec_method = SpecMethod::kNone;
+  int spec_k = 0;
 };
 
 enum class SeqStatus {
@@ -126,6 +129,8 @@ class Sequence {
   }
   // A row of `q_len` positions from sched() was put into `step`. Once the row that yields the last allowed
   // token (max_tokens, or `max_model_len` positions) is scheduled, the sequence is never scheduled again.
+  // A dynamic row (speculative decoding) reserves q_len positions: sched() then becomes an upper bound and
+  // scheduled_outputs() a lower bound (one token per row) until RunProcessed settles them.
   void RowScheduled(int q_len, uint64_t step, int max_model_len) {
     DI_SEQ_CHECK(status_ == SeqStatus::kRunning && !length_capped_ && q_len > 0);
     const bool samples = sched_ + q_len >= prefill_end_;
@@ -134,9 +139,26 @@ class Sequence {
     if (samples) {
       // The token this row samples lands at position sched_: no ghost row for length finishes.
       ++scheduled_outputs_;
-      if (scheduled_outputs_ >= req_->params.max_tokens || sched_ + 1 >= max_model_len) length_capped_ = true;
+      UpdateLengthCap(max_model_len);
     }
   }
+  // A processed dynamic row that reserved `reserved` positions advanced the sequence by `advanced` committed
+  // tokens (0..reserved): the bounds tighten, and a length cap set on the upper bound may lift again.
+  void RunProcessed(int reserved, int advanced, int max_model_len) {
+    DI_SEQ_CHECK(inflight_ > 0 && advanced >= 0 && advanced <= reserved);
+    if (status_ != SeqStatus::kRunning) return;
+    sched_ -= reserved - advanced;
+    scheduled_outputs_ += advanced - 1;
+    length_capped_ = false;
+    UpdateLengthCap(max_model_len);
+  }
+  // Speculation counters (drafts proposed and accepted by verification, over the rows the host processed).
+  void CountSpeculation(int proposed, int accepted) {
+    spec_proposed_ += proposed;
+    spec_accepted_ += accepted;
+  }
+  int64_t spec_proposed() const { return spec_proposed_; }
+  int64_t spec_accepted() const { return spec_accepted_; }
   // The first `num_blocks` blocks are in the prefix cache.
   void Published(int num_blocks) {
     DI_SEQ_CHECK(num_blocks >= num_published_ && num_blocks <= static_cast<int>(blocks_.size()));
@@ -193,6 +215,9 @@ class Sequence {
   }
 
  private:
+  void UpdateLengthCap(int max_model_len) {
+    if (scheduled_outputs_ >= req_->params.max_tokens || sched_ + 1 >= max_model_len) length_capped_ = true;
+  }
   SeqResources TakeResources() {
     SeqResources r{std::move(blocks_), slot_, last_use_};
     blocks_.clear();
@@ -224,6 +249,7 @@ class Sequence {
   int cached_tokens_ = 0;
   bool held_ = false;
   int preemptions_ = 0;
+  int64_t spec_proposed_ = 0, spec_accepted_ = 0;
 
   std::unique_ptr<OutputText> text_;
 };

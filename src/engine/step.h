@@ -28,6 +28,14 @@ struct SequenceMetadata {
   uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
   int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report
   grammar::GrammarMatcher* matcher = nullptr;  // structured output: owned by the request, like sampling
+  // Speculative decoding (engine/speculative.h). A decode row of a speculating sequence is "dynamic": a step
+  // still in flight may commit a run of any length, so the host cannot know q_begin; the executor takes it from
+  // its own per-slot length (what the previous step committed) and runs 1 + (up to spec_k drafts) positions.
+  // q_len is then the row's reservation (token budget and KV blocks), q_begin an upper bound.
+  bool dynamic = false;
+  uint8_t spec_method = 0;        // SpecMethod; kNone with dynamic = a plain decode row at a dynamic position
+  int32_t spec_k = 0;             // drafts to propose and verify (the executor may propose fewer)
+  int32_t end_limit = 0;          // dynamic rows: tokens may be committed only at positions < end_limit
 };
 
 struct SchedulerOutputs {
@@ -44,8 +52,18 @@ struct SampledToken {
   std::vector<std::pair<int32_t, float>> top;
 };
 
+// What a dynamic row committed: the executor's q_begin and the run of tokens at positions begin + 1, ...
+// (accepted drafts, then the target's own token; empty when the sequence had already reached end_limit on the
+// device, a row the host then knows to be a ghost).
+struct RunResult {
+  int32_t begin = -1;
+  int32_t proposed = 0, accepted = 0;  // drafts proposed and accepted by verification
+  std::vector<SampledToken> tokens;
+};
+
 struct SamplerOutput {
-  std::vector<SampledToken> rows;  // parallel to SchedulerOutputs::rows (meaningful where samples)
+  std::vector<SampledToken> rows;  // parallel to SchedulerOutputs::rows (meaningful where samples, not dynamic)
+  std::vector<RunResult> runs;     // parallel to rows (meaningful where dynamic)
 };
 
 struct WorkerStepState {

@@ -9,11 +9,6 @@
 
 namespace deepinfer {
 
-namespace {
-
-// Brings a row's matcher to the tokens the token table holds before `pos`: normally it is already there (it
-// accepted the token this executor sampled last step); after a preemption or any discarded step it rolls back
-// to the common prefix and replays. False when the history is not a sentence prefix (then no mask is applied).
 bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len, int pos) {
   const int want = pos - prompt_len;
   const auto& toks = m->step_tokens();
@@ -26,8 +21,6 @@ bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len
     if (!m->AcceptToken(hist[prompt_len + i])) return false;
   return true;
 }
-
-}  // namespace
 
 void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits) {
   const int grammar_vocab = m->trie()->vocab_size();
@@ -42,8 +35,13 @@ void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std:
 }
 
 ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
-                             int max_batch_tokens)
-    : tf_(model, max_batch_tokens), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size) {}
+                             int max_batch_tokens, const SpeculativeOptions& spec,
+                             std::unique_ptr<PagedKvCache> draft_kv, std::unique_ptr<PagedKvCache> mtp_kv, int max_rows)
+    : tf_(model, max_batch_tokens), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), spec_(spec),
+      slots_(table->num_slots()), draft_kv_(std::move(draft_kv)), mtp_kv_(std::move(mtp_kv)) {
+  // The draft also catches up one position per decoding row beyond the target's tokens.
+  if (spec_.draft_model) draft_tf_ = std::make_unique<Transformer>(*spec_.draft_model, max_batch_tokens + max_rows);
+}
 
 void ModelExecutor::MaybeRebalance(uint64_t step) {
   const dist::DistContext* d = dist::Context();
@@ -60,50 +58,88 @@ void ModelExecutor::MaybeRebalance(uint64_t step) {
                 rep->imbalance_after, rep->moved_slots, static_cast<long long>(moved_slots_), rebalances_);
 }
 
+void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out) {
+  int32_t* hist = table_->row(r.slot);
+  // Log-probs are reported from the model's distribution (before penalties and temperature), as vLLM does.
+  if (r.logprobs >= 0) raw_.assign(logits, logits + vocab_);
+  ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &counts_);
+  // The grammar mask for this position depends on the token sampled at the previous one, which this
+  // executor wrote into the token table itself: the overlap loop never waits on the host for it.
+  const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
+  if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
+  out->token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
+  if (constrained) r.matcher->AcceptToken(out->token);
+  if (r.logprobs >= 0) {
+    TopLogprobs lp = ComputeLogprobs(raw_.data(), vocab_, out->token, r.logprobs);
+    out->logprob = lp.logprob;
+    out->top = std::move(lp.top);
+  }
+  hist[pos] = out->token;
+}
+
 void ModelExecutor::Execute(WorkerStepState& st) {
   const SchedulerOutputs& so = st.sched;
   MaybeRebalance(so.step);
+  st.out.rows.assign(so.rows.size(), SampledToken{});
+  st.out.runs.assign(so.rows.size(), RunResult{});
+  st.status = PlanRows(so);
+  if (!st.status.ok()) return;
+  if (draft_tf_) {
+    st.status = RunDraft(so);
+    if (!st.status.ok()) return;
+  }
+  if (mtp_kv_) {
+    st.status = MtpChain(so);
+    if (!st.status.ok()) return;
+  }
   fwd_.clear();
-  int sampling_rows = 0;
-  for (const SequenceMetadata& r : so.rows) {
+  int logit_rows = 0, hidden_rows = 0;
+  for (size_t i = 0; i < so.rows.size(); ++i) {
+    const SequenceMetadata& r = so.rows[i];
+    RowPlan& plan = plans_[i];
+    if (plan.skip) continue;
     SeqForward f;
-    f.tokens = table_->row(r.slot) + r.q_begin;
-    f.n = r.q_len;
-    f.start = r.q_begin;
+    f.tokens = table_->row(r.slot) + plan.begin;
+    f.n = plan.n;
+    f.start = plan.begin;
     f.block_table = so.block_tables.data() + r.block_table_off;
     f.num_blocks = static_cast<int>(r.num_blocks);
     f.want_logits = r.samples;
-    sampling_rows += r.samples;
+    f.all_logits = r.dynamic && plan.k > 0;  // verify rows: the target's distribution at every draft
+    plan.hidden_row = hidden_rows;
+    hidden_rows += f.n;
+    if (f.want_logits) {
+      plan.logit_row = logit_rows;
+      logit_rows += f.all_logits ? f.n : 1;
+    }
     fwd_.push_back(f);
   }
-  logits_.resize(static_cast<size_t>(sampling_rows) * vocab_);
-  st.out.rows.assign(so.rows.size(), SampledToken{});
-  st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data());
-  if (!st.status.ok()) return;
-  int li = 0;
+  logits_.resize(static_cast<size_t>(logit_rows) * vocab_);
+  const bool mtp = mtp_kv_ != nullptr;
+  if (mtp) hidden_.resize(static_cast<size_t>(so.num_tokens + 1) * tf_.model().config.hidden);
+  if (!fwd_.empty()) {
+    st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
+                                 mtp ? hidden_.data() : nullptr);
+    if (!st.status.ok()) return;
+  }
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
-    if (!r.samples) continue;
-    float* logits = logits_.data() + static_cast<size_t>(li++) * vocab_;
-    const int pos = r.q_begin + r.q_len;  // the position the new token will occupy
-    int32_t* hist = table_->row(r.slot);
-    SampledToken& out = st.out.rows[i];
-    // Log-probs are reported from the model's distribution (before penalties and temperature), as vLLM does.
-    if (r.logprobs >= 0) raw_.assign(logits, logits + vocab_);
-    ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &counts_);
-    // The grammar mask for this position depends on the token sampled at the previous one, which this
-    // executor wrote into the token table itself: the overlap loop never waits on the host for it.
-    const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
-    if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
-    out.token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
-    if (constrained) r.matcher->AcceptToken(out.token);
-    if (r.logprobs >= 0) {
-      TopLogprobs lp = ComputeLogprobs(raw_.data(), vocab_, out.token, r.logprobs);
-      out.logprob = lp.logprob;
-      out.top = std::move(lp.top);
+    RowPlan& plan = plans_[i];
+    if (!r.samples || plan.skip) continue;
+    float* logits = logits_.data() + static_cast<size_t>(plan.logit_row) * vocab_;
+    SlotState& ss = slots_[r.slot];
+    if (r.dynamic) {
+      RunResult& run = st.out.runs[i];
+      VerifyRow(r, plan, logits, &run);
+      ss.len = plan.begin + 1 + static_cast<int>(run.tokens.size());
+    } else {
+      const int pos = r.q_begin + r.q_len;  // the position the new token will occupy
+      SampleRow(r, logits, pos, &st.out.rows[i]);
+      ss.len = pos + 1;
     }
-    hist[pos] = out.token;
+    ss.gen = r.slot_gen;
   }
+  if (mtp) st.status = RunMtp(so);
 }
 
 }  // namespace deepinfer

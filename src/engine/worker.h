@@ -5,7 +5,9 @@
 #include <memory>
 #include <vector>
 
+#include "engine/speculative.h"
 #include "engine/step.h"
+#include "sample/sampler.h"
 #include "engine/token_table.h"
 #include "kv/kv_cache.h"
 #include "model/transformer.h"
@@ -15,12 +17,43 @@ namespace deepinfer {
 namespace grammar {
 class GrammarMatcher;
 }
+// Brings a row's matcher to the tokens the token table holds before `pos` (rolling back and replaying after a
+// preemption, a discarded step or rejected drafts). False when the history is not a sentence prefix.
+bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len, int pos);
 // Sets the logits of every token the matcher does not allow to -inf (a no-op when it allows none).
 void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits);
 
+// The executor's own record of each token-table slot (the "device" view of committed lengths): a dynamic row
+// reads where its sequence really is from here, since the host may not have processed the previous step yet.
+struct SlotState {
+  int32_t len = 0;        // tokens known in the table row (the next sampled token lands at position len)
+  uint32_t gen = 0;       // the slot generation that wrote len (a dynamic row of another occupant is a bug)
+  int32_t draft_len = 0;  // positions whose draft-model K/V is valid
+  int32_t mtp_len = 0;    // positions p whose MTP K/V (pair h_p, token p + 1) is valid
+  int32_t mtp_for = -1;   // mtp_drafts were proposed for a row starting at this length (-1: none)
+  std::vector<int32_t> mtp_drafts;
+  std::vector<float> mtp_hidden;  // the module's output at the pair that proposed mtp_drafts[0] (chaining)
+  std::vector<FilteredDistribution> mtp_q;  // their distributions (rejection verification)
+};
+
+// The speculative parts of a step, per row (planned before the forward).
+struct RowPlan {
+  int begin = 0, n = 0;   // positions [begin, begin + n) run through the target
+  int k = 0;              // drafts proposed (the row verifies k and samples k + 1 tokens)
+  int kmax = 0;           // most drafts the row may take
+  bool skip = false;      // a dynamic row whose sequence already reached its limit on the device
+  int logit_row = -1;     // first logits row
+  int hidden_row = -1;    // first row of the forward batch (its hidden states, for MTP)
+  std::vector<FilteredDistribution> q;  // the draft's distribution at each draft (rejection verification)
+};
+
 class ModelExecutor : public Executor {
  public:
-  ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table, int max_batch_tokens);
+  // spec / draft_kv / mtp_kv: speculative decoding (draft_kv with the target's block count when
+  // spec.draft_model is set; mtp_kv from MtpKvLayout() for kMtp).
+  ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table, int max_batch_tokens,
+                const SpeculativeOptions& spec = {}, std::unique_ptr<PagedKvCache> draft_kv = nullptr,
+                std::unique_ptr<PagedKvCache> mtp_kv = nullptr, int max_rows = 0);
   void Execute(WorkerStepState& st) override;
   int vocab_size() const override { return vocab_; }
   PagedKvCache& kv() { return *kv_; }
@@ -28,6 +61,22 @@ class ModelExecutor : public Executor {
   void MaybeRebalance(uint64_t step);
 
  private:
+  // Sets plans_ for every row: dynamic rows' start from slots_, n-gram and MTP drafts written into the table.
+  Status PlanRows(const SchedulerOutputs& so);
+  // The draft model: catches its cache up with every row, then proposes for kDraft rows (k rounds).
+  Status RunDraft(const SchedulerOutputs& so);
+  // Samples a dynamic row's 1 + k positions from its logits, accepting drafts (exact or rejection).
+  void VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits, RunResult* run);
+  // Samples the draft's token at `pos` from its logits (penalties applied; rejection keeps q).
+  int32_t DraftSample(const SequenceMetadata& r, float* logits, int pos, FilteredDistribution* q);
+  // MTP: feeds the newly committed pairs of every row through the module and proposes the next step's drafts.
+  Status RunMtp(const SchedulerOutputs& so);
+  // MTP rows with k > 1: chains the module on its own output from the first draft (k - 1 rounds).
+  Status MtpChain(const SchedulerOutputs& so);
+  // A rejected draft's replacement: the target's distribution minus the draft's, positive part (q null: the
+  // n-gram proposer's point mass at `draft`).
+  int32_t DrawResidual(const FilteredDistribution& p, const FilteredDistribution* q, int32_t draft, float u);
+  void SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out);
   Transformer tf_;
   std::unique_ptr<PagedKvCache> kv_;
   TokenTable* table_;
@@ -38,6 +87,17 @@ class ModelExecutor : public Executor {
   std::vector<uint32_t> mask_bits_;
   int rebalances_ = 0;
   int64_t moved_slots_ = 0;
+
+  SpeculativeOptions spec_;
+  std::vector<SlotState> slots_;
+  std::vector<RowPlan> plans_;
+  std::unique_ptr<Transformer> draft_tf_;
+  std::unique_ptr<PagedKvCache> draft_kv_, mtp_kv_;
+  std::vector<float> draft_logits_, hidden_, mtp_hidden_, mtp_logits_;
+  std::vector<SeqForward> draft_fwd_;
+  std::vector<int> draft_rows_;
+  std::vector<double> q_dense_;
+  std::vector<float> mtp_in_hidden_;
 };
 
 }  // namespace deepinfer

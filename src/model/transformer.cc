@@ -234,7 +234,7 @@ KvLayout Transformer::MtpKvLayout() const {
 }
 
 Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv,
-                               float* logits) {
+                               float* logits, float* out_hidden) {
   if (k < 0 || k >= static_cast<int>(model_.mtp.size()))
     return InvalidArgument("forward: the model has no MTP module " + std::to_string(k));
   int total = 0;
@@ -252,6 +252,10 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   if (n > 0) MatMul(P.eh_proj, mtp_in_.data(), n, x_.data());
   Layer(P.layer, k, mtp_kv);
   if (!logit_rows_.empty()) Logits(P.head_norm, P.head, logits);
+  if (out_hidden && n > 0) {
+    if (cp_) return InvalidArgument("forward: MTP output hidden states are not gathered under context parallelism");
+    RmsNorm(x_.data(), P.head_norm.data(), c_.rms_eps, n, h, out_hidden);
+  }
   return Status::Ok();
 }
 

@@ -83,10 +83,11 @@ TopLogprobs ComputeLogprobs(const float* logits, int n, int32_t token, int k) {
   return out;
 }
 
-int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position, uint32_t substream) {
-  if (p.greedy()) return ArgMax(logits, n);
+FilteredDistribution Filter(const float* logits, int n, const SamplingParams& p) {
+  FilteredDistribution d;
   // Candidates sorted by logit (ties by id, so the order is deterministic).
-  std::vector<int32_t> idx(n);
+  std::vector<int32_t>& idx = d.ids;
+  idx.resize(n);
   std::iota(idx.begin(), idx.end(), 0);
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   int keep = n;
@@ -96,7 +97,8 @@ int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_
   } else {
     std::sort(idx.begin(), idx.end(), by_logit);
   }
-  std::vector<double> prob(keep);
+  std::vector<double>& prob = d.prob;
+  prob.resize(keep);
   const double mx = logits[idx[0]] / p.temperature;
   double sum = 0;
   for (int i = 0; i < keep; ++i) sum += prob[i] = std::exp(logits[idx[i]] / p.temperature - mx);
@@ -119,15 +121,33 @@ int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_
     while (cut < keep && prob[cut] >= floor) ++cut;
     keep = cut;
   }
-  double total = 0;
-  for (int i = 0; i < keep; ++i) total += prob[i];
-  const double u = UniformAt(p.seed, position, substream) * total;
+  idx.resize(keep);
+  prob.resize(keep);
+  d.total = 0;
+  for (int i = 0; i < keep; ++i) d.total += prob[i];
+  return d;
+}
+
+int32_t DrawFrom(const FilteredDistribution& d, float uniform) {
+  const double u = uniform * d.total;
   double cum = 0;
+  const int keep = static_cast<int>(d.ids.size());
   for (int i = 0; i < keep; ++i) {
-    cum += prob[i];
-    if (u < cum) return idx[i];
+    cum += d.prob[i];
+    if (u < cum) return d.ids[i];
   }
-  return idx[keep - 1];
+  return d.ids[keep - 1];
+}
+
+double FilteredDistribution::Prob(int32_t token) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == token) return prob[i] / total;
+  return 0;
+}
+
+int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position, uint32_t substream) {
+  if (p.greedy()) return ArgMax(logits, n);
+  return DrawFrom(Filter(logits, n, p), UniformAt(p.seed, position, substream));
 }
 
 }  // namespace deepinfer

@@ -46,9 +46,20 @@ TopLogprobs ComputeLogprobs(const float* logits, int n, int32_t token, int k);
 // Index of the largest logit (lowest index on ties).
 int32_t ArgMax(const float* logits, int n);
 
-// Chooses a token for absolute position `position` (the index the new token will occupy).
 // Chooses a token for absolute position `position` (the index the new token will occupy); substream separates
 // the n samples of one request (sample index), so each has its own random stream.
+// The distribution a non-greedy draw samples from: temperature, then top-k, top-p and min-p, as candidates
+// sorted by logit (ties by lower id) with unnormalized probabilities summing to `total`.
+struct FilteredDistribution {
+  std::vector<int32_t> ids;
+  std::vector<double> prob;
+  double total = 0;
+  double Prob(int32_t token) const;  // normalized probability of `token` (0 outside the kept set)
+};
+FilteredDistribution Filter(const float* logits, int n, const SamplingParams& p);  // p must not be greedy
+// Inverse-CDF draw with `uniform` in [0, 1): the first candidate whose cumulative mass exceeds uniform x total.
+int32_t DrawFrom(const FilteredDistribution& d, float uniform);
+
 int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position, uint32_t substream = 0);
 
 }  // namespace deepinfer
