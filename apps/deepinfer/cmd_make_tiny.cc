@@ -19,6 +19,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"format", "", "FMT", "both", "hf | gguf | both"},
                 {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 (GGUF; the HF copy holds the dequantized values)"},
                 {"seed", "", "N", "1", "random seed"},
+                {"vocab-seed", "", "N", "--seed", "tokenizer seed: models made with the same --vocab-seed and --vocab share a vocabulary (a target and its draft)"},
                 {"vocab", "", "N", "512", "vocabulary size"},
                 {"hidden", "", "N", "64", "hidden size"},
                 {"layers", "", "N", "2", "transformer layers"},
@@ -88,6 +89,7 @@ int CmdMakeTiny(int argc, char** argv) {
       return Fail(InvalidArgument("sizes must be positive"));
   }
   s.seed = static_cast<uint64_t>(args.GetInt("seed"));
+  if (args.Has("vocab-seed")) s.vocab_seed = static_cast<uint64_t>(args.GetInt("vocab-seed"));
   s.dtype = DTypeFromName(args.Get("dtype"));
   if (s.dtype == DType::kInvalid || s.dtype == DType::kI32 || !CanQuantizeRow(s.dtype)) return Fail(InvalidArgument("unknown --dtype '" + args.Get("dtype") + "'"));
   const std::string fmt = args.Get("format");

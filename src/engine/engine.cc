@@ -422,10 +422,17 @@ void Engine::CommitRun(Sequence* s, const RunResult& run) {
   }
   // One event per token, as plain decoding sends them; a stop inside the run ends the sample, and the
   // tokens after it are ghosts, never streamed.
-  for (const SampledToken& t : run.tokens) {
-    if (s->status() != SeqStatus::kRunning) break;
-    Commit(s, t);
+  // An abort that arrived while the run was being committed (a client that stops after seeing a token) takes
+  // effect at that token, as it would between two plain decoding steps: the rest are never sent.
+  for (size_t i = 0; i < run.tokens.size(); ++i) {
+    if (s->status() != SeqStatus::kRunning || (i > 0 && AbortPending(s->req()->id))) break;
+    Commit(s, run.tokens[i]);
   }
+}
+
+bool Engine::AbortPending(uint64_t request_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::find(aborts_.begin(), aborts_.end(), request_id) != aborts_.end();
 }
 
 void Engine::Finish(Sequence* s, std::string reason, std::string stop_reason, RequestOutput ev) {

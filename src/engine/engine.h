@@ -131,6 +131,7 @@ class Engine {
   void Process(WorkerStepState& st);
   void Commit(Sequence* s, const SampledToken& t);
   void CommitRun(Sequence* s, const RunResult& run);
+  bool AbortPending(uint64_t request_id) const;
   void Finish(Sequence* s, std::string reason, std::string stop_reason = {}, RequestOutput ev = {});
   void Emit(Sequence* s, RequestOutput ev);
   void MaybeRelease(Sequence* s);

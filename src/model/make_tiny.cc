@@ -375,7 +375,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
 
   std::vector<float> freq_factors;
   if (s.llama3_rope_scaling) freq_factors = Llama3FreqFactors(s.head_dim, s.rope_theta, 32.0, 1.0, 4.0, 8192.0);
-  const TinyVocab vocab = MakeVocab(s.vocab, s.seed);
+  const TinyVocab vocab = MakeVocab(s.vocab, s.vocab_seed ? s.vocab_seed : s.seed);
   const bool add_bos = family.adds_bos;
 
   if (want_gguf) {

@@ -40,6 +40,9 @@ struct TinySpec {
   // does today (MQA form: key_length = kv_lora + rope, head_count_kv = 1). The HF directory keeps kv_b_proj.
   bool split_kv_b = false;
   uint64_t seed = 1;
+  // The tokenizer's seed (0: seed). Two models with the same vocab_seed and vocab share a vocabulary whatever
+  // their weights: a target and its draft for speculative decoding.
+  uint64_t vocab_seed = 0;
 };
 
 // Named realistic shapes: "llama-3.2-1b", "qwen3-0.6b", "qwen2.5-0.5b"; returns false if unknown.

@@ -2,7 +2,10 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -10,9 +13,48 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/make_tiny.h"
 #include "model/model.h"
+#include "unit/test_util.h"
 
 namespace deepinfer::testing {
+
+// stories260K (a real trained model) from the shared models, loaded once per test binary.
+inline const Model& Stories() {
+  static std::unique_ptr<Model> m = [] {
+    auto r = LoadModelFromPath(SharedModels() + "/stories260K.gguf");
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status().ToString();
+      return std::unique_ptr<Model>();
+    }
+    return std::move(r).value();
+  }();
+  return *m;
+}
+
+// A random model of the given layout, written as GGUF and loaded once per test binary.
+inline std::unique_ptr<Model> MakeTiny(TinySpec s, const std::string& tag) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("deepinfer_engine_" + tag + "_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
+  auto r = LoadModelFromPath((dir / "m.gguf").string());
+  std::filesystem::remove_all(dir);
+  if (!r.ok()) {
+    ADD_FAILURE() << r.status().ToString();
+    return nullptr;
+  }
+  return std::move(r).value();
+}
+
+inline TinySpec SmallSpec(Arch arch) {
+  TinySpec s;
+  s.arch = arch;
+  s.vocab = 384;
+  s.layers = 2;
+  s.ctx = 512;
+  return s;
+}
+
 
 struct TestRequest {
   std::vector<int32_t> prompt;

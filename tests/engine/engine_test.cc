@@ -16,41 +16,6 @@ namespace deepinfer::testing {
 namespace {
 namespace fs = std::filesystem;
 
-const Model& Stories() {
-  static std::unique_ptr<Model> m = [] {
-    auto r = LoadModelFromPath(SharedModels() + "/stories260K.gguf");
-    if (!r.ok()) {
-      ADD_FAILURE() << r.status().ToString();
-      return std::unique_ptr<Model>();
-    }
-    return std::move(r).value();
-  }();
-  return *m;
-}
-
-// A random model of the given layout, written as GGUF and loaded once per test binary.
-std::unique_ptr<Model> MakeTiny(TinySpec s, const std::string& tag) {
-  const fs::path dir = fs::temp_directory_path() / ("deepinfer_engine_" + tag + "_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  EXPECT_TRUE(MakeTinyModel(s, TinyFormat::kGguf, (dir / "m.gguf").string(), true).ok());
-  auto r = LoadModelFromPath((dir / "m.gguf").string());
-  fs::remove_all(dir);
-  if (!r.ok()) {
-    ADD_FAILURE() << r.status().ToString();
-    return nullptr;
-  }
-  return std::move(r).value();
-}
-
-TinySpec SmallSpec(Arch arch) {
-  TinySpec s;
-  s.arch = arch;
-  s.vocab = 384;
-  s.layers = 2;
-  s.ctx = 512;
-  return s;
-}
-
 const Model& Tiny() {
   static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kQwen3), "qwen3");
   return *m;

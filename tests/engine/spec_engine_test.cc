@@ -1,0 +1,339 @@
+// Speculative decoding's contract (engine/speculative.h): with exact verification every proposer gives plain
+// decoding's tokens, text, finish reasons and log-probs bit for bit, overlap on and off, over a mixed workload
+// (sampling filters, penalties, logit bias, stop strings, EOS, n > 1, logprobs, aborts, per-request k and
+// method); a self-draft accepts every draft; rejected drafts leave the KV cache as a fresh prefill would;
+// rejection sampling keeps the output distribution; bad configurations fail clearly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine_harness.h"
+#include "engine/speculative.h"
+
+namespace deepinfer::testing {
+namespace {
+
+EngineOptions SpecEngine(SpecMethod method, int k = 3) {
+  EngineOptions o;
+  o.max_num_seqs = 16;
+  o.max_batched_tokens = 64;  // forces chunked prefill, and cuts some verify rows short of k
+  o.block_size = 8;
+  o.num_kv_blocks = 320;
+  o.speculative.method = method;
+  o.speculative.num_tokens = k;
+  return o;
+}
+
+const Model& TinyTarget() {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kQwen3), "spec_target");
+  return *m;
+}
+
+// Same layout and vocabulary, other weights: a draft that is almost always wrong.
+const Model& TinyOtherDraft() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kQwen3);
+    s.seed = 99;
+    s.vocab_seed = 1;  // the target's tokenizer
+    s.layers = 1;
+    return MakeTiny(s, "spec_draft");
+  }();
+  return *m;
+}
+
+const Model& TinyDeepseekMtp() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kDeepseekV3);
+    s.layers = 2;
+    s.experts = 8;
+    s.experts_used = 2;
+    s.n_group = 2;
+    s.topk_group = 1;
+    s.mtp = true;
+    return MakeTiny(s, "spec_mtp");
+  }();
+  return *m;
+}
+
+// The mixed workload, with per-request speculation varied inside one batch: some requests off, some with
+// k = 1 or 5, some switched to the n-gram proposer whatever the engine's method.
+std::vector<TestRequest> SpecWorkload(const Model& m, int count, uint32_t seed, const std::vector<std::string>& stops) {
+  auto reqs = MixedWorkload(count, m.config.vocab_size, m.tokenizer->bos_id(), seed, stops);
+  std::mt19937 rng(seed + 1);
+  for (auto& r : reqs) {
+    switch (rng() % 8) {
+      case 0: r.params.speculative.num_tokens = 0; break;
+      case 1: r.params.speculative.num_tokens = 1; break;
+      case 2: r.params.speculative.num_tokens = 5; break;
+      case 3:
+        r.params.speculative.has_method = true;
+        r.params.speculative.method = SpecMethod::kNgram;
+        break;
+      default: break;
+    }
+  }
+  return reqs;
+}
+
+struct SpecCase {
+  const char* name;
+  const Model& (*model)();
+  SpecMethod method;
+  const Model* (*draft)();
+  std::vector<std::string> stops;
+  bool expect_accepts;  // the proposer is good enough that some drafts must be accepted
+};
+
+const Model* NoDraft() { return nullptr; }
+const Model* StoriesSelf() { return &Stories(); }
+const Model* OtherDraft() { return &TinyOtherDraft(); }
+
+class SpecEquivalence : public ::testing::TestWithParam<int> {
+ protected:
+  SpecCase Get() const {
+    const std::vector<std::string> story_stops = {".", "Lily", "the park", ", "}, tiny_stops = {"a", "e ", "\n"};
+    switch (GetParam()) {
+      case 0: return {"stories260K ngram", Stories, SpecMethod::kNgram, NoDraft, story_stops, true};
+      case 1: return {"stories260K self-draft", Stories, SpecMethod::kDraft, StoriesSelf, story_stops, true};
+      case 2: return {"tiny-qwen3 other-weights draft", TinyTarget, SpecMethod::kDraft, OtherDraft, tiny_stops, false};
+      default: return {"tiny-deepseek-v3 mtp", TinyDeepseekMtp, SpecMethod::kMtp, NoDraft, tiny_stops, false};
+    }
+  }
+};
+
+// Must-show 1: 200+ mixed requests, each method on vs off, overlap on and off: bit-identical results.
+TEST_P(SpecEquivalence, SameOutputsAsPlainDecoding) {
+  const SpecCase c = Get();
+  const Model& m = c.model();
+  auto reqs = SpecWorkload(m, 220, 7, c.stops);
+  EngineOptions plain = SpecEngine(SpecMethod::kNone);
+  auto ref = RunRequests(m, plain, reqs);
+  for (bool overlap : {true, false}) {
+    EngineOptions o = SpecEngine(c.method);
+    o.speculative.draft_model = c.draft();
+    o.overlap = overlap;
+    EngineStats st;
+    auto got = RunRequests(m, o, reqs, &st);
+    ExpectSameResults(ref, got, std::string(c.name) + (overlap ? ", overlap on" : ", overlap off"));
+    EXPECT_GT(st.spec_draft_tokens, 300) << c.name << ": the proposer hardly ran";
+    if (c.expect_accepts) {
+      EXPECT_GT(st.spec_accepted_tokens, 50) << c.name;
+      // Runs of several tokens committed in one step, and rejections, both happened.
+      EXPECT_GT(st.spec_accepted_len[2] + st.spec_accepted_len[3], 10) << c.name;
+    }
+    EXPECT_GT(st.spec_accepted_len[0], 0) << c.name << ": no verify row rejected its first draft";
+    int64_t rows = 0;
+    for (int64_t n : st.spec_accepted_len) rows += n;
+    EXPECT_EQ(rows, st.spec_drafts);
+  }
+}
+
+std::string SpecName(const ::testing::TestParamInfo<int>& info) {
+  static const char* kNames[] = {"Stories260KNgram", "Stories260KSelfDraft", "TinyQwen3OtherDraft", "TinyDeepseekV3Mtp"};
+  return kNames[info.param];
+}
+INSTANTIATE_TEST_SUITE_P(Methods, SpecEquivalence, ::testing::Values(0, 1, 2, 3), SpecName);
+
+// Must-show 2: the target as its own draft proposes exactly the target's tokens (its logits are bitwise the
+// target's and it draws with the same keyed randomness), so every draft is accepted, sampled or greedy; a
+// draft with other weights is nearly always wrong and only costs speed (outputs checked above).
+TEST(SpecEngineTest, SelfDraftAcceptsEveryDraftAndWrongDraftOnlyCostsSpeed) {
+  const Model& m = Stories();
+  auto reqs = MixedWorkload(60, m.config.vocab_size, m.tokenizer->bos_id(), 3, {});
+  for (auto& r : reqs) r.abort_after = -1;
+  EngineOptions o = SpecEngine(SpecMethod::kDraft, 4);
+  o.speculative.draft_model = &m;
+  EngineStats st;
+  RunRequests(m, o, reqs, &st);
+  EXPECT_GT(st.spec_draft_tokens, 1000);
+  EXPECT_EQ(st.spec_accepted_tokens, st.spec_draft_tokens);
+
+  const Model& t = TinyTarget();
+  auto treqs = MixedWorkload(40, t.config.vocab_size, t.tokenizer->bos_id(), 4, {});
+  for (auto& r : treqs) r.abort_after = -1, r.params.sampling = SamplingParams{}, r.params.ignore_eos = true;
+  EngineOptions w = SpecEngine(SpecMethod::kDraft, 4);
+  w.speculative.draft_model = &TinyOtherDraft();
+  EngineStats wst;
+  auto got = RunRequests(t, w, treqs, &wst);
+  auto ref = RunRequests(t, SpecEngine(SpecMethod::kNone), treqs);
+  ExpectSameResults(ref, got, "wrong draft");
+  EXPECT_LT(wst.spec_accepted_tokens * 10, wst.spec_draft_tokens) << "the other-weights draft was expected to be wrong";
+}
+
+// Must-show 4: after rejections, the K/V the sequence left in the cache equals a fresh prefill of its
+// committed tokens: a second request whose prompt is the first's prompt plus output reuses those blocks from
+// the prefix cache and must produce the log-probs of an engine that computes everything from scratch.
+TEST(SpecEngineTest, RejectedDraftsLeaveTheCacheAsAFreshPrefill) {
+  const Model& m = TinyTarget();
+  TestRequest first;
+  first.prompt = {1};
+  for (int i = 0; i < 40; ++i) first.prompt.push_back(3 + (i * 37) % 300);
+  first.params.max_tokens = 80;
+  first.params.ignore_eos = true;
+  EngineOptions o = SpecEngine(SpecMethod::kDraft, 4);
+  o.speculative.draft_model = &TinyOtherDraft();
+  auto eng = Engine::Create(m, o);
+  ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+  std::vector<int32_t> out;
+  ASSERT_TRUE((*eng)->Add(first.prompt, first.params, [&](const RequestOutput& ev) {
+    out.insert(out.end(), ev.token_ids.begin(), ev.token_ids.end());
+  }).ok());
+  ASSERT_TRUE((*eng)->RunUntilIdle().ok());
+  EngineStats st = (*eng)->Stats();
+  ASSERT_GT(st.spec_draft_tokens - st.spec_accepted_tokens, 20) << "too few rejections to test rollback";
+  ASSERT_EQ(out.size(), 80u);
+  TestRequest second;
+  second.prompt = first.prompt;
+  second.prompt.insert(second.prompt.end(), out.begin(), out.end() - 1);
+  second.params.max_tokens = 8;
+  second.params.logprobs = 5;
+  second.params.ignore_eos = true;
+  RequestResult warm;
+  warm.samples.resize(1);
+  ASSERT_TRUE((*eng)->Add(second.prompt, second.params, [&](const RequestOutput& ev) {
+    SampleResult& s = warm.samples[0];
+    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (const auto& lp : ev.logprobs) s.logprobs.push_back(lp.logprob), s.top.push_back(lp.top);
+    s.text += ev.text;
+    warm.cached_tokens = ev.cached_tokens;
+    if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+  }).ok());
+  ASSERT_TRUE((*eng)->RunUntilIdle().ok());
+  EXPECT_GE(warm.cached_tokens, 96) << "the second request did not reuse the speculated blocks";
+  ASSERT_TRUE((*eng)->Shutdown().ok());
+  EngineOptions cold = SpecEngine(SpecMethod::kNone);
+  cold.prefix_caching = false;
+  auto ref = RunRequests(m, cold, {second});
+  warm.cached_tokens = ref[0].cached_tokens;
+  ExpectSameResults(ref, {warm}, "prefix reuse after speculation");
+  EXPECT_EQ(ref[0].samples[0].tokens.front(), out.back());
+}
+
+// Upper tail of the chi-square distribution with k degrees of freedom (Wilson-Hilferty; accurate to ~1e-3
+// relative for k >= 10, plenty for a threshold of 1e-4).
+double ChiSquarePValue(double x, int k) {
+  const double z = (std::cbrt(x / k) - (1 - 2.0 / (9 * k))) / std::sqrt(2.0 / (9 * k));
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+// Must-show 3: rejection sampling keeps the output distribution. 20,000 seeded requests of three tokens at
+// temperature 1 on a tiny model, once plainly and once verified by rejection sampling against a draft with
+// other weights: the second and third tokens' distributions (where drafts were verified) must agree by a
+// two-sample chi-square test (p >= 1e-4; cells with fewer than 10 expected merged). Runs repeat per seed.
+TEST(SpecEngineTest, RejectionSamplingKeepsTheDistribution) {
+  const Model& m = TinyTarget();
+  std::vector<TestRequest> reqs(20000);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = {1, 17, 42, 99, 17, 42};
+    reqs[i].params.max_tokens = 3;
+    reqs[i].params.ignore_eos = true;
+    reqs[i].params.has_seed = true;
+    reqs[i].params.sampling.seed = 1000 + i;
+    reqs[i].params.sampling.temperature = 1.0f;
+  }
+  EngineOptions plain = SpecEngine(SpecMethod::kNone);
+  plain.max_num_seqs = 64;
+  plain.max_batched_tokens = 512;
+  plain.num_kv_blocks = 1024;
+  EngineOptions rej = plain, exact = plain;
+  rej.speculative.method = exact.speculative.method = SpecMethod::kDraft;
+  rej.speculative.num_tokens = exact.speculative.num_tokens = 2;
+  rej.speculative.draft_model = exact.speculative.draft_model = &TinyOtherDraft();
+  rej.speculative.verify = SpecVerify::kRejection;
+  EngineStats st_rej, st_exact;
+  auto a = RunRequests(m, plain, reqs);
+  auto b = RunRequests(m, rej, reqs, &st_rej);
+  RunRequests(m, exact, reqs, &st_exact);
+  ASSERT_GT(st_rej.spec_draft_tokens, 10000);
+  ASSERT_GT(st_rej.spec_draft_tokens - st_rej.spec_accepted_tokens, 1000) << "residual sampling barely ran";
+  std::printf("acceptance: rejection %.4f, exact %.4f (draft with other weights, k = 2, temperature 1)\n",
+              double(st_rej.spec_accepted_tokens) / st_rej.spec_draft_tokens,
+              double(st_exact.spec_accepted_tokens) / st_exact.spec_draft_tokens);
+  EXPECT_GT(st_rej.spec_accepted_tokens, st_exact.spec_accepted_tokens);
+  int differ = 0;
+  for (int pos : {1, 2}) {
+    std::map<int32_t, std::pair<double, double>> counts;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      ASSERT_EQ(a[i].samples[0].tokens.size(), 3u);
+      ASSERT_EQ(b[i].samples[0].tokens.size(), 3u);
+      counts[a[i].samples[0].tokens[pos]].first += 1;
+      counts[b[i].samples[0].tokens[pos]].second += 1;
+      differ += a[i].samples[0].tokens[pos] != b[i].samples[0].tokens[pos];
+    }
+    // Two-sample chi-square with equal sample sizes; rare tokens pooled into one cell.
+    double chi = 0, pool_a = 0, pool_b = 0;
+    int cells = 0;
+    auto add = [&](double x, double y) {
+      chi += (x - y) * (x - y) / (x + y);
+      ++cells;
+    };
+    for (const auto& [tok, n] : counts) {
+      if (n.first + n.second < 20) {
+        pool_a += n.first, pool_b += n.second;
+        continue;
+      }
+      add(n.first, n.second);
+    }
+    if (pool_a + pool_b > 0) add(pool_a, pool_b);
+    const double p = ChiSquarePValue(chi, cells - 1);
+    std::printf("token %d: chi-square %.1f over %d cells, p = %.4f\n", pos + 1, chi, cells, p);
+    EXPECT_GE(p, 1e-4) << "token " << pos + 1 << ": rejection sampling changed the distribution";
+    EXPECT_GT(cells, 20);
+  }
+  EXPECT_GT(differ, 1000) << "rejection sampling was expected to pick other tokens than plain sampling";
+  auto again = RunRequests(m, rej, std::vector<TestRequest>(reqs.begin(), reqs.begin() + 500));
+  for (size_t i = 0; i < again.size(); ++i) ASSERT_EQ(again[i].samples[0].tokens, b[i].samples[0].tokens) << i;
+}
+
+// Must-show 5: bad configurations fail at start-up, bad requests at Add, with messages naming the problem.
+TEST(SpecEngineTest, BadInputIsRefusedClearly) {
+  EngineOptions o = SpecEngine(SpecMethod::kDraft);
+  o.speculative.draft_model = &TinyTarget();  // 384 tokens, stories260K has 512
+  auto e = Engine::Create(Stories(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("vocabulary"), std::string::npos) << e.status().ToString();
+  o.speculative.draft_model = nullptr;
+  e = Engine::Create(Stories(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--draft-model"), std::string::npos) << e.status().ToString();
+  o = SpecEngine(SpecMethod::kNgram, 17);
+  e = Engine::Create(Stories(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("--num-speculative-tokens"), std::string::npos) << e.status().ToString();
+  o = SpecEngine(SpecMethod::kMtp);
+  e = Engine::Create(Stories(), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("MTP"), std::string::npos) << e.status().ToString();
+
+  e = Engine::Create(Stories(), SpecEngine(SpecMethod::kNgram));
+  ASSERT_TRUE(e.ok());
+  RequestParams p;
+  p.speculative.num_tokens = 99;
+  Status s = (*e)->Validate({1, 2, 3}, p);
+  EXPECT_NE(s.message().find("num_speculative_tokens"), std::string::npos) << s.ToString();
+  p.speculative.num_tokens = 2;
+  p.speculative.has_method = true;
+  p.speculative.method = SpecMethod::kDraft;
+  s = (*e)->Validate({1, 2, 3}, p);
+  EXPECT_NE(s.message().find("draft"), std::string::npos) << s.ToString();
+  p.speculative.method = SpecMethod::kMtp;
+  s = (*e)->Validate({1, 2, 3}, p);
+  EXPECT_NE(s.message().find("MTP"), std::string::npos) << s.ToString();
+}
+
+TEST(SpecEngineTest, NgramProposerFindsTheLatestLongestMatch) {
+  const std::vector<int32_t> h = {5, 6, 7, 8, 1, 6, 7, 9, 4, 2, 6, 7};
+  int32_t out[4];
+  // "6 7" last occurred followed by 9 4 2; the 3-gram "2 6 7" never occurred before.
+  ASSERT_EQ(ProposeNgram(h.data(), static_cast<int>(h.size()), 2, 3, 3, out), 3);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{9, 4, 2}));
+  EXPECT_EQ(ProposeNgram(h.data(), static_cast<int>(h.size()), 3, 4, 3, out), 0);
+  // Near the end of the history fewer tokens follow the match.
+  const std::vector<int32_t> g = {3, 4, 3, 4};
+  ASSERT_EQ(ProposeNgram(g.data(), 4, 2, 2, 4, out), 2);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{3, 4}));
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
