@@ -72,6 +72,35 @@ std::string ServerMetrics::Render(const EngineStats& st, const std::string& mode
   Metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.", m,
          static_cast<double>(st.preemptions));
   Metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps launched.", m, static_cast<double>(st.steps));
+  // Speculative decoding, after vLLM's spec_decode metrics: acceptance rate = accepted / draft tokens, mean
+  // accepted length = accepted / drafts (+ 1 for the target's own token of every verify row).
+  Metric(&out, "deepinfer_spec_decode_num_drafts_total", "counter", "Verify rows that carried at least one draft.", m,
+         static_cast<double>(st.spec_drafts));
+  Metric(&out, "deepinfer_spec_decode_num_draft_tokens_total", "counter", "Draft tokens proposed.", m,
+         static_cast<double>(st.spec_draft_tokens));
+  Metric(&out, "deepinfer_spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted by verification.", m,
+         static_cast<double>(st.spec_accepted_tokens));
+  out += "# HELP deepinfer_spec_decode_num_accepted_tokens_per_pos_total Drafts accepted at each position of a verify "
+         "row (0: the first draft).\n# TYPE deepinfer_spec_decode_num_accepted_tokens_per_pos_total counter\n";
+  int positions = 1;
+  for (int i = 0; i < kMaxSpecTokens; ++i)
+    if (st.spec_accepted_per_pos[i] > 0) positions = i + 1;
+  for (int i = 0; i < positions; ++i)
+    out += "deepinfer_spec_decode_num_accepted_tokens_per_pos_total{model_name=\"" + model + "\",position=\"" +
+           std::to_string(i) + "\"} " + std::to_string(st.spec_accepted_per_pos[i]) + "\n";
+  out += "# HELP deepinfer_spec_decode_accepted_length Drafts accepted per verify row.\n"
+         "# TYPE deepinfer_spec_decode_accepted_length histogram\n";
+  int64_t cum = 0, sum = 0;
+  for (int len = 0; len <= kMaxSpecTokens; ++len) {
+    cum += st.spec_accepted_len[len];
+    sum += st.spec_accepted_len[len] * len;
+    if (len <= positions)
+      out += "deepinfer_spec_decode_accepted_length_bucket{model_name=\"" + model + "\",le=\"" + std::to_string(len) +
+             "\"} " + std::to_string(cum) + "\n";
+  }
+  out += "deepinfer_spec_decode_accepted_length_bucket{model_name=\"" + model + "\",le=\"+Inf\"} " + std::to_string(cum) + "\n";
+  out += "deepinfer_spec_decode_accepted_length_sum" + m + " " + std::to_string(sum) + "\n";
+  out += "deepinfer_spec_decode_accepted_length_count" + m + " " + std::to_string(cum) + "\n";
   ttft.Render("deepinfer_time_to_first_token_seconds", "Time from request arrival to its first token.", &out);
   inter_token.Render("deepinfer_inter_token_latency_seconds", "Time between consecutive tokens of a sample.", &out);
   e2e.Render("deepinfer_e2e_request_latency_seconds", "Time from request arrival to its last token.", &out);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "engine/speculative.h"
 #include "server/structured_output.h"
 
 namespace deepinfer {
@@ -142,6 +143,12 @@ StatusOr<RequestParams> ParseRequestParams(const json& b, const RequestParams& d
   }
   DI_RETURN_IF_ERROR(GetBool(b, "ignore_eos", &p.ignore_eos));
   DI_RETURN_IF_ERROR(GetBool(b, "include_stop_str_in_output", &p.include_stop_str_in_output));
+  if (auto it = b.find("num_speculative_tokens"); it != b.end() && !it->is_null()) {
+    // deepinfer's extension: drafts per step for this request (0 turns speculative decoding off for it).
+    int64_t k = 0;
+    DI_RETURN_IF_ERROR(GetInt(b, "num_speculative_tokens", &k));
+    DI_RETURN_IF_ERROR(ToInt32("num_speculative_tokens", k, 0, kMaxSpecTokens, &p.speculative.num_tokens));
+  }
   DI_RETURN_IF_ERROR(s.Validate());
   DI_RETURN_IF_ERROR(ParseStructuredOutput(b, &p));
   return p;
