@@ -160,6 +160,7 @@ int CmdBench(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "serve") return CmdBenchServe(argc - 1, argv + 1);
   if (argc >= 1 && std::string(argv[0]) == "layers") return CmdBenchLayers(argc - 1, argv + 1);
   if (argc >= 1 && std::string(argv[0]) == "grammar") return CmdBenchGrammar(argc - 1, argv + 1);
+  if (argc >= 1 && std::string(argv[0]) == "spec") return CmdBenchSpec(argc - 1, argv + 1);
   if (argc >= 1 && (std::string(argv[0]) == "sim" || std::string(argv[0]) == "throughput"))
     return CmdBenchEngine(argv[0], argc - 1, argv + 1);
   Args args("bench",
@@ -168,7 +169,8 @@ int CmdBench(int argc, char** argv) {
             "same threads in the same run and the ratio is printed. sim and throughput benchmark the engine (see\n"
             "deepinfer bench sim --help, deepinfer bench throughput --help, deepinfer bench serve --help); layers runs\n"
             "MoE-layer and attention/MLA-decode microbenchmarks (deepinfer bench layers --help); grammar measures\n"
-            "structured-output mask and compile times (deepinfer bench grammar --help).",
+            "structured-output mask and compile times (deepinfer bench grammar --help); spec compares speculative decoding\n"
+            "with plain decoding and llama.cpp's (deepinfer bench spec --help).",
             {
                 {"model", "m", "MODEL", "", "model (GGUF for a llama.cpp comparison)"},
                 {"threads", "t", "N", "all cores", "compute threads (also the peer's)"},

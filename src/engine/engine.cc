@@ -341,7 +341,7 @@ void Engine::Process(WorkerStepState& st) {
     Sequence* s = seqs_.at(r.seq_id).get();
     if (r.dynamic) {
       // The run's real extent: K/V is valid for the input position and the accepted drafts.
-      const RunResult* run = st.status.ok() ? &st.out.runs[i] : nullptr;
+      const VerifiedRun* run = st.status.ok() ? &st.out.runs[i] : nullptr;
       const int advanced = run ? static_cast<int>(run->tokens.size()) : 0;
       s->RunProcessed(r.q_len, advanced, sched_cfg_.max_model_len);
       s->Processed(run && advanced > 0 ? run->begin + advanced : 0);
@@ -408,7 +408,7 @@ void Engine::Commit(Sequence* s, const SampledToken& t) {
   Emit(s, std::move(ev));
 }
 
-void Engine::CommitRun(Sequence* s, const RunResult& run) {
+void Engine::CommitRun(Sequence* s, const VerifiedRun& run) {
   s->CountSpeculation(run.proposed, run.accepted);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);

@@ -130,7 +130,7 @@ class Engine {
   void Launch(SchedulerOutputs so);
   void Process(WorkerStepState& st);
   void Commit(Sequence* s, const SampledToken& t);
-  void CommitRun(Sequence* s, const RunResult& run);
+  void CommitRun(Sequence* s, const VerifiedRun& run);
   bool AbortPending(uint64_t request_id) const;
   void Finish(Sequence* s, std::string reason, std::string stop_reason = {}, RequestOutput ev = {});
   void Emit(Sequence* s, RequestOutput ev);

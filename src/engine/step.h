@@ -55,7 +55,7 @@ struct SampledToken {
 // What a dynamic row committed: the executor's q_begin and the run of tokens at positions begin + 1, ...
 // (accepted drafts, then the target's own token; empty when the sequence had already reached end_limit on the
 // device, a row the host then knows to be a ghost).
-struct RunResult {
+struct VerifiedRun {
   int32_t begin = -1;
   int32_t proposed = 0, accepted = 0;  // drafts proposed and accepted by verification
   std::vector<SampledToken> tokens;
@@ -63,7 +63,7 @@ struct RunResult {
 
 struct SamplerOutput {
   std::vector<SampledToken> rows;  // parallel to SchedulerOutputs::rows (meaningful where samples, not dynamic)
-  std::vector<RunResult> runs;     // parallel to rows (meaningful where dynamic)
+  std::vector<VerifiedRun> runs;     // parallel to rows (meaningful where dynamic)
 };
 
 struct WorkerStepState {

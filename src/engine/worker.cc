@@ -81,7 +81,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   const SchedulerOutputs& so = st.sched;
   MaybeRebalance(so.step);
   st.out.rows.assign(so.rows.size(), SampledToken{});
-  st.out.runs.assign(so.rows.size(), RunResult{});
+  st.out.runs.assign(so.rows.size(), VerifiedRun{});
   st.status = PlanRows(so);
   if (!st.status.ok()) return;
   if (draft_tf_) {
@@ -129,7 +129,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
     float* logits = logits_.data() + static_cast<size_t>(plan.logit_row) * vocab_;
     SlotState& ss = slots_[r.slot];
     if (r.dynamic) {
-      RunResult& run = st.out.runs[i];
+      VerifiedRun& run = st.out.runs[i];
       VerifyRow(r, plan, logits, &run);
       ss.len = plan.begin + 1 + static_cast<int>(run.tokens.size());
     } else {

@@ -66,7 +66,7 @@ class ModelExecutor : public Executor {
   // The draft model: catches its cache up with every row, then proposes for kDraft rows (k rounds).
   Status RunDraft(const SchedulerOutputs& so);
   // Samples a dynamic row's 1 + k positions from its logits, accepting drafts (exact or rejection).
-  void VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits, RunResult* run);
+  void VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits, VerifiedRun* run);
   // Samples the draft's token at `pos` from its logits (penalties applied; rejection keeps q).
   int32_t DraftSample(const SequenceMetadata& r, float* logits, int pos, FilteredDistribution* q);
   // MTP: feeds the newly committed pairs of every row through the module and proposes the next step's drafts.

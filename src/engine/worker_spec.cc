@@ -155,7 +155,7 @@ int32_t ModelExecutor::DrawResidual(const FilteredDistribution& p, const Filtere
   return res.total > 0 ? DrawFrom(res, u) : DrawFrom(p, u);
 }
 
-void ModelExecutor::VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits_in, RunResult* run) {
+void ModelExecutor::VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits_in, VerifiedRun* run) {
   int32_t* hist = table_->row(r.slot);
   const SamplingParams& sp = *r.sampling;
   const bool rejection = spec_.verify == SpecVerify::kRejection && !sp.greedy();

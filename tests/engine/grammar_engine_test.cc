@@ -53,6 +53,22 @@ TEST(GrammarEngine, ConstrainedRowsInTheMixedWorkload) {
   auto pre = RunRequests(m, tiny, reqs, &st);
   EXPECT_GT(st.preemptions, 20) << "the pool was not small enough to force preemption";
   ExpectSameResults(ref, pre, "grammar rows under constant preemption");
+  // Speculative decoding: drafts are verified under the same masks (a draft the grammar forbids is rejected, the
+  // matcher rolls back with it), alone and under constant preemption.
+  for (SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
+    {
+      const bool preempt = method == SpecMethod::kDraft;
+      EngineOptions spec = preempt ? tiny : Small();
+      spec.speculative.method = method;
+      spec.speculative.num_tokens = 4;
+      if (method == SpecMethod::kDraft) spec.speculative.draft_model = &m;
+      EngineStats sst;
+      ExpectSameResults(ref, RunRequests(m, spec, reqs, &sst),
+                        std::string("grammar rows, speculative ") + SpecMethodName(method) + (preempt ? ", preempted" : ""));
+      EXPECT_GT(sst.spec_accepted_tokens, 100);
+      if (preempt) EXPECT_GT(sst.preemptions, 20);
+    }
+  }
   // One constrained request alone equals the same request inside the batch.
   for (size_t i : {size_t{0}, size_t{3}, size_t{30}}) {
     auto alone = RunRequests(m, on, {reqs[i]});
