@@ -15,7 +15,12 @@ build-san/tests/unit_tests --gtest_brief=1
 # The sanitizers check memory and threads, not numerics: the equivalence suite runs on every model in the
 # Release ctest; here the two MoE families that only add routing variants (Mixtral, Qwen2-MoE; the MoE path is
 # covered by Qwen3-MoE and DeepSeek-V3) are left out, which keeps the sanitizer pass inside CI's budget on 2 cores.
+# Likewise for speculative decoding: the 60,000-request rejection-sampling statistics and the self-draft / other-
+# weights equivalence runs (their code paths run here in the abort fuzz's self-draft variant, the wrong-draft and
+# rollback tests, and the n-gram and MTP equivalence runs).
 SAN_ENGINE_FILTER='-Models/EngineEquivalence.*/TinyMixtral:Models/EngineEquivalence.*/TinyQwen2Moe'
+SAN_ENGINE_FILTER+=':SpecEngineTest.RejectionSamplingKeepsTheDistribution:Methods/SpecEquivalence.*/Stories260KSelfDraft'
+SAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/TinyQwen3OtherDraft'
 echo "[asan] engine tests"
 build-san/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 echo "[asan] server: openai SDK end to end, and 300 streams with 100 disconnects"

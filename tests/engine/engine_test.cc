@@ -310,11 +310,17 @@ TEST(EngineTest, StopStringsCutTextAcrossTokens) {
 // thread; every sample gets exactly one final event, and shutdown finds every block and slot free.
 TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
   const Model& m = Stories();
-  for (bool overlap : {true, false}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool overlap = variant != 1;
     EngineOptions opt = SmallEngine();
     opt.overlap = overlap;
     opt.num_kv_blocks = 64;  // tight: preemption under load too
     opt.block_size = 4;
+    if (variant == 2) {  // speculative decoding: aborts land inside accepted runs and on dynamic rows in flight
+      opt.speculative.method = SpecMethod::kDraft;
+      opt.speculative.draft_model = &m;
+      opt.speculative.num_tokens = 4;
+    }
     auto eng = Engine::Create(m, opt);
     ASSERT_TRUE(eng.ok());
     Engine& e = **eng;
@@ -322,7 +328,7 @@ TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
     const int kRequests = 1500;
     std::vector<std::atomic<int>> finals(kRequests);
     std::vector<uint64_t> ids(kRequests, 0);
-    std::mt19937 rng(overlap ? 1 : 2);
+    std::mt19937 rng(variant + 1);
     auto work = MixedWorkload(kRequests, m.config.vocab_size, m.tokenizer->bos_id(), 99, {"."});
     std::atomic<int> submitted{0};
     std::thread aborter([&] {

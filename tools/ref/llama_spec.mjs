@@ -36,6 +36,15 @@ const maxPrompt = Math.max(...prompts.map((p) => p.length));
 // contextSize is per sequence (node-llama-cpp allocates contextSize * sequences cells); leave room for predictions.
 const contextSize = maxPrompt + nGen + K + 16;
 
+// A deadlock inside node-llama-cpp (seen with DraftSequenceTokenPredictor's default minTokens 0 at C > 1) shows up
+// as the event loop running dry; node-llama-cpp's own beforeExit handler would then end the process with status 0
+// and no output. Registered before getLlama so it runs first: fail loudly instead.
+let finished = false;
+process.once("beforeExit", () => {
+  if (finished) return;
+  process.stderr.write("llama_spec.mjs: node-llama-cpp stalled (event loop drained before generation finished)\n");
+  process.exit(3);
+});
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath, gpuLayers: 0, useMmap: true});
 const md = model.fileInfo.metadata;
@@ -132,6 +141,7 @@ if (method !== "draft-loop") {
     refuted += stats.refuted;
   }
 }
+finished = true;
 await ctx.dispose();
 if (draftCtx) await draftCtx.dispose();
 process.stdout.write(JSON.stringify({engine: "llama.cpp (node-llama-cpp 3.21.1)", method, concurrency: C, threads,
