@@ -51,6 +51,9 @@ int CmdMakeTiny(int argc, char** argv) {
   TinySpec s;
   if (args.Has("preset")) {
     if (!TinyPreset(args.Get("preset"), &s)) return Fail(InvalidArgument("unknown preset '" + args.Get("preset") + "'"));
+    // A preset cut to its first layers keeps the others' weights (tensors are seeded by name): with the same
+    // --seed it is the full preset's first --layers layers plus its embeddings and head, a speculative draft.
+    if (args.Has("layers")) s.layers = static_cast<int>(args.GetInt("layers"));
   } else {
     if (!ArchFromName(args.Get("arch"), &s.arch)) return Fail(InvalidArgument("unknown architecture '" + args.Get("arch") + "'"));
     s.vocab = static_cast<int>(args.GetInt("vocab"));

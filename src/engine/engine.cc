@@ -36,6 +36,7 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
   sched_cfg_.prefix_caching = opt.prefix_caching;
+  sched_cfg_.prefix_drop_last_block = opt.speculative.method == SpecMethod::kMtp;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
   table_ = std::make_unique<TokenTable>(opt.max_num_seqs, sched_cfg_.max_model_len);
   sched_ = std::make_unique<Scheduler>(sched_cfg_, pool_.get(), table_.get());
@@ -47,7 +48,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   const int max_len = ResolveMaxModelLen(c, opt);
   const SpeculativeOptions& spec = opt.speculative;
   const bool speculating = spec.method != SpecMethod::kNone;
-  if (speculating) DI_RETURN_IF_ERROR(ValidateSpeculative(spec, model));
+  if (speculating || spec.draft_model) DI_RETURN_IF_ERROR(ValidateSpeculative(spec, model));
   dist::DistContext* dctx = dist::Context();
   if (dctx && dctx->pc.single()) dctx = nullptr;
   if (dctx && speculating)
@@ -344,7 +345,14 @@ void Engine::Process(WorkerStepState& st) {
       const VerifiedRun* run = st.status.ok() ? &st.out.runs[i] : nullptr;
       const int advanced = run ? static_cast<int>(run->tokens.size()) : 0;
       s->RunProcessed(r.q_len, advanced, sched_cfg_.max_model_len);
-      s->Processed(run && advanced > 0 ? run->begin + advanced : 0);
+      // A row comes back empty only when its sequence reached its limit on the device, which the host learns
+      // from an earlier step: it must be finished (or aborting) by now. Anything else would reschedule it forever.
+      if (run && advanced == 0 && s->status() == SeqStatus::kRunning && !AbortPending(s->req()->id)) {
+        DI_LOG_ERROR("engine: step %llu: request %llu's speculative row committed nothing (a bug); aborting it",
+                     static_cast<unsigned long long>(st.sched.step), static_cast<unsigned long long>(s->req()->id));
+        Finish(s, "abort");
+      }
+      s->Processed(run && advanced > 0 ? run->kv_end : 0);
     } else {
       s->Processed(r.q_begin + r.q_len);
     }

@@ -109,6 +109,10 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
       pool_->Release({hit.back()});
       hit.pop_back();
     }
+    if (cfg_.prefix_drop_last_block && !hit.empty()) {
+      pool_->Release({hit.back()});
+      hit.pop_back();
+    }
   }
   const int start = static_cast<int>(hit.size()) * pool_->block_size();
   const int chunk = std::min(*budget, known - start);
@@ -144,11 +148,16 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
     // in-flight steps may have taken it (the executor settles the real start and proposes at most k).
     const Request* req = s->req();
     const bool dynamic = req->spec_method != SpecMethod::kNone && req->spec_k > 0;
+    // Where the executor must stop: max_tokens may be anything up to INT32_MAX, so the sum is taken in 64 bits.
+    const int end_limit = static_cast<int>(
+        std::min<int64_t>(static_cast<int64_t>(s->prompt_len()) + req->params.max_tokens, cfg_.max_model_len));
     int k = 0;
     if (dynamic) {
-      k = std::min({req->spec_k, budget - 1, cfg_.max_model_len - 2 - s->sched(),
+      k = std::min({req->spec_k, budget - 1, end_limit - 2 - s->sched(),
                     req->params.max_tokens - s->scheduled_outputs() - 1});
       k = std::max(k, 0);
+      // Drafts are optional: when the pool cannot hold them, the row runs without any rather than preempting.
+      if (k > 0 && !EnsureBlocks(s, s->sched() + 1 + k)) k = 0;
     }
     if (!GrowOrPreempt(s, s->sched() + 1 + k, out->step)) {
       if (s->inflight() == 0) {
@@ -163,7 +172,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
       SequenceMetadata& r = out->rows.back();
       r.dynamic = true;
       r.spec_k = k;
-      r.end_limit = std::min(s->prompt_len() + req->params.max_tokens, cfg_.max_model_len);
+      r.end_limit = end_limit;
     }
     budget -= 1 + k;
   }

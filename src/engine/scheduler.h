@@ -21,6 +21,9 @@ struct SchedulerConfig {
   int max_batched_tokens = 512;  // tokens per step (prefill chunks + decode rows)
   int max_model_len = 2048;      // prompt + generated tokens per sequence
   bool prefix_caching = true;
+  // MTP speculation: the module's K/V at a block's last position pairs it with the next block's first token, which
+  // prefix matching does not compare; one block fewer is reused so those pairs are recomputed.
+  bool prefix_drop_last_block = false;
 };
 
 class Scheduler {

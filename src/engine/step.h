@@ -57,6 +57,7 @@ struct SampledToken {
 // device, a row the host then knows to be a ghost).
 struct VerifiedRun {
   int32_t begin = -1;
+  int32_t kv_end = 0;                  // positions [0, kv_end) hold verified K/V in every cache (target, draft, MTP)
   int32_t proposed = 0, accepted = 0;  // drafts proposed and accepted by verification
   std::vector<SampledToken> tokens;
 };

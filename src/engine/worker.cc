@@ -39,8 +39,9 @@ ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> k
                              std::unique_ptr<PagedKvCache> draft_kv, std::unique_ptr<PagedKvCache> mtp_kv, int max_rows)
     : tf_(model, max_batch_tokens), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), spec_(spec),
       slots_(table->num_slots()), draft_kv_(std::move(draft_kv)), mtp_kv_(std::move(mtp_kv)) {
-  // The draft also catches up one position per decoding row beyond the target's tokens.
-  if (spec_.draft_model) draft_tf_ = std::make_unique<Transformer>(*spec_.draft_model, max_batch_tokens + max_rows);
+  // The draft also catches up, per decoding row, the committed tokens it has not seen (up to 1 + k).
+  if (spec_.draft_model)
+    draft_tf_ = std::make_unique<Transformer>(*spec_.draft_model, max_batch_tokens + max_rows * (1 + kMaxSpecTokens));
 }
 
 void ModelExecutor::MaybeRebalance(uint64_t step) {
@@ -132,6 +133,8 @@ void ModelExecutor::Execute(WorkerStepState& st) {
       VerifiedRun& run = st.out.runs[i];
       VerifyRow(r, plan, logits, &run);
       ss.len = plan.begin + 1 + static_cast<int>(run.tokens.size());
+      run.kv_end = ss.len - 1;  // the input position and the accepted drafts
+      if (draft_tf_) run.kv_end = std::min(run.kv_end, ss.draft_len);
     } else {
       const int pos = r.q_begin + r.q_len;  // the position the new token will occupy
       SampleRow(r, logits, pos, &st.out.rows[i]);

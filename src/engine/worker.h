@@ -29,7 +29,6 @@ struct SlotState {
   int32_t len = 0;        // tokens known in the table row (the next sampled token lands at position len)
   uint32_t gen = 0;       // the slot generation that wrote len (a dynamic row of another occupant is a bug)
   int32_t draft_len = 0;  // positions whose draft-model K/V is valid
-  int32_t mtp_len = 0;    // positions p whose MTP K/V (pair h_p, token p + 1) is valid
   int32_t mtp_for = -1;   // mtp_drafts were proposed for a row starting at this length (-1: none)
   std::vector<int32_t> mtp_drafts;
   std::vector<float> mtp_hidden;  // the module's output at the pair that proposed mtp_drafts[0] (chaining)

@@ -227,10 +227,10 @@ Status ModelExecutor::RunMtp(const SchedulerOutputs& so) {
     f.start = p0;
     f.n = p1 - p0;
     f.tokens = table_->row(r.slot) + p0 + 1;
-    f.want_logits = r.samples && static_cast<SpecMethod>(r.spec_method) == SpecMethod::kMtp && r.spec_k > 0;
+    // Every sampling row of an MTP sequence proposes (whatever k the scheduler left this step: the next may differ).
+    f.want_logits = r.samples && static_cast<SpecMethod>(r.spec_method) == SpecMethod::kMtp;
     const float* h = hidden_.data() + static_cast<size_t>(plan.hidden_row) * H;
     mtp_in_hidden_.insert(mtp_in_hidden_.end(), h, h + static_cast<size_t>(f.n) * H);
-    ss.mtp_len = p1;
     ss.mtp_for = -1;
     if (f.want_logits) proposing.push_back(static_cast<int>(i));
     owner.push_back(static_cast<int>(i));

@@ -254,7 +254,7 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   if (!logit_rows_.empty()) Logits(P.head_norm, P.head, logits);
   if (out_hidden && n > 0) {
     if (cp_) return InvalidArgument("forward: MTP output hidden states are not gathered under context parallelism");
-    RmsNorm(x_.data(), P.head_norm.data(), c_.rms_eps, n, h, out_hidden);
+    std::memcpy(out_hidden, x_.data(), sizeof(float) * static_cast<size_t>(n) * h);
   }
   return Status::Ok();
 }

@@ -68,8 +68,8 @@ class Transformer {
   // live in layer k of mtp_kv (a cache made from MtpKvLayout(), indexed by the same block tables). Rotary
   // positions are those of the hidden states (as vLLM and SGLang run it; a uniform shift would not change
   // attention, which only sees relative positions).
-  // out_hidden (optional): the module's head-normed output of every row, the `hidden` of a chained next step
-  // (speculative decoding proposes k > 1 tokens by feeding the module its own output, as vLLM does).
+  // out_hidden (optional): the module's output of every row before its head norm, the `hidden` of a chained next
+  // step (speculative decoding proposes k > 1 tokens by feeding the module its own output, as vLLM does).
   Status ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv, float* logits,
                     float* out_hidden = nullptr);
   // The shape of this rank's MTP KV cache: one layer per MTP module.
