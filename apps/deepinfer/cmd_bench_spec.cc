@@ -139,7 +139,9 @@ int CmdBenchSpec(int argc, char** argv) {
     const double alpha = b.proposed ? static_cast<double>(b.accepted) / b.proposed : 0;
     const double acc_len = b.drafts ? static_cast<double>(b.accepted) / b.drafts : 0;
     // Leviathan et al.: with per-token acceptance alpha, a verify pass yields E tokens; it costs 1 + k * cost.
-    const double e_tokens = alpha < 1 ? (1 - std::pow(alpha, k + 1)) / (1 - alpha) : k + 1;
+    // k as proposed: the n-gram proposer may find fewer than k drafts (or none) for a row.
+    const double k_eff = b.drafts ? static_cast<double>(b.proposed) / b.drafts : k;
+    const double e_tokens = alpha < 1 ? (1 - std::pow(alpha, k_eff + 1)) / (1 - alpha) : k_eff + 1;
     double cost = 0;
     if (args.Has("draft-cost")) {
       cost = args.GetFloat("draft-cost");
@@ -147,11 +149,11 @@ int CmdBenchSpec(int argc, char** argv) {
       const Measured d = Run(*draft, plain, prompts, std::min(n_gen, 64));
       cost = a.tokens_per_s / d.tokens_per_s;
     }
-    const double predicted = e_tokens / (1 + k * cost);
+    const double predicted = e_tokens / (1 + k_eff * cost);
     nlohmann::json run = {{"concurrency", c}, {"plain_tokens_per_s", a.tokens_per_s}, {"spec_tokens_per_s", b.tokens_per_s},
                           {"speedup", b.tokens_per_s / a.tokens_per_s}, {"acceptance_rate", alpha},
                           {"mean_accepted_length", acc_len}, {"verify_rows", b.drafts}, {"proposed", b.proposed},
-                          {"accepted", b.accepted}, {"tokens_per_target_pass", e_tokens}, {"draft_cost", cost},
+                          {"accepted", b.accepted}, {"tokens_per_target_pass", e_tokens}, {"drafts_per_row", k_eff}, {"draft_cost", cost},
                           {"predicted_speedup", predicted}, {"identical_outputs", identical},
                           {"plain_steps", a.steps}, {"spec_steps", b.steps}};
     // llama.cpp: plain, then its speculative decoding (input lookup for ngram; for a draft model both

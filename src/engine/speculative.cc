@@ -86,9 +86,13 @@ int ProposeNgram(const int32_t* hist, int len, int n_min, int n_max, int k, int3
     // Most recent earlier occurrence first: recent text predicts the next tokens best.
     for (int start = len - n - 1; start >= 0; --start) {
       if (hist[start + n - 1] != tail[n - 1] || !std::equal(tail, tail + n, hist + start)) continue;
-      const int avail = std::min(k, len - (start + n));
-      std::copy(hist + start + n, hist + start + n + avail, out);
-      return avail;
+      // The continuation may run into the proposal itself (an overlapping copy, as in LZ77), so a repeating
+      // pattern of any period is proposed k tokens deep, not only up to the end of the history.
+      for (int i = 0; i < k; ++i) {
+        const int idx = start + n + i;
+        out[i] = idx < len ? hist[idx] : out[idx - len];
+      }
+      return k;
     }
   }
   return 0;

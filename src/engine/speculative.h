@@ -47,7 +47,9 @@ Status ResolveSpeculation(const SpecParams& p, const SpeculativeOptions& opt, bo
                           SpecMethod* method, int* k);
 
 // Prompt lookup: the most recent earlier occurrence of the history's last n tokens (n from n_max down to
-// n_min) and the tokens that followed it. Writes up to k of them to out; returns how many (0: no match).
+// n_min) and the tokens that followed it, continued periodically past the end of the history (a match just
+// before the end means the text repeats with that period). Writes k of them to out; returns k, or 0 without a
+// match.
 int ProposeNgram(const int32_t* hist, int len, int n_min, int n_max, int k, int32_t* out);
 
 // Random sub-streams of a sample beside its main one (which draws the target's token): the draft's own draws

@@ -380,10 +380,13 @@ TEST(SpecEngineTest, NgramProposerFindsTheLatestLongestMatch) {
   ASSERT_EQ(ProposeNgram(h.data(), static_cast<int>(h.size()), 2, 3, 3, out), 3);
   EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{9, 4, 2}));
   EXPECT_EQ(ProposeNgram(h.data(), static_cast<int>(h.size()), 3, 4, 3, out), 0);
-  // Near the end of the history fewer tokens follow the match.
+  // A match near the end continues with the period it implies: 3 4 3 4 -> 3 4 3 4; 5 5 5 -> 5 5 5.
   const std::vector<int32_t> g = {3, 4, 3, 4};
-  ASSERT_EQ(ProposeNgram(g.data(), 4, 2, 2, 4, out), 2);
-  EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{3, 4}));
+  ASSERT_EQ(ProposeNgram(g.data(), 4, 2, 2, 4, out), 4);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{3, 4, 3, 4}));
+  const std::vector<int32_t> r = {7, 5, 5, 5};
+  ASSERT_EQ(ProposeNgram(r.data(), 4, 2, 3, 3, out), 3);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{5, 5, 5}));
 }
 
 }  // namespace
