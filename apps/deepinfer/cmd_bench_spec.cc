@@ -39,7 +39,8 @@ struct Measured {
   std::vector<std::vector<int32_t>> outputs;
 };
 
-Measured Run(const Model& m, const EngineOptions& o, const std::vector<std::vector<int32_t>>& prompts, int n_gen) {
+Measured Run(const Model& m, const EngineOptions& o, const std::vector<std::vector<int32_t>>& prompts, int n_gen,
+             float temperature) {
   Measured r;
   auto e = Engine::Create(m, o);
   if (!e.ok()) {
@@ -49,6 +50,8 @@ Measured Run(const Model& m, const EngineOptions& o, const std::vector<std::vect
   RequestParams p;
   p.max_tokens = n_gen;
   p.ignore_eos = true;
+  p.has_seed = true;
+  p.sampling.temperature = temperature;
   // Warm-up (weights paged in, pool spun up).
   (void)(*e)->Add(prompts[0], [&] { RequestParams w = p; w.max_tokens = 4; return w; }(), nullptr);
   (void)(*e)->RunUntilIdle();
@@ -56,7 +59,7 @@ Measured Run(const Model& m, const EngineOptions& o, const std::vector<std::vect
   r.outputs.resize(prompts.size());
   const auto t0 = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i)
-    (void)(*e)->Add(prompts[i], p, [&r, i](const RequestOutput& ev) {
+    (void)(*e)->Add(prompts[i], [&] { RequestParams q = p; q.sampling.seed = 1000 + i; return q; }(), [&r, i](const RequestOutput& ev) {
       r.outputs[i].insert(r.outputs[i].end(), ev.token_ids.begin(), ev.token_ids.end());
     });
   (void)(*e)->RunUntilIdle();
@@ -89,11 +92,12 @@ int CmdBenchSpec(int argc, char** argv) {
             "Speculative decoding vs plain decoding in the same run: C concurrent greedy requests (story prompts, N_GEN\n"
             "tokens each, EOS ignored) with --speculative on and off; acceptance rate, mean accepted length, tokens/s,\n"
             "speedup and the speedup the acceptance predicts. With --peer, llama.cpp's speculative decoding on the same\n"
-            "GGUFs (node-llama-cpp input lookup for ngram, a draft sequence for draft) and its plain decoding.",
+            "GGUFs (node-llama-cpp input lookup for ngram, a draft sequence for draft) and its plain decoding (greedy only).",
             {
                 {"model", "m", "MODEL", "", "target model (GGUF for the llama.cpp comparison)"},
                 {"concurrency", "", "LIST", "1,8", "concurrent requests per run"},
                 {"n-gen", "n", "N", "128", "generated tokens per request"},
+                {"temp", "", "T", "0", "sampling temperature (seeded per request); 0 = greedy"},
                 {"draft-cost", "", "C", "measured", "draft step cost / target step cost for the prediction (default: timed for a draft model, 0 for ngram)"},
                 {"peer", "", "", "", "also run llama.cpp through node-llama-cpp (ngram and draft)"},
                 {"peer-script", "", "FILE", "tools/ref/llama_spec.mjs", "peer runner script"},
@@ -119,8 +123,8 @@ int CmdBenchSpec(int argc, char** argv) {
   const int k = base.speculative.num_tokens;
   const std::string method = SpecMethodName(base.speculative.method);
   nlohmann::json runs = nlohmann::json::array();
-  std::printf("bench spec: %s, k = %d, %s verification, %d threads, %d tokens per request\n", method.c_str(), k,
-              SpecVerifyName(base.speculative.verify), threads, n_gen);
+  std::printf("bench spec: %s, k = %d, %s verification, %d threads, %d tokens per request, temperature %g\n",
+              method.c_str(), k, SpecVerifyName(base.speculative.verify), threads, n_gen, args.GetFloat("temp"));
   std::printf("%5s | %9s %9s %7s %8s %8s | %9s %8s %9s | %10s %10s %8s\n", "conc", "plain t/s", "spec t/s", "speedup",
               "accept", "acc len", "E tok/ps", "predict", "identical", "llama t/s", "llama spec", "ratio");
   for (int c : ParseInts(args.Get("concurrency"))) {
@@ -133,8 +137,9 @@ int CmdBenchSpec(int argc, char** argv) {
       o->prefix_caching = false;
       o->max_model_len = std::min(m.config.max_ctx, 256 + n_gen + 2 * kMaxSpecTokens);
     }
-    const Measured a = Run(m, plain, prompts, n_gen);
-    const Measured b = Run(m, spec, prompts, n_gen);
+    const float temp = static_cast<float>(args.GetFloat("temp"));
+    const Measured a = Run(m, plain, prompts, n_gen, temp);
+    const Measured b = Run(m, spec, prompts, n_gen, temp);
     const bool identical = a.outputs == b.outputs;
     const double alpha = b.proposed ? static_cast<double>(b.accepted) / b.proposed : 0;
     const double acc_len = b.drafts ? static_cast<double>(b.accepted) / b.drafts : 0;
@@ -146,7 +151,7 @@ int CmdBenchSpec(int argc, char** argv) {
     if (args.Has("draft-cost")) {
       cost = args.GetFloat("draft-cost");
     } else if (draft) {
-      const Measured d = Run(*draft, plain, prompts, std::min(n_gen, 64));
+      const Measured d = Run(*draft, plain, prompts, std::min(n_gen, 64), temp);
       cost = a.tokens_per_s / d.tokens_per_s;
     }
     const double predicted = e_tokens / (1 + k_eff * cost);
@@ -160,7 +165,7 @@ int CmdBenchSpec(int argc, char** argv) {
     // node-llama-cpp's DraftSequenceTokenPredictor and a plain draft-verify loop, since the predictor accepts at
     // most one draft per verify batch in node-llama-cpp 3.21.1: see tools/ref/llama_spec.mjs). The best counts.
     std::string peer_plain = "-", peer_spec = "-", ratio = "-";
-    if (args.Has("peer") && m.format == "gguf" && base.speculative.method != SpecMethod::kMtp) {
+    if (args.Has("peer") && m.format == "gguf" && base.speculative.method != SpecMethod::kMtp && args.GetFloat("temp") == 0) {
       const std::string pf = "/tmp/deepinfer_bench_spec_prompts.json";
       std::ofstream(pf) << nlohmann::json(prompts).dump() << "\n";
       auto call = [&](const std::string& how) {

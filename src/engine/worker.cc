@@ -118,11 +118,10 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   logits_.resize(static_cast<size_t>(logit_rows) * vocab_);
   const bool mtp = mtp_kv_ != nullptr;
   if (mtp) hidden_.resize(static_cast<size_t>(so.num_tokens + 1) * tf_.model().config.hidden);
-  if (!fwd_.empty()) {
-    st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
-                                 mtp ? hidden_.data() : nullptr);
-    if (!st.status.ok()) return;
-  }
+  // Even with no rows: multi-process steps are collective (an empty batch still takes part in the MoE exchange).
+  st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
+                               mtp ? hidden_.data() : nullptr);
+  if (!st.status.ok()) return;
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
     RowPlan& plan = plans_[i];
