@@ -94,7 +94,6 @@ class ModelExecutor : public Executor {
   std::unique_ptr<PagedKvCache> draft_kv_, mtp_kv_;
   std::vector<float> draft_logits_, hidden_, mtp_hidden_, mtp_logits_;
   std::vector<SeqForward> draft_fwd_;
-  std::vector<int> draft_rows_;
   std::vector<double> q_dense_;
   std::vector<float> mtp_in_hidden_;
 };

@@ -8,6 +8,22 @@
 #include "sample/philox.h"
 
 namespace deepinfer {
+namespace {
+
+// A forward row over positions [start, start + n) of row r's sequence (its block table), reading `tokens`.
+SeqForward RowForward(const SchedulerOutputs& so, const SequenceMetadata& r, const int32_t* tokens, int start, int n,
+                      bool want_logits) {
+  SeqForward f;
+  f.block_table = so.block_tables.data() + r.block_table_off;
+  f.num_blocks = static_cast<int>(r.num_blocks);
+  f.tokens = tokens;
+  f.start = start;
+  f.n = n;
+  f.want_logits = want_logits;
+  return f;
+}
+
+}  // namespace
 
 Status ModelExecutor::PlanRows(const SchedulerOutputs& so) {
   plans_.assign(so.rows.size(), RowPlan{});
@@ -63,7 +79,6 @@ Status ModelExecutor::RunDraft(const SchedulerOutputs& so) {
   // Round 0: every row brings the draft's cache up to the target's (prefill chunks, committed tokens the draft
   // has not seen); rows that propose ask for the last position's logits.
   draft_fwd_.clear();
-  draft_rows_.clear();
   std::vector<int> proposing;
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
@@ -100,14 +115,8 @@ Status ModelExecutor::RunDraft(const SchedulerOutputs& so) {
       for (int i : proposing) {
         const SequenceMetadata& r = so.rows[i];
         const RowPlan& plan = plans_[i];
-        SeqForward f;
-        f.block_table = so.block_tables.data() + r.block_table_off;
-        f.num_blocks = static_cast<int>(r.num_blocks);
-        f.start = plan.begin + plan.k;
-        f.n = 1;
-        f.tokens = table_->row(r.slot) + f.start;
-        f.want_logits = true;
-        draft_fwd_.push_back(f);
+        const int start = plan.begin + plan.k;
+        draft_fwd_.push_back(RowForward(so, r, table_->row(r.slot) + start, start, 1, true));
       }
       DI_RETURN_IF_ERROR(draft_tf_->ForwardBatch(draft_fwd_.data(), static_cast<int>(draft_fwd_.size()), *draft_kv_,
                                                  draft_logits_.data()));
@@ -221,14 +230,9 @@ Status ModelExecutor::RunMtp(const SchedulerOutputs& so) {
     const int known_end = r.samples ? ss.len : plan.begin + plan.n + 1;
     const int p0 = plan.begin, p1 = std::min(plan.begin + plan.n, known_end - 1);
     if (p1 <= p0) continue;
-    SeqForward f;
-    f.block_table = so.block_tables.data() + r.block_table_off;
-    f.num_blocks = static_cast<int>(r.num_blocks);
-    f.start = p0;
-    f.n = p1 - p0;
-    f.tokens = table_->row(r.slot) + p0 + 1;
     // Every sampling row of an MTP sequence proposes (whatever k the scheduler left this step: the next may differ).
-    f.want_logits = r.samples && static_cast<SpecMethod>(r.spec_method) == SpecMethod::kMtp;
+    const SeqForward f = RowForward(so, r, table_->row(r.slot) + p0 + 1, p0, p1 - p0,
+                                    r.samples && static_cast<SpecMethod>(r.spec_method) == SpecMethod::kMtp);
     const float* h = hidden_.data() + static_cast<size_t>(plan.hidden_row) * H;
     mtp_in_hidden_.insert(mtp_in_hidden_.end(), h, h + static_cast<size_t>(f.n) * H);
     ss.mtp_for = -1;
@@ -282,14 +286,7 @@ Status ModelExecutor::MtpChain(const SchedulerOutputs& so) {
       const SequenceMetadata& r = so.rows[i];
       const RowPlan& plan = plans_[i];
       // Pair (the module's previous output, the newest draft at position begin + k) at position begin + k - 1.
-      SeqForward f;
-      f.block_table = so.block_tables.data() + r.block_table_off;
-      f.num_blocks = static_cast<int>(r.num_blocks);
-      f.start = plan.begin + plan.k - 1;
-      f.n = 1;
-      f.tokens = table_->row(r.slot) + plan.begin + plan.k;
-      f.want_logits = true;
-      rows.push_back(f);
+      rows.push_back(RowForward(so, r, table_->row(r.slot) + plan.begin + plan.k, plan.begin + plan.k - 1, 1, true));
       mtp_in_hidden_.insert(mtp_in_hidden_.end(), prev[i].begin(), prev[i].end());
     }
     mtp_logits_.resize(rows.size() * static_cast<size_t>(vocab_));
