@@ -66,6 +66,9 @@ class ModelExecutor : public Executor {
   Status RunDraft(const SchedulerOutputs& so);
   // Samples a dynamic row's 1 + k positions from its logits, accepting drafts (exact or rejection).
   void VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits, VerifiedRun* run);
+  // Proposes the row's next draft from the proposer's logits (into the token table, n updated); true while the
+  // row wants more.
+  bool AppendDraft(const SequenceMetadata& r, float* logits, RowPlan* plan);
   // Samples the draft's token at `pos` from its logits (penalties applied; rejection keeps q).
   int32_t DraftSample(const SequenceMetadata& r, float* logits, int pos, FilteredDistribution* q);
   // MTP: feeds the newly committed pairs of every row through the module and proposes the next step's drafts.

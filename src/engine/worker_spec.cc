@@ -75,6 +75,16 @@ int32_t ModelExecutor::DraftSample(const SequenceMetadata& r, float* logits, int
   return SampleToken(logits, vocab_, sp, static_cast<uint64_t>(pos), r.sample_index);
 }
 
+bool ModelExecutor::AppendDraft(const SequenceMetadata& r, float* logits, RowPlan* plan) {
+  const int pos = plan->begin + 1 + plan->k;
+  FilteredDistribution q;
+  table_->row(r.slot)[pos] = DraftSample(r, logits, pos, &q);
+  if (spec_.verify == SpecVerify::kRejection) plan->q.push_back(std::move(q));
+  ++plan->k;
+  plan->n = 1 + plan->k;
+  return plan->k < plan->kmax;
+}
+
 Status ModelExecutor::RunDraft(const SchedulerOutputs& so) {
   // Round 0: every row brings the draft's cache up to the target's (prefill chunks, committed tokens the draft
   // has not seen); rows that propose ask for the last position's logits.
@@ -126,18 +136,10 @@ Status ModelExecutor::RunDraft(const SchedulerOutputs& so) {
       const int i = proposing[j];
       const SequenceMetadata& r = so.rows[i];
       RowPlan& plan = plans_[i];
-      const int pos = plan.begin + 1 + plan.k;
-      FilteredDistribution q;
-      const int32_t d = DraftSample(r, draft_logits_.data() + j * static_cast<size_t>(V), pos, &q);
-      table_->row(r.slot)[pos] = d;
-      if (spec_.verify == SpecVerify::kRejection) plan.q.push_back(std::move(q));
-      ++plan.k;
-      if (plan.k < plan.kmax) next.push_back(i);
+      if (AppendDraft(r, draft_logits_.data() + j * static_cast<size_t>(V), &plan)) next.push_back(i);
     }
     proposing.swap(next);
   }
-  for (size_t i = 0; i < so.rows.size(); ++i)
-    if (so.rows[i].dynamic && !plans_[i].skip) plans_[i].n = 1 + plans_[i].k;
   return Status::Ok();
 }
 
@@ -298,18 +300,12 @@ Status ModelExecutor::MtpChain(const SchedulerOutputs& so) {
       const int i = chaining[j];
       const SequenceMetadata& r = so.rows[i];
       RowPlan& plan = plans_[i];
-      const int pos = plan.begin + 1 + plan.k;
-      FilteredDistribution q;
-      table_->row(r.slot)[pos] = DraftSample(r, mtp_logits_.data() + j * static_cast<size_t>(vocab_), pos, &q);
-      if (spec_.verify == SpecVerify::kRejection) plan.q.push_back(std::move(q));
-      ++plan.k;
+      const bool more = AppendDraft(r, mtp_logits_.data() + j * static_cast<size_t>(vocab_), &plan);
       prev[i].assign(mtp_hidden_.data() + j * static_cast<size_t>(H), mtp_hidden_.data() + (j + 1) * static_cast<size_t>(H));
-      if (plan.k < plan.kmax) next.push_back(i);
+      if (more) next.push_back(i);
     }
     chaining.swap(next);
   }
-  for (size_t i = 0; i < so.rows.size(); ++i)
-    if (so.rows[i].dynamic && !plans_[i].skip) plans_[i].n = 1 + plans_[i].k;
   return Status::Ok();
 }
 
