@@ -152,6 +152,15 @@ Status SetupParallel(const Args& args) {
       return InvalidArgument("--cp-split must be balanced or contiguous, not '" + split + "'");
     pc.cp_contiguous = split == "contiguous";
   }
+  if (args.Has("enable-two-batch-overlap")) {
+    if (pc.single())
+      return InvalidArgument("--enable-two-batch-overlap needs a multi-process expert-parallel job (mpirun -np N, N > 1)");
+    if (!pc.expert_dispatch())
+      return InvalidArgument("--enable-two-batch-overlap needs expert parallelism (--ep > 1): with --tp " +
+                             std::to_string(pc.tp) + " = N the MoE layers have no dispatch or combine to overlap");
+    if (pc.cp > 1) return InvalidArgument("--enable-two-batch-overlap does not combine with --cp > 1");
+    pc.two_batch_overlap = true;
+  }
   dist::Options o;
   if (args.Has("dist-timeout")) {
     o.timeout_seconds = std::strtod(args.Get("dist-timeout").c_str(), nullptr);

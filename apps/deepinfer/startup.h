@@ -45,6 +45,7 @@ namespace deepinfer::cli {
       {"ep", "", "E", "1 if T=N, else N", "expert-parallel ranks for MoE layers (N: whole experts per rank; 1: experts tensor-split)"}, \
       {"ep-redundant-experts", "", "R", "0", "extra expert slots per MoE layer for replicas of hot experts (EPLB; E + R divisible by --ep)"}, \
       {"eplb-interval", "", "STEPS", "0", "engine steps between online expert rebalances from counted loads (0: never)"}, \
+      {"enable-two-batch-overlap", "", "", "", "run each step's batch as two micro-batches, one's MoE dispatch/combine on a communication thread while the other computes (expert parallelism; bitwise the same outputs)"}, \
       {"dist-timeout", "", "S", "30", "seconds a rank waits for a peer before ending the job (a dead or hung rank)"}
 
 // Prints "error: ..." and returns the exit status 1.

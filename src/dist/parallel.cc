@@ -47,6 +47,7 @@ StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, cons
   DI_ASSIGN_OR_RETURN(d->moe, world.Split(0, pc.rank, "moe"));
   DI_ASSIGN_OR_RETURN(d->tp, world.Split(pc.dp_rank() * pc.cp + pc.cp_rank(), pc.tp_rank(), "tp"));
   DI_ASSIGN_OR_RETURN(d->cp, world.Split(pc.dp_rank() * pc.tp + pc.tp_rank(), pc.cp_rank(), "cp"));
+  if (pc.two_batch_overlap) d->moe_stream = std::make_unique<CommStream>("moe");
   return d;
 }
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "deepinfer/status.h"
+#include "dist/comm_stream.h"
 #include "dist/communicator.h"
 
 namespace deepinfer::dist {
@@ -26,6 +27,9 @@ struct ParallelConfig {
   // Context parallelism: how a prefill chunk's rows are divided over the C ranks (model/layers/context_parallel.h):
   // false = balanced head-tail pieces, true = contiguous pieces (the naive split, for comparison).
   bool cp_contiguous = false;
+  // Two-batch overlap (--enable-two-batch-overlap): each forward's batch runs as two micro-batches, one's MoE
+  // dispatch/combine on a communication thread while the other computes (needs expert dispatch, no CP).
+  bool two_batch_overlap = false;
 
   int moe_tp() const { return world / ep; }
   // Whether MoE layers dispatch tokens to expert groups (all-to-all-v) rather than follow attention's TP.
@@ -61,6 +65,11 @@ struct DistContext {
   mutable std::atomic<int64_t> expert_rows{0};
   // Context parallelism: attention work (query x key pairs) of the rows this rank computed, summed over forwards.
   mutable std::atomic<int64_t> attention_work{0};
+  // MoE exchanges (dispatch + combine) on the executor's own thread: their duration, all of it exposed (the
+  // executor waited). Under two-batch overlap they run on moe_stream instead (its busy / exposed seconds).
+  mutable std::atomic<int64_t> moe_exchange_ns{0}, moe_exposed_ns{0};
+  // Two-batch overlap: the thread that runs the MoE exchanges over `moe` (declared last: stopped first).
+  std::unique_ptr<CommStream> moe_stream;
 };
 
 StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, const ParallelConfig& pc);

@@ -188,6 +188,15 @@ bool DistControl::Sync(bool has_rows) {
                 ctx_.pc.rank, ctx_.moe->bytes_sent() / 1e6, ctx_.moe->wait_seconds(), ctx_.tp->bytes_sent() / 1e6,
                 ctx_.tp->wait_seconds(), ctx_.control->wait_seconds(),
                 static_cast<long long>(ctx_.expert_rows.load(std::memory_order_relaxed)));
+    if (ctx_.pc.expert_dispatch()) {
+      // Step-time split (docs/benchmarks.md): how long the MoE exchanges ran and how much of it the executor
+      // waited for (all of it without two-batch overlap; what the other micro-batch's compute did not hide with).
+      double exchange = ctx_.moe_exchange_ns.load(std::memory_order_relaxed) / 1e9;
+      double exposed = ctx_.moe_exposed_ns.load(std::memory_order_relaxed) / 1e9;
+      if (ctx_.moe_stream) exchange += ctx_.moe_stream->busy_seconds(), exposed += ctx_.moe_stream->exposed_seconds();
+      DI_LOG_INFO("parallel: rank %d: MoE exchanges ran %.3f s, %.3f s of it exposed (two-batch overlap %s)",
+                  ctx_.pc.rank, exchange, exposed, ctx_.moe_stream ? "on" : "off");
+    }
     if (ctx_.pc.cp > 1)
       DI_LOG_INFO("parallel: rank %d (cp %d/%d): attention work %lld query-key pairs, context-parallel K/V exchange sent "
                   "%.3f MB, waited %.3f s", ctx_.pc.rank, ctx_.pc.cp_rank(), ctx_.pc.cp,

@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -46,6 +47,12 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
       expert_load_.assign(c_.n_layers, std::vector<int64_t>(c_.n_experts, 0));
       break;
     }
+  // Two-batch overlap needs something to overlap: expert-parallel MoE layers (context parallelism is refused at
+  // start-up). A micro-batch holds at most half the batch, but the buffers are sized for the whole one.
+  if (dist_ && dist_->moe_stream && !placement_.empty()) {
+    tbo_ = true;
+    moe2_ = std::make_unique<MoeMlp>(lc_, max_tokens_, dist_->pc.world);
+  }
   for (int l = 0; l < static_cast<int>(placement_.size()); ++l) placement_[l] = model_.layers[l].moe.placement;
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
@@ -221,7 +228,9 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
   Embed(model_.tok_embd, batch_.n);
-  for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, kv, l);
+  if (tbo_) LayersTbo(kv);
+  else
+    for (int l = 0; l < c_.n_layers; ++l) Layer(model_.layers[l], l, kv, l);
   if (hidden) FinalHidden(total, hidden);
   if (!logit_rows_.empty()) Logits(model_.out_norm, model_.lm_head, logits);
   return Status::Ok();
@@ -260,7 +269,7 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
 }
 
 void Transformer::Layer(const LayerWeights& L, int l, PagedKvCache& kv, int moe_layer) {
-  AttentionBlock(L, l, kv);
+  AttentionBlock(L, l, kv, batch_, 0);
   MlpBlock(L, moe_layer);
 }
 
@@ -270,19 +279,21 @@ void Transformer::TpAllReduce(float* data, int rows) {
   if (!s.ok()) dist::AbortJob("tensor-parallel all-reduce: " + s.ToString());
 }
 
-void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv) {
-  const int n = batch_.n, h = c_.hidden;
+void Transformer::AttentionBlock(const LayerWeights& L, int l, PagedKvCache& kv, const BatchView& b, int row0) {
+  const int n = b.n, h = c_.hidden;
   if (n == 0) {
     // An empty step (another attention group has work): nothing to attend. Under context parallelism a rank
     // with no rows of a non-empty batch still takes part in the layer's K/V exchange.
-    if (batch_.cp && batch_.cp->total() > 0) batch_.cp->WriteKv(kv, l, nullptr, nullptr, batch_.cp_slots);
+    if (b.cp && b.cp->total() > 0) b.cp->WriteKv(kv, l, nullptr, nullptr, b.cp_slots);
     return;
   }
-  RmsNorm(x_.data(), L.attn_norm.data(), c_.rms_eps, n, h, xn_.data());
-  if (mla_) mla_->Forward(L.mla, batch_, l, kv, xn_.data(), y_.data());
-  else gqa_->Forward(L.gqa, batch_, l, kv, xn_.data(), y_.data());
-  TpAllReduce(y_.data(), n);  // tensor parallel: each rank's o_proj covers its heads
-  for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
+  const size_t off = static_cast<size_t>(row0) * h;
+  float *x = x_.data() + off, *xn = xn_.data() + off, *y = y_.data() + off;
+  RmsNorm(x, L.attn_norm.data(), c_.rms_eps, n, h, xn);
+  if (mla_) mla_->Forward(L.mla, b, l, kv, xn, y);
+  else gqa_->Forward(L.gqa, b, l, kv, xn, y);
+  TpAllReduce(y, n);  // tensor parallel: each rank's o_proj covers its heads
+  for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x[i] += y[i];
 }
 
 void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
@@ -291,10 +302,22 @@ void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
     // Expert parallel: collective over every rank, even with no rows here.
     RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
     const bool live = moe_layer >= 0 && !placement_.empty();
-    const Status s = moe_->ForwardEp(L.moe, live ? placement_[moe_layer] : L.moe.placement, xn_.data(), n, y_.data(),
-                                     *dist_->moe, dist_->pc.tp_rank(), dist_->pc.tp, dist_->pc.moe_tp(),
-                                     live ? expert_load_[moe_layer].data() : nullptr);
+    dist::Communicator& comm = *dist_->moe;
+    moe_->EpBegin(L.moe, live ? placement_[moe_layer] : L.moe.placement, xn_.data(), n, 0, comm.size(),
+                  dist_->pc.tp_rank(), dist_->pc.tp, dist_->pc.moe_tp(), live ? expert_load_[moe_layer].data() : nullptr);
+    // The two exchanges, timed: without two-batch overlap all of their time is exposed (the executor waits).
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = moe_->EpDispatch(comm);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (s.ok()) s = moe_->EpExperts(comm.rank());
+    const auto t2 = std::chrono::steady_clock::now();
+    if (s.ok()) s = moe_->EpCombine(comm);
+    const auto t3 = std::chrono::steady_clock::now();
     if (!s.ok()) dist::AbortJob("expert-parallel MoE: " + s.ToString());
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>((t1 - t0) + (t3 - t2)).count();
+    dist_->moe_exchange_ns.fetch_add(ns, std::memory_order_relaxed);
+    dist_->moe_exposed_ns.fetch_add(ns, std::memory_order_relaxed);
+    moe_->EpEnd(y_.data());
     dist_->expert_rows.fetch_add(moe_->ep_rows_computed(), std::memory_order_relaxed);
     TpAllReduce(y_.data(), n);
     for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
@@ -354,7 +377,7 @@ Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, 
   int total = 0;
   DI_RETURN_IF_ERROR(PlanBatch(seqs, num_seqs, kv.block_size(), &total));
   Embed(model_.tok_embd, batch_.n);
-  AttentionBlock(model_.layers[l], l, kv);
+  AttentionBlock(model_.layers[l], l, kv, batch_, 0);
   return Status::Ok();
 }
 

@@ -126,8 +126,23 @@ class Transformer {
   // One decoder layer over x_ (batch_.n rows); its K/V go to layer kv_layer of kv. The two residual blocks:
   // moe_layer: index into placement_ for the main layers (expert parallelism), -1 for MTP modules.
   void Layer(const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer = -1);
-  void AttentionBlock(const LayerWeights& L, int kv_layer, PagedKvCache& kv);
+  // The two residual blocks over the rows [row0, row0 + b.n) of x_ (the whole batch: batch_, 0).
+  void AttentionBlock(const LayerWeights& L, int kv_layer, PagedKvCache& kv, const BatchView& b, int row0);
   void MlpBlock(const LayerWeights& L, int moe_layer);
+  // Two-batch overlap (transformer_tbo.cc): the main layers over batch_ as two micro-batches, each one's MoE
+  // dispatch and combine on the communication stream while the other computes.
+  struct Micro {
+    BatchView b;
+    int row0 = 0;
+    MoeMlp* moe = nullptr;
+    uint64_t ticket = 0;  // its exchange in flight on the stream
+    std::vector<AttnSeq> seqs;
+  };
+  void LayersTbo(PagedKvCache& kv);
+  void SplitMicroBatches();
+  void MoeBegin(const LayerWeights& L, int moe_layer, Micro& m);
+  void MoeExperts(Micro& m);
+  void MoeEnd(Micro& m);
   // Sums rows x hidden floats over the attention group's tensor-parallel ranks (a no-op with one).
   void TpAllReduce(float* data, int rows);
 
@@ -146,6 +161,11 @@ class Transformer {
   std::unique_ptr<MlaAttention> mla_;
   std::unique_ptr<DenseMlp> mlp_;
   std::unique_ptr<MoeMlp> moe_;
+  // Two-batch overlap (--enable-two-batch-overlap under expert parallelism): the second micro-batch's MoE layer
+  // state (its exchanges are in flight while the first's run), and the two micro-batches of the current forward.
+  bool tbo_ = false;
+  std::unique_ptr<MoeMlp> moe2_;
+  Micro micro_[2];
   std::vector<float> x_, xn_, y_;  // residual stream, normed input of a block, a block's output
   std::vector<int32_t> tokens_, pos_, slot_of_token_, rows_;
   std::vector<float> mtp_in_;  // MTP: [enorm(embedding), hnorm(h)] per row

@@ -63,7 +63,11 @@ for (const arch of archs) {
   if (ref.status !== 0) continue;
   const want = normalize(fs.readFileSync(refOut, "utf8"));
   check(want.length === lines.length && want.every(l => !l.includes('"error"')), `${arch}: ${want.length} results, none an error`);
-  const configs = [[2, ["--dp", "2"], []], [2, ["--dp", "2"], ["--no-overlap"]], [4, ["--dp", "4"], []]];
+  // Two-batch overlap (each step's batch as two micro-batches, one's dispatch/combine on a communication thread)
+  // must not change a bit either.
+  const tbo = ["--enable-two-batch-overlap"];
+  const configs = [[2, ["--dp", "2"], []], [2, ["--dp", "2"], ["--no-overlap"]], [4, ["--dp", "4"], []],
+                   [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
   for (const [np, par, extra] of configs) {
     const out = path.join(dir, `${arch}.${np}.jsonl`);
     const label = `${arch}: mpirun -np ${np} ${par.join(" ")} ${extra.join(" ")}`.trim();
@@ -89,17 +93,24 @@ for (const arch of archs) {
 // process is not claimed here: tests/dist/tp_logprobs.mjs bounds that difference).
 if (!only || only === "deepseek_v3") {
   const model = path.join(dir, "deepseek_v3", "model.gguf");
+  // The third run adds two-batch overlap, the fourth and fifth split each expert over two ranks (--ep 2: expert
+  // tensor parallelism) without and with it: overlap must change nothing in either layout.
+  const runs = [["--ep", "4"], ["--ep", "4"], ["--ep", "4", "--enable-two-batch-overlap"], ["--ep", "2"],
+                ["--ep", "2", "--enable-two-batch-overlap"]];
   const outs = [];
-  for (let k = 0; k < 2; ++k) {
+  for (let k = 0; k < runs.length; ++k) {
     const out = path.join(dir, `tpdp.${k}.jsonl`);
     const r = run("mpirun", ["--oversubscribe", "-np", "4", bin, "generate", "-m", model, "--input", input, "-q",
-                             "--max-num-seqs", "4", "--kv-cache", "4MiB", "--dp", "2", "--tp", "2", "--ep", "4", "--output", out]);
-    check(r.status === 0, `tp x dp: mpirun -np 4 --dp 2 --tp 2 --ep 4 run ${k + 1} exits 0 (${r.stderr.trim().slice(-200)})`);
+                             "--max-num-seqs", "4", "--kv-cache", "4MiB", "--dp", "2", "--tp", "2", ...runs[k], "--output", out]);
+    check(r.status === 0, `tp x dp: mpirun -np 4 --dp 2 --tp 2 ${runs[k].join(" ")} (run ${k + 1}) exits 0 (${r.stderr.trim().slice(-200)})`);
     outs.push(r.status === 0 ? fs.readFileSync(out, "utf8") : "");
   }
   const lines = outs[0].trim().split("\n");
   check(outs[0] !== "" && outs[0] === outs[1] && lines.length === 220 && !outs[0].includes('"error"'),
         `tp x dp: two runs write identical files (${lines.length} results)`);
+  check(outs[2] === outs[0], "tp x dp: two-batch overlap writes the same file");
+  check(outs[3] !== "" && outs[3].trim().split("\n").length === 220 && !outs[3].includes('"error"') && outs[4] === outs[3],
+        "tp x dp, experts split over 2 ranks: two-batch overlap writes the same file");
 }
 // Online EPLB (must-show 3, last part): a 500-request run on DeepSeek-V3 with redundant expert slots and a
 // rebalance every 10 steps moves experts between ranks (asserted from the log) and changes no output.
@@ -117,7 +128,8 @@ if (!only || only === "deepseek_v3") {
   const ref = run(bin, ["generate", "-m", model, ...common, "-q", "--output", refOut]);
   check(ref.status === 0, `eplb: one-process 500-request batch (${ref.stderr.trim().slice(-200)})`);
   const want = normalize(fs.readFileSync(refOut, "utf8"));
-  for (const [np, par] of [[2, ["--dp", "2", "--ep-redundant-experts", "2"]], [4, ["--dp", "4", "--ep-redundant-experts", "4"]]]) {
+  for (const [np, par] of [[2, ["--dp", "2", "--ep-redundant-experts", "2"]],
+                           [4, ["--dp", "4", "--ep-redundant-experts", "4", "--enable-two-batch-overlap"]]]) {
     const out = path.join(dir, `eplb.${np}.jsonl`);
     const label = `eplb: mpirun -np ${np} ${par.join(" ")} --eplb-interval 10`;
     const r = run("mpirun", ["--oversubscribe", "-np", String(np), bin, "generate", "-m", model, ...common, ...par,
@@ -133,6 +145,17 @@ if (!only || only === "deepseek_v3") {
     check(got.length === want.length && diff < 0, `${label}: 500 results bitwise equal to one process` +
           (diff >= 0 ? ` (first difference: line ${diff + 1})` : ""));
   }
+}
+// Two-batch overlap refusals: nothing to overlap without expert dispatch, and one process has no peers.
+if (!only || only === "deepseek_v3") {
+  const model = path.join(dir, "deepseek_v3", "model.gguf");
+  const single = run(bin, ["generate", "-m", model, "-p", "1 2 3", "-n", "2", "--enable-two-batch-overlap"]);
+  check(single.status !== 0 && /--enable-two-batch-overlap needs a multi-process/.test(single.stderr),
+        `two-batch overlap refused in one process (${single.stderr.trim().slice(-160)})`);
+  const tp = run("mpirun", ["--oversubscribe", "-np", "2", bin, "generate", "-m", model, "-p", "1 2 3", "-n", "2",
+                            "--tp", "2", "--enable-two-batch-overlap"]);
+  check(tp.status !== 0 && /needs expert parallelism/.test(tp.stderr),
+        `two-batch overlap refused under pure tensor parallelism (${tp.stderr.trim().slice(-160)})`);
 }
 fs.rmSync(dir, {recursive: true, force: true});
 console.log(failures ? `${failures} check(s) failed` : "expert/data-parallel checks passed");

@@ -190,24 +190,42 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
 }
 
 Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
-                         dist::Communicator& comm, int tp_rank, int tp_size, int group_size, int64_t* load) {
-  const int h = hidden_, K = top_k_, P = comm.size(), G = group_size;
+                         dist::Communicator& comm, int tp_rank, int tp_size, int group_size, int64_t* load, int row0) {
+  EpBegin(w, pl, xn, n, row0, comm.size(), tp_rank, tp_size, group_size, load);
+  DI_RETURN_IF_ERROR(EpDispatch(comm));
+  DI_RETURN_IF_ERROR(EpExperts(comm.rank()));
+  DI_RETURN_IF_ERROR(EpCombine(comm));
+  EpEnd(out);
+  return Status::Ok();
+}
+
+void MoeMlp::EpBegin(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, int row0, int ranks,
+                     int tp_rank, int tp_size, int group_size, int64_t* load) {
+  const int h = hidden_, K = top_k_, P = ranks, G = group_size;
   const size_t row = static_cast<size_t>(h) + 1;  // [physical slot (int32 bits), hidden floats]
+  ep_w_ = &w;
+  ep_pl_ = &pl;
+  ep_xn_ = xn;
+  ep_n_ = n;
+  ep_ranks_ = P;
+  ep_group_ = G;
   Route(w, xn, n);
-  // 1. This rank's pairs, each to the group owning one slot of its expert (replicas spread by pair index): to
-  //    each of the group's G ranks (G > 1: each holds a 1/G slice of every expert it serves), packed by
-  //    destination rank in pair order.
+  // 1. This rank's pairs, each to the group owning one slot of its expert (replicas spread by the pair's index in
+  //    the whole batch, row0 + t, so a micro-batch picks the replicas the whole batch would): to each of the
+  //    group's G ranks (G > 1: each holds a 1/G slice of every expert it serves), packed by destination rank in
+  //    pair order. Rows are this rank's to route by their index in the whole batch too.
   ep_mine_.assign(n, 0);
   ep_dest_.clear();
   ep_order_.clear();
   ep_slot_.clear();
   ep_counts_.assign(P, 0);
   for (int t = 0; t < n; ++t) {
-    if (t % tp_size != tp_rank) continue;
+    const int bt = row0 + t;
+    if (bt % tp_size != tp_rank) continue;
     ep_mine_[t] = 1;
     for (int k = 0; k < K; ++k) {
       const auto& slots = pl.log2phy[route_e_[t * K + k]];
-      const int32_t slot = slots[(t * K + k) % slots.size()];
+      const int32_t slot = slots[(bt * K + k) % slots.size()];
       if (load) ++load[route_e_[t * K + k]];
       for (int j = 0; j < G; ++j) {
         const int dest = pl.owner(slot) * G + j;
@@ -224,63 +242,82 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
   for (int r = 1; r < P; ++r) ep_fill_[r] = ep_fill_[r - 1] + ep_counts_[r - 1];
   ep_send_.resize(static_cast<size_t>(sent) * row);
   ep_pos_.resize(sent);  // pair j (in ep_order_) sits at packed row ep_pos_[j]
-  {
-    for (int j = 0; j < sent; ++j) {
-      const int pr = static_cast<int>(ep_fill_[ep_dest_[j]]++);
-      ep_pos_[j] = pr;
-      float* dst = ep_send_.data() + static_cast<size_t>(pr) * row;
-      std::memcpy(dst, &ep_slot_[j], sizeof(int32_t));
-      std::memcpy(dst + 1, xn + static_cast<size_t>(ep_order_[j] / K) * h, sizeof(float) * h);
-    }
+  for (int j = 0; j < sent; ++j) {
+    const int pr = static_cast<int>(ep_fill_[ep_dest_[j]]++);
+    ep_pos_[j] = pr;
+    float* dst = ep_send_.data() + static_cast<size_t>(pr) * row;
+    std::memcpy(dst, &ep_slot_[j], sizeof(int32_t));
+    std::memcpy(dst + 1, xn + static_cast<size_t>(ep_order_[j] / K) * h, sizeof(float) * h);
   }
-  // 2. Counts, then the rows (dispatch).
-  std::vector<int64_t>& recv_counts = ep_recv_counts_;
-  recv_counts.resize(P);
-  DI_RETURN_IF_ERROR(comm.AllToAll(ep_counts_.data(), sizeof(int64_t), recv_counts.data()));
-  int received = 0;
+  // The shared experts run over the rows this rank routes only: the other ranks of its attention TP group hold
+  // the same rows and add the rest (rows are independent, so a compact batch changes no row's result).
+  ep_sh_x_ = xn;
+  ep_sh_n_ = n;
+  ep_compact_ = tp_size > 1 && !w.shared.empty();
+  if (ep_compact_) {
+    ep_sh_n_ = 0;
+    ep_shared_in_.resize(static_cast<size_t>(n) * h);
+    for (int t = 0; t < n; ++t)
+      if (ep_mine_[t])
+        std::memcpy(ep_shared_in_.data() + static_cast<size_t>(ep_sh_n_++) * h, xn + static_cast<size_t>(t) * h, sizeof(float) * h);
+    ep_sh_x_ = ep_shared_in_.data();
+  }
+}
+
+Status MoeMlp::EpDispatch(dist::Communicator& comm) {
+  const int P = ep_ranks_;
+  const size_t row = static_cast<size_t>(hidden_) + 1;
+  if (comm.size() != P) return Internal("moe: dispatch over a communicator of another size");
+  // 2. Counts, then the rows.
+  ep_recv_counts_.resize(P);
+  DI_RETURN_IF_ERROR(comm.AllToAll(ep_counts_.data(), sizeof(int64_t), ep_recv_counts_.data()));
+  ep_received_ = 0;
   ep_send_bytes_.resize(P);
   ep_recv_bytes_.resize(P);
   for (int r = 0; r < P; ++r) {
     ep_send_bytes_[r] = static_cast<size_t>(ep_counts_[r]) * row * sizeof(float);
-    ep_recv_bytes_[r] = static_cast<size_t>(recv_counts[r]) * row * sizeof(float);
-    received += static_cast<int>(recv_counts[r]);
+    ep_recv_bytes_[r] = static_cast<size_t>(ep_recv_counts_[r]) * row * sizeof(float);
+    ep_received_ += static_cast<int>(ep_recv_counts_[r]);
   }
-  ep_recv_.resize(static_cast<size_t>(received) * row);
-  DI_RETURN_IF_ERROR(comm.AllToAllV(ep_send_.data(), ep_send_bytes_.data(), ep_recv_.data(), ep_recv_bytes_.data()));
+  ep_recv_.resize(static_cast<size_t>(ep_received_) * row);
+  return comm.AllToAllV(ep_send_.data(), ep_send_bytes_.data(), ep_recv_.data(), ep_recv_bytes_.data());
+}
+
+Status MoeMlp::EpExperts(int comm_rank) {
+  const int h = hidden_, G = ep_group_, received = ep_received_;
+  const size_t row = static_cast<size_t>(h) + 1;
+  const ExpertPlacement& pl = *ep_pl_;
   // 3. The received rows through this rank's experts (and the shared experts over the local rows).
-  std::vector<int32_t>& expert_of = ep_expert_of_;
-  expert_of.resize(received);
+  ep_expert_of_.resize(received);
   for (int i = 0; i < received; ++i) {
     int32_t slot;
     std::memcpy(&slot, ep_recv_.data() + static_cast<size_t>(i) * row, sizeof(int32_t));
-    if (slot < 0 || slot >= static_cast<int32_t>(pl.phy2log.size()) || pl.owner(slot) != comm.rank() / G)
+    if (slot < 0 || slot >= static_cast<int32_t>(pl.phy2log.size()) || pl.owner(slot) != comm_rank / G)
       return Internal("moe: received a row for expert slot " + std::to_string(slot) + ", which this rank does not hold");
-    expert_of[i] = pl.phy2log[slot];
+    ep_expert_of_[i] = pl.phy2log[slot];
   }
-  SortByExpert(expert_of.data(), received, n_experts_, expert_first_, sort_next_, rows_);
-  std::vector<float>& back = ep_back_;
-  back.resize(static_cast<size_t>(received) * h);
-  // The shared experts run over the rows this rank routes only: the other ranks of its attention TP group hold
-  // the same rows and add the rest (rows are independent, so a compact batch changes no row's result).
-  const float* sh_x = xn;
-  int sh_n = n;
-  const bool compact = tp_size > 1 && !w.shared.empty();
-  if (compact) {
-    sh_n = 0;
-    ep_shared_in_.resize(static_cast<size_t>(n) * h);
-    for (int t = 0; t < n; ++t)
-      if (ep_mine_[t]) std::memcpy(ep_shared_in_.data() + static_cast<size_t>(sh_n++) * h, xn + static_cast<size_t>(t) * h, sizeof(float) * h);
-    sh_x = ep_shared_in_.data();
-  }
-  RunExperts(w, ep_recv_.data() + 1, row, 1, back.data(), sh_x, sh_n, !w.shared.empty());
-  // 4. The outputs back to where the rows came from (combine), then into out_k_ by pair.
+  SortByExpert(ep_expert_of_.data(), received, n_experts_, expert_first_, sort_next_, rows_);
+  ep_back_.resize(static_cast<size_t>(received) * h);
+  RunExperts(*ep_w_, ep_recv_.data() + 1, row, 1, ep_back_.data(), ep_sh_x_, ep_sh_n_, !ep_w_->shared.empty());
+  ep_rows_computed_ = received;
+  return Status::Ok();
+}
+
+Status MoeMlp::EpCombine(dist::Communicator& comm) {
+  const int P = ep_ranks_;
+  const size_t row = static_cast<size_t>(hidden_) + 1, h = static_cast<size_t>(hidden_);
+  // 4. The outputs back to where the rows came from.
   for (int r = 0; r < P; ++r) {
     std::swap(ep_send_bytes_[r], ep_recv_bytes_[r]);
     ep_send_bytes_[r] = ep_send_bytes_[r] / row * h;
     ep_recv_bytes_[r] = ep_recv_bytes_[r] / row * h;
   }
-  ep_ret_.resize(static_cast<size_t>(sent) * h);
-  DI_RETURN_IF_ERROR(comm.AllToAllV(back.data(), ep_send_bytes_.data(), ep_ret_.data(), ep_recv_bytes_.data()));
+  ep_ret_.resize(ep_order_.size() * h);
+  return comm.AllToAllV(ep_back_.data(), ep_send_bytes_.data(), ep_ret_.data(), ep_recv_bytes_.data());
+}
+
+void MoeMlp::EpEnd(float* out) {
+  const int h = hidden_, G = ep_group_, sent = static_cast<int>(ep_order_.size());
   // A pair's G partial outputs (its group's ranks in order, each over its slice of the expert's width) are
   // consecutive in ep_order_: summed in that order, so the result does not depend on arrival.
   for (int j = 0; j < sent; ++j) {
@@ -290,9 +327,7 @@ Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const f
     else for (int d = 0; d < h; ++d) dst[d] += src[d];
   }
   ep_pairs_sent_ = sent;
-  ep_rows_computed_ = received;
-  Combine(w, sh_x, sh_n, n, out, &ep_mine_, compact);
-  return Status::Ok();
+  Combine(*ep_w_, ep_sh_x_, ep_sh_n_, ep_n_, out, &ep_mine_, ep_compact_);
 }
 
 }  // namespace deepinfer

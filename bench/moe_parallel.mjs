@@ -1,0 +1,75 @@
+// Step time of a MoE model split into compute and communication, per parallel layout, on one machine
+// (docs/benchmarks.md "MoE parallelism: step-time split"). Runs `deepinfer generate --input` on the same batch
+// as one process and under mpirun (DP2/EP2 with and without two-batch overlap, TP2), and reads what every rank
+// logs at drain: MoE bytes sent, how long the MoE exchanges ran and how much of that the compute thread waited
+// for, tensor-parallel bytes and waits.
+//   node bench/moe_parallel.mjs BIN MODEL [--requests 32] [--prompt 64] [--gen 16]
+import {spawnSync} from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const [bin, model, ...rest] = process.argv.slice(2);
+if (!bin || !model) {
+  console.error("usage: node bench/moe_parallel.mjs BIN MODEL [--requests N] [--prompt P] [--gen G]");
+  process.exit(2);
+}
+const opt = {requests: 32, prompt: 64, gen: 16};
+for (let i = 0; i < rest.length; i += 2) opt[rest[i].replace(/^--/, "")] = Number(rest[i + 1]);
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-moebench-"));
+let seed = 7;
+const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+const lines = Array.from({length: opt.requests}, () => JSON.stringify({
+  prompt: Array.from({length: opt.prompt}, () => 3 + Math.floor(rand() * 5000)), max_tokens: opt.gen, ignore_eos: true,
+  temperature: 0}));
+const input = path.join(dir, "in.jsonl");
+fs.writeFileSync(input, lines.join("\n") + "\n");
+const tokens = opt.requests * (opt.prompt + opt.gen);
+
+const env = {...process.env, DEEPINFER_NO_PROGRESS: "1", DEEPINFER_LOG: "info", OMPI_ALLOW_RUN_AS_ROOT: "1",
+             OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1"};
+const common = ["generate", "-m", model, "--input", input, "--max-num-seqs", String(opt.requests), "--kv-cache", "512MiB"];
+const configs = [
+  ["one process, -t 2", null, ["-t", "2"]],
+  ["DP2 / EP2, -t 1", 2, ["--dp", "2", "--ep", "2", "-t", "1"]],
+  ["DP2 / EP2 + two-batch overlap", 2, ["--dp", "2", "--ep", "2", "-t", "1", "--enable-two-batch-overlap"]],
+  ["TP2 (experts tensor-split), -t 1", 2, ["--tp", "2", "-t", "1"]],
+];
+const n = s => Number(s);
+const rows = [];
+let reference = null;
+for (const [label, np, flags] of configs) {
+  const out = path.join(dir, `${rows.length}.jsonl`);
+  const args = [...common, ...flags, "--output", out];
+  const r = np ? spawnSync("mpirun", ["--oversubscribe", "-np", String(np), bin, ...args], {env, encoding: "utf8"})
+               : spawnSync(bin, args, {env, encoding: "utf8"});
+  if (r.status !== 0) {
+    console.error(`${label}: exit ${r.status}\n${r.stderr.slice(-2000)}`);
+    process.exit(1);
+  }
+  const ids = fs.readFileSync(out, "utf8").trim().split("\n").map(l => JSON.stringify(JSON.parse(l).token_ids ?? JSON.parse(l).choices));
+  if (!reference) reference = ids;
+  const same = ids.every((x, i) => x === reference[i]);
+  const wall = n(/requests in ([0-9.]+) s/.exec(r.stderr)?.[1] ?? NaN);
+  const per = {moeMB: 0, moeWait: 0, tpMB: 0, tpWait: 0, exch: 0, exposed: 0};
+  let ranks = 0;
+  for (const m of r.stderr.matchAll(/MoE dispatch\/combine sent ([0-9.]+) MB, waited ([0-9.]+) s for peers; tensor-parallel collectives sent ([0-9.]+) MB, waited ([0-9.]+) s/g)) {
+    per.moeMB += n(m[1]); per.moeWait += n(m[2]); per.tpMB += n(m[3]); per.tpWait += n(m[4]); ++ranks;
+  }
+  for (const m of r.stderr.matchAll(/MoE exchanges ran ([0-9.]+) s, ([0-9.]+) s of it exposed/g)) {
+    per.exch += n(m[1]); per.exposed += n(m[2]);
+  }
+  const avg = v => ranks ? v / ranks : 0;
+  rows.push({label, wall, tokS: tokens / wall, same, moeMB: avg(per.moeMB), tpMB: avg(per.tpMB), exch: avg(per.exch),
+             exposed: avg(per.exposed), tpWait: avg(per.tpWait)});
+  console.error(`${label}: ${wall.toFixed(2)} s`);
+}
+console.log(`${opt.requests} requests x (${opt.prompt} prompt + ${opt.gen} generated) tokens = ${tokens} tokens; per-rank averages`);
+console.log("| layout | wall (engine) | tokens/s | same tokens as one process | MoE sent per rank | MoE exchanges ran | of which exposed | TP sent per rank | TP waits | compute (wall - exposed - TP waits) |");
+console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+for (const r of rows) {
+  const comm = r.exposed + r.tpWait;
+  console.log(`| ${r.label} | ${r.wall.toFixed(2)} s | ${r.tokS.toFixed(0)} | ${r.same ? "yes" : "NO"} | ${r.moeMB.toFixed(1)} MB | ` +
+              `${r.exch.toFixed(2)} s | ${r.exposed.toFixed(2)} s | ${r.tpMB.toFixed(1)} MB | ${r.tpWait.toFixed(2)} s | ${(r.wall - comm).toFixed(2)} s |`);
+}
+fs.rmSync(dir, {recursive: true, force: true});
