@@ -49,7 +49,7 @@ for (const [label, np, flags] of configs) {
   }
   const ids = fs.readFileSync(out, "utf8").trim().split("\n").map(l => JSON.stringify(JSON.parse(l).token_ids ?? JSON.parse(l).choices));
   if (!reference) reference = ids;
-  const same = ids.every((x, i) => x === reference[i]);
+  const same = ids.filter((x, i) => x === reference[i]).length;
   const wall = n(/requests in ([0-9.]+) s/.exec(r.stderr)?.[1] ?? NaN);
   const per = {moeMB: 0, moeWait: 0, tpMB: 0, tpWait: 0, exch: 0, exposed: 0};
   let ranks = 0;
@@ -60,16 +60,16 @@ for (const [label, np, flags] of configs) {
     per.exch += n(m[1]); per.exposed += n(m[2]);
   }
   const avg = v => ranks ? v / ranks : 0;
-  rows.push({label, wall, tokS: tokens / wall, same, moeMB: avg(per.moeMB), tpMB: avg(per.tpMB), exch: avg(per.exch),
+  rows.push({label, wall, tokS: tokens / wall, same, ranks: ranks || 1, moeMB: avg(per.moeMB), tpMB: avg(per.tpMB), exch: avg(per.exch),
              exposed: avg(per.exposed), tpWait: avg(per.tpWait)});
   console.error(`${label}: ${wall.toFixed(2)} s`);
 }
 console.log(`${opt.requests} requests x (${opt.prompt} prompt + ${opt.gen} generated) tokens = ${tokens} tokens; per-rank averages`);
-console.log("| layout | wall (engine) | tokens/s | same tokens as one process | MoE sent per rank | MoE exchanges ran | of which exposed | TP sent per rank | TP waits | compute (wall - exposed - TP waits) |");
-console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
+console.log("| layout | wall (engine) | tokens/s | outputs equal to one process | MoE sent per rank | MoE bytes per token (all MoE layers) | MoE exchanges ran | of which exposed | TP sent per rank | TP waits | compute (wall - exposed - TP waits) |");
+console.log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |");
 for (const r of rows) {
   const comm = r.exposed + r.tpWait;
-  console.log(`| ${r.label} | ${r.wall.toFixed(2)} s | ${r.tokS.toFixed(0)} | ${r.same ? "yes" : "NO"} | ${r.moeMB.toFixed(1)} MB | ` +
-              `${r.exch.toFixed(2)} s | ${r.exposed.toFixed(2)} s | ${r.tpMB.toFixed(1)} MB | ${r.tpWait.toFixed(2)} s | ${(r.wall - comm).toFixed(2)} s |`);
+  console.log(`| ${r.label} | ${r.wall.toFixed(2)} s | ${r.tokS.toFixed(0)} | ${r.same}/${opt.requests} | ${r.moeMB.toFixed(1)} MB | ` +
+              `${(r.moeMB * r.ranks * 1e3 / tokens).toFixed(1)} KB | ${r.exch.toFixed(2)} s | ${r.exposed.toFixed(2)} s | ${r.tpMB.toFixed(1)} MB | ${r.tpWait.toFixed(2)} s | ${(r.wall - comm).toFixed(2)} s |`);
 }
 fs.rmSync(dir, {recursive: true, force: true});

@@ -52,11 +52,13 @@ void ModelExecutor::MaybeRebalance(uint64_t step) {
   if (!rep.ok()) dist::AbortJob("EPLB rebalance: " + rep.status().ToString());
   ++rebalances_;
   moved_slots_ += rep->moved_slots;
+  moved_bytes_ += rep->bytes_sent;
   if (d->pc.rank == 0)
     DI_LOG_INFO("EPLB: step %llu: %lld routed pairs counted, worst layer max/mean rank load %.3f -> %.3f, %d expert "
-                "slots moved (%lld over %d rebalances)",
+                "slots moved (%lld over %d rebalances); %d experts sent between ranks over MPI (%.3f MB, %.3f MB in all)",
                 static_cast<unsigned long long>(step), static_cast<long long>(rep->pairs), rep->imbalance_before,
-                rep->imbalance_after, rep->moved_slots, static_cast<long long>(moved_slots_), rebalances_);
+                rep->imbalance_after, rep->moved_slots, static_cast<long long>(moved_slots_), rebalances_,
+                rep->experts_sent, rep->bytes_sent / 1e6, moved_bytes_ / 1e6);
 }
 
 void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out) {

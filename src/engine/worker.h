@@ -88,7 +88,7 @@ class ModelExecutor : public Executor {
   std::vector<int32_t> counts_;
   std::vector<uint32_t> mask_bits_;
   int rebalances_ = 0;
-  int64_t moved_slots_ = 0;
+  int64_t moved_slots_ = 0, moved_bytes_ = 0;
 
   SpeculativeOptions spec_;
   std::vector<SlotState> slots_;

@@ -296,15 +296,9 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   for (LayerWeights* Lp : all_layers) {
     for (TensorView* t : Lp->MutableMatrices())
       if (t->data) views.push_back(t);
-    const ExpertPlacement& pl = Lp->moe.placement;
-    const int ep_rank = m.parallel.ep_rank();
-    // Experts split inside their group under online EPLB: every expert's down slice is already a copy this rank
-    // owns (shard.cc), kept whole because a rebalance may hand over any expert; the shard buffers go below.
-    const bool all_down = m.shard.expert_tp > 1 && m.parallel.eplb_interval > 0;
     for (std::vector<TensorView>* experts : {&Lp->moe.gate, &Lp->moe.up, &Lp->moe.down})
-      for (size_t e = 0; e < experts->size(); ++e)  // expert parallelism: only the experts this rank holds
-        if (pl.empty() || pl.Holds(static_cast<int>(e), ep_rank) || (all_down && experts == &Lp->moe.down))
-          views.push_back(&(*experts)[e]);
+      for (TensorView& t : *experts)  // expert parallelism: only the experts this rank holds have data
+        if (t.data) views.push_back(&t);
   }
   constexpr size_t kAlign = 4096;
   size_t total = 0;

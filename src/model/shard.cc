@@ -236,7 +236,6 @@ class TpSharder {
   }
 
   // Routed experts split expert_ways_ ways (pure TP: by tp_rank; dispatch: by moe_tp_rank inside the group).
-  // Experts this group does not hold (and will never be handed: no online EPLB) get no down slice.
   Status Experts(LayerWeights& L, const std::string& where) {
     if (!L.is_moe() || expert_ways_ == 1) return Status::Ok();
     MoeWeights& w = L.moe;
@@ -245,13 +244,9 @@ class TpSharder {
                                                           std::to_string(expert_ways_) + " ways)"
                                                     : "--tp " + std::to_string(T_);
     for (size_t e = 0; e < w.gate.size(); ++e) {
+      if (!w.gate[e].data) continue;  // an expert another group holds (ShardModel dropped it)
       w.gate[e] = RowSlice(w.gate[e], f0, f);
       w.up[e] = RowSlice(w.up[e], f0, f);
-      const bool held = w.placement.empty() || pc_.eplb_interval > 0 || w.placement.Holds(static_cast<int>(e), pc_.ep_rank());
-      if (!held) {
-        w.down[e] = TensorView{};
-        continue;
-      }
       DI_RETURN_IF_ERROR(ColumnSlice(w.down[e], f0, f, where + " expert " + std::to_string(e) + " down", split));
     }
     return Status::Ok();
@@ -310,10 +305,23 @@ Status ShardModel(Model& m, const dist::ParallelConfig& pc) {
   DI_RETURN_IF_ERROR(CheckModelSplit(pc, m.config));
   m.parallel = pc;
   if (pc.expert_dispatch() && m.config.n_experts > 0) {
+    std::vector<MoeWeights*> moes;
     for (auto& L : m.layers)
-      if (L.is_moe()) DI_RETURN_IF_ERROR(ShardExperts(L.moe, pc, m.config.n_experts, m.config.n_group));
+      if (L.is_moe()) moes.push_back(&L.moe);
     for (auto& P : m.mtp)
-      if (P.layer.is_moe()) DI_RETURN_IF_ERROR(ShardExperts(P.layer.moe, pc, m.config.n_experts, m.config.n_group));
+      if (P.layer.is_moe()) moes.push_back(&P.layer.moe);
+    for (MoeWeights* w : moes) {
+      DI_RETURN_IF_ERROR(ShardExperts(*w, pc, m.config.n_experts, m.config.n_group));
+      // A rank keeps only the experts its group holds: the others are never read here, and an expert handed over
+      // by online EPLB arrives from the rank that held it (Transformer::RebalanceExperts), not from this file.
+      for (size_t e = 0; e < w->gate.size(); ++e) {
+        if (pc.eplb_interval > 0 && w->gate[e].block_scale)
+          return InvalidArgument("--eplb-interval: moving FP8 block-scaled experts between ranks is not implemented "
+                                 "(convert the model to bf16, or run without online EPLB)");
+        if (w->placement.Holds(static_cast<int>(e), pc.ep_rank())) continue;
+        w->gate[e] = w->up[e] = w->down[e] = TensorView{};
+      }
+    }
   }
   TpSharder sharder(m, pc);
   if (sharder.needed()) DI_RETURN_IF_ERROR(sharder.Run());

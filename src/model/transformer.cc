@@ -8,7 +8,6 @@
 
 #include "base/logging.h"
 
-#include "dist/eplb.h"
 #include "kernels/cpu/gemm.h"
 #include "model/shard.h"
 
@@ -54,6 +53,15 @@ Transformer::Transformer(const Model& model, int max_batch_tokens)
     moe2_ = std::make_unique<MoeMlp>(lc_, max_tokens_, dist_->pc.world);
   }
   for (int l = 0; l < static_cast<int>(placement_.size()); ++l) placement_[l] = model_.layers[l].moe.placement;
+  if (!placement_.empty()) {
+    ep_weights_.resize(c_.n_layers);
+    ep_moved_.resize(c_.n_layers);
+    for (int l = 0; l < c_.n_layers; ++l)
+      if (model_.layers[l].is_moe()) {
+        ep_weights_[l] = model_.layers[l].moe;
+        ep_moved_[l].resize(c_.n_experts);
+      }
+  }
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
@@ -303,7 +311,7 @@ void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
     RmsNorm(x_.data(), L.ffn_norm.data(), c_.rms_eps, n, h, xn_.data());
     const bool live = moe_layer >= 0 && !placement_.empty();
     dist::Communicator& comm = *dist_->moe;
-    moe_->EpBegin(L.moe, live ? placement_[moe_layer] : L.moe.placement, xn_.data(), n, 0, comm.size(),
+    moe_->EpBegin(live ? ep_weights_[moe_layer] : L.moe, live ? placement_[moe_layer] : L.moe.placement, xn_.data(), n, 0, comm.size(),
                   dist_->pc.tp_rank(), dist_->pc.tp, dist_->pc.moe_tp(), live ? expert_load_[moe_layer].data() : nullptr);
     // The two exchanges, timed: without two-batch overlap all of their time is exposed (the executor waits).
     const auto t0 = std::chrono::steady_clock::now();
@@ -329,47 +337,6 @@ void Transformer::MlpBlock(const LayerWeights& L, int moe_layer) {
   else mlp_->Forward(L.mlp, xn_.data(), n, y_.data());
   TpAllReduce(y_.data(), n);  // tensor parallel: each rank's down projection covers its FFN slice
   for (size_t i = 0; i < static_cast<size_t>(n) * h; ++i) x_[i] += y_[i];
-}
-
-StatusOr<Transformer::EplbReport> Transformer::RebalanceExperts() {
-  EplbReport rep;
-  if (placement_.empty()) return rep;
-  const int E = c_.n_experts, P = dist_->pc.ep;
-  std::vector<int> moe_layers;
-  for (int l = 0; l < c_.n_layers; ++l)
-    if (!placement_[l].empty()) moe_layers.push_back(l);
-  // Loads of every MoE layer, gathered and summed in rank order (identical on every rank).
-  const size_t n = moe_layers.size() * static_cast<size_t>(E);
-  std::vector<int64_t> mine(n), all(n * dist_->moe->size());
-  for (size_t i = 0; i < moe_layers.size(); ++i)
-    std::copy(expert_load_[moe_layers[i]].begin(), expert_load_[moe_layers[i]].end(), mine.begin() + i * E);
-  DI_RETURN_IF_ERROR(dist_->moe->AllGather(mine.data(), n * sizeof(int64_t), all.data()));
-  std::vector<std::vector<double>> weight(moe_layers.size(), std::vector<double>(E, 0.0));
-  for (int r = 0; r < dist_->moe->size(); ++r)
-    for (size_t i = 0; i < n; ++i) {
-      weight[i / E][i % E] += static_cast<double>(all[r * n + i]);
-      rep.pairs += all[r * n + i];
-    }
-  for (int l : moe_layers) std::fill(expert_load_[l].begin(), expert_load_[l].end(), 0);
-  const int slots = static_cast<int>(placement_[moe_layers[0]].phy2log.size());
-  DI_ASSIGN_OR_RETURN(dist::EplbPlacement next,
-                      dist::RebalanceExperts(weight, slots, EplbGroups(E, c_.n_group), 1, P));
-  dist::EplbPlacement now;
-  for (int l : moe_layers) {
-    now.phy2log.push_back(placement_[l].phy2log);
-    std::vector<int32_t> cnt(E);
-    for (int e = 0; e < E; ++e) cnt[e] = static_cast<int32_t>(placement_[l].log2phy[e].size());
-    now.logcnt.push_back(std::move(cnt));
-  }
-  const std::vector<double> before = dist::RankImbalance(weight, now, P), after = dist::RankImbalance(weight, next, P);
-  rep.imbalance_before = *std::max_element(before.begin(), before.end());
-  rep.imbalance_after = *std::max_element(after.begin(), after.end());
-  for (size_t i = 0; i < moe_layers.size(); ++i) {
-    ExpertPlacement& pl = placement_[moe_layers[i]];
-    for (int s = 0; s < slots; ++s) rep.moved_slots += pl.phy2log[s] != next.phy2log[i][s];
-    pl = ExpertPlacement::FromPhy2Log(std::move(next.phy2log[i]), E, P);
-  }
-  return rep;
 }
 
 Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, PagedKvCache& kv) {

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/host_buffer.h"
 #include "deepinfer/status.h"
 #include "kernels/cpu/gemm.h"
 #include "kv/kv_cache.h"
@@ -89,12 +90,14 @@ class Transformer {
   // Expert parallelism, online EPLB: collective over every rank (call at the same step everywhere, between
   // forwards). The expert loads counted since the last call (pairs routed per logical expert, summed over the
   // ranks in rank order) go through DeepSeek's EPLB; the layers' placements change to its result, identically on
-  // every rank. A rank's newly held experts are read from its own model file (the mmapped weights); outputs do not
-  // change, since a replica is the same weights wherever it runs.
+  // every rank. A rank's newly held experts arrive over MPI from a rank that held them (transformer_eplb.cc);
+  // outputs do not change, since a replica is the same weights wherever it runs.
   struct EplbReport {
     int moved_slots = 0;                   // physical slots (over all MoE layers) now holding another expert
     double imbalance_before = 1, imbalance_after = 1;  // worst layer's max/mean rank load under the counted loads
     int64_t pairs = 0;                     // (token, expert) pairs counted
+    int experts_sent = 0;                  // experts copied between ranks over MPI (every rank's, all layers)
+    int64_t bytes_sent = 0;                // their bytes
   };
   StatusOr<EplbReport> RebalanceExperts();
   bool expert_parallel() const { return !placement_.empty(); }
@@ -154,7 +157,15 @@ class Transformer {
   // Expert parallelism: each main layer's live placement (starts as the model's) and its expert loads since the
   // last rebalance. Empty without EP.
   std::vector<ExpertPlacement> placement_;
-  std::vector<std::vector<int64_t>> expert_load_;  // multi-process (dist::Context()); nullptr: one process
+  std::vector<std::vector<int64_t>> expert_load_;
+  // This rank's routed experts per main layer (a copy of the layer's views, changed by rebalancing): views into the
+  // model for the experts held since load, into ep_moved_[l][e] for an expert received from another rank.
+  std::vector<MoeWeights> ep_weights_;
+  std::vector<std::vector<std::unique_ptr<HostBuffer>>> ep_moved_;
+  std::vector<std::unique_ptr<HostBuffer>> ep_free_;  // buffers of experts handed on, reused by the next arrival
+  // Online EPLB: sends the experts layer l's next placement gives a group that does not hold them yet, each from a
+  // rank of a group that does (same slice of the expert under expert TP), and repoints ep_weights_[l].
+  Status MoveExperts(int l, const ExpertPlacement& next, EplbReport* rep);  // multi-process (dist::Context()); nullptr: one process
   int max_tokens_;
   // The layers (one instance per kind: scratch is per call, weights are passed per layer).
   std::unique_ptr<GqaAttention> gqa_;

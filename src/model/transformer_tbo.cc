@@ -49,12 +49,12 @@ void Transformer::SplitMicroBatches() {
   }
 }
 
-void Transformer::MoeBegin(const LayerWeights& L, int moe_layer, Micro& m) {
+void Transformer::MoeBegin(const LayerWeights& L, int moe_layer, Micro& m) {  // L: its norm; experts: ep_weights_
   const int h = c_.hidden;
   const size_t off = static_cast<size_t>(m.row0) * h;
   RmsNorm(x_.data() + off, L.ffn_norm.data(), c_.rms_eps, m.b.n, h, xn_.data() + off);
   dist::Communicator* comm = dist_->moe.get();
-  m.moe->EpBegin(L.moe, placement_[moe_layer], xn_.data() + off, m.b.n, m.row0, comm->size(), dist_->pc.tp_rank(),
+  m.moe->EpBegin(ep_weights_[moe_layer], placement_[moe_layer], xn_.data() + off, m.b.n, m.row0, comm->size(), dist_->pc.tp_rank(),
                  dist_->pc.tp, dist_->pc.moe_tp(), expert_load_[moe_layer].data());
   MoeMlp* moe = m.moe;
   m.ticket = dist_->moe_stream->Submit([moe, comm] { return moe->EpDispatch(*comm); });

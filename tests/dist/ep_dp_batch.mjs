@@ -139,6 +139,10 @@ if (!only || only === "deepseek_v3") {
     const moves = [...r.stderr.matchAll(/slots moved \((\d+) over (\d+) rebalances\)/g)].pop();
     check(moves && Number(moves[1]) > 0 && Number(moves[2]) >= 5,
           `${label}: experts really moved (${moves ? `${moves[1]} slots over ${moves[2]} rebalances` : "no EPLB log line"})`);
+    // The weights travel over MPI: a rank holds only its experts' weights (the rest of the file is never read),
+    // so an output equal to one process's below also says every moved expert arrived intact.
+    const sent = [...r.stderr.matchAll(/experts sent between ranks over MPI \(([0-9.]+) MB, ([0-9.]+) MB in all\)/g)].pop();
+    check(sent && Number(sent[2]) > 0, `${label}: expert weights sent between ranks (${sent ? `${sent[2]} MB in all` : "no log line"})`);
     const got = normalize(fs.readFileSync(out, "utf8"));
     let diff = -1;
     for (let i = 0; i < want.length; ++i) if (got[i] !== want[i]) { diff = i; break; }
