@@ -15,6 +15,7 @@
 #include "server/responses.h"
 #include "server/tool_grammar.h"
 #include "server/tool_parse.h"
+#include "server/tool_stream.h"
 
 namespace deepinfer {
 namespace {
@@ -130,6 +131,7 @@ struct OpenAiServer::Call {
     bool role_sent = false;
     Clock::time_point last_token;
     ReasoningSplitter split{false};  // streamed <think> split (set up in Submit)
+    std::unique_ptr<ToolCallStreamer> tools;  // streamed tool calls (chat with tools; set up in Submit)
     // A streamed piece of text into its reasoning and content parts (what is held back, at the end).
     void Split(const std::string& text, bool finished, std::string* reasoning, std::string* content) {
       split.Feed(text, reasoning, content);
@@ -425,6 +427,8 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
     call->opened = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
     for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
   }
+  if (chat && call->parse_tools)
+    for (auto& ch : call->choices) ch.tools = std::make_unique<ToolCallStreamer>(tool_format_, call->single_call ? 1 : 1 << 30);
   for (size_t p = 0; p < checked.size(); ++p) {
     call->prompt_tokens += static_cast<int>(checked[p].prompt().size());
     if (echo) {
@@ -537,33 +541,39 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   } else if (k.stream) {
     std::string text = ev.text;
     if (!k.chat && k.echo && !ch.role_sent) text = ch.echo + text;
-    // With tools the answer is parsed whole: its text is held back and sent, parsed, at the end: reasoning and
-    // content deltas, then per call a delta with its index, id, type and name (arguments "") and one with its
-    // arguments, the shape OpenAI streams calls in (not incremental: arguments come whole). Without tools, a
-    // <think> template's text goes through the ReasoningSplitter: reasoning_content deltas, then content.
+    // With tools the answer goes through the tool-call parser as it streams (tool_stream.h): content deltas
+    // before the first call, then per call a delta with its index, id, type and name (arguments "") and its
+    // arguments in fragments as they are generated, the shape OpenAI streams calls in; a <think> template's
+    // reasoning is split off first. Without tools, a <think> template's text goes through the ReasoningSplitter:
+    // reasoning_content deltas, then content.
     const bool held = k.chat && k.parse_tools;
     std::vector<json> deltas;  // chat: what this event sends, one chunk each
     if (k.chat) {
       json delta = json::object();
       if (!ch.role_sent) delta["role"] = "assistant";
       if (held) {
-        if (ev.finished) {
-          const json msg = AssistantMessage(ch.text, tool_format_, true, k.parse_thinking, k.single_call, k.opened,
-                                            "call_" + k.id + "_" + std::to_string(index) + "_");
-          if (msg.contains("reasoning_content")) delta["reasoning_content"] = msg["reasoning_content"];
-          if (!msg["content"].is_null()) delta["content"] = msg["content"];
+        std::string r, c = text;
+        if (k.parse_thinking) {
+          c.clear();
+          ch.Split(text, ev.finished, &r, &c);
+        }
+        ToolStreamDelta td;
+        ch.tools->Feed(c, &td);
+        if (ev.finished) ch.tools->Finish(&td);
+        if (!r.empty()) delta["reasoning_content"] = r;
+        if (!td.content.empty()) delta["content"] = td.content;
+        if (!td.calls.empty()) {
           if (!delta.empty()) deltas.push_back(std::move(delta));
           delta = json::object();
-          if (msg.contains("tool_calls")) {
-            const json& calls = msg["tool_calls"];
-            for (size_t i = 0; i < calls.size(); ++i) {
-              json head = calls[i];
-              head["index"] = i;
-              head["function"]["arguments"] = "";
-              deltas.push_back({{"tool_calls", json::array({head})}});
-              deltas.push_back({{"tool_calls", json::array({{{"index", i}, {"function", {{"arguments", calls[i]["function"]["arguments"]}}}}})}});
-            }
-          }
+        }
+        const std::string id_prefix = "call_" + k.id + "_" + std::to_string(index) + "_";
+        for (const ToolCallDelta& d : td.calls) {
+          if (d.first)
+            deltas.push_back({{"tool_calls", json::array({{{"index", d.index}, {"id", id_prefix + std::to_string(d.index)},
+                                                            {"type", "function"},
+                                                            {"function", {{"name", d.name}, {"arguments", ""}}}}})}});
+          if (!d.arguments.empty())
+            deltas.push_back({{"tool_calls", json::array({{{"index", d.index}, {"function", {{"arguments", d.arguments}}}}})}});
         }
       } else if (k.parse_thinking) {
         std::string r, c;
@@ -578,8 +588,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     } else if (!text.empty() || ev.finished || !ch.role_sent || !lp_delta.is_null()) {
       deltas.push_back(nullptr);
     }
-    const bool calls = held && ev.finished && ev.finish_reason == "stop" &&
-                       std::any_of(deltas.begin(), deltas.end(), [](const json& d) { return d.is_object() && d.contains("tool_calls"); });
+    const bool calls = held && ev.finished && ev.finish_reason == "stop" && !ch.tools->calls().empty();
     for (size_t d = 0; d < deltas.size(); ++d) {
       const bool last = d + 1 == deltas.size();
       json choice = {{"index", index}, {"logprobs", d == 0 ? lp_delta : json(nullptr)},

@@ -1,6 +1,7 @@
 // Assistant output -> OpenAI message fields: `<think>` reasoning split into reasoning_content, and tool calls
 // parsed out of the text in the format the model's chat template teaches (Qwen3 / Hermes `<tool_call>` JSON,
-// DeepSeek-V3's `<｜tool▁call▁begin｜>` blocks, Llama-3.x bare JSON). Non-streamed answers only for now.
+// DeepSeek-V3's `<｜tool▁call▁begin｜>` blocks, Llama-3.x bare JSON); the calls are read by the streaming parser
+// (tool_stream.h), so a streamed answer and a non-streamed one agree.
 #pragma once
 #include <optional>
 #include <string>
@@ -51,8 +52,8 @@ class ReasoningSplitter {
 // True when a rendered prompt ends inside an open `<think>` block.
 bool PromptOpensThinking(const std::string& prompt_tail);
 
-// `tools`: parse calls in `format`; `thinking`: split reasoning (ReasoningSplitter, `opened` as there). Text that
-// does not parse as calls stays content.
+// `tools`: parse calls in `format` (ToolCallStreamer's rules); `thinking`: split reasoning (ReasoningSplitter,
+// `opened` as there). Text that names no call stays content.
 ParsedAssistant ParseAssistantOutput(const std::string& text, ToolFormat format, bool tools, bool thinking,
                                      bool opened = false);
 

@@ -108,7 +108,7 @@ async function suite(label, arch, template, callText) {
     // Seed 21 is one of the parallel requests above (so its calls all complete within max_tokens).
     const req = {...parallelAsk, seed: 21};
     const one = (await client.chat.completions.create(req)).choices[0];
-    const acc = [];
+    const acc = [], fragments = [];
     let finish = null, content = "", firstOk = true;
     for await (const ch of await client.chat.completions.create({...req, stream: true})) {
       for (const c of ch.choices) {
@@ -122,6 +122,7 @@ async function suite(label, arch, template, callText) {
           if (d.type) a.type = d.type;
           a.function.name += d.function?.name ?? "";
           a.function.arguments += d.function?.arguments ?? "";
+          if (d.function?.arguments) fragments[d.index] = (fragments[d.index] ?? 0) + 1;
         }
       }
     }
@@ -129,6 +130,10 @@ async function suite(label, arch, template, callText) {
                  JSON.stringify(one.message.tool_calls.map(a => [a.function.name, a.function.arguments]));
     check(same && firstOk && finish === "tool_calls" && content === "" && acc.every(a => a.id && a.type === "function"),
           `${label}: streamed tool calls equal the non-streamed ones (${acc.length} calls, finish ${finish})`);
+    // Arguments stream as they are generated (a token's worth per chunk), not whole at the end: at least two
+    // fragments for every call with two characters or more (a token may be several characters).
+    check(acc.length > 0 && acc.every((a, i) => fragments[i] >= Math.min(2, a.function.arguments.length)),
+          `${label}: arguments arrive in fragments (${fragments.join(", ")} chunks for ${acc.map(a => a.function.arguments.length).join(", ")} characters)`);
 
     // tool_choice none never parses calls: a grammar that spells one exactly stays content; under auto it is a call.
     const gbnf = `root ::= ${JSON.stringify(callText)}\n`;

@@ -22,7 +22,7 @@ TEST(ToolParseTest, HermesCallsWithContentBefore) {
       ToolFormat::kHermes, true, false);
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[0].name, "get_weather");
-  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\":\"Paris\",\"days\":3}");  // key order kept
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\": \"Paris\", \"days\": 3}");  // verbatim: the model's text
   EXPECT_EQ(p.tool_calls[1].name, "get_time");
   EXPECT_EQ(p.tool_calls[1].arguments, "{}");  // a parameterless call keeps its {} (vllm#28806)
   ASSERT_TRUE(p.content.has_value());
@@ -32,12 +32,17 @@ TEST(ToolParseTest, HermesCallsWithContentBefore) {
 TEST(ToolParseTest, HermesUnclosedLastCallAndBadJson) {
   auto p = ParseAssistantOutput("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 123}}", ToolFormat::kHermes, true, false);
   ASSERT_EQ(p.tool_calls.size(), 1u);
-  EXPECT_EQ(p.tool_calls[0].arguments, "{\"x\":123}");  // a trailing number survives (vllm#48342)
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"x\": 123}");  // a trailing number survives (vllm#48342)
   EXPECT_FALSE(p.content.has_value());
-  // Not JSON: nothing is a call, the text stays content.
+  // Broken JSON after the name: the call stands (a stream has sent it by then), with no arguments.
   p = ParseAssistantOutput("<tool_call>{\"name\": \"f\", </tool_call>", ToolFormat::kHermes, true, false);
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0].name, "f");
+  EXPECT_EQ(p.tool_calls[0].arguments, "{}");
+  // A marker that never names a call: nothing is a call, the text stays content.
+  p = ParseAssistantOutput("Hi <tool_call>{\"nome\": 1} </tool_call>", ToolFormat::kHermes, true, false);
   EXPECT_TRUE(p.tool_calls.empty());
-  EXPECT_EQ(*p.content, "<tool_call>{\"name\": \"f\", </tool_call>");
+  EXPECT_EQ(*p.content, "Hi <tool_call>{\"nome\": 1} </tool_call>");
   // tools off: never parsed.
   p = ParseAssistantOutput("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>", ToolFormat::kHermes, false, false);
   EXPECT_TRUE(p.tool_calls.empty());
@@ -61,13 +66,13 @@ TEST(ToolParseTest, Llama3JsonCalls) {
                                 ToolFormat::kLlama3Json, true, false);
   ASSERT_EQ(p.tool_calls.size(), 1u);
   EXPECT_EQ(p.tool_calls[0].name, "get_weather");
-  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\":{\"name\":\"Oslo\"}}");
+  EXPECT_EQ(p.tool_calls[0].arguments, "{\"city\": {\"name\": \"Oslo\"}}");
   EXPECT_FALSE(p.content.has_value());
   p = ParseAssistantOutput("<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"arguments\": {\"k\": [1, 2]}}",
                            ToolFormat::kLlama3Json, true, false);
   ASSERT_EQ(p.tool_calls.size(), 2u);
   EXPECT_EQ(p.tool_calls[1].name, "b");
-  EXPECT_EQ(p.tool_calls[1].arguments, "{\"k\":[1,2]}");
+  EXPECT_EQ(p.tool_calls[1].arguments, "{\"k\": [1, 2]}");
   p = ParseAssistantOutput("The weather is {nice}.", ToolFormat::kLlama3Json, true, false);
   EXPECT_TRUE(p.tool_calls.empty());
   EXPECT_EQ(*p.content, "The weather is {nice}.");
