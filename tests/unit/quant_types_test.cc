@@ -2,6 +2,8 @@
 // hand-decoded blocks, and the GEMM/GEMV kernels against a double-precision reference on every ISA the machine
 // has, with batch and thread invariance. Bitwise parity of dequantization and activation quantization with
 // ggml itself is in tests/ggml/quant_ggml_test.cc (it needs the library node-llama-cpp ships).
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -169,6 +171,31 @@ TEST_P(QuantGemmTest, BatchSliceAndThreadInvariantBitwise) {
       ASSERT_EQ(0, std::memcmp(part.data() + 5, all.data() + i * n + 5, 15 * 4)) << DTypeName(t) << " " << IsaName(isa);
     }
   }
+}
+
+// The k-quant integer sums are exact on every ISA (AVX-512 takes 64 quants a step, offsetting signed types to
+// unsigned bytes and taking the offset back through x's block sums; AVX2 uses the sign trick 32 at a time), and
+// the f32 steps per block are the same expressions, so AVX-512 and AVX2 give the same bits.
+TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
+  IsaGuard guard;
+  const std::vector<Isa> isas = AvailableIsas();
+  if (std::find(isas.begin(), isas.end(), Isa::kAvx512) == isas.end() ||
+      std::find(isas.begin(), isas.end(), Isa::kAvx2) == isas.end())
+    GTEST_SKIP() << "needs AVX2 and AVX-512";
+  const DType t = GetParam();
+  const int blk = GetDTypeInfo(t).block_elems;
+  const int64_t n = 29, k = blk == 32 ? 224 : 768;
+  const int m = 9;
+  const auto wb = RandomBlocks(t, static_cast<size_t>(n * k / blk), 4242, true);
+  auto x = RandomVec(static_cast<size_t>(m) * k, 4343);
+  for (size_t i = 0; i < static_cast<size_t>(k); ++i) x[i] = i % 2 ? 1e3f : -1e3f;  // row 0: extreme bytes
+  TensorView w{t, {n, k}, wb.data(), wb.size()};
+  std::vector<float> a(static_cast<size_t>(m) * n), b(a.size());
+  SetIsa(Isa::kAvx2);
+  MatMul(w, x.data(), m, a.data());
+  SetIsa(Isa::kAvx512);
+  MatMul(w, x.data(), m, b.data());
+  ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(t);
 }
 
 INSTANTIATE_TEST_SUITE_P(AllNewTypes, QuantGemmTest, ::testing::ValuesIn(NewWeightTypes()),
