@@ -16,7 +16,8 @@ int CmdConvert(int argc, char** argv) {
             {
                 {"model", "m", "DIR", "", "Hugging Face model directory, or an f32/f16/bf16 .gguf to re-type (needs --outtype)"},
                 {"out", "o", "FILE", "", "output .gguf file (written atomically)"},
-                {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q4_k_m | q4_k_s | q5_k_m | q5_k_s | q6_k (llama.cpp's per-tensor mixes) | q2_k | q3_k | q4_k | q5_k (one type for every matrix)"},
+                {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k, with llama.cpp's per-tensor mixes (q3_k, q4_k, q5_k: llama-quantize's aliases of the _m mixes)"},
+                {"pure", "", "", "", "no mix: every quantized matrix in the type's base type (llama-quantize --pure)"},
                 {"no-mtp", "", "", "", "leave DeepSeek MTP modules out"},
                 {"quiet", "q", "", "", "no progress output"},
             });
@@ -27,6 +28,8 @@ int CmdConvert(int argc, char** argv) {
   if (t != "auto") {
     if (!ParseOutType(t, &opts)) return Fail(InvalidArgument("unknown --outtype '" + t + "'"));
   }
+  opts.pure = args.Has("pure");
+  if (opts.pure && opts.ftype < 0) return Fail(InvalidArgument("--pure needs a quantized --outtype"));
   opts.mtp = !args.Has("no-mtp");
   opts.progress = !args.Has("quiet");
   if (args.Has("quiet")) SetLogLevel(LogLevel::kWarn);

@@ -23,8 +23,12 @@ namespace {
 // the choice independent of the order tensors are written in.
 class LlamaMix {
  public:
-  LlamaMix(int ftype, DType base, int n_layers_all, int n_attn_v, int n_expert, bool tied)
-      : ftype_(ftype), base_(base), n_layers_(n_layers_all), n_attn_v_(n_attn_v), n_expert_(n_expert), tied_(tied) {}
+  // n_gqa: query heads per KV head (llama.cpp's hparams.n_gqa()); is_70b: llama.cpp's LLM_TYPE_70B (a llama with
+  // 80 layers and grouped KV heads), whose attn_v gets q5_K where the mix would give q3_K / q4_K.
+  LlamaMix(int ftype, DType base, int n_layers_all, int n_attn_v, int n_expert, bool tied, int n_gqa = 1,
+           bool is_70b = false)
+      : ftype_(ftype), base_(base), n_layers_(n_layers_all), n_attn_v_(n_attn_v), n_expert_(n_expert), tied_(tied),
+        n_gqa_(n_gqa), is_70b_(is_70b) {}
 
   DType Type(const std::string& name, int64_t cols) {
     auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
@@ -38,15 +42,31 @@ class LlamaMix {
       else if (base_ != DType::kQ8_0) t = DType::kQ6_K;
     } else if (name == "token_embd.weight") {
     } else if (AttnVLike(name)) {
-      if (km && more_bits(layer, n_attn_v_)) t = DType::kQ6_K;
+      if (ftype_ == kQ2_K) t = n_gqa_ >= 4 ? DType::kQ4_K : DType::kQ3_K;
+      else if (ftype_ == kQ3_K_M) t = layer < 2 ? DType::kQ5_K : DType::kQ4_K;
+      else if (ftype_ == kQ3_K_L) t = DType::kQ5_K;
+      else if (km && more_bits(layer, n_attn_v_)) t = DType::kQ6_K;
       else if (ftype_ == kQ4_K_S && layer < 4) t = DType::kQ5_K;
+      if (is_70b_ && (t == DType::kQ3_K || t == DType::kQ4_K)) t = DType::kQ5_K;
       if (n_expert_ == 8) t = DType::kQ8_0;
     } else if (has("attn_k.weight")) {
       if (n_expert_ == 8) t = DType::kQ8_0;
     } else if (has("attn_output.weight")) {
-      if (n_expert_ == 8 && (ftype_ == kQ4_K_S || ftype_ == kQ4_K_M)) t = DType::kQ5_K;
+      if (n_expert_ == 8) {
+        if (ftype_ == kQ2_K || ftype_ == kQ3_K_S || ftype_ == kQ3_K_M || ftype_ == kQ4_K_S || ftype_ == kQ4_K_M)
+          t = DType::kQ5_K;
+      } else if (ftype_ == kQ2_K) {
+        t = DType::kQ3_K;
+      } else if (ftype_ == kQ3_K_M) {
+        t = DType::kQ4_K;
+      } else if (ftype_ == kQ3_K_L) {
+        t = DType::kQ5_K;
+      }
     } else if (has("ffn_down")) {
-      if (km && more_bits(layer, n_layers_)) t = DType::kQ6_K;
+      if (ftype_ == kQ2_K) t = DType::kQ3_K;
+      else if (ftype_ == kQ3_K_M) t = layer < n_layers_ / 16 ? DType::kQ5_K : DType::kQ4_K;
+      else if (ftype_ == kQ3_K_L) t = DType::kQ5_K;
+      else if (km && more_bits(layer, n_layers_)) t = DType::kQ6_K;
       else if (ftype_ == kQ4_K_S && layer < n_layers_ / 8) t = DType::kQ5_K;
     }
     return Fallback(t, cols);
@@ -73,13 +93,16 @@ class LlamaMix {
     return cols % GetDTypeInfo(t).block_elems ? DType::kF16 : t;
   }
 
-  static constexpr int kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16, kQ5_K_M = 17;
+  static constexpr int kQ2_K = 10, kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16,
+                       kQ5_K_M = 17;
 
  private:
   int ftype_;
   DType base_;
   int n_layers_, n_attn_v_, n_expert_;
   bool tied_;
+  int n_gqa_;
+  bool is_70b_;
 };
 
 // Writes tensors into a GgufWriter as producers: each reads its source rows when the file is written.
@@ -284,8 +307,10 @@ bool ParseOutType(const std::string& name, ConvertOptions* opts) {
       {"q8_0", DType::kQ8_0, 7},   {"q4_0", DType::kQ4_0, 2},   {"q4_1", DType::kQ4_1, 3},
       {"q5_0", DType::kQ5_0, 8},   {"q5_1", DType::kQ5_1, 9},   {"q4_k_s", DType::kQ4_K, 14},
       {"q4_k_m", DType::kQ4_K, 15}, {"q5_k_s", DType::kQ5_K, 16}, {"q5_k_m", DType::kQ5_K, 17},
-      {"q6_k", DType::kQ6_K, 18},  {"q2_k", DType::kQ2_K, -1},  {"q3_k", DType::kQ3_K, -1},
-      {"q4_k", DType::kQ4_K, -1},  {"q5_k", DType::kQ5_K, -1},
+      {"q6_k", DType::kQ6_K, 18},  {"q2_k", DType::kQ2_K, 10},  {"q3_k_s", DType::kQ3_K, 11},
+      {"q3_k_m", DType::kQ3_K, 12}, {"q3_k_l", DType::kQ3_K, 13},
+      // llama-quantize's aliases: Q3_K = Q3_K_M, Q4_K = Q4_K_M, Q5_K = Q5_K_M.
+      {"q3_k", DType::kQ3_K, 12},  {"q4_k", DType::kQ4_K, 15},  {"q5_k", DType::kQ5_K, 17},
   };
   std::string lower = name;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -333,9 +358,13 @@ Status ConvertGguf(const std::string& in, const std::string& out, const ConvertO
   int n_attn_v = 0;
   for (const auto& [name, t] : f->tensors()) n_attn_v += LlamaMix::AttnVLike(name);
   std::unique_ptr<LlamaMix> mix;
-  if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
+  if (opts.ftype >= 0 && !opts.pure && GetDTypeInfo(opts.outtype).block_elems > 1) {
+    const int heads = get("attention.head_count"), kv_heads = get("attention.head_count_kv");
+    const int n_gqa = heads > 0 && kv_heads > 0 ? heads / kv_heads : 1;
     mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, n_layers, n_attn_v, n_expert,
-                                     f->FindTensor("output.weight") == nullptr);
+                                     f->FindTensor("output.weight") == nullptr, n_gqa,
+                                     ga == "llama" && n_layers == 80 && n_gqa > 1);
+  }
   TensorEmitter emit(gw, opts.outtype, std::move(mix));
   for (const auto& [name, t] : f->tensors()) {
     const bool matrix = t.shape.size() >= 2 && name.size() >= 6 && name.compare(name.size() - 6, 6, "weight") == 0 &&
@@ -381,9 +410,11 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
 
   SetFileType(opts, gw);
   std::unique_ptr<LlamaMix> mix;
-  if (opts.ftype >= 0 && GetDTypeInfo(opts.outtype).block_elems > 1)
+  if (opts.ftype >= 0 && !opts.pure && GetDTypeInfo(opts.outtype).block_elems > 1) {
+    const int n_gqa = c.n_kv_heads > 0 ? c.n_heads / c.n_kv_heads : 1;
     mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, c.n_layers + n_mtp, c.mla ? 0 : c.n_layers + n_mtp,
-                                     c.n_experts, c.tie_embeddings);
+                                     c.n_experts, c.tie_embeddings, n_gqa, ga == "llama" && c.n_layers == 80 && n_gqa > 1);
+  }
   TensorEmitter emit(gw, opts.outtype, std::move(mix));
   auto N = [&](TensorId id, int layer = -1) { return TensorName(arch, WeightFormat::kGguf, id, layer); };
   emit.Matrix(N(TensorId::kTokEmbd), m->tok_embd);

@@ -15,8 +15,11 @@ struct ConvertOptions {
   DType outtype = DType::kInvalid;
   // For quantized output: llama.cpp's file type (llama_ftype, written as general.file_type) whose per-tensor
   // mix is applied (llama-quant.cpp's llama_tensor_get_type: q6_K output, more bits for some attn_v / ffn_down,
-  // fallbacks for rows that do not fill a block). -1 with a quantized outtype: that type for every matrix.
+  // fallbacks for rows that do not fill a block). -1 with a quantized outtype (q8_0 ... q5_1 have a file type too;
+  // -1 only when set by hand): that type for every matrix.
   int ftype = -1;
+  // llama-quantize --pure: no mix, every quantized matrix in the file type's base type (shape fallbacks aside).
+  bool pure = false;
   bool mtp = true;  // keep DeepSeek MTP modules (blk.{n_layers}.nextn.*)
   bool progress = true;
 };

@@ -33,9 +33,9 @@ const {readGgufFileInfo} = await import(require.resolve("node-llama-cpp"));
 // ggml type id -> [block bytes, block elements] (ggml-common.h).
 const kBlock = {0: [4, 1], 1: [2, 1], 2: [18, 32], 3: [20, 32], 6: [22, 32], 7: [24, 32], 8: [34, 32],
                 10: [84, 256], 11: [110, 256], 12: [144, 256], 13: [176, 256], 14: [210, 256], 30: [2, 1]};
-const kFtype = {q4_0: 2, q4_1: 3, q8_0: 7, q5_0: 8, q5_1: 9, q4_k_s: 14, q4_k_m: 15, q5_k_s: 16, q5_k_m: 17, q6_k: 18};
-// One type for every matrix: llama-quantize --pure with a file type of that base type (its file_type is not
-// compared: deepinfer writes none for these).
+const kFtype = {q4_0: 2, q4_1: 3, q8_0: 7, q5_0: 8, q5_1: 9, q2_k: 10, q3_k_s: 11, q3_k_m: 12, q3_k_l: 13, q4_k_s: 14,
+               q4_k_m: 15, q5_k_s: 16, q5_k_m: 17, q6_k: 18, q3_k: 12, q4_k: 15, q5_k: 17};
+// --pure (one type for every matrix) against llama-quantize --pure with the same file type.
 const kPure = {q2_k: 10, q3_k: 12, q4_k: 15, q5_k: 17};
 
 async function tensors(file) {
@@ -69,12 +69,16 @@ const moe = model("moe8", ["--arch", "qwen3_moe", "--hidden", "256", "--experts"
 const ds = model("ds8", ["--arch", "deepseek_v3", "--hidden", "256", "--kv-lora", "256", "--q-lora", "256", "--ffn", "512",
                          "--expert-ffn", "256", "--experts", "8", "--experts-used", "2", "--layers", "3"]);
 const f16 = model("m256-f16", ["--hidden", "256", "--ffn", "512", "--dtype", "f16"]);
+const gqa4 = model("m256-gqa4", ["--hidden", "256", "--ffn", "512", "--heads", "8", "--kv-heads", "2", "--layers", "16"]);
 const odd = model("m288", ["--hidden", "288", "--ffn", "544", "--heads", "4", "--kv-heads", "2"]);
 const cases = [
   ...["q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k", "q8_0", "q4_0", "q5_1"].map(t => ({dir: big, outtype: t})),
+  // The q2_K / q3_K mixes (their attn_v rule depends on n_gqa: 2 here, 4 in gqa4), and the aliases.
+  ...["q2_k", "q3_k_s", "q3_k_m", "q3_k_l", "q3_k", "q5_k"].map(t => ({dir: big, outtype: t})),
+  ...["q2_k", "q3_k_m"].map(t => ({dir: gqa4, outtype: t})),
   ...["q4_k_m", "q6_k"].map(t => ({dir: odd, outtype: t})),
   {dir: small, outtype: "q4_k_m"},
-  ...Object.keys(kPure).map(t => ({dir: big, outtype: t})),
+  ...Object.keys(kPure).map(t => ({dir: big, outtype: t, pure: true})),
   // MoE with 8 experts (llama.cpp's q8_0 attn_k/attn_v and q5_K attn_output rules), stacked expert tensors.
   {dir: moe, outtype: "q4_k_m"},
   // GGUF inputs (f32, and f16 from make-tiny --dtype f16): deepinfer re-types the same file llama.cpp quantizes.
@@ -83,14 +87,16 @@ const cases = [
   {dir: ds, outtype: "q4_k_m", gguf: true},
 ];
 for (const c of cases) {
-  const label = `${c.outtype} (${path.basename(c.dir)}${c.gguf ? ", from its GGUF" : ""})`;
-  const ours = path.join(tmp, `ours-${c.outtype}-${path.basename(c.dir)}${c.gguf ? "-gguf" : ""}.gguf`);
-  const ref = path.join(tmp, `ref-${c.outtype}-${path.basename(c.dir)}.gguf`);
-  runDeepinfer(bin, ["convert", "-m", c.gguf ? path.join(c.dir, "model.gguf") : c.dir, "-o", ours, "-q", "--outtype", c.outtype]);
-  const refArgs = kPure[c.outtype] ? [String(kPure[c.outtype]), "pure"] : [String(kFtype[c.outtype])];
+  const label = `${c.outtype}${c.pure ? " --pure" : ""} (${path.basename(c.dir)}${c.gguf ? ", from its GGUF" : ""})`;
+  const tag = `${c.outtype}${c.pure ? "-pure" : ""}-${path.basename(c.dir)}`;
+  const ours = path.join(tmp, `ours-${tag}${c.gguf ? "-gguf" : ""}.gguf`);
+  const ref = path.join(tmp, `ref-${tag}.gguf`);
+  runDeepinfer(bin, ["convert", "-m", c.gguf ? path.join(c.dir, "model.gguf") : c.dir, "-o", ours, "-q", "--outtype", c.outtype,
+                     ...(c.pure ? ["--pure"] : [])]);
+  const refArgs = c.pure ? [String(kPure[c.outtype]), "pure"] : [String(kFtype[c.outtype])];
   execFileSync(quantizeRef, [path.join(c.dir, "model.gguf"), ref, ...refArgs], {stdio: ["ignore", "ignore", "pipe"]});
   const a = await tensors(ours), b = await tensors(ref);
-  if (!kPure[c.outtype] && a.fileType !== b.fileType) fail(`${label}: general.file_type ${a.fileType} vs llama.cpp's ${b.fileType}`);
+  if (a.fileType !== b.fileType) fail(`${label}: general.file_type ${a.fileType} vs llama.cpp's ${b.fileType}`);
   const names = [...b.tensors.keys()].sort();
   if (JSON.stringify([...a.tensors.keys()].sort()) !== JSON.stringify(names)) fail(`${label}: tensor names differ`);
   let typesBad = 0, bytesBad = 0;
