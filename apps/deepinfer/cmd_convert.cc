@@ -2,6 +2,7 @@
 
 #include "args.h"
 #include "base/logging.h"
+#include "base/thread_pool.h"
 #include "commands.h"
 #include "model/convert.h"
 
@@ -19,6 +20,7 @@ int CmdConvert(int argc, char** argv) {
                 {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k, with llama.cpp's per-tensor mixes (q3_k, q4_k, q5_k: llama-quantize's aliases of the _m mixes)"},
                 {"pure", "", "", "", "no mix: every quantized matrix in the type's base type (llama-quantize --pure)"},
                 {"no-mtp", "", "", "", "leave DeepSeek MTP modules out"},
+                {"threads", "t", "N", "all cores", "threads quantizing each tensor's rows (the output bytes do not depend on it)"},
                 {"quiet", "q", "", "", "no progress output"},
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
@@ -28,6 +30,7 @@ int CmdConvert(int argc, char** argv) {
   if (t != "auto") {
     if (!ParseOutType(t, &opts)) return Fail(InvalidArgument("unknown --outtype '" + t + "'"));
   }
+  if (args.Has("threads")) SetComputeThreads(static_cast<int>(args.GetInt("threads")));
   opts.pure = args.Has("pure");
   if (opts.pure && opts.ftype < 0) return Fail(InvalidArgument("--pure needs a quantized --outtype"));
   opts.mtp = !args.Has("no-mtp");

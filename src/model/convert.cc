@@ -8,6 +8,7 @@
 
 #include "base/logging.h"
 #include "base/progress.h"
+#include "base/thread_pool.h"
 #include "format/gguf.h"
 #include "model/arch/arch.h"
 #include "model/layers/linear.h"
@@ -105,6 +106,18 @@ class LlamaMix {
   bool is_70b_;
 };
 
+// fn(r, scratch) for rows [0, rows) on the compute pool, each thread a contiguous range and its own scratch row
+// of cols floats. Rows are independent, so the bytes written do not depend on the thread count.
+template <class F>
+void ParallelRows(int64_t rows, int64_t cols, F&& fn) {
+  ComputePool().Run([&](int tid, int nt) {
+    const auto [r0, r1] = ThreadPool::Range(static_cast<size_t>(rows), tid, nt);
+    if (r0 == r1) return;
+    std::vector<float> buf(static_cast<size_t>(cols));
+    for (size_t r = r0; r < r1; ++r) fn(static_cast<int64_t>(r), buf.data());
+  });
+}
+
 // Writes tensors into a GgufWriter as producers: each reads its source rows when the file is written.
 class TensorEmitter {
  public:
@@ -131,8 +144,7 @@ class TensorEmitter {
     gw_.AddTensor(name, t, shape, [v, t, rows, cols, permute_heads](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
       const bool raw = t == v.dtype && !permute_heads && !v.block_scale;
-      std::vector<float> buf(static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) {
+      ParallelRows(rows, cols, [&](int64_t r, float* buf) {
         int64_t src = r;
         if (permute_heads) {
           const int64_t hd = rows / permute_heads, h = r / hd, j = r % hd;
@@ -140,11 +152,11 @@ class TensorEmitter {
         }
         if (raw) {
           std::memcpy(out->data() + r * out_row, v.row(src), out_row);
-          continue;
+          return;
         }
-        v.RowToF32(src, buf.data());
-        QuantizeRow(t, buf.data(), out->data() + r * out_row, static_cast<size_t>(cols));
-      }
+        v.RowToF32(src, buf);
+        QuantizeRow(t, buf, out->data() + r * out_row, static_cast<size_t>(cols));
+      });
     });
   }
 
@@ -154,17 +166,17 @@ class TensorEmitter {
     const DType t = OutType(name, experts[0].dtype, cols);
     gw_.AddTensor(name, t, {E, rows, cols}, [experts, t, rows, cols](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
-      std::vector<float> buf(static_cast<size_t>(cols));
-      uint8_t* dst = out->data();
-      for (const TensorView& v : experts)
-        for (int64_t r = 0; r < rows; ++r, dst += out_row) {
-          if (t == v.dtype && !v.block_scale) {
-            std::memcpy(dst, v.row(r), out_row);
-            continue;
-          }
-          v.RowToF32(r, buf.data());
-          QuantizeRow(t, buf.data(), dst, static_cast<size_t>(cols));
+      ParallelRows(static_cast<int64_t>(experts.size()) * rows, cols, [&](int64_t er, float* buf) {
+        const TensorView& v = experts[er / rows];
+        const int64_t r = er % rows;
+        uint8_t* dst = out->data() + er * out_row;
+        if (t == v.dtype && !v.block_scale) {
+          std::memcpy(dst, v.row(r), out_row);
+          return;
         }
+        v.RowToF32(r, buf);
+        QuantizeRow(t, buf, dst, static_cast<size_t>(cols));
+      });
     });
   }
 
@@ -174,7 +186,9 @@ class TensorEmitter {
     const DType t = OutType(name, like, cols);
     gw_.AddTensor(name, t, shape, [&data, t, rows, cols](std::vector<uint8_t>* out) {
       const size_t out_row = DTypeBytes(t, static_cast<size_t>(cols));
-      for (int64_t r = 0; r < rows; ++r) QuantizeRow(t, data.data() + r * cols, out->data() + r * out_row, static_cast<size_t>(cols));
+      ParallelRows(rows, cols, [&](int64_t r, float*) {
+        QuantizeRow(t, data.data() + r * cols, out->data() + r * out_row, static_cast<size_t>(cols));
+      });
     });
   }
 
