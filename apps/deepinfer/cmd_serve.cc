@@ -37,6 +37,7 @@ int CmdServe(int argc, char** argv) {
                 {"max-pending", "", "N", "4096", "requests in flight before new ones get 429 + Retry-After"},
                 {"max-body", "", "BYTES", "8388608", "largest request body (413 beyond)"},
                 {"max-prompt-bytes", "", "BYTES", "auto", "prompt text refused (400) before tokenizing; auto: 2 x context x longest token"},
+                {"max-stored-responses", "", "N", "1000", "/v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none)"},
                 {"prep-workers", "", "N", "2", "threads that parse requests, render chat templates and tokenize (off the HTTP loop)"},
                 {"allowed-origins", "", "LIST", "*", "CORS: comma-separated origins browsers may call from ('*' any, '' none)"},
                 {"max-connections", "", "N", "16384", "open connections before new ones get 503"},
@@ -62,6 +63,8 @@ int CmdServe(int argc, char** argv) {
   so.http.idle_timeout_s = args.GetFloat("idle-timeout");
   so.max_pending = static_cast<int>(std::max<long long>(1, args.GetInt("max-pending")));
   so.api_key = args.Get("api-key");
+  if (args.Has("max-stored-responses"))
+    so.max_stored_responses = static_cast<size_t>(std::max<long long>(0, args.GetInt("max-stored-responses")));
   if (args.Has("max-prompt-bytes")) so.max_prompt_bytes = static_cast<size_t>(std::max<long long>(1, args.GetInt("max-prompt-bytes")));
   so.prep_threads = static_cast<int>(std::clamp<long long>(args.GetInt("prep-workers"), 1, 64));
   so.http.allowed_origins = SplitOrigins(args.Get("allowed-origins"));

@@ -24,7 +24,8 @@ constexpr const char* kChatMl =
 // arguments_as_objects: tool-call arguments sent as JSON text (OpenAI's shape) are parsed into objects, for
 // templates that dump them with tojson or iterate them (Llama-3.1: `arguments | tojson`); others (DeepSeek-V3's
 // string concatenation) need the text.
-StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool arguments_as_objects) {
+// keep_null: whether null content stays null in a tool-calling assistant turn (templates that test it).
+StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool arguments_as_objects, bool keep_null) {
   using json = ordered_json;
   if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
   json out = json::array();
@@ -42,10 +43,11 @@ StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool argument
       }
       n["content"] = text;
     } else if (c.is_null()) {
-      // An assistant turn that only calls tools keeps content null: templates such as DeepSeek-V3's render the
-      // calls only under `content is none`. Elsewhere templates concatenate content, so null becomes "".
+      // An assistant turn that only calls tools keeps content null where the template tests for it (DeepSeek-V3
+      // renders the calls only under `content is none`). Elsewhere templates concatenate or search content
+      // (Qwen3: `'</think>' in message.content`, then `+ content`), so null becomes "".
       const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array() && !m["tool_calls"].empty();
-      n["content"] = calls ? json(nullptr) : json("");
+      n["content"] = calls && keep_null ? json(nullptr) : json("");
     } else if (!c.is_string()) {
       return InvalidArgument("message 'content' must be a string or a list of text parts");
     }
@@ -101,6 +103,9 @@ ChatFormatter::ChatFormatter(const Model& model, const std::string& template_sou
   }
   tmpl_ = std::move(*t);
   source_ = fallback_ ? std::string(kChatMl) : src;
+  for (const char* test : {"['content'] is none", "message.content is none", "['content'] is not none",
+                           "message.content is not none", "[\"content\"] is none", "[\"content\"] is not none"})
+    template_tests_null_content_ = template_tests_null_content_ || source_.find(test) != std::string::npos;
 }
 
 StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {
@@ -112,7 +117,8 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
   if (!request.is_object()) return InvalidArgument("the request body must be a JSON object");
   auto m = request.find("messages");
   DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m,
-                                                           DetectToolFormat(source_) == ToolFormat::kLlama3Json));
+                                                           DetectToolFormat(source_) == ToolFormat::kLlama3Json,
+                                                           template_tests_null_content_));
   ordered_json ctx = ordered_json::object();
   // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
   if (auto k = request.find("chat_template_kwargs"); k != request.end() && !k->is_null()) {

@@ -37,6 +37,7 @@ class ChatFormatter {
   const Tokenizer& tok_;
   std::unique_ptr<jinja::Template> tmpl_;
   bool fallback_ = false;
+  bool template_tests_null_content_ = false;  // the template tests `content is (not) none` (DeepSeek-V3)
   std::string source_;
 };
 

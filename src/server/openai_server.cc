@@ -119,6 +119,7 @@ struct OpenAiServer::Call {
   bool single_call = false;                          // parallel_tool_calls false: at most one call
   bool opened = false;                               // the prompt ends inside an open <think>
   std::unique_ptr<ResponseBuilder> resp;             // a /v1/responses request: its answer's shape
+  std::shared_ptr<const ResponsesRequest> resp_req;   // and its conversation (stored with the answer)
   int logprobs = -1;
   std::string id;
   int64_t created = 0;
@@ -150,6 +151,7 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
       model_(model),
       tok_(*model.tokenizer),
       opt_(std::move(opt)),
+      responses_(opt_.max_stored_responses),
       http_(opt_.http, [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
             [this](HttpServer::ConnId c) { OnClose(c); }) {
   name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
@@ -224,6 +226,15 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     std::string body = metrics_.Render(engine_.Stats(), name_);
     if (const DistControl* d = engine_.dist()) body += RenderRankMetrics(d->Reports(), d->pc(), name_);
     return http_.Respond(c, 200, "text/plain; version=0.0.4", body);
+  }
+  if (p.rfind("/v1/responses/", 0) == 0 && p.size() > 14) {  // a stored response (GET /v1/responses/{id})
+    if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
+    if (!is_get) return Error(c, 405, "use GET");
+    const std::string id = PercentDecode(p.substr(14));
+    auto object = responses_.Object(id);
+    if (!object) return Error(c, 404, "Response with id '" + id.substr(0, 200) + "' not found.", "invalid_request_error", "response_id");
+    metrics_.requests_ok++;
+    return http_.Respond(c, 200, "application/json", Dump(*object) + "\n");
   }
   const bool model_route = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
   const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/responses" || p == "/tokenize" ||
@@ -311,16 +322,33 @@ void OpenAiServer::Responses(HttpServer::ConnId c, HttpRequest& req) {
   // A Responses request runs as the chat request it is equivalent to; only its answer's shape differs.
   auto body = nlohmann::ordered_json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
-  auto chat = ResponsesToChat(body);
-  if (!chat.ok()) {
-    const std::string m = chat.status().message();
-    return Error(c, 400, m, "", m[0] == '\'' ? m.substr(1, m.find('\'', 1) - 1) : "");
+  auto rr = ResponsesToChat(body, responses_);
+  if (!rr.ok()) {
+    const std::string m = rr.status().message();
+    const std::string param = m[0] == '\'' ? m.substr(1, m.find('\'', 1) - 1) : "";
+    // OpenAI's answer for an unknown previous response: 404, code previous_response_not_found.
+    if (rr.status().code() == StatusCode::kNotFound)
+      return Error(c, 404, m, "invalid_request_error", param, "previous_response_not_found");
+    return Error(c, 400, m, "", param);
   }
-  req.body = chat->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-  Generate(c, req, true, true);
+  req.body = rr->chat.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  Generate(c, req, true, std::make_shared<const ResponsesRequest>(std::move(*rr)));
 }
 
-void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, bool responses) {
+void OpenAiServer::StoreResponse(const Call& k, const json& message, const std::string& finish_reason, const json& usage) {
+  if (!k.resp_req || !k.resp_req->store || responses_.capacity() == 0) return;
+  // The conversation as the next turn's chat messages: this input, then the answer (content and calls; reasoning
+  // is not fed back, as chat templates drop it from earlier turns).
+  nlohmann::ordered_json conversation = k.resp_req->conversation;
+  // (A random model's text may not be UTF-8: its bytes become U+FFFD here, as in every answer the server sends.)
+  auto copy = [](const json& j) { return nlohmann::ordered_json::parse(j.dump(-1, ' ', false, json::error_handler_t::replace)); };
+  nlohmann::ordered_json answer = {{"role", "assistant"}, {"content", copy(message["content"])}};
+  if (message.contains("tool_calls")) answer["tool_calls"] = copy(message["tool_calls"]);
+  conversation.push_back(std::move(answer));
+  responses_.Put(k.resp->id(), std::move(conversation), k.resp->Object(message, finish_reason, usage));
+}
+
+void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, std::shared_ptr<const ResponsesRequest> responses) {
   // Runs on a prep worker (see Handle).
   json body = json::parse(req.body, nullptr, false);
   if (body.is_discarded()) return Error(c, 400, "the request body is not valid JSON");
@@ -390,7 +418,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   auto checked_ptr = std::make_shared<std::vector<ValidatedRequest>>(std::move(checked));
   auto params_ptr = std::make_shared<RequestParams>(std::move(*params));
   OutputParsing parse = *parsing;
-  parse.responses = responses;
+  parse.responses = std::move(responses);
   http_.RunOnLoop([=, this] {
     Submit(c, chat, stream, include_usage, echo, parse, *params_ptr, std::move(*checked_ptr));
   });
@@ -412,7 +440,10 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->parse_tools = parse.tools;
   call->parse_thinking = parse.thinking;
   call->single_call = parse.single_call;
-  if (parse.responses) call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
+  if (parse.responses) {
+    call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
+    call->resp_req = parse.responses;
+  }
   call->logprobs = params.logprobs;
   call->id = std::string(chat ? "chatcmpl-" : "cmpl-") + std::to_string(UnixNow()) + "-" + std::to_string(next_id_++);
   call->created = UnixNow();
@@ -534,9 +565,12 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
       events += k.resp->TextDelta(text);
     }
-    if (ev.finished)
-      events += k.resp->Finish(AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
-                                                "call_" + k.id + "_0_"), ev.finish_reason, usage);
+    if (ev.finished) {
+      const json message = AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
+                                            "call_" + k.id + "_0_");
+      events += k.resp->Finish(message, ev.finish_reason, usage);
+      StoreResponse(k, message, ev.finish_reason, usage);
+    }
     if (!events.empty()) http_.SendChunk(k.conn, events);
   } else if (k.stream) {
     std::string text = ev.text;
@@ -635,7 +669,10 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     }
     json out = {{"id", k.id}, {"object", k.chat ? "chat.completion" : "text_completion"}, {"created", k.created},
                 {"model", name_}, {"choices", choices}, {"usage", usage}};
-    if (k.resp) out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, usage);
+    if (k.resp) {
+      out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, usage);
+      StoreResponse(k, choices[0]["message"], k.choices[0].finish_reason, usage);
+    }
     http_.Respond(k.conn, 200, "application/json", Dump(out) + "\n");
   }
   metrics_.requests_ok++;

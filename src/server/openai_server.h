@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/http_server.h"
+#include "server/responses.h"
 #include "server/metrics.h"
 #include "server/chat.h"
 #include "server/tool_parse.h"
@@ -38,6 +39,8 @@ struct OpenAiServerOptions {
   // Prompt text (a completion prompt, or the messages' contents) longer than this is refused before it is
   // tokenized. 0: 2 x max_model_len x the longest token's bytes, which no prompt that fits the context exceeds.
   size_t max_prompt_bytes = 0;
+  // /v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none).
+  size_t max_stored_responses = 1000;
 };
 
 
@@ -65,14 +68,17 @@ class OpenAiServer {
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
              const std::string& param = "", const std::string& code = "");  // code: else the status
   void Options(HttpServer::ConnId c, const HttpRequest& req);
-  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, bool responses = false);  // on a prep worker
+  // On a prep worker. resp: a /v1/responses request (its conversation and whether to store the answer).
+  void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, std::shared_ptr<const ResponsesRequest> resp = nullptr);
   void Responses(HttpServer::ConnId c, HttpRequest& req);  // /v1/responses, as a chat request (prep worker)
+  // A finished /v1/responses answer into responses_ (unless its request said store: false).
+  void StoreResponse(const Call& k, const nlohmann::json& message, const std::string& finish_reason, const nlohmann::json& usage);
   // What a chat answer is parsed into (ChatOutputParsing) and which API shapes it.
   struct OutputParsing {
     bool tools = false;        // tool calls into tool_calls
     bool thinking = false;     // a <think> block into reasoning_content
     bool single_call = false;  // at most one call (parallel_tool_calls false, or a named tool)
-    bool responses = false;    // a /v1/responses request
+    std::shared_ptr<const ResponsesRequest> responses;  // a /v1/responses request
   };
   void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, OutputParsing parse,
               const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
@@ -111,6 +117,7 @@ class OpenAiServer {
   size_t max_prompt_bytes_ = 0;
   ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
   bool parse_thinking_ = false;                 // the template writes <think> blocks
+  ResponseStore responses_;                     // stored /v1/responses answers
   // Connections whose request is with the prep workers (HTTP thread only).
   std::unordered_set<HttpServer::ConnId> preparing_;
   std::atomic<int64_t> preparing_count_{0};  // preparing_.size(), readable from any thread

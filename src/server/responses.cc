@@ -23,15 +23,59 @@ StatusOr<std::string> ContentText(const ordered_json& c, const std::string& fiel
 
 }  // namespace
 
-StatusOr<ordered_json> ResponsesToChat(const ordered_json& b) {
+std::optional<ordered_json> ResponseStore::Conversation(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.conversation;
+}
+
+std::optional<json> ResponseStore::Object(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.object;
+}
+
+void ResponseStore::Put(const std::string& id, ordered_json conversation, json object) {
+  if (capacity_ == 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = entries_.find(id); it != entries_.end()) {
+    order_.erase(it->second.age);
+    entries_.erase(it);
+  }
+  while (entries_.size() >= capacity_) {
+    entries_.erase(order_.front());
+    order_.pop_front();
+  }
+  order_.push_back(id);
+  entries_[id] = Entry{std::move(conversation), std::move(object), std::prev(order_.end())};
+}
+
+StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const ResponseStore& store) {
   if (!b.is_object()) return InvalidArgument("the request body must be a JSON object");
-  for (const char* k : {"previous_response_id", "conversation", "background", "prompt", "reasoning"})
+  for (const char* k : {"conversation", "background", "prompt", "reasoning"})
     if (b.contains(k) && !b[k].is_null()) return InvalidArgument(std::string("'") + k + "' is not supported");
+  ResponsesRequest rr;
+  if (auto s = b.find("store"); s != b.end() && !s->is_null()) {
+    if (!s->is_boolean()) return InvalidArgument("'store' must be true or false");
+    rr.store = s->get<bool>();
+  }
   ordered_json chat = ordered_json::object();
   ordered_json msgs = ordered_json::array();
   if (auto i = b.find("instructions"); i != b.end() && !i->is_null()) {
     if (!i->is_string()) return InvalidArgument("'instructions' must be a string");
     msgs.push_back({{"role", "system"}, {"content", *i}});
+  }
+  const size_t first_input = msgs.size();  // the conversation to store starts here (instructions are not kept)
+  if (auto p = b.find("previous_response_id"); p != b.end() && !p->is_null()) {
+    if (!p->is_string()) return InvalidArgument("'previous_response_id' must be a string");
+    auto previous = store.Conversation(p->get<std::string>());
+    if (!previous)
+      return Status(StatusCode::kNotFound, "'previous_response_id': previous response with id '" +
+                                               p->get<std::string>().substr(0, 200) + "' not found" +
+                                               (store.capacity() == 0 ? " (storing responses is off: --max-stored-responses 0)" : ""));
+    for (auto& m : *previous) msgs.push_back(std::move(m));
   }
   auto in = b.find("input");
   if (in == b.end() || in->is_null()) return InvalidArgument("'input' is required");
@@ -54,17 +98,23 @@ StatusOr<ordered_json> ResponsesToChat(const ordered_json& b) {
                              {"function", {{"name", it.value("name", std::string())}, {"arguments", it.value("arguments", std::string("{}"))}}}};
         if (!msgs.empty() && msgs.back()["role"] == "assistant" && msgs.back().contains("tool_calls")) msgs.back()["tool_calls"].push_back(call);
         else msgs.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ordered_json::array({call})}});
+      } else if (type == "reasoning") {
+        // A reasoning item handed back from an earlier answer: reasoning is not fed back to the model (chat
+        // templates drop earlier turns' reasoning too), so it is accepted and left out.
+        continue;
       } else if (type == "function_call_output") {
         const ordered_json& out = it.value("output", ordered_json(""));
         msgs.push_back({{"role", "tool"}, {"tool_call_id", it.value("call_id", std::string())},
                         {"content", out.is_string() ? out.get<std::string>() : out.dump()}});
       } else {
-        return InvalidArgument("'" + field + ".type' must be message, function_call or function_call_output, not '" + type + "'");
+        return InvalidArgument("'" + field + ".type' must be message, function_call, function_call_output or reasoning, not '" + type + "'");
       }
     }
   } else {
     return InvalidArgument("'input' must be a string or a list of input items");
   }
+  rr.conversation = ordered_json::array();
+  for (size_t i = first_input; i < msgs.size(); ++i) rr.conversation.push_back(msgs[i]);
   chat["messages"] = std::move(msgs);
   if (auto t = b.find("tools"); t != b.end() && !t->is_null()) {
     if (!t->is_array()) return InvalidArgument("'tools' must be a list");
@@ -103,7 +153,8 @@ StatusOr<ordered_json> ResponsesToChat(const ordered_json& b) {
     if (b.contains(k) && !b[k].is_null()) chat[k] = b[k];
   chat.erase("metadata");
   chat.erase("user");
-  return chat;
+  rr.chat = std::move(chat);
+  return rr;
 }
 
 json ResponseBuilder::Base(const char* status) const {

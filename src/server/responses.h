@@ -5,7 +5,11 @@
 // content_part.added, output_text.delta / .done, function_call_arguments.delta / .done, output_item.done,
 // response.completed).
 #pragma once
+#include <list>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -13,13 +17,46 @@
 
 namespace deepinfer {
 
-// The equivalent chat-completions body; InvalidArgument naming the field for what is not supported.
-StatusOr<nlohmann::ordered_json> ResponsesToChat(const nlohmann::ordered_json& body);
+// Stored responses (OpenAI's `store`, on by default): the conversation each one ended with, which a later
+// request continues with previous_response_id, and the response object (GET /v1/responses/{id}). The oldest
+// entries go first past `capacity` (--max-stored-responses); thread-safe (prep workers read, the loop writes).
+class ResponseStore {
+ public:
+  explicit ResponseStore(size_t capacity) : capacity_(capacity) {}
+  size_t capacity() const { return capacity_; }
+  // The chat messages (instructions excluded) the response ended with, its answer included.
+  std::optional<nlohmann::ordered_json> Conversation(const std::string& id) const;
+  std::optional<nlohmann::json> Object(const std::string& id) const;
+  void Put(const std::string& id, nlohmann::ordered_json conversation, nlohmann::json object);
+
+ private:
+  struct Entry {
+    nlohmann::ordered_json conversation;
+    nlohmann::json object;
+    std::list<std::string>::iterator age;
+  };
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::list<std::string> order_;  // oldest first
+  std::unordered_map<std::string, Entry> entries_;
+};
+
+struct ResponsesRequest {
+  nlohmann::ordered_json chat;          // the equivalent chat-completions body
+  nlohmann::ordered_json conversation;  // what to store with the answer: the previous response's messages + this input
+  bool store = true;                    // `store` (default true)
+};
+
+// The equivalent chat request; InvalidArgument naming the field for what is not supported, NotFound for a
+// previous_response_id the store does not hold (never stored, store: false, or evicted). Instructions are not
+// carried over from the previous response, as OpenAI does: only this request's apply.
+StatusOr<ResponsesRequest> ResponsesToChat(const nlohmann::ordered_json& body, const ResponseStore& store);
 
 // Builds a response's output and its stream events from the chat-side pieces.
 class ResponseBuilder {
  public:
   ResponseBuilder(std::string id, int64_t created, std::string model) : id_(std::move(id)), created_(created), model_(std::move(model)) {}
+  const std::string& id() const { return id_; }
   // Stream: response.created, then the message item and its text part (text streams as it comes).
   std::string Start();
   std::string TextDelta(const std::string& text);

@@ -2,7 +2,7 @@
 // qwen3 make-tiny model serving the real Qwen3 chat template: the response object, the stream's event sequence
 // (its deltas concatenating to the done events and to the non-streamed answer for the same seed), `instructions`,
 // text.format json_schema (ajv on the output), function tools with tool_choice required (ajv on the arguments),
-// and 400s naming the field.
+// conversation state (previous_response_id, store, GET /v1/responses/{id}), and 400s / 404s naming the field.
 import {createRequire} from "node:module";
 import fs from "node:fs";
 import path from "node:path";
@@ -80,13 +80,52 @@ try {
   const named = await client.responses.create({...treq, tool_choice: {type: "function", name: "get_weather"}});
   check(named.output.some(o => o.type === "function_call" && o.name === "get_weather"), "tool_choice {type: function, name}: the call is made");
 
-  // 400s naming the field.
-  for (const [body, param] of [[{input: undefined}, "input"], [{input: [{type: "image_generation_call"}]}, "input[0].type"],
-                               [{previous_response_id: "resp_1"}, "previous_response_id"], [{text: {format: {type: "yaml"}}}, "text.format.type"],
-                               [{tools: [{type: "web_search"}]}, "tools[0]"]]) {
+  // Conversation state: previous_response_id continues a stored response. The second turn's prompt holds the
+  // first turn's input and answer (more input tokens than both together); a third turn chains on; the answer
+  // equals sending the same history by hand as input items; the tool call's output can come back by call_id.
+  const t1 = await client.responses.create({...base, input: "Name a city."});
+  const t2 = await client.responses.create({...base, input: "And another one.", previous_response_id: t1.id});
+  const t1In = t1.usage.input_tokens, t1Out = t1.usage.output_tokens;
+  check(t2.status && t2.usage.input_tokens > t1In + t1Out,
+        `previous_response_id: turn 2 prompt holds turn 1 (${t2.usage.input_tokens} > ${t1In} + ${t1Out} input tokens)`);
+  const byHand = await client.responses.create({...base, input: [
+    {role: "user", content: "Name a city."}, {role: "assistant", content: [{type: "output_text", text: t1.output_text}]},
+    {role: "user", content: "And another one."}]});
+  check(byHand.output_text === t2.output_text && byHand.usage.input_tokens === t2.usage.input_tokens,
+        "previous_response_id equals sending the history as input items");
+  const t3 = await client.responses.create({...base, input: "One more.", previous_response_id: t2.id});
+  check(t3.usage.input_tokens > t2.usage.input_tokens + t2.usage.output_tokens, "a third turn chains on the second");
+  const toolTurn = await client.responses.create({...base, max_output_tokens: 300, input: [{type: "function_call_output", call_id: fc.call_id, output: "12 C"}],
+                                                  previous_response_id: t.id, tools: treq.tools});
+  check(toolTurn.status === "completed" || toolTurn.status === "incomplete", `a function_call_output answers the stored call (${toolTurn.status})`);
+  // Instructions are not carried over (OpenAI's rule): the same input with the previous turn's instructions
+  // dropped gives fewer input tokens than with them repeated.
+  const i1 = await client.responses.create({...base, instructions: "Answer only in lower case letters, always.", input: "Hi."});
+  const i2 = await client.responses.create({...base, input: "Again.", previous_response_id: i1.id});
+  const i3 = await client.responses.create({...base, instructions: "Answer only in lower case letters, always.", input: "Again.", previous_response_id: i1.id});
+  check(i3.usage.input_tokens > i2.usage.input_tokens, `instructions are not carried over (${i2.usage.input_tokens} < ${i3.usage.input_tokens})`);
+  // GET /v1/responses/{id}: the stored object; store: false keeps nothing.
+  const got = await client.responses.retrieve(t2.id);
+  check(got.id === t2.id && got.output_text === t2.output_text, "responses.retrieve returns the stored response");
+  const unstored = await client.responses.create({...base, store: false});
+  let st = 0, code = "";
+  try { await client.responses.create({...base, previous_response_id: unstored.id}); } catch (e) { st = e.status; code = e.code; }
+  check(st === 404 && code === "previous_response_not_found", `store: false is not continued (${st} ${code})`);
+  st = 0;
+  try { await client.responses.retrieve("resp_nope"); } catch (e) { st = e.status; }
+  check(st === 404, `unknown response id: 404 (${st})`);
+  // Reasoning items handed back are accepted (and not fed to the model).
+  const withReasoning = await client.responses.create({...base, input: [
+    {type: "reasoning", id: "rs_1", summary: []}, {role: "user", content: "Say something."}]});
+  check(withReasoning.output_text === r.output_text, "a reasoning input item is accepted and left out");
+
+  // 400s and 404s naming the field.
+  for (const [body, param, want] of [[{input: undefined}, "input", 400], [{input: [{type: "image_generation_call"}]}, "input[0].type", 400],
+                               [{previous_response_id: "resp_1"}, "previous_response_id", 404], [{text: {format: {type: "yaml"}}}, "text.format.type", 400],
+                               [{tools: [{type: "web_search"}]}, "tools[0]", 400], [{store: "yes"}, "store", 400]]) {
     let status = 0, p = "";
     try { await client.responses.create({...base, ...body}); } catch (e) { status = e.status; p = e.param; }
-    check(status === 400 && p === param, `400 naming '${param}' (${status}, ${p})`);
+    check(status === want && p === param, `${want} naming '${param}' (${status}, ${p})`);
   }
 } finally {
   check(await srv.stop() === 0, "server shut down cleanly");
