@@ -554,16 +554,28 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
                       {"prompt_tokens_details", {{"cached_tokens", k.cached_tokens}}}};
   const char* object = k.chat ? "chat.completion.chunk" : "text_completion";
   if (k.stream && k.resp) {
-    // Responses events: the text streams (reasoning is not part of the output), calls come at the end.
+    // Responses events: the text streams (reasoning is not part of the output); with tools it goes through the
+    // tool-call parser first, and each call's item and argument fragments stream as they are generated.
     std::string events = ch.role_sent ? "" : k.resp->Start();
     ch.role_sent = true;
+    std::string r, text = ev.text;
+    if (k.parse_thinking) {
+      text.clear();
+      ch.Split(ev.text, ev.finished, &r, &text);
+    }
     if (!k.parse_tools) {
-      std::string r, text = ev.text;
-      if (k.parse_thinking) {
-        text.clear();
-        ch.Split(ev.text, ev.finished, &r, &text);
-      }
       events += k.resp->TextDelta(text);
+    } else {
+      ToolStreamDelta td;
+      ch.tools->Feed(text, &td);
+      if (ev.finished) ch.tools->Finish(&td);
+      events += k.resp->TextDelta(td.content);
+      const std::string id_prefix = "call_" + k.id + "_0_";
+      for (const ToolCallDelta& d : td.calls) {
+        const std::string call_id = id_prefix + std::to_string(d.index);
+        if (d.first) events += k.resp->CallStart(d.index, call_id, d.name);
+        events += k.resp->CallArgumentsDelta(d.index, call_id, d.arguments);
+      }
     }
     if (ev.finished) {
       const json message = AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,

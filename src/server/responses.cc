@@ -1,5 +1,7 @@
 #include "server/responses.h"
 
+#include <algorithm>
+
 namespace deepinfer {
 
 using nlohmann::json;
@@ -187,6 +189,19 @@ std::string ResponseBuilder::TextDelta(const std::string& text) {
                                               {"delta", text}, {"logprobs", json::array()}});
 }
 
+std::string ResponseBuilder::CallStart(int index, const std::string& call_id, const std::string& name) {
+  calls_started_ = std::max(calls_started_, index + 1);
+  return Event("response.output_item.added",
+               {{"output_index", 1 + index},
+                {"item", {{"id", "fc_" + call_id}, {"type", "function_call"}, {"status", "in_progress"}, {"call_id", call_id},
+                          {"name", name}, {"arguments", ""}}}});
+}
+
+std::string ResponseBuilder::CallArgumentsDelta(int index, const std::string& call_id, const std::string& fragment) {
+  if (fragment.empty()) return "";
+  return Event("response.function_call_arguments.delta", {{"item_id", "fc_" + call_id}, {"output_index", 1 + index}, {"delta", fragment}});
+}
+
 json ResponseBuilder::Object(const json& message, const std::string& finish_reason, const json& usage) {
   json r = Base(finish_reason == "length" ? "incomplete" : "completed");
   if (finish_reason == "length") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
@@ -223,11 +238,13 @@ std::string ResponseBuilder::Finish(const json& message, const std::string& fini
   int index = 1;
   for (const auto& it : r["output"]) {
     if (it["type"] != "function_call") continue;
-    json added = it;
-    added["status"] = "in_progress";
-    added["arguments"] = "";
-    s += Event("response.output_item.added", {{"output_index", index}, {"item", added}});
-    s += Event("response.function_call_arguments.delta", {{"item_id", it["id"]}, {"output_index", index}, {"delta", it["arguments"]}});
+    if (index > calls_started_) {  // not streamed as it was generated: added and sent whole now
+      json added = it;
+      added["status"] = "in_progress";
+      added["arguments"] = "";
+      s += Event("response.output_item.added", {{"output_index", index}, {"item", added}});
+      s += Event("response.function_call_arguments.delta", {{"item_id", it["id"]}, {"output_index", index}, {"delta", it["arguments"]}});
+    }
     s += Event("response.function_call_arguments.done", {{"item_id", it["id"]}, {"output_index", index}, {"arguments", it["arguments"]}});
     s += Event("response.output_item.done", {{"output_index", index}, {"item", it}});
     out.push_back(it);

@@ -60,6 +60,10 @@ class ResponseBuilder {
   // Stream: response.created, then the message item and its text part (text streams as it comes).
   std::string Start();
   std::string TextDelta(const std::string& text);
+  // Stream, tools: function call `index` (its output item is 1 + index) starts, then its arguments in fragments;
+  // Finish closes the calls started here instead of sending them whole.
+  std::string CallStart(int index, const std::string& call_id, const std::string& name);
+  std::string CallArgumentsDelta(int index, const std::string& call_id, const std::string& fragment);
   // The end: `message` is the chat assistant message (content, tool_calls); events close the text and add
   // one function_call item per call, then response.completed. `usage`: the chat usage object.
   std::string Finish(const nlohmann::json& message, const std::string& finish_reason, const nlohmann::json& usage);
@@ -74,6 +78,7 @@ class ResponseBuilder {
   std::string model_;
   int seq_ = 0;
   std::string text_;  // streamed so far
+  int calls_started_ = 0;  // function calls whose items were added while streaming
 };
 
 }  // namespace deepinfer

@@ -76,6 +76,11 @@ try {
   check(argDone?.arguments === fc.arguments && argDeltas === fc.arguments &&
         tev[tev.length - 1].response.output.some(o => o.type === "function_call" && o.arguments === fc.arguments),
         "streamed function_call_arguments delta/done equal the non-streamed call");
+  // The arguments stream as they are generated: several delta events, the call's item added before them.
+  const nDeltas = tev.filter(e => e.type === "response.function_call_arguments.delta").length;
+  const addedAt = tev.findIndex(e => e.type === "response.output_item.added" && e.item.type === "function_call");
+  const firstDelta = tev.findIndex(e => e.type === "response.function_call_arguments.delta");
+  check(nDeltas >= 2 && addedAt >= 0 && addedAt < firstDelta, `function_call arguments arrive in ${nDeltas} delta events`);
   // Named tool_choice in the Responses shape.
   const named = await client.responses.create({...treq, tool_choice: {type: "function", name: "get_weather"}});
   check(named.output.some(o => o.type === "function_call" && o.name === "get_weather"), "tool_choice {type: function, name}: the call is made");
