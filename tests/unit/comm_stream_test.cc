@@ -23,7 +23,9 @@ TEST(CommStreamTest, RunsTasksInSubmissionOrderAndReturnsEachStatus) {
   for (int i = 0; i < 50; ++i) {
     const Status s = stream.Wait(tickets[i]);
     EXPECT_EQ(s.ok(), i % 7 != 3) << i;
-    if (!s.ok()) EXPECT_NE(s.ToString().find("task " + std::to_string(i)), std::string::npos) << s.ToString();
+    if (!s.ok()) {
+      EXPECT_NE(s.ToString().find("task " + std::to_string(i)), std::string::npos) << s.ToString();
+    }
   }
   ASSERT_EQ(order.size(), 50u);
   for (int i = 0; i < 50; ++i) EXPECT_EQ(order[i], i);

@@ -145,8 +145,11 @@ TEST(ToolStreamTest, NonStreamedParseIsTheStreamersResult) {
     const ParsedAssistant p = ParseAssistantOutput(c.text, c.format, true, false);
     ASSERT_EQ(p.tool_calls.size(), c.calls.size()) << c.text;
     for (size_t i = 0; i < c.calls.size(); ++i) EXPECT_EQ(p.tool_calls[i].arguments, c.calls[i].second);
-    if (c.calls.empty()) EXPECT_EQ(p.content.value_or("<null>"), c.content) << c.text;
-    else EXPECT_EQ(p.content.value_or(""), c.content) << c.text;
+    if (c.calls.empty()) {
+      EXPECT_EQ(p.content.value_or("<null>"), c.content) << c.text;
+    } else {
+      EXPECT_EQ(p.content.value_or(""), c.content) << c.text;
+    }
   }
 }
 
