@@ -189,23 +189,12 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
   Combine(w, xn, n, n, out, nullptr, false);
 }
 
-Status MoeMlp::ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
-                         dist::Communicator& comm, int tp_rank, int tp_size, int group_size, int64_t* load, int row0) {
-  EpBegin(w, pl, xn, n, row0, comm.size(), tp_rank, tp_size, group_size, load);
-  DI_RETURN_IF_ERROR(EpDispatch(comm));
-  DI_RETURN_IF_ERROR(EpExperts(comm.rank()));
-  DI_RETURN_IF_ERROR(EpCombine(comm));
-  EpEnd(out);
-  return Status::Ok();
-}
-
 void MoeMlp::EpBegin(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, int row0, int ranks,
                      int tp_rank, int tp_size, int group_size, int64_t* load) {
   const int h = hidden_, K = top_k_, P = ranks, G = group_size;
   const size_t row = static_cast<size_t>(h) + 1;  // [physical slot (int32 bits), hidden floats]
   ep_w_ = &w;
   ep_pl_ = &pl;
-  ep_xn_ = xn;
   ep_n_ = n;
   ep_ranks_ = P;
   ep_group_ = G;

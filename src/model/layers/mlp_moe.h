@@ -68,11 +68,9 @@ class MoeMlp {
   // parallelism). load (optional, n_experts entries): each pair this rank routes adds 1 to its logical expert.
   // row0: the index of row 0 in the whole batch when xn is a part of it (two-batch overlap): which rows this
   // rank routes and which replica a pair takes follow the whole batch's row numbers.
-  Status ForwardEp(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, float* out,
-                   dist::Communicator& comm, int tp_rank, int tp_size, int group_size, int64_t* load, int row0 = 0);
-  // ForwardEp in its stages, for two-batch overlap (model/transformer_tbo.cc), which runs the other micro-batch's
-  // work between them. EpBegin (compute thread) routes and packs the pairs by destination (ranks: comm.size());
-  // EpDispatch and EpCombine are the two exchanges and touch only this object's buffers, so they may run on a
+  // The forward runs in stages, so two-batch overlap (model/transformer_tbo.cc) can run the other micro-batch's
+  // work between them (without overlap they run back to back). EpBegin (compute thread) routes and packs the
+  // pairs by destination (ranks: comm.size()); EpDispatch and EpCombine are the two exchanges and touch only this object's buffers, so they may run on a
   // communication thread; EpExperts (compute thread) runs the received rows through this rank's experts; EpEnd
   // sums the returned outputs into out (n rows). xn, w and pl must stay valid until EpEnd.
   void EpBegin(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, int row0, int ranks, int tp_rank,
@@ -81,7 +79,7 @@ class MoeMlp {
   Status EpExperts(int comm_rank);
   Status EpCombine(dist::Communicator& comm);
   void EpEnd(float* out);
-  // Expert-parallel traffic of the last ForwardEp: (token, slot) pairs this rank sent and expert rows it computed.
+  // Expert-parallel traffic of the last EpBegin..EpEnd: (token, slot) pairs this rank sent and expert rows it computed.
   int64_t ep_pairs_sent() const { return ep_pairs_sent_; }
   int64_t ep_rows_computed() const { return ep_rows_computed_; }
   // How many distinct experts the last Forward's n tokens touched (bench layers).
@@ -117,7 +115,6 @@ class MoeMlp {
   // The call in progress between EpBegin and EpEnd.
   const MoeWeights* ep_w_ = nullptr;
   const ExpertPlacement* ep_pl_ = nullptr;
-  const float* ep_xn_ = nullptr;
   const float* ep_sh_x_ = nullptr;  // the shared experts' input rows (xn, or ep_shared_in_ when compact)
   int ep_n_ = 0, ep_sh_n_ = 0, ep_ranks_ = 1, ep_group_ = 1, ep_received_ = 0;
   bool ep_compact_ = false;
