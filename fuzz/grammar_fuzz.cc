@@ -1,7 +1,8 @@
 // libFuzzer: the structured-output parsers and the matcher. The first byte picks the language (GBNF, regex,
 // JSON Schema) and where the input splits into the constraint and a text; the constraint is compiled, and when
 // it compiles the text is fed to a matcher byte run by byte run, with rollbacks and a mask over a small
-// vocabulary. Nothing may crash, hang or read out of bounds; invalid input must come back as a Status.
+// vocabulary. Nothing may crash, hang or read out of bounds; invalid input must come back as a Status. A second
+// matcher takes its masks from precomputed token sets (at every position): its masks must equal the walk's.
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -30,11 +31,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const auto trie = std::make_shared<TokenTrie>(
       std::vector<std::string>{"a", "b", "ab", "{", "}", "\"", "\xC3", "\xA9", "\xC3\xA9", " ", "1", "true", ""},
       std::vector<int32_t>{12});
-  GrammarMatcher m(*g, trie);
-  std::vector<uint32_t> bits(1);
+  GrammarMatcher m(*g, trie), fast(TokenSets::Build(*g, trie, /*every_position=*/true));
+  std::vector<uint32_t> bits(1), fast_bits(1);
   for (size_t i = 0; i < text.size(); i += 3) {
     m.FillMask(bits.data());
-    if (!m.AcceptBytes(text.substr(i, 3)) && m.num_steps() > 0 && (text[i] & 1)) m.Rollback(1);
+    fast.FillMask(fast_bits.data());
+    if (bits != fast_bits) __builtin_trap();  // the token-set mask differs from the trie walk's
+    const bool ok = m.AcceptBytes(text.substr(i, 3));
+    if (ok != fast.AcceptBytes(text.substr(i, 3))) __builtin_trap();
+    if (!ok && m.num_steps() > 0 && (text[i] & 1)) {
+      m.Rollback(1);
+      fast.Rollback(1);
+    }
   }
   (void)m.IsAccepting();
   (void)m.IsTerminated();

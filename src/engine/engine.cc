@@ -162,7 +162,28 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
 
 StatusOr<ValidatedRequest> Engine::Check(std::vector<int32_t> prompt, RequestParams params) const {
   DI_RETURN_IF_ERROR(Validate(prompt, params));
-  return ValidatedRequest(this, std::move(prompt), std::move(params));
+  ValidatedRequest v(this, std::move(prompt), std::move(params));
+  if (v.params_.grammar) v.token_sets_ = GrammarSets(v.params_);
+  return v;
+}
+
+std::shared_ptr<const grammar::TokenSets> Engine::GrammarSets(const RequestParams& p) const {
+  const std::string& key = p.grammar_source;
+  if (!key.empty()) {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    for (auto it = sets_lru_.begin(); it != sets_lru_.end(); ++it)
+      if (it->first == key) {
+        sets_lru_.splice(sets_lru_.begin(), sets_lru_, it);
+        return it->second;
+      }
+  }
+  auto sets = grammar::TokenSets::Build(p.grammar, GrammarTrie());
+  if (!key.empty()) {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets_lru_.emplace_front(key, sets);
+    if (sets_lru_.size() > kGrammarSetsCached) sets_lru_.pop_back();
+  }
+  return sets;
 }
 
 StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, OutputCallback cb) {
@@ -179,11 +200,11 @@ StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
   req->params = std::move(p);
   req->prompt = std::move(v.prompt_);
   req->callback = std::move(cb);
-  if (req->params.grammar) {
-    auto trie = GrammarTrie();
+  if (req->params.grammar && (!v.token_sets_ || v.token_sets_->trie() != GrammarTrie().get()))
+    v.token_sets_ = GrammarSets(req->params);
+  if (req->params.grammar)
     for (int i = 0; i < req->params.n; ++i)
-      req->matchers.push_back(std::make_unique<grammar::GrammarMatcher>(req->params.grammar, trie));
-  }
+      req->matchers.push_back(std::make_unique<grammar::GrammarMatcher>(v.token_sets_));
   const uint64_t id = req->id;
   {
     std::lock_guard<std::mutex> lock(mu_);

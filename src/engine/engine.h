@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -75,6 +76,7 @@ class ValidatedRequest {
   const Engine* engine_;  // whose limits (vocabulary, context, KV pool) it was checked against
   std::vector<int32_t> prompt_;
   RequestParams params_;
+  std::shared_ptr<const grammar::TokenSets> token_sets_;  // structured output: built here, off the engine thread
 };
 
 class Engine {
@@ -146,6 +148,12 @@ class Engine {
   std::shared_ptr<const grammar::TokenTrie> GrammarTrie() const;
   mutable std::mutex trie_mu_;
   mutable std::shared_ptr<const grammar::TokenTrie> trie_;
+  // Token sets of the grammars of recent requests, by GBNF text (agents send the same tool schemas again and
+  // again; building them costs ~1-70 ms), least recently used evicted.
+  std::shared_ptr<const grammar::TokenSets> GrammarSets(const RequestParams& p) const;
+  static constexpr size_t kGrammarSetsCached = 64;
+  mutable std::mutex sets_mu_;
+  mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::TokenSets>>> sets_lru_;
   EngineOptions opt_;
   SchedulerConfig sched_cfg_;
   std::unique_ptr<BlockPool> pool_;

@@ -19,10 +19,13 @@ size_t GrammarMatcher::StateHash::operator()(const State& s) const {
 
 GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie)
     : g_(std::move(g)), trie_(std::move(trie)) {
-  nodes_.push_back({kNoPos, 0});  // id 0: the empty stack (the whole input is a sentence)
-  expanded_idx_.push_back(-1);
-  succ_idx_.push_back(-1);
-  mark_.push_back(0);
+  // id 0: the empty stack (the whole input is a sentence); id 1: kContext (only TokenSets' walks reach it).
+  for (uint32_t id : {0u, kContext}) {
+    nodes_.push_back({kNoPos, id});
+    expanded_idx_.push_back(-1);
+    succ_idx_.push_back(-1);
+    mark_.push_back(0);
+  }
   State init;
   for (uint32_t a : g_->rules[g_->root]) {
     const auto& e = Expanded(Intern(a, 0));
@@ -31,6 +34,11 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr
   std::sort(init.stacks.begin(), init.stacks.end());
   init.stacks.erase(std::unique(init.stacks.begin(), init.stacks.end()), init.stacks.end());
   history_.push_back(std::move(init));
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const TokenSets> sets)
+    : GrammarMatcher(sets->grammar_ptr(), std::shared_ptr<const TokenTrie>(sets, sets->trie())) {
+  sets_ = std::move(sets);
 }
 
 uint32_t GrammarMatcher::Intern(uint32_t pos, uint32_t parent) {
@@ -48,8 +56,8 @@ uint32_t GrammarMatcher::Intern(uint32_t pos, uint32_t parent) {
 const std::vector<uint32_t>& GrammarMatcher::Expanded(uint32_t id) {
   if (expanded_idx_[id] >= 0) return lists_[expanded_idx_[id]];
   std::vector<uint32_t> out;
-  if (id == 0) {
-    out.push_back(0);
+  if (id <= kContext) {
+    out.push_back(id);
   } else {
     const Node n = nodes_[id];
     const Symbol& sym = g_->symbols[n.pos];
@@ -115,7 +123,7 @@ bool GrammarMatcher::Step(const State& in, uint8_t byte, State* out) {
     out->partial = out->left = out->len = 0;
     const uint32_t stamp = ++stamp_;
     for (uint32_t s : in.stacks) {
-      if (s == 0 || !TopClass(s).Matches(cp)) continue;
+      if (s <= kContext || !TopClass(s).Matches(cp)) continue;
       const auto& succ = Successors(s);
       for (uint32_t t : succ)
         if (mark_[t] != stamp) {
@@ -133,7 +141,7 @@ bool GrammarMatcher::Step(const State& in, uint8_t byte, State* out) {
   hi = std::min(hi, 0x10FFFFu);
   if (lo > hi) return false;
   for (uint32_t s : in.stacks)
-    if (s != 0 && TopClass(s).Intersects(lo, hi)) out->stacks.push_back(s);
+    if (s > kContext && TopClass(s).Intersects(lo, hi)) out->stacks.push_back(s);
   return !out->stacks.empty();
 }
 
@@ -197,23 +205,16 @@ int32_t GrammarMatcher::Next(int32_t sid, uint8_t byte) {
   return next;
 }
 
-void GrammarMatcher::FillMask(uint32_t* bits) {
+void GrammarMatcher::ResetDfaIfFull() {
+  if (dfa_states_.size() <= kMaxInterned) return;
+  dfa_states_.clear();
+  dfa_ids_.clear();
+  dfa_next_.clear();
+}
+
+void GrammarMatcher::WalkMask(const State& st, uint32_t* bits) {
   const TokenTrie& t = *trie_;
-  const size_t words = (static_cast<size_t>(t.vocab_size()) + 31) / 32;
-  const State& st = history_.back();
-  ++stats_.masks;
-  if (auto it = cache_.find(st); it != cache_.end()) {
-    ++stats_.cache_hits;
-    lru_.splice(lru_.begin(), lru_, it->second);
-    std::memcpy(bits, it->second->second.data(), words * sizeof(uint32_t));
-    return;
-  }
-  std::memset(bits, 0, words * sizeof(uint32_t));
-  if (dfa_states_.size() > kMaxInterned) {
-    dfa_states_.clear();
-    dfa_ids_.clear();
-    dfa_next_.clear();
-  }
+  ResetDfaIfFull();
   levels_.resize(t.max_depth() + 1);
   levels_[0] = InternState(st);
   const size_t n = t.num_nodes();
@@ -231,6 +232,84 @@ void GrammarMatcher::FillMask(uint32_t* bits) {
     ++i;
   }
   stats_.nodes_visited += visited;
+}
+
+void GrammarMatcher::TableMask(uint32_t id, const TokenSets::Entry& e, uint32_t* bits) {
+  const TokenTrie& t = *trie_;
+  const size_t words = (static_cast<size_t>(t.vocab_size()) + 31) / 32;
+  ++stats_.table_stacks;
+  if (e.complement) {
+    // Everything the trie spells, less the rejected and the uncertain tokens, then ORed in.
+    tmp_bits_.assign(sets_->spelled().begin(), sets_->spelled().end());
+    for (int32_t tok : e.ids) tmp_bits_[tok >> 5] &= ~(1u << (tok & 31));
+    for (int32_t tok : e.uncertain) tmp_bits_[tok >> 5] &= ~(1u << (tok & 31));
+    for (size_t w = 0; w < words; ++w) bits[w] |= tmp_bits_[w];
+  } else {
+    for (int32_t tok : e.ids) bits[tok >> 5] |= 1u << (tok & 31);
+  }
+  if (e.uncertain.empty()) return;
+  // Feed each uncertain token to this one stack, resuming from the prefix it shares with the previous token;
+  // when that prefix already died, so does this token.
+  ResetDfaIfFull();
+  scratch_.stacks.assign(1, id);
+  scratch_.partial = scratch_.left = scratch_.len = 0;
+  levels_.resize(t.max_depth() + 1);
+  levels_[0] = InternState(scratch_);
+  size_t alive = 0;  // levels_[0 .. alive] hold the previous token's states
+  size_t dead_at = SIZE_MAX;  // the previous token died consuming this byte (SIZE_MAX: it did not die)
+  for (size_t k = 0; k < e.uncertain.size(); ++k) {
+    const int32_t tok = e.uncertain[k];
+    const size_t lcp = e.uncertain_lcp[k];
+    if (dead_at != SIZE_MAX && lcp > dead_at) continue;  // shares the byte the previous token died on
+    const std::string& b = t.bytes(tok);
+    size_t d = std::min(lcp, alive);
+    dead_at = SIZE_MAX;
+    for (; d < b.size(); ++d) {
+      ++stats_.uncertain_checked;
+      const int32_t next = Next(levels_[d], static_cast<uint8_t>(b[d]));
+      if (next < 0) {
+        dead_at = d;
+        break;
+      }
+      levels_[d + 1] = next;
+    }
+    alive = d;
+    if (dead_at == SIZE_MAX) bits[tok >> 5] |= 1u << (tok & 31);
+  }
+}
+
+void GrammarMatcher::FillMask(uint32_t* bits) {
+  const TokenTrie& t = *trie_;
+  const size_t words = (static_cast<size_t>(t.vocab_size()) + 31) / 32;
+  const State& st = history_.back();
+  ++stats_.masks;
+  if (auto it = cache_.find(st); it != cache_.end()) {
+    ++stats_.cache_hits;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    std::memcpy(bits, it->second->second.data(), words * sizeof(uint32_t));
+    return;
+  }
+  std::memset(bits, 0, words * sizeof(uint32_t));
+  if (!sets_ || st.left != 0) {
+    WalkMask(st, bits);
+  } else {
+    // Stacks with precomputed sets take them; the rest (positions cheap to walk) share one walk.
+    State rest;
+    for (uint32_t s : st.stacks) {
+      if (s == 0) continue;
+      uint32_t chain[TokenSets::kMaxChain];
+      int32_t found = TokenSets::kDeeper;
+      uint32_t frame = s;
+      for (int len = 1; found == TokenSets::kDeeper && len <= TokenSets::kMaxChain; ++len) {
+        chain[len - 1] = frame == 0 ? TokenSets::kBottom : nodes_[frame].pos;
+        found = sets_->Lookup(chain, len);
+        if (frame != 0) frame = nodes_[frame].parent;
+      }
+      if (found >= 0) TableMask(s, sets_->entry(found), bits);
+      else rest.stacks.push_back(s);
+    }
+    if (!rest.stacks.empty()) WalkMask(rest, bits);
+  }
   if (IsAccepting())
     for (int32_t e : t.eog()) bits[e >> 5] |= 1u << (e & 31);
   if (cache_.size() >= kMaskCacheEntries) {
@@ -239,6 +318,40 @@ void GrammarMatcher::FillMask(uint32_t* bits) {
   }
   lru_.emplace_front(st, std::vector<uint32_t>(bits, bits + words));
   cache_.emplace(lru_.front().first, lru_.begin());
+}
+
+void GrammarMatcher::Classify(const std::vector<uint32_t>& chain, std::vector<int32_t>* accepted,
+                              std::vector<int32_t>* uncertain, uint64_t* visited) {
+  const TokenTrie& t = *trie_;
+  ResetDfaIfFull();
+  uint32_t id = chain.back() == TokenSets::kBottom ? 0 : Intern(chain.back(), kContext);
+  for (size_t k = chain.size() - 1; k-- > 0;) id = Intern(chain[k], id);
+  State start;
+  start.stacks = Expanded(id);
+  auto reached_end = [&](int32_t sid) {
+    const auto& v = dfa_states_[sid].stacks;
+    return std::binary_search(v.begin(), v.end(), kContext);
+  };
+  levels_.resize(t.max_depth() + 1);
+  past_end_.assign(t.max_depth() + 1, 0);
+  levels_[0] = InternState(start);
+  const size_t n = t.num_nodes();
+  for (size_t i = 1; i < n;) {
+    ++*visited;
+    const int d = t.depth(i);
+    // Whether the rule could have ended before this node's byte (then a death here depends on the context).
+    const bool past = past_end_[d - 1] || (d > 1 && reached_end(levels_[d - 1]));
+    const int32_t next = Next(levels_[d - 1], t.byte(i));
+    if (next < 0) {
+      if (past) uncertain->insert(uncertain->end(), t.tokens_begin(i), t.tokens_begin(t.skip(i)));
+      i = t.skip(i);
+      continue;
+    }
+    levels_[d] = next;
+    past_end_[d] = past;
+    accepted->insert(accepted->end(), t.tokens_begin(i), t.tokens_end(i));
+    ++i;
+  }
 }
 
 }  // namespace deepinfer::grammar

@@ -6,7 +6,9 @@
 //    points still possible, so a token that ends inside a character is allowed exactly when a completion is;
 //  - every accepted token pushes a state, so Rollback(n) is O(n) (preemption, rejected speculative drafts).
 // Token masks walk the shared TokenTrie from the current state, skipping rejected subtrees; masks are cached
-// per state (JSON strings and whitespace revisit the same states constantly).
+// per state (JSON strings and whitespace revisit the same states constantly). With TokenSets (token_sets.h),
+// stacks whose top position has precomputed sets skip the walk: their tokens come from the sets, and only the
+// few tokens that leave the top's rule are fed to that stack.
 #pragma once
 #include <cstdint>
 #include <list>
@@ -16,6 +18,7 @@
 #include <vector>
 
 #include "grammar/grammar.h"
+#include "grammar/token_sets.h"
 #include "grammar/token_trie.h"
 
 namespace deepinfer::grammar {
@@ -23,6 +26,8 @@ namespace deepinfer::grammar {
 class GrammarMatcher {
  public:
   GrammarMatcher(std::shared_ptr<const Grammar> g, std::shared_ptr<const TokenTrie> trie = nullptr);
+  // A matcher of sets->grammar() over sets->trie() that uses the precomputed token sets for its masks.
+  explicit GrammarMatcher(std::shared_ptr<const TokenSets> sets);
 
   // Feeds bytes as one step; false (state unchanged) when the grammar rejects them.
   bool AcceptBytes(std::string_view bytes);
@@ -46,11 +51,15 @@ class GrammarMatcher {
   const TokenTrie* trie() const { return trie_.get(); }
 
   struct Stats {
-    uint64_t masks = 0, cache_hits = 0, nodes_visited = 0;
+    uint64_t masks = 0, cache_hits = 0, nodes_visited = 0, table_stacks = 0, uncertain_checked = 0;
   };
   const Stats& stats() const { return stats_; }
 
  private:
+  friend class TokenSets;
+  // Stack id 0 is the empty stack (the input so far is complete); id 1 stands for "whatever context lies below"
+  // while TokenSets classifies a position: reaching it means the token ran past the end of the top's rule.
+  static constexpr uint32_t kContext = 1;
   struct State {
     std::vector<uint32_t> stacks;  // sorted hash-consed stack ids; 0 is the empty (complete) stack
     uint32_t partial = 0;          // code point bits of an incomplete UTF-8 sequence
@@ -72,9 +81,19 @@ class GrammarMatcher {
   const CharClass& TopClass(uint32_t id) const { return g_->classes[g_->symbols[nodes_[id].pos].arg]; }
   // One byte: from `in` into `out` (cleared first); false when no stack survives.
   bool Step(const State& in, uint8_t byte, State* out);
+  // Mask bits (ORed in) of the tokens some stack of st can consume, by walking the whole trie.
+  void WalkMask(const State& st, uint32_t* bits);
+  // Mask bits (ORed in) of the tokens stack id can consume, from its top's precomputed sets.
+  void TableMask(uint32_t id, const TokenSets::Entry& e, uint32_t* bits);
+  // TokenSets' walk from the stack whose frames hold chain[0] (top), chain[1], ... over kContext (or over the
+  // empty stack when the last entry is TokenSets::kBottom): appends the accepted and the uncertain tokens (trie
+  // order) and counts the nodes visited.
+  void Classify(const std::vector<uint32_t>& chain, std::vector<int32_t>* accepted, std::vector<int32_t>* uncertain,
+                uint64_t* visited);
 
   std::shared_ptr<const Grammar> g_;
   std::shared_ptr<const TokenTrie> trie_;
+  std::shared_ptr<const TokenSets> sets_;
   struct Node {
     uint32_t pos, parent;
   };
@@ -92,12 +111,15 @@ class GrammarMatcher {
   // cleared when it grows past kMaxInterned, before a walk.
   static constexpr size_t kMaxDfaStates = 4096, kMaxInterned = 1 << 18;
   int32_t InternState(const State& s);
+  void ResetDfaIfFull();  // before a walk, so ids held in levels_ stay valid during it
   int32_t Next(int32_t sid, uint8_t byte);
   std::vector<State> dfa_states_;
   std::unordered_map<State, int32_t, StateHash> dfa_ids_;
   std::vector<std::unique_ptr<int32_t[]>> dfa_next_;  // per state: 256 successor ids, -1 reject, -2 unknown
   State scratch_;
   std::vector<int32_t> levels_;  // mask walk: the state id at each trie depth
+  std::vector<uint8_t> past_end_;  // Classify: whether the path reached kContext before each depth
+  std::vector<uint32_t> tmp_bits_;  // TableMask: one stack's bits before the union
   // Per-state mask cache, least recently used evicted.
   static constexpr size_t kMaskCacheEntries = 32;
   std::list<std::pair<State, std::vector<uint32_t>>> lru_;

@@ -132,6 +132,17 @@ struct OpenAiServer::Call {
     bool role_sent = false;
     Clock::time_point last_token;
     ReasoningSplitter split{false};  // streamed <think> split (set up in Submit)
+    // Tokens generated until </think> appeared (reported as reasoning_tokens when the answer has reasoning).
+    int reasoning_tokens = 0;
+    bool think_closed = false;
+    std::string think_tail;  // the last bytes seen, for a </think> split across events
+    void CountReasoning(const RequestOutput& ev) {
+      if (think_closed) return;
+      reasoning_tokens += static_cast<int>(ev.token_ids.size());
+      const std::string window = think_tail + ev.text;
+      think_closed = window.find("</think>") != std::string::npos;
+      think_tail = window.substr(window.size() > 8 ? window.size() - 8 : 0);
+    }
     std::unique_ptr<ToolCallStreamer> tools;  // streamed tool calls (chat with tools; set up in Submit)
     // A streamed piece of text into its reasoning and content parts (what is held back, at the end).
     void Split(const std::string& text, bool finished, std::string* reasoning, std::string* content) {
@@ -441,7 +452,8 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->parse_thinking = parse.thinking;
   call->single_call = parse.single_call;
   if (parse.responses) {
-    call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(), name_);
+    call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(),
+                                                   name_, parse.responses->reasoning_summary, parse.responses->reasoning);
     call->resp_req = parse.responses;
   }
   call->logprobs = params.logprobs;
@@ -518,6 +530,16 @@ void OpenAiServer::DrainOutputs() {
   draining_.clear();
 }
 
+// The usage with completion_tokens_details.reasoning_tokens: the tokens up to </think> when the answer has
+// reasoning, else 0.
+static json WithReasoningTokens(const json& usage, const json& message, int reasoning_tokens) {
+  json u = usage;
+  auto r = message.find("reasoning_content");
+  const bool has = r != message.end() && r->is_string() && !r->get_ref<const std::string&>().empty();
+  u["completion_tokens_details"] = {{"reasoning_tokens", has ? reasoning_tokens : 0}};
+  return u;
+}
+
 void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int offset) {
   // Runs on the HTTP thread, in the engine's order of events.
   Call& k = *call;
@@ -535,6 +557,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   }
   ch.tokens += static_cast<int>(ev.token_ids.size());
   ch.text += ev.text;
+  if (k.parse_thinking) ch.CountReasoning(ev);
   if (ev.index == 0 && !ev.token_ids.empty() && ch.tokens == static_cast<int>(ev.token_ids.size()))
     k.cached_tokens += ev.cached_tokens;  // once per prompt
   metrics_.generation_tokens += ev.token_ids.size();
@@ -554,7 +577,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
                       {"prompt_tokens_details", {{"cached_tokens", k.cached_tokens}}}};
   const char* object = k.chat ? "chat.completion.chunk" : "text_completion";
   if (k.stream && k.resp) {
-    // Responses events: the text streams (reasoning is not part of the output); with tools it goes through the
+    // Responses events: reasoning streams into its own item, then the text; with tools the text goes through the
     // tool-call parser first, and each call's item and argument fragments stream as they are generated.
     std::string events = ch.role_sent ? "" : k.resp->Start();
     ch.role_sent = true;
@@ -562,6 +585,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     if (k.parse_thinking) {
       text.clear();
       ch.Split(ev.text, ev.finished, &r, &text);
+      events += k.resp->ReasoningDelta(r);
     }
     if (!k.parse_tools) {
       events += k.resp->TextDelta(text);
@@ -580,8 +604,9 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     if (ev.finished) {
       const json message = AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
                                             "call_" + k.id + "_0_");
-      events += k.resp->Finish(message, ev.finish_reason, usage);
-      StoreResponse(k, message, ev.finish_reason, usage);
+      const json u = WithReasoningTokens(usage, message, ch.reasoning_tokens);
+      events += k.resp->Finish(message, ev.finish_reason, u);
+      StoreResponse(k, message, ev.finish_reason, u);
     }
     if (!events.empty()) http_.SendChunk(k.conn, events);
   } else if (k.stream) {
@@ -682,8 +707,9 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
     json out = {{"id", k.id}, {"object", k.chat ? "chat.completion" : "text_completion"}, {"created", k.created},
                 {"model", name_}, {"choices", choices}, {"usage", usage}};
     if (k.resp) {
-      out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, usage);
-      StoreResponse(k, choices[0]["message"], k.choices[0].finish_reason, usage);
+      const json u = WithReasoningTokens(usage, choices[0]["message"], k.choices[0].reasoning_tokens);
+      out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, u);
+      StoreResponse(k, choices[0]["message"], k.choices[0].finish_reason, u);
     }
     http_.Respond(k.conn, 200, "application/json", Dump(out) + "\n");
   }

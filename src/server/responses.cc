@@ -56,7 +56,7 @@ void ResponseStore::Put(const std::string& id, ordered_json conversation, json o
 
 StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const ResponseStore& store) {
   if (!b.is_object()) return InvalidArgument("the request body must be a JSON object");
-  for (const char* k : {"conversation", "background", "prompt", "reasoning"})
+  for (const char* k : {"conversation", "background", "prompt"})
     if (b.contains(k) && !b[k].is_null()) return InvalidArgument(std::string("'") + k + "' is not supported");
   ResponsesRequest rr;
   if (auto s = b.find("store"); s != b.end() && !s->is_null()) {
@@ -64,6 +64,32 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
     rr.store = s->get<bool>();
   }
   ordered_json chat = ordered_json::object();
+  if (auto r = b.find("reasoning"); r != b.end() && !r->is_null()) {
+    // effort goes to the chat template as reasoning_effort (templates that read it, as vLLM passes it); "none"
+    // also turns thinking off in the templates that have a switch (Qwen3's enable_thinking, DeepSeek-V3.1's
+    // thinking). summary: the reasoning itself is given as the summary (see ResponsesRequest).
+    if (!r->is_object()) return InvalidArgument("'reasoning' must be an object");
+    ordered_json kwargs = ordered_json::object();
+    if (auto e = r->find("effort"); e != r->end() && !e->is_null()) {
+      static const std::vector<std::string> efforts = {"none", "minimal", "low", "medium", "high", "xhigh"};
+      if (!e->is_string() || std::find(efforts.begin(), efforts.end(), e->get<std::string>()) == efforts.end())
+        return InvalidArgument("'reasoning.effort' must be one of none, minimal, low, medium, high, xhigh");
+      kwargs["reasoning_effort"] = *e;
+      if (*e == "none") {
+        kwargs["enable_thinking"] = false;
+        kwargs["thinking"] = false;
+      }
+    }
+    for (const char* k : {"summary", "generate_summary"})
+      if (auto m = r->find(k); m != r->end() && !m->is_null()) {
+        if (!m->is_string() || (*m != "auto" && *m != "concise" && *m != "detailed"))
+          return InvalidArgument(std::string("'reasoning.") + k + "' must be auto, concise or detailed");
+        rr.reasoning_summary = true;
+      }
+    rr.reasoning = json{{"effort", r->value("effort", json(nullptr))},
+                        {"summary", r->contains("summary") ? json((*r)["summary"]) : r->value("generate_summary", json(nullptr))}};
+    if (!kwargs.empty()) chat["chat_template_kwargs"] = std::move(kwargs);
+  }
   ordered_json msgs = ordered_json::array();
   if (auto i = b.find("instructions"); i != b.end() && !i->is_null()) {
     if (!i->is_string()) return InvalidArgument("'instructions' must be a string");
@@ -84,6 +110,7 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
   if (in->is_string()) {
     msgs.push_back({{"role", "user"}, {"content", *in}});
   } else if (in->is_array()) {
+    std::string pending_reasoning;  // from a reasoning item, for the assistant turn after it
     for (size_t n = 0; n < in->size(); ++n) {
       const ordered_json& it = (*in)[n];
       const std::string field = "input[" + std::to_string(n) + "]";
@@ -94,15 +121,27 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
         std::string role = it["role"].get<std::string>();
         if (role == "developer") role = "system";
         msgs.push_back({{"role", role}, {"content", text}});
+        if (role == "assistant" && !pending_reasoning.empty()) msgs.back()["reasoning_content"] = pending_reasoning;
+        pending_reasoning.clear();
       } else if (type == "function_call") {
         // The model's earlier call: an assistant turn with that call (merged into the previous one if it is).
         ordered_json call = {{"id", it.value("call_id", std::string())}, {"type", "function"},
                              {"function", {{"name", it.value("name", std::string())}, {"arguments", it.value("arguments", std::string("{}"))}}}};
         if (!msgs.empty() && msgs.back()["role"] == "assistant" && msgs.back().contains("tool_calls")) msgs.back()["tool_calls"].push_back(call);
         else msgs.push_back({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", ordered_json::array({call})}});
+        if (!pending_reasoning.empty()) msgs.back()["reasoning_content"] = pending_reasoning;
+        pending_reasoning.clear();
       } else if (type == "reasoning") {
-        // A reasoning item handed back from an earlier answer: reasoning is not fed back to the model (chat
-        // templates drop earlier turns' reasoning too), so it is accepted and left out.
+        // A reasoning item handed back from an earlier answer: its text becomes the reasoning_content of the
+        // assistant turn that follows (templates decide: Qwen3 keeps it inside a tool loop, most drop it).
+        std::string text;
+        for (const char* k : {"content", "summary"}) {
+          if (!it.contains(k) || !it[k].is_array()) continue;
+          for (const auto& part : it[k])
+            if (part.is_object() && part.contains("text") && part["text"].is_string()) text += part["text"].get<std::string>();
+          if (!text.empty()) break;
+        }
+        pending_reasoning = std::move(text);
         continue;
       } else if (type == "function_call_output") {
         const ordered_json& out = it.value("output", ordered_json(""));
@@ -151,7 +190,8 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
     }
   }
   if (auto m = b.find("max_output_tokens"); m != b.end() && !m->is_null()) chat["max_tokens"] = *m;
-  for (const char* k : {"model", "temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "metadata"})
+  // structured_outputs: vLLM's extension field (json, regex, choice, grammar), as on chat completions.
+  for (const char* k : {"model", "temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "metadata", "structured_outputs"})
     if (b.contains(k) && !b[k].is_null()) chat[k] = b[k];
   chat.erase("metadata");
   chat.erase("user");
@@ -162,7 +202,8 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
 json ResponseBuilder::Base(const char* status) const {
   return {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", model_},
           {"output", json::array()}, {"error", nullptr}, {"incomplete_details", nullptr}, {"parallel_tool_calls", true},
-          {"tool_choice", "auto"}, {"tools", json::array()}, {"usage", nullptr}};
+          {"tool_choice", "auto"}, {"tools", json::array()}, {"usage", nullptr},
+          {"reasoning", reasoning_.is_object() ? reasoning_ : json{{"effort", nullptr}, {"summary", nullptr}}}};
 }
 
 std::string ResponseBuilder::Event(const char* type, json data) {
@@ -172,41 +213,107 @@ std::string ResponseBuilder::Event(const char* type, json data) {
 }
 
 static json TextPart(const std::string& text) { return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}; }
+static json SummaryPart(const std::string& text) { return {{"type", "summary_text"}, {"text", text}}; }
+
+static std::string ReasoningOf(const json& message) {
+  auto r = message.find("reasoning_content");
+  return r != message.end() && r->is_string() ? r->get<std::string>() : "";
+}
+
+json ResponseBuilder::ReasoningItem(const std::string& text, const char* status) const {
+  json item = {{"id", "rs_" + id_}, {"type", "reasoning"}, {"status", status}, {"summary", json::array()},
+               {"content", json::array()}};
+  if (!text.empty()) {
+    item["content"].push_back({{"type", "reasoning_text"}, {"text", text}});
+    if (summary_) item["summary"].push_back(SummaryPart(text));
+  }
+  return item;
+}
 
 std::string ResponseBuilder::Start() {
   std::string s = Event("response.created", {{"response", Base("in_progress")}});
   s += Event("response.in_progress", {{"response", Base("in_progress")}});
-  s += Event("response.output_item.added", {{"output_index", 0}, {"item", {{"id", "msg_" + id_}, {"type", "message"},
+  return s;
+}
+
+std::string ResponseBuilder::ReasoningDelta(const std::string& text) {
+  // Reasoning precedes the answer; once the message item is open, late reasoning has no place in the stream.
+  if (text.empty() || message_index_ >= 0) return "";
+  std::string s;
+  const std::string item = "rs_" + id_;
+  if (reasoning_index_ < 0) {
+    reasoning_index_ = next_index_++;
+    s += Event("response.output_item.added", {{"output_index", reasoning_index_}, {"item", ReasoningItem("", "in_progress")}});
+    if (summary_)
+      s += Event("response.reasoning_summary_part.added",
+                 {{"item_id", item}, {"output_index", reasoning_index_}, {"summary_index", 0}, {"part", SummaryPart("")}});
+  }
+  reasoning_text_ += text;
+  s += Event("response.reasoning_text.delta",
+             {{"item_id", item}, {"output_index", reasoning_index_}, {"content_index", 0}, {"delta", text}});
+  if (summary_)
+    s += Event("response.reasoning_summary_text.delta",
+               {{"item_id", item}, {"output_index", reasoning_index_}, {"summary_index", 0}, {"delta", text}});
+  return s;
+}
+
+std::string ResponseBuilder::CloseReasoning() {
+  if (reasoning_index_ < 0 || reasoning_closed_) return "";
+  reasoning_closed_ = true;
+  const std::string item = "rs_" + id_;
+  std::string s = Event("response.reasoning_text.done", {{"item_id", item}, {"output_index", reasoning_index_},
+                                                         {"content_index", 0}, {"text", reasoning_text_}});
+  if (summary_) {
+    s += Event("response.reasoning_summary_text.done",
+               {{"item_id", item}, {"output_index", reasoning_index_}, {"summary_index", 0}, {"text", reasoning_text_}});
+    s += Event("response.reasoning_summary_part.done", {{"item_id", item}, {"output_index", reasoning_index_},
+                                                        {"summary_index", 0}, {"part", SummaryPart(reasoning_text_)}});
+  }
+  s += Event("response.output_item.done", {{"output_index", reasoning_index_}, {"item", ReasoningItem(reasoning_text_, "completed")}});
+  return s;
+}
+
+std::string ResponseBuilder::OpenMessage() {
+  if (message_index_ >= 0) return "";
+  std::string s = CloseReasoning();
+  message_index_ = next_index_++;
+  s += Event("response.output_item.added", {{"output_index", message_index_}, {"item", {{"id", "msg_" + id_}, {"type", "message"},
             {"status", "in_progress"}, {"role", "assistant"}, {"content", json::array()}}}});
-  s += Event("response.content_part.added", {{"item_id", "msg_" + id_}, {"output_index", 0}, {"content_index", 0}, {"part", TextPart("")}});
+  s += Event("response.content_part.added", {{"item_id", "msg_" + id_}, {"output_index", message_index_}, {"content_index", 0},
+                                             {"part", TextPart("")}});
   return s;
 }
 
 std::string ResponseBuilder::TextDelta(const std::string& text) {
   if (text.empty()) return "";
+  std::string s = OpenMessage();
   text_ += text;
-  return Event("response.output_text.delta", {{"item_id", "msg_" + id_}, {"output_index", 0}, {"content_index", 0},
-                                              {"delta", text}, {"logprobs", json::array()}});
+  return s + Event("response.output_text.delta", {{"item_id", "msg_" + id_}, {"output_index", message_index_}, {"content_index", 0},
+                                                  {"delta", text}, {"logprobs", json::array()}});
 }
 
 std::string ResponseBuilder::CallStart(int index, const std::string& call_id, const std::string& name) {
+  std::string s = OpenMessage();  // the message item comes before the calls, even when it stays empty
   calls_started_ = std::max(calls_started_, index + 1);
-  return Event("response.output_item.added",
-               {{"output_index", 1 + index},
-                {"item", {{"id", "fc_" + call_id}, {"type", "function_call"}, {"status", "in_progress"}, {"call_id", call_id},
-                          {"name", name}, {"arguments", ""}}}});
+  return s + Event("response.output_item.added",
+                   {{"output_index", message_index_ + 1 + index},
+                    {"item", {{"id", "fc_" + call_id}, {"type", "function_call"}, {"status", "in_progress"}, {"call_id", call_id},
+                              {"name", name}, {"arguments", ""}}}});
 }
 
 std::string ResponseBuilder::CallArgumentsDelta(int index, const std::string& call_id, const std::string& fragment) {
   if (fragment.empty()) return "";
-  return Event("response.function_call_arguments.delta", {{"item_id", "fc_" + call_id}, {"output_index", 1 + index}, {"delta", fragment}});
+  return Event("response.function_call_arguments.delta",
+               {{"item_id", "fc_" + call_id}, {"output_index", message_index_ + 1 + index}, {"delta", fragment}});
 }
 
 json ResponseBuilder::Object(const json& message, const std::string& finish_reason, const json& usage) {
   json r = Base(finish_reason == "length" ? "incomplete" : "completed");
   if (finish_reason == "length") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
+  const std::string reasoning = ReasoningOf(message);
   json out = json::array();
+  if (!reasoning.empty()) out.push_back(ReasoningItem(reasoning, "completed"));
   if (!text.empty() || !message.contains("tool_calls"))
     out.push_back({{"id", "msg_" + id_}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"},
                    {"content", json::array({TextPart(text)})}});
@@ -215,30 +322,41 @@ json ResponseBuilder::Object(const json& message, const std::string& finish_reas
       out.push_back({{"id", "fc_" + c["id"].get<std::string>()}, {"type", "function_call"}, {"status", "completed"},
                      {"call_id", c["id"]}, {"name", c["function"]["name"]}, {"arguments", c["function"]["arguments"]}});
   r["output"] = out;
+  int reasoning_tokens = 0;
+  if (auto d = usage.find("completion_tokens_details"); d != usage.end() && d->is_object())
+    reasoning_tokens = d->value("reasoning_tokens", 0);
   r["usage"] = {{"input_tokens", usage["prompt_tokens"]}, {"output_tokens", usage["completion_tokens"]},
                 {"total_tokens", usage["total_tokens"]},
                 {"input_tokens_details", {{"cached_tokens", usage["prompt_tokens_details"]["cached_tokens"]}}},
-                {"output_tokens_details", {{"reasoning_tokens", 0}}}};
+                {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
   return r;
 }
 
 std::string ResponseBuilder::Finish(const json& message, const std::string& finish_reason, const json& usage) {
   json r = Object(message, finish_reason, usage);
   std::string s;
-  // The text item was opened at the start: its text (held back when tools are parsed) and its close.
+  // Reasoning held back by the splitter (an unclosed <think> at the end), then the message item: opened now if
+  // no text came, so the streamed output always has one.
+  const std::string reasoning = ReasoningOf(message);
+  if (reasoning.size() > reasoning_text_.size() && reasoning.compare(0, reasoning_text_.size(), reasoning_text_) == 0)
+    s += ReasoningDelta(reasoning.substr(reasoning_text_.size()));
+  s += OpenMessage();
   const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
   if (text.size() > text_.size() && text.compare(0, text_.size(), text_) == 0) s += TextDelta(text.substr(text_.size()));
   const std::string item = "msg_" + id_;
-  s += Event("response.output_text.done", {{"item_id", item}, {"output_index", 0}, {"content_index", 0}, {"text", text}, {"logprobs", json::array()}});
-  s += Event("response.content_part.done", {{"item_id", item}, {"output_index", 0}, {"content_index", 0}, {"part", TextPart(text)}});
-  s += Event("response.output_item.done", {{"output_index", 0}, {"item", {{"id", item}, {"type", "message"}, {"status", "completed"},
+  s += Event("response.output_text.done", {{"item_id", item}, {"output_index", message_index_}, {"content_index", 0}, {"text", text},
+                                           {"logprobs", json::array()}});
+  s += Event("response.content_part.done", {{"item_id", item}, {"output_index", message_index_}, {"content_index", 0}, {"part", TextPart(text)}});
+  s += Event("response.output_item.done", {{"output_index", message_index_}, {"item", {{"id", item}, {"type", "message"}, {"status", "completed"},
             {"role", "assistant"}, {"content", json::array({TextPart(text)})}}}});
-  // The streamed output always has the message first; the object's output then lists the same items.
-  json out = json::array({{{"id", item}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", json::array({TextPart(text)})}}});
-  int index = 1;
+  // The object's output lists the streamed items in their stream order.
+  json out = json::array();
+  if (reasoning_index_ >= 0) out.push_back(ReasoningItem(reasoning_text_, "completed"));
+  out.push_back({{"id", item}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", json::array({TextPart(text)})}});
+  int index = message_index_ + 1, call = 0;
   for (const auto& it : r["output"]) {
     if (it["type"] != "function_call") continue;
-    if (index > calls_started_) {  // not streamed as it was generated: added and sent whole now
+    if (call >= calls_started_) {  // not streamed as it was generated: added and sent whole now
       json added = it;
       added["status"] = "in_progress";
       added["arguments"] = "";
@@ -249,6 +367,7 @@ std::string ResponseBuilder::Finish(const json& message, const std::string& fini
     s += Event("response.output_item.done", {{"output_index", index}, {"item", it}});
     out.push_back(it);
     ++index;
+    ++call;
   }
   r["output"] = out;
   s += Event(r["status"] == "incomplete" ? "response.incomplete" : "response.completed", {{"response", r}});

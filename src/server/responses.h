@@ -45,6 +45,10 @@ struct ResponsesRequest {
   nlohmann::ordered_json chat;          // the equivalent chat-completions body
   nlohmann::ordered_json conversation;  // what to store with the answer: the previous response's messages + this input
   bool store = true;                    // `store` (default true)
+  // `reasoning.summary` was asked for: the model's reasoning is also given as the reasoning item's summary (an
+  // open model's reasoning is not summarized; this is what clients that read only summaries can show).
+  bool reasoning_summary = false;
+  nlohmann::json reasoning = nullptr;  // the request's `reasoning` object, echoed in the response
 };
 
 // The equivalent chat request; InvalidArgument naming the field for what is not supported, NotFound for a
@@ -52,20 +56,29 @@ struct ResponsesRequest {
 // carried over from the previous response, as OpenAI does: only this request's apply.
 StatusOr<ResponsesRequest> ResponsesToChat(const nlohmann::ordered_json& body, const ResponseStore& store);
 
-// Builds a response's output and its stream events from the chat-side pieces.
+// Builds a response's output and its stream events from the chat-side pieces. Output items, in order: the
+// reasoning (when the model wrote any), the message, then one function_call per call. While streaming, an item
+// is opened when its first piece arrives, so indices follow that order.
 class ResponseBuilder {
  public:
-  ResponseBuilder(std::string id, int64_t created, std::string model) : id_(std::move(id)), created_(created), model_(std::move(model)) {}
+  ResponseBuilder(std::string id, int64_t created, std::string model, bool reasoning_summary = false,
+                  nlohmann::json reasoning = nullptr)
+      : id_(std::move(id)), created_(created), model_(std::move(model)), summary_(reasoning_summary),
+        reasoning_(std::move(reasoning)) {}
   const std::string& id() const { return id_; }
-  // Stream: response.created, then the message item and its text part (text streams as it comes).
+  // Stream: response.created and response.in_progress.
   std::string Start();
+  // Stream: reasoning text (response.reasoning_text.delta; with a summary asked for, also the summary events).
+  std::string ReasoningDelta(const std::string& text);
+  // Stream: answer text (closes the reasoning item, opens the message item and its text part on first use).
   std::string TextDelta(const std::string& text);
-  // Stream, tools: function call `index` (its output item is 1 + index) starts, then its arguments in fragments;
-  // Finish closes the calls started here instead of sending them whole.
+  // Stream, tools: function call `index` starts (its item follows the message), then its arguments in
+  // fragments; Finish closes the calls started here instead of sending them whole.
   std::string CallStart(int index, const std::string& call_id, const std::string& name);
   std::string CallArgumentsDelta(int index, const std::string& call_id, const std::string& fragment);
-  // The end: `message` is the chat assistant message (content, tool_calls); events close the text and add
-  // one function_call item per call, then response.completed. `usage`: the chat usage object.
+  // The end: `message` is the chat assistant message (reasoning_content, content, tool_calls); events close
+  // the open items and add the function calls not streamed yet, then response.completed. `usage`: the chat
+  // usage object (completion_tokens_details.reasoning_tokens counts the reasoning).
   std::string Finish(const nlohmann::json& message, const std::string& finish_reason, const nlohmann::json& usage);
   // Non-streamed: the whole response object.
   nlohmann::json Object(const nlohmann::json& message, const std::string& finish_reason, const nlohmann::json& usage);
@@ -73,12 +86,22 @@ class ResponseBuilder {
  private:
   nlohmann::json Base(const char* status) const;
   std::string Event(const char* type, nlohmann::json data);
+  nlohmann::json ReasoningItem(const std::string& text, const char* status) const;
+  std::string OpenMessage();
+  std::string CloseReasoning();
   std::string id_;
   int64_t created_;
   std::string model_;
+  bool summary_;
+  nlohmann::json reasoning_;
   int seq_ = 0;
-  std::string text_;  // streamed so far
-  int calls_started_ = 0;  // function calls whose items were added while streaming
+  int next_index_ = 0;              // the output index the next opened item gets
+  int reasoning_index_ = -1;        // the reasoning item's output index (-1: not opened)
+  bool reasoning_closed_ = false;
+  int message_index_ = -1;          // the message item's output index (-1: not opened)
+  std::string reasoning_text_;      // streamed so far
+  std::string text_;                // streamed so far
+  int calls_started_ = 0;           // function calls whose items were added while streaming
 };
 
 }  // namespace deepinfer

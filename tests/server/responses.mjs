@@ -124,10 +124,55 @@ try {
     {type: "reasoning", id: "rs_1", summary: []}, {role: "user", content: "Say something."}]});
   check(withReasoning.output_text === r.output_text, "a reasoning input item is accepted and left out");
 
+  // Reasoning: a grammar (vLLM's structured_outputs extension) makes the random model write a think block, as
+  // Qwen3 does. The output is a reasoning item (reasoning_text content) before the message; streamed, the
+  // reasoning item is added and done before the message item, its deltas concatenate to the non-streamed
+  // reasoning, and with reasoning.summary the summary events carry the same text. reasoning_tokens counts the
+  // tokens up to </think>; reasoning.effort "none" turns Qwen3's thinking off (enable_thinking: false adds an
+  // empty think block to the prompt: more input tokens).
+  const thinkReq = {...base, max_output_tokens: 120, structured_outputs: {grammar:
+    'root ::= "<think>\n" "plan" [a-z ]{0,30} "\n</think>\n\n" "so" [a-z ]{0,20}\n'}};
+  const th = await client.responses.create(thinkReq);
+  const rItem = th.output[0], mItem = th.output[1];
+  const rText = rItem?.content?.[0]?.text ?? "";
+  check(rItem?.type === "reasoning" && rItem.id.startsWith("rs_") && Array.isArray(rItem.summary) && rItem.summary.length === 0 &&
+        rText.startsWith("plan") && !rText.includes("think>") && mItem?.type === "message" && th.output_text.startsWith("so") &&
+        !th.output_text.includes("think>"),
+        `reasoning item then message: ${JSON.stringify(rText.slice(0, 30))} / ${JSON.stringify(th.output_text.slice(0, 20))}`);
+  const rTokens = th.usage.output_tokens_details?.reasoning_tokens;
+  check(rTokens > 0 && rTokens < th.usage.output_tokens, `reasoning_tokens ${rTokens} of ${th.usage.output_tokens} output tokens`);
+  check(r.usage.output_tokens_details?.reasoning_tokens === 0, "no reasoning: reasoning_tokens 0");
+  const tse = await streamed({...thinkReq, reasoning: {summary: "auto"}});
+  const rAdded = tse.findIndex(e => e.type === "response.output_item.added" && e.item.type === "reasoning");
+  const rDone = tse.findIndex(e => e.type === "response.output_item.done" && e.item.type === "reasoning");
+  const mAdded = tse.findIndex(e => e.type === "response.output_item.added" && e.item.type === "message");
+  const rDeltas = tse.filter(e => e.type === "response.reasoning_text.delta").map(e => e.delta).join("");
+  const sDeltas = tse.filter(e => e.type === "response.reasoning_summary_text.delta").map(e => e.delta).join("");
+  const tDeltas = tse.filter(e => e.type === "response.output_text.delta").map(e => e.delta).join("");
+  const fin = tse[tse.length - 1].response;
+  check(rAdded >= 0 && rAdded < rDone && rDone < mAdded && rDeltas === rText && sDeltas === rText && tDeltas === th.output_text &&
+        fin.output[0].type === "reasoning" && fin.output[0].summary[0]?.text === rText && fin.output[1].type === "message" &&
+        tse.filter(e => e.type === "response.output_item.added").every((e, i) => e.output_index === i),
+        `streamed reasoning item (${rDeltas.length} chars, summary mirrored) before the message, output indices in order`);
+  const effNone = await client.responses.create({...base, reasoning: {effort: "none"}});
+  check(effNone.usage.input_tokens > r.usage.input_tokens && effNone.reasoning?.effort === "none",
+        `reasoning.effort none reaches the template (${effNone.usage.input_tokens} > ${r.usage.input_tokens} input tokens)`);
+  // A reasoning item handed back becomes the reasoning_content of the assistant turn after it; the Qwen3
+  // template shows it only after the last user query (a tool loop), so there it adds input tokens.
+  const loop = (withR) => client.responses.create({...base, input: [
+    {role: "user", content: "Weather?"},
+    ...(withR ? [{type: "reasoning", id: "rs_x", summary: [], content: [{type: "reasoning_text", text: "I should call the tool."}]}] : []),
+    {type: "function_call", call_id: "c1", name: "get_weather", arguments: "{\"city\":\"Oslo\"}"},
+    {type: "function_call_output", call_id: "c1", output: "12 C"}], tools: treq.tools});
+  const [noR, withR] = [await loop(false), await loop(true)];
+  check(withR.usage.input_tokens > noR.usage.input_tokens,
+        `a reasoning input item reaches the template in a tool loop (${withR.usage.input_tokens} > ${noR.usage.input_tokens})`);
+
   // 400s and 404s naming the field.
   for (const [body, param, want] of [[{input: undefined}, "input", 400], [{input: [{type: "image_generation_call"}]}, "input[0].type", 400],
                                [{previous_response_id: "resp_1"}, "previous_response_id", 404], [{text: {format: {type: "yaml"}}}, "text.format.type", 400],
-                               [{tools: [{type: "web_search"}]}, "tools[0]", 400], [{store: "yes"}, "store", 400]]) {
+                               [{tools: [{type: "web_search"}]}, "tools[0]", 400], [{store: "yes"}, "store", 400],
+                               [{reasoning: {effort: "max"}}, "reasoning.effort", 400]]) {
     let status = 0, p = "";
     try { await client.responses.create({...base, ...body}); } catch (e) { status = e.status; p = e.param; }
     check(status === want && p === param, `${want} naming '${param}' (${status}, ${p})`);

@@ -201,12 +201,14 @@ TEST(Grammar, MaskMatchesBruteForceOnRealVocabularies) {
     if (!tok) GTEST_SKIP() << "tokenizer " << vocab << " not available";
     auto trie = TokenTrie::FromTokenizer(*tok);
     std::mt19937 rng(11);
-    for (const auto& pat : patterns) {
+    uint64_t table_stacks = 0;
+    for (const auto& pat : patterns) for (bool use_sets : {false, true}) {
       auto g = CompileRegex(pat);
       ASSERT_TRUE(g.ok()) << g.status().ToString();
       PcrePrefix ref(pat);
       ASSERT_TRUE(ref.ok());
-      GrammarMatcher m(*g, trie);
+      // Both mask paths: the trie walk, and the precomputed per-position token sets.
+      GrammarMatcher m = use_sets ? GrammarMatcher(TokenSets::Build(*g, trie)) : GrammarMatcher(*g, trie);
       std::vector<uint32_t> bits((trie->vocab_size() + 31) / 32);
       std::string prefix;
       for (int step = 0; step < 4; ++step) {
@@ -218,7 +220,8 @@ TEST(Grammar, MaskMatchesBruteForceOnRealVocabularies) {
           bool want;
           if (tok->IsEog(id)) want = ref.Full(prefix);
           else want = !b.empty() && ref.Viable(prefix + b);
-          ASSERT_EQ(got, want) << vocab << " pattern " << pat << " after '" << prefix << "' token " << id << " '" << b << "'";
+          ASSERT_EQ(got, want) << vocab << " pattern " << pat << (use_sets ? " (token sets)" : " (walk)") << " after '"
+                               << prefix << "' token " << id << " '" << b << "'";
           if (got && !tok->IsEog(id)) allowed.push_back(id);
         }
         if (allowed.empty()) break;
@@ -226,7 +229,9 @@ TEST(Grammar, MaskMatchesBruteForceOnRealVocabularies) {
         ASSERT_TRUE(m.AcceptToken(pick));
         prefix += trie->bytes(pick);
       }
+      if (use_sets) table_stacks += m.stats().table_stacks;
     }
+    EXPECT_GT(table_stacks, 0u) << vocab << ": no mask used the token sets";
   }
 }
 
@@ -242,19 +247,79 @@ TEST(Grammar, JsonMaskMatchesPerTokenFeed) {
   const std::string text = "{\"name\": \"中文 ok\\n\", \"tags\": [\"α\", \"βeta\"]}";
   GrammarMatcher m(*g, trie);
   std::vector<uint32_t> bits((trie->vocab_size() + 31) / 32);
-  for (size_t cut : {size_t{0}, size_t{1}, size_t{10}, size_t{11}, size_t{12}, size_t{20}, size_t{30}}) {
-    GrammarMatcher at(*g, trie);
+  auto sets = TokenSets::Build(*g, trie);
+  for (size_t cut : {size_t{0}, size_t{1}, size_t{10}, size_t{11}, size_t{12}, size_t{20}, size_t{30}}) for (bool use_sets : {false, true}) {
+    GrammarMatcher at = use_sets ? GrammarMatcher(sets) : GrammarMatcher(*g, trie);
     ASSERT_TRUE(at.AcceptBytes(text.substr(0, cut))) << cut;
     at.FillMask(bits.data());
     for (int32_t id = 0; id < trie->vocab_size(); id += 1) {
       const std::string& b = trie->bytes(id);
       bool want = tok->IsEog(id) ? at.IsAccepting() : !b.empty() && at.AcceptBytes(b);
       if (want && !tok->IsEog(id)) at.Rollback(1);
-      ASSERT_EQ(((bits[id >> 5] >> (id & 31)) & 1) != 0, want) << "cut " << cut << " token " << id << " '" << b << "'";
+      ASSERT_EQ(((bits[id >> 5] >> (id & 31)) & 1) != 0, want)
+          << "cut " << cut << (use_sets ? " (token sets)" : " (walk)") << " token " << id << " '" << b << "'";
     }
   }
   EXPECT_TRUE(m.AcceptBytes(text));
   EXPECT_TRUE(m.IsTerminated() || m.IsAccepting());
+}
+
+// The token-set path against the trie walk (itself checked against brute force above) on random walks over JSON
+// Schemas with the shapes that make masks expensive: long strings, patterns, nested arrays and objects, anyOf,
+// recursion. Every mask must be equal bit for bit, and the sets must actually be used.
+TEST(Grammar, TokenSetMasksEqualTrieWalk) {
+  const std::vector<std::string> schemas = {
+      R"({"type":"object","properties":{"title":{"type":"string"},"body":{"type":"string","maxLength":40},"n":{"type":"integer"}},"required":["title","body"]})",
+      R"({"type":"array","items":{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z ]{2,30}$"},"tags":{"type":"array","items":{"type":"string"},"maxItems":3}},"required":["id"]},"minItems":1,"maxItems":4})",
+      R"({"anyOf":[{"type":"string","format":"date"},{"type":"object","additionalProperties":{"type":"string"}},{"type":"null"}]})",
+      R"({"$defs":{"node":{"type":"object","properties":{"name":{"type":"string"},"kids":{"type":"array","items":{"$ref":"#/$defs/node"}}},"required":["name"]}},"$ref":"#/$defs/node"})",
+      R"({"type":"object","properties":{"e":{"enum":["alpha","beta gamma","δ"]},"x":{"type":"number","minimum":-5}},"additionalProperties":true})"};
+  for (const char* vocab : {"qwen3", "llama3"}) {
+    auto tok = LoadVocab(vocab);
+    if (!tok) GTEST_SKIP() << "tokenizer " << vocab << " not available";
+    auto trie = TokenTrie::FromTokenizer(*tok);
+    const size_t words = (trie->vocab_size() + 31) / 32;
+    uint64_t table_stacks = 0;
+    for (size_t si = 0; si < schemas.size(); ++si) {
+      auto g = CompileJsonSchema(nlohmann::json::parse(schemas[si]));
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      auto sets = TokenSets::Build(*g, trie);
+      auto every = TokenSets::Build(*g, trie, /*every_position=*/true);
+      for (uint32_t seed = 1; seed <= 4; ++seed) {
+        // Seeds 1-3: the sets the engine builds; seed 4: sets at every position, the walk never used.
+        GrammarMatcher fast(seed == 4 ? every : sets), ref(*g, trie);
+        std::mt19937 rng(seed * 7919 + si);
+        std::vector<uint32_t> a(words), b(words);
+        for (int step = 0; step < 48; ++step) {
+          fast.FillMask(a.data());
+          ref.FillMask(b.data());
+          for (size_t w = 0; w < words; ++w)
+            if (a[w] != b[w]) {
+              const uint32_t diff = a[w] ^ b[w];
+              const int32_t id = static_cast<int32_t>(w * 32 + __builtin_ctz(diff));
+              FAIL() << vocab << " schema " << si << " seed " << seed << " step " << step << ": token " << id << " '"
+                     << trie->bytes(id) << "' is " << (((a[w] >> (id & 31)) & 1) ? "allowed" : "refused")
+                     << " by the token sets but not by the walk";
+            }
+          std::vector<int32_t> allowed;
+          for (int32_t id = 0; id < trie->vocab_size(); ++id)
+            if (((a[id >> 5] >> (id & 31)) & 1) && !tok->IsEog(id)) allowed.push_back(id);
+          if (allowed.empty()) break;
+          // Prefer long tokens half the time, so walks reach deep inside strings and past their ends.
+          int32_t pick = allowed[rng() % allowed.size()];
+          if (rng() % 2)
+            for (int k = 0; k < 8; ++k) {
+              const int32_t c = allowed[rng() % allowed.size()];
+              if (trie->bytes(c).size() > trie->bytes(pick).size()) pick = c;
+            }
+          ASSERT_TRUE(fast.AcceptToken(pick));
+          ASSERT_TRUE(ref.AcceptToken(pick));
+        }
+        table_stacks += fast.stats().table_stacks;
+      }
+    }
+    EXPECT_GT(table_stacks, 30u) << vocab << ": the token sets were hardly used, so this test checked little";
+  }
 }
 
 }  // namespace
