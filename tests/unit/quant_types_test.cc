@@ -185,17 +185,19 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
   const int64_t n = 29, k = blk == 32 ? 224 : 768;
-  const int m = 9;
   const auto wb = RandomBlocks(t, static_cast<size_t>(n * k / blk), 4242, true);
-  auto x = RandomVec(static_cast<size_t>(m) * k, 4343);
-  for (size_t i = 0; i < static_cast<size_t>(k); ++i) x[i] = i % 2 ? 1e3f : -1e3f;  // row 0: extreme bytes
-  TensorView w{t, {n, k}, wb.data(), wb.size()};
-  std::vector<float> a(static_cast<size_t>(m) * n), b(a.size());
-  SetIsa(Isa::kAvx2);
-  MatMul(w, x.data(), m, a.data());
-  SetIsa(Isa::kAvx512);
-  MatMul(w, x.data(), m, b.data());
-  ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(t);
+  // m = 1 and 3 take the direct (no decode pass) paths of q4_K / q6_K, m = 9 the decoded one.
+  for (int m : {1, 3, 9}) {
+    auto x = RandomVec(static_cast<size_t>(m) * k, 4343);
+    for (size_t i = 0; i < static_cast<size_t>(k); ++i) x[i] = i % 2 ? 1e3f : -1e3f;  // row 0: extreme bytes
+    TensorView w{t, {n, k}, wb.data(), wb.size()};
+    std::vector<float> a(static_cast<size_t>(m) * n), b(a.size());
+    SetIsa(Isa::kAvx2);
+    MatMul(w, x.data(), m, a.data());
+    SetIsa(Isa::kAvx512);
+    MatMul(w, x.data(), m, b.data());
+    ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(t) << " m " << m;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllNewTypes, QuantGemmTest, ::testing::ValuesIn(NewWeightTypes()),
