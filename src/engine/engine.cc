@@ -181,7 +181,12 @@ std::shared_ptr<const grammar::TokenSets> Engine::GrammarSets(const RequestParam
   if (!key.empty()) {
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets_lru_.emplace_front(key, sets);
-    if (sets_lru_.size() > kGrammarSetsCached) sets_lru_.pop_back();
+    size_t bytes = 0;
+    for (const auto& e : sets_lru_) bytes += e.second->stats().bytes;
+    while (sets_lru_.size() > 1 && (sets_lru_.size() > kGrammarSetsCached || bytes > kGrammarSetsBytes)) {
+      bytes -= sets_lru_.back().second->stats().bytes;
+      sets_lru_.pop_back();
+    }
   }
   return sets;
 }

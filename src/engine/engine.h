@@ -149,9 +149,9 @@ class Engine {
   mutable std::mutex trie_mu_;
   mutable std::shared_ptr<const grammar::TokenTrie> trie_;
   // Token sets of the grammars of recent requests, by GBNF text (agents send the same tool schemas again and
-  // again; building them costs ~1-70 ms), least recently used evicted.
+  // again; building them costs ~1-90 ms), least recently used evicted past 64 grammars or 256 MB of sets.
   std::shared_ptr<const grammar::TokenSets> GrammarSets(const RequestParams& p) const;
-  static constexpr size_t kGrammarSetsCached = 64;
+  static constexpr size_t kGrammarSetsCached = 64, kGrammarSetsBytes = 256u << 20;
   mutable std::mutex sets_mu_;
   mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::TokenSets>>> sets_lru_;
   EngineOptions opt_;

@@ -12,8 +12,10 @@ namespace {
 // A chain keeps the runtime trie walk when that walk is cheap: it visits few nodes (narrow first bytes: a
 // literal, digits), or about as many as its uncertain tokens would cost to feed.
 constexpr uint64_t kCheapWalkNodes = 2048;
-// Trie nodes all classifications of one grammar may visit (about 0.2 s); past it, positions keep the walk.
+// Trie nodes all classifications of one grammar may visit (about 0.2 s), and the bytes its sets may hold; past
+// either, positions keep the walk (a huge GBNF with many wide classes cannot take unbounded time or memory).
 constexpr uint64_t kBuildBudgetNodes = 24'000'000;
+constexpr size_t kMaxSetBytes = 32u << 20;
 }  // namespace
 
 size_t TokenSets::KeyHash::operator()(const Key& k) const {
@@ -87,7 +89,7 @@ std::shared_ptr<const TokenSets> TokenSets::Build(std::shared_ptr<const Grammar>
   };
   std::vector<uint32_t> chain;
   std::function<void()> classify = [&] {
-    if (spent > kBuildBudgetNodes && !every_position) return;
+    if ((spent > kBuildBudgetNodes || out->stats_.bytes > kMaxSetBytes) && !every_position) return;
     accepted.clear();
     uncertain.clear();
     uint64_t visited = 0;
