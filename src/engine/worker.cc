@@ -1,9 +1,11 @@
 #include "engine/worker.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
 #include "base/logging.h"
+#include "base/thread_pool.h"
 #include "dist/parallel.h"
 #include "grammar/matcher.h"
 
@@ -26,12 +28,29 @@ void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std:
   const int grammar_vocab = m->trie()->vocab_size();
   bits->assign((grammar_vocab + 31) / 32, 0);
   m->FillMask(bits->data());
+  ApplyMaskBits(bits->data(), grammar_vocab, logits, vocab);
+}
+
+void ApplyMaskBits(const uint32_t* b, int grammar_vocab, float* logits, int vocab) {
   bool any = false;
-  for (uint32_t w : *bits) any |= w != 0;
+  for (int w = 0; w < (grammar_vocab + 31) / 32; ++w) any |= b[w] != 0;
   if (!any) return;  // nothing the vocabulary can spell continues the grammar: leave the row unconstrained
-  const uint32_t* b = bits->data();
-  for (int t = 0; t < vocab; ++t)
-    if (t >= grammar_vocab || !((b[t >> 5] >> (t & 31)) & 1)) logits[t] = -std::numeric_limits<float>::infinity();
+  // A word at a time: inside a JSON string nearly every word is all-allowed (skipped), outside one nearly every
+  // word is all-refused (32 stores); only mixed words go bit by bit.
+  const float ninf = -std::numeric_limits<float>::infinity();
+  const int whole = std::min(vocab, grammar_vocab) / 32;
+  for (int w = 0; w < whole; ++w) {
+    const uint32_t word = b[w];
+    if (word == 0xFFFFFFFFu) continue;
+    float* l = logits + static_cast<int64_t>(w) * 32;
+    if (word == 0) {
+      std::fill(l, l + 32, ninf);
+      continue;
+    }
+    for (uint32_t off = ~word; off; off &= off - 1) l[__builtin_ctz(off)] = ninf;
+  }
+  for (int t = whole * 32; t < vocab; ++t)
+    if (t >= grammar_vocab || !((b[t >> 5] >> (t & 31)) & 1)) logits[t] = ninf;
 }
 
 ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
@@ -61,15 +80,37 @@ void ModelExecutor::MaybeRebalance(uint64_t step) {
                 rep->experts_sent, rep->bytes_sent / 1e6, moved_bytes_ / 1e6);
 }
 
-void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out) {
+void ModelExecutor::PrepareMasks(const SchedulerOutputs& so) {
+  mask_rows_.clear();
+  premask_.resize(so.rows.size());
+  for (size_t i = 0; i < so.rows.size(); ++i) {
+    premask_[i].clear();
+    const SequenceMetadata& r = so.rows[i];
+    if (r.samples && !plans_[i].skip && !r.dynamic && r.matcher) mask_rows_.push_back(i);
+  }
+  if (mask_rows_.size() < 2) return;  // one row: SampleRow computes it in place
+  ComputePool().Run([&](int tid, int nthreads) {
+    for (size_t j = static_cast<size_t>(tid); j < mask_rows_.size(); j += static_cast<size_t>(nthreads)) {
+      const size_t i = mask_rows_[j];
+      const SequenceMetadata& r = so.rows[i];
+      const int pos = r.q_begin + r.q_len;
+      if (!SyncMatcher(r.matcher, table_->row(r.slot), r.prompt_len, pos)) continue;
+      premask_[i].assign((r.matcher->trie()->vocab_size() + 31) / 32, 0);
+      r.matcher->FillMask(premask_[i].data());
+    }
+  });
+}
+
+void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out, const uint32_t* premask) {
   int32_t* hist = table_->row(r.slot);
   // Log-probs are reported from the model's distribution (before penalties and temperature), as vLLM does.
   if (r.logprobs >= 0) raw_.assign(logits, logits + vocab_);
   ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &counts_);
   // The grammar mask for this position depends on the token sampled at the previous one, which this
   // executor wrote into the token table itself: the overlap loop never waits on the host for it.
-  const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
-  if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
+  const bool constrained = premask ? true : r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
+  if (premask) ApplyMaskBits(premask, r.matcher->trie()->vocab_size(), logits, vocab_);
+  else if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
   out->token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
   if (constrained) r.matcher->AcceptToken(out->token);
   if (r.logprobs >= 0) {
@@ -124,6 +165,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
                                mtp ? hidden_.data() : nullptr);
   if (!st.status.ok()) return;
+  PrepareMasks(so);
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
     RowPlan& plan = plans_[i];
@@ -138,7 +180,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
       if (draft_tf_) run.kv_end = std::min(run.kv_end, ss.draft_len);
     } else {
       const int pos = r.q_begin + r.q_len;  // the position the new token will occupy
-      SampleRow(r, logits, pos, &st.out.rows[i]);
+      SampleRow(r, logits, pos, &st.out.rows[i], premask_[i].empty() ? nullptr : premask_[i].data());
       ss.len = pos + 1;
     }
     ss.gen = r.slot_gen;

@@ -22,6 +22,8 @@ class GrammarMatcher;
 bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len, int pos);
 // Sets the logits of every token the matcher does not allow to -inf (a no-op when it allows none).
 void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits);
+// The same with the mask already filled (bits over the matcher's vocabulary, grammar_vocab tokens).
+void ApplyMaskBits(const uint32_t* bits, int grammar_vocab, float* logits, int vocab);
 
 // The executor's own record of each token-table slot (the "device" view of committed lengths): a dynamic row
 // reads where its sequence really is from here, since the host may not have processed the previous step yet.
@@ -78,7 +80,12 @@ class ModelExecutor : public Executor {
   // A rejected draft's replacement: the target's distribution minus the draft's, positive part (q null: the
   // n-gram proposer's point mass at `draft`).
   int32_t DrawResidual(const FilteredDistribution& p, const FilteredDistribution* q, int32_t draft, float u);
-  void SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out);
+  // premask: the row's grammar mask computed ahead (PrepareMasks), nullptr to compute it here.
+  void SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out, const uint32_t* premask = nullptr);
+  // Syncs the matchers of the step's plain constrained rows and fills their masks, rows spread over the compute
+  // pool (each mask depends only on its own matcher); premask_[i] then holds row i's mask, empty when the row
+  // has none (not constrained, or its history left the grammar).
+  void PrepareMasks(const SchedulerOutputs& so);
   Transformer tf_;
   std::unique_ptr<PagedKvCache> kv_;
   TokenTable* table_;
@@ -87,6 +94,8 @@ class ModelExecutor : public Executor {
   std::vector<float> logits_, raw_;
   std::vector<int32_t> counts_;
   std::vector<uint32_t> mask_bits_;
+  std::vector<std::vector<uint32_t>> premask_;  // per row of the step (PrepareMasks)
+  std::vector<size_t> mask_rows_;
   int rebalances_ = 0;
   int64_t moved_slots_ = 0, moved_bytes_ = 0;
 
