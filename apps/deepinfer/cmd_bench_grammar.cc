@@ -69,7 +69,7 @@ int CmdBenchGrammar(int argc, char** argv) {
     auto trie = grammar::TokenTrie::FromTokenizer(**tok);
     const double trie_ms = Us(Clock::now() - t0) / 1000;
     const bool use_sets = args.Get("token-sets") != "off";
-    std::vector<double> mask_us, compile_us, sets_ms;
+    std::vector<double> mask_us, compile_us;
     uint64_t uncertain_checked = 0, table_stacks = 0;
     std::vector<uint32_t> bits((trie->vocab_size() + 31) / 32);
     std::mt19937_64 rng(args.GetInt("seed"));
@@ -87,7 +87,6 @@ int CmdBenchGrammar(int argc, char** argv) {
       if (use_sets) {
         sets = grammar::TokenSets::Build(*g, trie);
         compile_us.back() = Us(Clock::now() - t0);  // compile + token sets, as a request pays it
-        sets_ms.push_back(sets->stats().build_ms);
       }
       grammar::GrammarMatcher m = sets ? grammar::GrammarMatcher(sets) : grammar::GrammarMatcher(*g, trie);
       for (int s = 0; s < steps; ++s) {

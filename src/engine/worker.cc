@@ -108,7 +108,7 @@ void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos,
   ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &counts_);
   // The grammar mask for this position depends on the token sampled at the previous one, which this
   // executor wrote into the token table itself: the overlap loop never waits on the host for it.
-  const bool constrained = premask ? true : r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
+  const bool constrained = premask || (r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos));
   if (premask) ApplyMaskBits(premask, r.matcher->trie()->vocab_size(), logits, vocab_);
   else if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
   out->token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
