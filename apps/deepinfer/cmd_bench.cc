@@ -229,12 +229,18 @@ int CmdBench(int argc, char** argv) {
         best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       }
       const double gflops = 2 * MatmulParams(m) * best / 1e9;
-      const bool bf16 = (m.config.mla ? m.layers[0].mla.wkv_a : m.layers[0].gqa.wq).dtype == DType::kBF16 && Kernels().bf16_dot;
-      const double peak = MeasurePeakGflops(bf16);
-      std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f GFLOP/s in matmuls; %s peak %.1f GFLOP/s -> %.1f%%)\n",
-                  n_prompt, best, gflops, bf16 ? "vdpbf16ps" : "f32 FMA", peak, peak > 0 ? 100 * gflops / peak : 0.0);
+      // The limit is the peak of the instruction the layers' matmuls run on (the first layer's q projection).
+      const DType wt = (m.config.mla ? m.layers[0].mla.wkv_a : m.layers[0].gqa.wq).dtype;
+      PeakOp op = PeakOp::kF32Fma;
+      if (wt == DType::kBF16 && Kernels().bf16_dot) op = PeakOp::kBf16Dot;
+      const bool int8 = wt != DType::kF32 && wt != DType::kF16 && wt != DType::kBF16 && wt != DType::kF8E4M3;
+      if (int8 && DetectCpu().avx512_vnni) op = PeakOp::kInt8Dot;
+      const double peak = MeasurePeakGflops(op);
+      std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f G%s/s in matmuls; %s peak %.1f -> %.1f%%)\n", n_prompt,
+                  best, gflops, op == PeakOp::kInt8Dot ? "OP" : "FLOP", PeakOpName(op), peak,
+                  peak > 0 ? 100 * gflops / peak : 0.0);
       result.update({{"tokens_per_second", best}, {"matmul_gflops", gflops}, {"n_prompt", n_prompt},
-                     {"peak_gflops", peak}, {"peak_fraction", peak > 0 ? gflops / peak : 0.0}});
+                     {"peak_gflops", peak}, {"peak_op", PeakOpName(op)}, {"peak_fraction", peak > 0 ? gflops / peak : 0.0}});
     }
     if (args.Has("peer")) {
       if (m.format != "gguf") {

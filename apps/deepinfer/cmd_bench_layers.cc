@@ -143,7 +143,7 @@ int CmdBenchLayers(int argc, char** argv) {
   const int hd_k = c.mla ? c.kv_lora_rank + c.qk_rope_dim : c.head_dim, hd_v = c.mla ? c.kv_lora_rank : c.head_dim;
   const double attn_flops_per_pos = 2.0 * c.n_heads * (hd_k + hd_v);
   // The attention arithmetic runs as f32 FMAs (K/V converted to f32 on load): its compute ceiling.
-  const double fma_peak = MeasurePeakGflops(false);
+  const double fma_peak = MeasurePeakGflops(PeakOp::kF32Fma);
   std::printf("f32 FMA peak %.1f GFLOP/s\n", fma_peak);
   result["f32_fma_peak_gflops"] = fma_peak;
   std::printf("%6s %12s %12s %12s %10s %10s %10s %9s\n", "seqs", "tokens/s", "weights MB", "KV MB", "GB/s", "roofline",

@@ -80,41 +80,45 @@ void ModelExecutor::MaybeRebalance(uint64_t step) {
                 rep->experts_sent, rep->bytes_sent / 1e6, moved_bytes_ / 1e6);
 }
 
-void ModelExecutor::PrepareMasks(const SchedulerOutputs& so) {
-  mask_rows_.clear();
-  premask_.resize(so.rows.size());
+void ModelExecutor::SampleRows(const SchedulerOutputs& so, WorkerStepState& st) {
+  sample_rows_.clear();
   for (size_t i = 0; i < so.rows.size(); ++i) {
-    premask_[i].clear();
     const SequenceMetadata& r = so.rows[i];
-    if (r.samples && !plans_[i].skip && !r.dynamic && r.matcher) mask_rows_.push_back(i);
+    if (r.samples && !plans_[i].skip && !r.dynamic) sample_rows_.push_back(i);
   }
-  if (mask_rows_.size() < 2) return;  // one row: SampleRow computes it in place
+  // Each row depends only on its own logits, history, sampling state and matcher, so the rows spread over the
+  // compute pool (one scratch per thread); a row's token is the same whichever thread samples it.
+  auto sample = [&](size_t i, SampleScratch* scratch) {
+    const SequenceMetadata& r = so.rows[i];
+    float* logits = logits_.data() + static_cast<size_t>(plans_[i].logit_row) * vocab_;
+    SampleRow(r, logits, r.q_begin + r.q_len, &st.out.rows[i], scratch);
+  };
+  const int threads = sample_rows_.size() < 2 ? 1 : ComputePool().size();
+  if (scratch_.size() < static_cast<size_t>(threads)) scratch_.resize(threads);
+  if (threads == 1) {
+    for (size_t i : sample_rows_) sample(i, &scratch_[0]);
+    return;
+  }
   ComputePool().Run([&](int tid, int nthreads) {
-    for (size_t j = static_cast<size_t>(tid); j < mask_rows_.size(); j += static_cast<size_t>(nthreads)) {
-      const size_t i = mask_rows_[j];
-      const SequenceMetadata& r = so.rows[i];
-      const int pos = r.q_begin + r.q_len;
-      if (!SyncMatcher(r.matcher, table_->row(r.slot), r.prompt_len, pos)) continue;
-      premask_[i].assign((r.matcher->trie()->vocab_size() + 31) / 32, 0);
-      r.matcher->FillMask(premask_[i].data());
-    }
+    for (size_t j = static_cast<size_t>(tid); j < sample_rows_.size(); j += static_cast<size_t>(nthreads))
+      sample(sample_rows_[j], &scratch_[tid]);
   });
 }
 
-void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out, const uint32_t* premask) {
+void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out,
+                              SampleScratch* scratch) {
   int32_t* hist = table_->row(r.slot);
   // Log-probs are reported from the model's distribution (before penalties and temperature), as vLLM does.
-  if (r.logprobs >= 0) raw_.assign(logits, logits + vocab_);
-  ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &counts_);
+  if (r.logprobs >= 0) scratch->raw.assign(logits, logits + vocab_);
+  ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &scratch->counts);
   // The grammar mask for this position depends on the token sampled at the previous one, which this
   // executor wrote into the token table itself: the overlap loop never waits on the host for it.
-  const bool constrained = premask || (r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos));
-  if (premask) ApplyMaskBits(premask, r.matcher->trie()->vocab_size(), logits, vocab_);
-  else if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &mask_bits_);
+  const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
+  if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &scratch->mask_bits);
   out->token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
   if (constrained) r.matcher->AcceptToken(out->token);
   if (r.logprobs >= 0) {
-    TopLogprobs lp = ComputeLogprobs(raw_.data(), vocab_, out->token, r.logprobs);
+    TopLogprobs lp = ComputeLogprobs(scratch->raw.data(), vocab_, out->token, r.logprobs);
     out->logprob = lp.logprob;
     out->top = std::move(lp.top);
   }
@@ -165,7 +169,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
                                mtp ? hidden_.data() : nullptr);
   if (!st.status.ok()) return;
-  PrepareMasks(so);
+  SampleRows(so, st);
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
     RowPlan& plan = plans_[i];
@@ -179,9 +183,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
       run.kv_end = ss.len - 1;  // the input position and the accepted drafts
       if (draft_tf_) run.kv_end = std::min(run.kv_end, ss.draft_len);
     } else {
-      const int pos = r.q_begin + r.q_len;  // the position the new token will occupy
-      SampleRow(r, logits, pos, &st.out.rows[i], premask_[i].empty() ? nullptr : premask_[i].data());
-      ss.len = pos + 1;
+      ss.len = r.q_begin + r.q_len + 1;  // sampled above (SampleRows) at position q_begin + q_len
     }
     ss.gen = r.slot_gen;
   }

@@ -80,12 +80,17 @@ class ModelExecutor : public Executor {
   // A rejected draft's replacement: the target's distribution minus the draft's, positive part (q null: the
   // n-gram proposer's point mass at `draft`).
   int32_t DrawResidual(const FilteredDistribution& p, const FilteredDistribution* q, int32_t draft, float u);
-  // premask: the row's grammar mask computed ahead (PrepareMasks), nullptr to compute it here.
-  void SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out, const uint32_t* premask = nullptr);
-  // Syncs the matchers of the step's plain constrained rows and fills their masks, rows spread over the compute
-  // pool (each mask depends only on its own matcher); premask_[i] then holds row i's mask, empty when the row
-  // has none (not constrained, or its history left the grammar).
-  void PrepareMasks(const SchedulerOutputs& so);
+  // A sampling thread's buffers: the raw logits (log-probs), the penalty counts, the grammar mask.
+  struct SampleScratch {
+    std::vector<float> raw;
+    std::vector<int32_t> counts;
+    std::vector<uint32_t> mask_bits;
+  };
+  // Samples a plain row's token at `pos`: penalties, its grammar mask (the matcher synced to the table first),
+  // the draw, the matcher advanced; the token is written into the table.
+  void SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out, SampleScratch* scratch);
+  // SampleRow for every plain sampling row of the step, the rows spread over the compute pool.
+  void SampleRows(const SchedulerOutputs& so, WorkerStepState& st);
   Transformer tf_;
   std::unique_ptr<PagedKvCache> kv_;
   TokenTable* table_;
@@ -93,9 +98,9 @@ class ModelExecutor : public Executor {
   std::vector<SeqForward> fwd_;
   std::vector<float> logits_, raw_;
   std::vector<int32_t> counts_;
-  std::vector<uint32_t> mask_bits_;
-  std::vector<std::vector<uint32_t>> premask_;  // per row of the step (PrepareMasks)
-  std::vector<size_t> mask_rows_;
+  std::vector<uint32_t> mask_bits_;  // speculative rows (sampled serially)
+  std::vector<SampleScratch> scratch_;  // per compute-pool thread (SampleRows)
+  std::vector<size_t> sample_rows_;
   int rebalances_ = 0;
   int64_t moved_slots_ = 0, moved_bytes_ = 0;
 

@@ -87,8 +87,17 @@ FilteredDistribution Filter(const float* logits, int n, const SamplingParams& p)
   FilteredDistribution d;
   // Candidates sorted by logit (ties by id, so the order is deterministic).
   std::vector<int32_t>& idx = d.ids;
-  idx.resize(n);
-  std::iota(idx.begin(), idx.end(), 0);
+  // Tokens at -inf (a grammar mask refuses them) have probability 0: leaving them out of the sort changes no
+  // draw (they would sort last and add 0 to every cumulative sum) and makes a masked row's sort cost its
+  // allowed tokens only.
+  idx.clear();
+  for (int i = 0; i < n; ++i)
+    if (logits[i] != -std::numeric_limits<float>::infinity()) idx.push_back(i);
+  if (idx.empty()) {  // every token refused: the unconstrained order, as before
+    idx.resize(n);
+    std::iota(idx.begin(), idx.end(), 0);
+  }
+  n = static_cast<int>(idx.size());
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
   int keep = n;
   if (p.top_k > 0 && p.top_k < n) {

@@ -184,10 +184,13 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
     GTEST_SKIP() << "needs AVX2 and AVX-512";
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
-  const int64_t n = 29, k = blk == 32 ? 224 : 768;
+  // 77 rows: on two threads, slices of 48 and 29 rows, so the VNNI panels run in pairs, alone, and next to a
+  // 13-row remainder on the decoded path.
+  const int64_t n = 77, k = blk == 32 ? 224 : 768;
   const auto wb = RandomBlocks(t, static_cast<size_t>(n * k / blk), 4242, true);
-  // m = 1 and 3 take the direct (no decode pass) paths of q4_K / q6_K, m = 9 the decoded one.
-  for (int m : {1, 3, 9}) {
+  // m = 1 and 3 take the direct (no decode pass) paths of q4_K / q6_K; m = 9 and 17 the decoded one, or the
+  // k-quants' VNNI panels (x tiles of 4 and 1 rows) where the CPU has AVX512-VNNI.
+  for (int m : {1, 3, 9, 17}) {
     auto x = RandomVec(static_cast<size_t>(m) * k, 4343);
     for (size_t i = 0; i < static_cast<size_t>(k); ++i) x[i] = i % 2 ? 1e3f : -1e3f;  // row 0: extreme bytes
     TensorView w{t, {n, k}, wb.data(), wb.size()};
@@ -197,6 +200,12 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
     SetIsa(Isa::kAvx512);
     MatMul(w, x.data(), m, b.data());
     ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(t) << " m " << m;
+    if (DetectCpu().avx512_vnni) {  // and the generic AVX-512 kernels (the VNNI panels off)
+      const bool was = SetVnni(false);
+      MatMul(w, x.data(), m, b.data());
+      SetVnni(was);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(t) << " m " << m << " without VNNI";
+    }
   }
 }
 

@@ -4,12 +4,14 @@
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/avx512_loads.inc"
 #include "kernels/cpu/isa_kernels.h"
 #define DI_ISA_NS isa_avx512
 #include "kernels/cpu/quant_dot_portable.inc"
 #undef DI_ISA_NS
+#include "kernels/cpu/kquant_vnni_avx512.inc"
 
 namespace deepinfer {
 namespace isa_avx512 {
@@ -330,7 +332,15 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       if constexpr (kVnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
       else RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
       break;
-    default: QuantSlice(w, xq, m, y, ldy, n0, n1); break;  // the other GGUF block types: the portable kernels
+    default: {
+      // k-quants at m >= 4 on VNNI: whole 16-row panels, the rest (fewer than 16 rows) on the decoded path.
+      int64_t n_panels = n0;
+      if constexpr (kVnni)
+        if (m >= 4 && KQuantSliceVnni(w, xq, m, y, ldy, n0, n0 + (n1 - n0) / kPanelRows * kPanelRows))
+          n_panels = n0 + (n1 - n0) / kPanelRows * kPanelRows;
+      if (n_panels < n1) QuantSlice(w, xq, m, y, ldy, n_panels, n1);  // the other GGUF block types: portable kernels
+      break;
+    }
   }
 }
 

@@ -50,6 +50,20 @@ __attribute__((target("avx512f,avx512bf16"))) double DpBf16Flops(int64_t iters) 
   return static_cast<double>(iters) * 12 * 64;  // 32 products + 32 adds per instruction
 }
 
+// The int8 dot products of the quantized GEMMs (vpdpbusd: 64 byte products and their adds per instruction).
+__attribute__((target("avx512f,avx512vnni"))) double DpbusdOps(int64_t iters) {
+  __m512i acc[12];
+  for (auto& a : acc) a = _mm512_setzero_si512();
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-5);
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& c : acc) c = _mm512_dpbusd_epi32(c, a, b);
+  __m512i s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, acc[j]);
+  volatile int sink = _mm512_reduce_add_epi32(s);
+  (void)sink;
+  return static_cast<double>(iters) * 12 * 128;
+}
+
 __attribute__((target("avx2,fma"))) double FmaFlops(int64_t iters) {
   __m256 acc[12];
   for (auto& a : acc) a = _mm256_setzero_ps();
@@ -65,16 +79,19 @@ __attribute__((target("avx2,fma"))) double FmaFlops(int64_t iters) {
 
 }  // namespace
 
-double MeasurePeakGflops(bool bf16) {
+double MeasurePeakGflops(PeakOp op) {
   const auto& cpu = DetectCpu();
-  if (bf16 ? !cpu.avx512_bf16 : !cpu.avx2_fma) return 0;
+  const bool ok = op == PeakOp::kBf16Dot ? cpu.avx512_bf16 : op == PeakOp::kInt8Dot ? cpu.avx512_vnni : cpu.avx2_fma;
+  if (!ok) return 0;
   ThreadPool& pool = ComputePool();
   double best = 0;
   for (int r = 0; r < 3; ++r) {
     std::atomic<double> flops{0};
     auto t0 = std::chrono::steady_clock::now();
     pool.Run([&](int, int) {
-      const double f = bf16 ? DpBf16Flops(4000000) : FmaFlops(4000000);
+      const double f = op == PeakOp::kBf16Dot ? DpBf16Flops(4000000)
+                       : op == PeakOp::kInt8Dot ? DpbusdOps(4000000)
+                                                : FmaFlops(4000000);
       double cur = flops.load();
       while (!flops.compare_exchange_weak(cur, cur + f)) {
       }
@@ -83,6 +100,14 @@ double MeasurePeakGflops(bool bf16) {
     best = std::max(best, flops.load() / s / 1e9);
   }
   return best;
+}
+
+const char* PeakOpName(PeakOp op) {
+  switch (op) {
+    case PeakOp::kBf16Dot: return "vdpbf16ps";
+    case PeakOp::kInt8Dot: return "int8 vpdpbusd";
+    default: return "f32 FMA";
+  }
 }
 
 double MeasureReadBandwidthGBs(size_t bytes, int reps) {
