@@ -4,7 +4,8 @@
 // 200 short strings) cannot complete within --gen tokens, so every row decodes exactly --gen tokens in both runs;
 // seeded sampling at temperature 1 keeps the walk inside strings, where masks are widest.
 // Decode time = wall time at --gen tokens minus wall time at 1 token (loading, prefill), per configuration.
-//   node bench/grammar_throughput.mjs BIN MODEL [--requests 32] [--gen 48] [--repeat 2]
+// --max-length N bounds each string (maxLength, the default 24); 0 leaves strings unbounded.
+//   node bench/grammar_throughput.mjs BIN MODEL [--requests 32] [--gen 48] [--repeat 2] [--max-length 24]
 // Runs alternate plain / grammar --repeat times; the best of each is kept (load from elsewhere only slows).
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
@@ -16,10 +17,11 @@ if (!bin || !model) {
   console.error("usage: node bench/grammar_throughput.mjs BIN MODEL [--requests N] [--gen G] [--repeat R]");
   process.exit(2);
 }
-const opt = {requests: 32, gen: 48, repeat: 2};
+const opt = {requests: 32, gen: 48, repeat: 2, "max-length": 24};
 for (let i = 0; i < rest.length; i += 2) opt[rest[i].replace(/^--/, "")] = Number(rest[i + 1]);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-grammarbench-"));
-const schema = {type: "array", items: {type: "string", maxLength: 24}, minItems: 200};
+const schema = {type: "array", items: {type: "string", ...(opt["max-length"] > 0 ? {maxLength: opt["max-length"]} : {})},
+                minItems: 200};
 
 function run(grammar, gen) {
   const lines = Array.from({length: opt.requests}, (_, i) => JSON.stringify({
@@ -52,7 +54,8 @@ const rate = (g) => {
   return {tokPerS: (full.tokens - one.tokens) / (full.secs - one.secs), full, one};
 };
 const plain = rate("plain"), grammar = rate("grammar");
-console.log(`model ${path.basename(model)}, ${opt.requests} concurrent requests, ${opt.gen} tokens each (best of ${opt.repeat})`);
+console.log(`model ${path.basename(model)}, ${opt.requests} concurrent requests, ${opt.gen} tokens each (best of ${opt.repeat}), ` +
+            `schema ${JSON.stringify(schema)}`);
 for (const [name, r] of [["plain", plain], ["json_schema", grammar]])
   console.log(`  ${name.padEnd(12)} decode ${r.tokPerS.toFixed(2)} tok/s (${r.full.tokens} tokens in ${r.full.secs.toFixed(2)} s, ` +
               `1-token run ${r.one.secs.toFixed(2)} s; ${r.full.lengths}/${opt.requests} rows ran to max_tokens)`);

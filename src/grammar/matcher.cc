@@ -184,6 +184,7 @@ bool GrammarMatcher::IsAccepting() const {
 bool GrammarMatcher::IsTerminated() const { return IsAccepting() && history_.back().stacks.size() == 1; }
 
 int32_t GrammarMatcher::InternState(const State& s) {
+  if (auto found = dfa_ids_.find(s); found != dfa_ids_.end()) return found->second;  // no node built for a hit
   auto [it, fresh] = dfa_ids_.emplace(s, static_cast<int32_t>(dfa_states_.size()));
   if (fresh) {
     dfa_states_.push_back(s);
@@ -205,8 +206,8 @@ int32_t GrammarMatcher::Next(int32_t sid, uint8_t byte) {
   return next;
 }
 
-void GrammarMatcher::ResetDfaIfFull() {
-  if (dfa_states_.size() <= kMaxInterned) return;
+void GrammarMatcher::ResetDfaIfFull(size_t limit) {
+  if (dfa_states_.size() <= limit) return;
   dfa_states_.clear();
   dfa_ids_.clear();
   dfa_next_.clear();
@@ -214,7 +215,7 @@ void GrammarMatcher::ResetDfaIfFull() {
 
 void GrammarMatcher::WalkMask(const State& st, uint32_t* bits) {
   const TokenTrie& t = *trie_;
-  ResetDfaIfFull();
+  ResetDfaIfFull(kMaxDfaStates);
   levels_.resize(t.max_depth() + 1);
   levels_[0] = InternState(st);
   const size_t n = t.num_nodes();
@@ -250,7 +251,7 @@ void GrammarMatcher::TableMask(uint32_t id, const TokenSets::Entry& e, uint32_t*
   if (e.uncertain.empty()) return;
   // Feed each uncertain token to this one stack, resuming from the prefix it shares with the previous token;
   // when that prefix already died, so does this token.
-  ResetDfaIfFull();
+  ResetDfaIfFull(kMaxDfaStates);
   scratch_.stacks.assign(1, id);
   scratch_.partial = scratch_.left = scratch_.len = 0;
   levels_.resize(t.max_depth() + 1);
@@ -323,7 +324,7 @@ void GrammarMatcher::FillMask(uint32_t* bits) {
 void GrammarMatcher::Classify(const std::vector<uint32_t>& chain, std::vector<int32_t>* accepted,
                               std::vector<int32_t>* uncertain, uint64_t* visited) {
   const TokenTrie& t = *trie_;
-  ResetDfaIfFull();
+  ResetDfaIfFull(kMaxInterned);
   uint32_t id = chain.back() == TokenSets::kBottom ? 0 : Intern(chain.back(), kContext);
   for (size_t k = chain.size() - 1; k-- > 0;) id = Intern(chain[k], id);
   State start;

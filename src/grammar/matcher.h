@@ -107,11 +107,13 @@ class GrammarMatcher {
   std::vector<int32_t> step_tokens_;
   // The mask walk runs over interned states with a lazily filled byte-transition table per state (a DFA built
   // on demand): inside a JSON string or a repetition the walk revisits a handful of states across the whole
-  // trie, so most edges cost one table lookup. Tables are kept for the first kMaxDfaStates states; the pool is
-  // cleared when it grows past kMaxInterned, before a walk.
+  // trie, so most edges cost one table lookup. Tables are kept for the first kMaxDfaStates states. Before a mask
+  // the pool is cleared once it holds more than kMaxDfaStates (a long generation keeps meeting new states, which
+  // would otherwise go without tables: inside a bounded repetition each position is a new state); before a
+  // build-time classification, past kMaxInterned (states shared between positions are worth keeping there).
   static constexpr size_t kMaxDfaStates = 4096, kMaxInterned = 1 << 18;
   int32_t InternState(const State& s);
-  void ResetDfaIfFull();  // before a walk, so ids held in levels_ stay valid during it
+  void ResetDfaIfFull(size_t limit);  // before a walk, so ids held in levels_ stay valid during it
   int32_t Next(int32_t sid, uint8_t byte);
   std::vector<State> dfa_states_;
   std::unordered_map<State, int32_t, StateHash> dfa_ids_;

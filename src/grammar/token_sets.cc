@@ -16,6 +16,8 @@ constexpr uint64_t kCheapWalkNodes = 2048;
 // either, positions keep the walk (a huge GBNF with many wide classes cannot take unbounded time or memory).
 constexpr uint64_t kBuildBudgetNodes = 24'000'000;
 constexpr size_t kMaxSetBytes = 32u << 20;
+// Uncertain tokens a chain may leave to the per-step feed before the frame below is looked at as well.
+constexpr size_t kMaxUncertainFed = 1024;
 }  // namespace
 
 size_t TokenSets::KeyHash::operator()(const Key& k) const {
@@ -97,7 +99,9 @@ std::shared_ptr<const TokenSets> TokenSets::Build(std::shared_ptr<const Grammar>
     spent += visited;
     if (visited < kCheapWalkNodes && !every_position) return;
     const bool last = static_cast<int>(chain.size()) >= kMaxChain || chain.back() == kBottom;
-    if (uncertain.size() * 4 >= visited && !(every_position && last)) {
+    // Many uncertain tokens cost a per-step feed each even when they are a small share of the walk (near the
+    // end of a bounded repetition, every token longer than what is left runs past it): look deeper then too.
+    if ((uncertain.size() * 4 >= visited || uncertain.size() > kMaxUncertainFed) && !(every_position && last)) {
       // Mostly context-dependent: look one frame further down, if there is one.
       if (last) return;
       out->index_[key_of(chain)] = kDeeper;
