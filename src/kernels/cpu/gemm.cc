@@ -23,14 +23,33 @@ struct PreparedX {
   std::vector<BlockQ8_K> q8_k;
 };
 
-void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, PreparedX* p) {
+// fn(begin, end) over [0, count) units: split over `pool` when it is given and each thread gets at least
+// min_units (the conversions below are per element or per block, so any split gives the same bytes).
+template <class F>
+void ForUnits(ThreadPool* pool, size_t count, size_t min_units, const F& fn) {
+  if (!pool || pool->size() < 2 || count < 2 * min_units) {
+    fn(size_t{0}, count);
+    return;
+  }
+  pool->Run([&](int tid, int nt) {
+    auto [b, e] = ThreadPool::Range(count, tid, nt);
+    if (b < e) fn(b, e);
+  });
+}
+
+// pool: convert x on the compute pool (the caller is not one of its workers), or null to convert here.
+void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, PreparedX* p, ThreadPool* pool = nullptr) {
   const size_t n = static_cast<size_t>(m) * w.cols();
+  constexpr size_t kMinElems = 16384;  // per thread, below which a pool dispatch costs more than it saves
   p->x = x;
   p->xq = nullptr;
   switch (w.dtype) {
     case DType::kBF16: {
       p->half.resize(n);
-      for (size_t i = 0; i < n; ++i) p->half[i] = F32ToBF16(x[i]);
+      uint16_t* half = p->half.data();
+      ForUnits(pool, n, kMinElems, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) half[i] = F32ToBF16(x[i]);
+      });
       if (kt.bf16_dot) {
         p->xq = p->half.data();
       } else {
@@ -52,17 +71,21 @@ void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, 
       switch (ActivationDotType(w.dtype)) {
         case DType::kQ8_0:
           p->q8.resize(n / 32);
-          QuantizeActivationsQ8_0(x, p->q8.data(), n);
+          ForUnits(pool, n / 32, kMinElems / 32,
+                   [&](size_t b, size_t e) { QuantizeActivationsQ8_0(x + b * 32, p->q8.data() + b, (e - b) * 32); });
           p->xq = p->q8.data();
           break;
         case DType::kQ8_1:
           p->q8_1.resize(n / 32);
-          QuantizeActivationsQ8_1(x, p->q8_1.data(), n);
+          ForUnits(pool, n / 32, kMinElems / 32,
+                   [&](size_t b, size_t e) { QuantizeActivationsQ8_1(x + b * 32, p->q8_1.data() + b, (e - b) * 32); });
           p->xq = p->q8_1.data();
           break;
         case DType::kQ8_K:
           p->q8_k.resize(n / kQK_K);
-          QuantizeActivationsQ8_K(x, p->q8_k.data(), n);
+          ForUnits(pool, n / kQK_K, kMinElems / kQK_K, [&](size_t b, size_t e) {
+            QuantizeActivationsQ8_K(x + b * kQK_K, p->q8_k.data() + b, (e - b) * kQK_K);
+          });
           p->xq = p->q8_k.data();
           break;
         default:
@@ -118,7 +141,7 @@ void MatMul(const TensorView& w, const float* x, int m, float* y, const float* b
   thread_local PreparedX prepared;  // buffers reused across calls
   // A lambda does not capture thread_locals: pass the caller's instance explicitly to the workers.
   PreparedX* p = &prepared;
-  Prepare(kt, w, x, m, p);
+  Prepare(kt, w, x, m, p, &ComputePool());
   ComputePool().Run([&, p](int tid, int nt) {
     auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(n), tid, nt, 16);
     if (n0 < n1) Slice(kt, w, *p, m, y, static_cast<int>(n), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
@@ -133,7 +156,7 @@ void MatMulMany(const MatMulJob* jobs, int count) {
   const KernelTable& kt = Kernels();
   thread_local std::vector<PreparedX> prepared;
   if (prepared.size() < static_cast<size_t>(count)) prepared.resize(static_cast<size_t>(count));
-  for (int j = 0; j < count; ++j) Prepare(kt, *jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j]);
+  for (int j = 0; j < count; ++j) Prepare(kt, *jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j], &ComputePool());
   const PreparedX* p = prepared.data();
   // Every job is split over the threads exactly as MatMul splits it (so each output row comes from the same
   // kernel calls, and jobs with many x rows do not load one thread more than another).
