@@ -334,11 +334,12 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       break;
     default: {
       // k-quants at m >= 4 on VNNI: whole 16-row panels, the rest (fewer than 16 rows) on the decoded path.
-      int64_t n_panels = n0;
-      if constexpr (kVnni)
-        if (m >= 4 && KQuantSliceVnni(w, xq, m, y, ldy, n0, n0 + (n1 - n0) / kPanelRows * kPanelRows))
-          n_panels = n0 + (n1 - n0) / kPanelRows * kPanelRows;
-      if (n_panels < n1) QuantSlice(w, xq, m, y, ldy, n_panels, n1);  // the other GGUF block types: portable kernels
+      int64_t done = n0;
+      if constexpr (kVnni) {
+        const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
+        if (m >= 4 && whole > n0 && KQuantSliceVnni(w, xq, m, y, ldy, n0, whole)) done = whole;
+      }
+      if (done < n1) QuantSlice(w, xq, m, y, ldy, done, n1);  // the other GGUF block types: portable kernels
       break;
     }
   }
