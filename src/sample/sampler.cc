@@ -85,50 +85,79 @@ TopLogprobs ComputeLogprobs(const float* logits, int n, int32_t token, int k) {
 
 FilteredDistribution Filter(const float* logits, int n, const SamplingParams& p) {
   FilteredDistribution d;
-  // Candidates sorted by logit (ties by id, so the order is deterministic).
   std::vector<int32_t>& idx = d.ids;
-  // Tokens at -inf (a grammar mask refuses them) have probability 0: leaving them out of the sort changes no
-  // draw (they would sort last and add 0 to every cumulative sum) and makes a masked row's sort cost its
-  // allowed tokens only.
+  std::vector<double>& prob = d.prob;
+  // Tokens at -inf (a grammar mask refuses them) have probability 0: leaving them out changes no draw and makes
+  // a masked row cost its allowed tokens only.
   idx.clear();
+  idx.reserve(n);
   for (int i = 0; i < n; ++i)
     if (logits[i] != -std::numeric_limits<float>::infinity()) idx.push_back(i);
-  if (idx.empty()) {  // every token refused: the unconstrained order, as before
+  if (idx.empty()) {  // every token refused: the unconstrained candidates, as before
     idx.resize(n);
     std::iota(idx.begin(), idx.end(), 0);
   }
   n = static_cast<int>(idx.size());
+  // Candidates in descending logit order (ties by id), so the order is deterministic.
   auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
-  int keep = n;
+  bool sorted = false;
   if (p.top_k > 0 && p.top_k < n) {
-    keep = p.top_k;
-    std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), by_logit);
-  } else {
-    std::sort(idx.begin(), idx.end(), by_logit);
+    std::partial_sort(idx.begin(), idx.begin() + p.top_k, idx.end(), by_logit);
+    idx.resize(p.top_k);
+    n = p.top_k;
+    sorted = true;
   }
-  std::vector<double>& prob = d.prob;
-  prob.resize(keep);
-  const double mx = logits[idx[0]] / p.temperature;
+  // Without top-k the candidates stay in id order unless top-p needs (part of) the descending order.
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int32_t t : idx) mx = std::max(mx, static_cast<double>(logits[t] / p.temperature));
+  prob.resize(n);
   double sum = 0;
-  for (int i = 0; i < keep; ++i) sum += prob[i] = std::exp(logits[idx[i]] / p.temperature - mx);
+  for (int i = 0; i < n; ++i) sum += prob[i] = std::exp(logits[idx[i]] / p.temperature - mx);
   for (auto& v : prob) v /= sum;
-  if (p.top_p < 1.f) {  // smallest prefix whose mass reaches top_p
+  int keep = n;
+  if (p.min_p > 0.f) {
+    // min-p keeps the candidates at or above a floor (min_p x the largest probability): a prefix of the
+    // descending order, found without sorting. The ones below it go first, in the current order.
+    const double floor = *std::max_element(prob.begin(), prob.end()) * p.min_p;
+    keep = 0;
+    for (int i = 0; i < n; ++i)
+      if (prob[i] >= floor) {
+        idx[keep] = idx[i];
+        prob[keep++] = prob[i];
+      }
+  }
+  if (p.top_p < 1.f) {
+    // top-p cuts the smallest prefix of the descending order whose mass reaches top_p. Only as much of it as
+    // the cut reads is sorted: blocks of the largest remaining candidates (nth_element, then sort), doubling.
+    // A trained model's nucleus is a few hundred tokens; a flat distribution still sorts nearly everything.
+    std::vector<std::pair<int32_t, double>> cand(keep);
+    for (int i = 0; i < keep; ++i) cand[i] = {idx[i], prob[i]};
+    auto by_cand = [&](const std::pair<int32_t, double>& a, const std::pair<int32_t, double>& b) {
+      return by_logit(a.first, b.first);
+    };
+    const int m = keep;
+    int ready = sorted ? m : 0;  // cand[0 .. ready) hold the largest candidates, in order
+    auto ensure = [&](int k) {
+      if (k <= ready) return;
+      k = std::min(m, std::max({k, 256, 2 * ready}));
+      if (k < m) std::nth_element(cand.begin() + ready, cand.begin() + k, cand.end(), by_cand);
+      std::sort(cand.begin() + ready, cand.begin() + k, by_cand);
+      ready = k;
+    };
     double cum = 0;
-    int cut = keep;
-    for (int i = 0; i < keep; ++i) {
-      cum += prob[i];
+    for (int i = 0; i < m; ++i) {
+      ensure(i + 1);
+      cum += cand[i].second;
       if (cum >= p.top_p) {
-        cut = i + 1;
+        keep = i + 1;
         break;
       }
     }
-    keep = cut;
-  }
-  if (p.min_p > 0.f) {
-    const double floor = prob[0] * p.min_p;
-    int cut = 1;
-    while (cut < keep && prob[cut] >= floor) ++cut;
-    keep = cut;
+    ensure(keep);
+    for (int i = 0; i < keep; ++i) {
+      idx[i] = cand[i].first;
+      prob[i] = cand[i].second;
+    }
   }
   idx.resize(keep);
   prob.resize(keep);
