@@ -59,6 +59,7 @@ struct FilteredDistribution {
   double Prob(int32_t token) const;  // normalized probability of `token` (0 outside the kept set)
 };
 FilteredDistribution Filter(const float* logits, int n, const SamplingParams& p);  // p must not be greedy
+void Filter(const float* logits, int n, const SamplingParams& p, FilteredDistribution* out);  // reuses out's buffers
 // Inverse-CDF draw with `uniform` in [0, 1): the first candidate whose cumulative mass exceeds uniform x total.
 int32_t DrawFrom(const FilteredDistribution& d, float uniform);
 
