@@ -241,7 +241,7 @@ double FilteredDistribution::Prob(int32_t token) const {
 
 int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_t position, uint32_t substream) {
   if (p.greedy()) return ArgMax(logits, n);
-  thread_local FilteredDistribution d;  // reused: a full vocabulary's candidates are 1.5 MB of fresh pages
+  thread_local FilteredDistribution d;  // reused: a full vocabulary's candidate lists are up to 1.5 MB
   Filter(logits, n, p, &d);
   return DrawFrom(d, UniformAt(p.seed, position, substream));
 }

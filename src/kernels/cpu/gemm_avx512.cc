@@ -194,27 +194,36 @@ inline __m256i LoadQBlock(const uint8_t* row, int64_t b, float* d) {
   }
 }
 
-template <int RX, int RW>
-inline void StoreQSums(__m256 (&acc)[RX][RW], const Args& a, int64_t n, int i) {
-  for (int s = 0; s < RX; ++s)
-    for (int r = 0; r < RW; ++r) {
-      __m128 v = _mm_add_ps(_mm256_castps256_ps128(acc[s][r]), _mm256_extractf128_ps(acc[s][r], 1));
-      v = _mm_add_ps(v, _mm_movehl_ps(v, v));
-      v = _mm_add_ss(v, _mm_movehdup_ps(v));
-      a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm_cvtss_f32(v);
-    }
+// Sum of the 8 int32 lanes (exact: the order does not matter).
+inline int32_t HSum8(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4E));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xB1));
+  return _mm_cvtsi128_si32(x);
 }
 
+template <int RX, int RW>
+inline void StoreQSums(const float (&acc)[RX][RW], const Args& a, int64_t n, int i) {
+  for (int s = 0; s < RX; ++s)
+    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = acc[s][r];
+}
+
+// Every q8_0 / q4_0 path of this unit computes a (weight row, x row) dot the same way, ggml's reference order:
+// per 32-element block the exact integer dot s_b, then acc = fma(float(s_b), d_w * d_x, acc) block by block from
+// zero. The 16-row panels below (m >= 4 on VNNI) keep 16 weight rows in the lanes of one vector, which only
+// this order allows without a horizontal sum per block; here (decode, and rows past the last whole panel) each
+// pair pays that sum. So a row's result does not depend on the batch or the tile it is computed in, and it is
+// also what the AVX2 unit's DotQ computes.
 template <bool kQ4, int RX, int RW>
 void TileQ(const Args& a, int64_t n, int i) {
-  __m256 acc[RX][RW];
+  float acc[RX][RW];
   const uint8_t* wr[RW];
   const BlockQ8_0* xr[RX];
   const int64_t nb = a.k / 32;
   for (int r = 0; r < RW; ++r) wr[r] = a.w->row(n + r);
   for (int s = 0; s < RX; ++s) {
     xr[s] = static_cast<const BlockQ8_0*>(a.xq) + (i + s) * nb;
-    for (int r = 0; r < RW; ++r) acc[s][r] = _mm256_setzero_ps();
+    for (int r = 0; r < RW; ++r) acc[s][r] = 0.f;
   }
   const __m256i ones = _mm256_set1_epi16(1);
   QPrefetch<kQ4, RX, RW> prefetch(a, n, i);
@@ -229,8 +238,8 @@ void TileQ(const Args& a, int64_t n, int i) {
       const float dx = _cvtsh_ss(xr[s][b].d);
       for (int r = 0; r < RW; ++r) {
         const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wq[r], xq));
-        const __m256i p32 = _mm256_madd_epi16(p16, ones);
-        acc[s][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_set1_ps(dw[r] * dx), acc[s][r]);
+        const int32_t sb = HSum8(_mm256_madd_epi16(p16, ones));
+        acc[s][r] = __builtin_fmaf(static_cast<float>(sb), dw[r] * dx, acc[s][r]);
       }
     }
   }
@@ -239,40 +248,37 @@ void TileQ(const Args& a, int64_t n, int i) {
 
 // The same product on CPUs with AVX512-VNNI (Ice Lake, Zen 4 and later): x is offset to unsigned (x + 128, an
 // XOR of the sign bit) so one vpdpbusd per (x row, weight row) replaces sign + maddubs + madd, starting from
-// -128 * (sum of the block's weights in each 4-byte group). The integer sums are exactly those of TileQ (same
-// 4-byte lane groups) and the float steps are the same operations, so the results are bitwise identical; only
-// the instruction count drops (4 instead of 7 per pair and block). Its own function: the target attribute must
-// not let the compiler emit VNNI in code that runs on AVX-512 CPUs without it.
+// -128 * (sum of the block's weights in each 4-byte group). The block's integer dot is exactly TileQ's, and the
+// float step the same, so the results are bitwise identical. Its own function: the target attribute must not
+// let the compiler emit VNNI in code that runs on AVX-512 CPUs without it.
 template <bool kQ4, int RX, int RW>
 __attribute__((target("avx512vnni"))) void TileQVnni(const Args& a, int64_t n, int i) {
-  __m256 acc[RX][RW];
+  float acc[RX][RW];
   const uint8_t* wr[RW];
   const BlockQ8_0* xr[RX];
   const int64_t nb = a.k / 32;
   for (int r = 0; r < RW; ++r) wr[r] = a.w->row(n + r);
   for (int s = 0; s < RX; ++s) {
     xr[s] = static_cast<const BlockQ8_0*>(a.xq) + (i + s) * nb;
-    for (int r = 0; r < RW; ++r) acc[s][r] = _mm256_setzero_ps();
+    for (int r = 0; r < RW; ++r) acc[s][r] = 0.f;
   }
   const __m256i ones_u8 = _mm256_set1_epi8(1), sign_bit = _mm256_set1_epi8(static_cast<char>(0x80));
   QPrefetch<kQ4, RX, RW> prefetch(a, n, i);
   for (int64_t b = 0; b < nb; ++b) {
     prefetch.Step(wr, b);
     __m256i wq[RW], base[RW];
-    __m256 dw[RW];
+    float dw[RW];
     for (int r = 0; r < RW; ++r) {
-      float d;
-      wq[r] = LoadQBlock<kQ4>(wr[r], b, &d);
-      dw[r] = _mm256_set1_ps(d);
+      wq[r] = LoadQBlock<kQ4>(wr[r], b, &dw[r]);
       // -128 * (w0 + w1 + w2 + w3) per 4-byte group: cancels the +128 offset of x.
       base[r] = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones_u8, wq[r]), 7));
     }
     for (int s = 0; s < RX; ++s) {
       const __m256i xu = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[s][b].qs)), sign_bit);
-      const __m256 dx = _mm256_set1_ps(_cvtsh_ss(xr[s][b].d));
+      const float dx = _cvtsh_ss(xr[s][b].d);
       for (int r = 0; r < RW; ++r) {
-        const __m256i p32 = _mm256_dpbusd_epi32(base[r], xu, wq[r]);
-        acc[s][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_mul_ps(dw[r], dx), acc[s][r]);
+        const int32_t sb = HSum8(_mm256_dpbusd_epi32(base[r], xu, wq[r]));
+        acc[s][r] = __builtin_fmaf(static_cast<float>(sb), dw[r] * dx, acc[s][r]);
       }
     }
   }
@@ -340,6 +346,8 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
   }
 }
 
+#include "kernels/cpu/q8_0_vnni_avx512.inc"  // here: it uses LoadQBlock and the tiles' order, defined above
+
 // kVnni: q8_0/q4_0 run on the VNNI tiles (bitwise the same results as the generic ones). Two entry points
 // rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
 template <bool kVnni>
@@ -355,13 +363,27 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       else RunSlice<F32Tiles<LoadBF16>>(a, m, n0, n1, xf);
       break;
     case DType::kQ8_0:
-      if constexpr (kVnni) RunSlice<QTilesVnni<false>>(a, m, n0, n1, xf / 4);
-      else RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4);
+    case DType::kQ4_0: {
+      const bool q4 = w.dtype == DType::kQ4_0;
+      int64_t done = n0;
+      if constexpr (kVnni) {
+        // m >= 4: whole 16-row panels; the rest (fewer than 16 rows) and small m on the one-row tiles.
+        const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
+        if (m >= 4 && whole > n0) {
+          if (q4) QSliceVnni<true>(w, xq, m, y, ldy, n0, whole);
+          else QSliceVnni<false>(w, xq, m, y, ldy, n0, whole);
+          done = whole;
+        }
+        if (done < n1) {
+          if (q4) RunSlice<QTilesVnni<true>>(a, m, done, n1, xf / 4);
+          else RunSlice<QTilesVnni<false>>(a, m, done, n1, xf / 4);
+        }
+      } else {
+        if (q4) RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
+        else RunSlice<QTiles<false>>(a, m, n0, n1, xf / 4);
+      }
       break;
-    case DType::kQ4_0:
-      if constexpr (kVnni) RunSlice<QTilesVnni<true>>(a, m, n0, n1, xf / 4);
-      else RunSlice<QTiles<true>>(a, m, n0, n1, xf / 4);
-      break;
+    }
     default: {
       // k-quants at m >= 4 on VNNI: whole 16-row panels, the rest (fewer than 16 rows) on the decoded path.
       int64_t done = n0;
