@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemm.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -37,6 +39,14 @@ void ForUnits(ThreadPool* pool, size_t count, size_t min_units, const F& fn) {
   });
 }
 
+// x rounded to f16 and back. The F16C instructions only, no shared inline code (see isa_kernels.h).
+__attribute__((target("avx2,f16c"))) void RoundThroughF16Avx2(const float* x, float* out, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT)));
+  for (; i < n; ++i) out[i] = F16ToF32(F32ToF16(x[i]));
+}
+
 // pool: convert x on the compute pool (the caller is not one of its workers), or null to convert here.
 void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, PreparedX* p, ThreadPool* pool = nullptr) {
   const size_t n = static_cast<size_t>(m) * w.cols();
@@ -61,8 +71,17 @@ void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, 
     }
     case DType::kF16: {
       p->rounded.resize(n);
-      for (size_t i = 0; i < n; ++i) p->rounded[i] = F16ToF32(F32ToF16(x[i]));
-      p->x = p->rounded.data();
+      float* rounded = p->rounded.data();
+      // On the pool, 8 at a time with F16C where the CPU has it: both
+      // are IEEE round-to-nearest-even conversions, so the values are the scalar ones (this ran serially on the
+      // caller, ~9% of a 32-row f16 decode step).
+      static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      ForUnits(pool, n, kMinElems, [&](size_t b, size_t e) {
+        if (f16c) RoundThroughF16Avx2(x + b, rounded + b, e - b);
+        else
+          for (size_t i = b; i < e; ++i) rounded[i] = F16ToF32(F32ToF16(x[i]));
+      });
+      p->x = rounded;
       break;
     }
     default:
