@@ -1,5 +1,6 @@
 #include "kernels/cpu/gemm.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -39,6 +40,12 @@ void ForUnits(ThreadPool* pool, size_t count, size_t min_units, const F& fn) {
   });
 }
 
+// F16C (CPUID.1:ECX bit 29) on a CPU whose OS saves AVX state (clang's __builtin_cpu_supports has no "f16c").
+bool CpuHasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+
 // x rounded to f16 and back. The F16C instructions only, no shared inline code (see isa_kernels.h).
 __attribute__((target("avx2,f16c"))) void RoundThroughF16Avx2(const float* x, float* out, size_t n) {
   size_t i = 0;
@@ -75,7 +82,7 @@ void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, 
       // On the pool, 8 at a time with F16C where the CPU has it: both
       // are IEEE round-to-nearest-even conversions, so the values are the scalar ones (this ran serially on the
       // caller, ~9% of a 32-row f16 decode step).
-      static const bool f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      static const bool f16c = CpuHasF16c();
       ForUnits(pool, n, kMinElems, [&](size_t b, size_t e) {
         if (f16c) RoundThroughF16Avx2(x + b, rounded + b, e - b);
         else
