@@ -90,8 +90,9 @@ namespace {
 // reduction x = k ln2 + r, |r| <= ln2 / 2, a degree-12 Taylor polynomial (relative error ~1e-16), then 2^k by
 // exponent bits. Below -708 the result would be subnormal and is flushed to 0, which changes nothing next to
 // the largest candidate's 1. libm's exp, one call per token, was most of a 128k-token draw.
-// Each machine runs one clone, so draws stay reproducible there.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void ExpNonPositive(double* v, int n) {
+// Plain C++ (no per-ISA clones: their ifunc resolvers run before ThreadSanitizer's runtime is up), so the
+// compiler's baseline vectors, and the same bits on every machine.
+void ExpNonPositive(double* v, int n) {
   for (int i = 0; i < n; ++i) {
     const double x = v[i] < -708.0 ? -708.0 : v[i];
     const double shifter = 0x1.8p52;  // adding it rounds to an integer held in the low mantissa bits
