@@ -176,6 +176,7 @@ int CmdBench(int argc, char** argv) {
                 {"threads", "t", "N", "all cores", "compute threads (also the peer's)"},
                 {"n-gen", "n", "N", "64", "decode: tokens to generate"},
                 {"n-prompt", "", "N", "512", "prefill: prompt length; decode: 16-token prompt"},
+                {"kv-cache-dtype", "", "T", "f32", "prefill: K/V element type (f32, bf16, f16), as the engine's flag"},
                 {"reps", "r", "N", "3", "repetitions (best is reported)"},
                 {"peer", "", "", "", "also run llama.cpp through node-llama-cpp"},
                 {"peer-script", "", "FILE", "tools/ref/llama_bench.mjs", "peer runner script"},
@@ -219,11 +220,15 @@ int CmdBench(int argc, char** argv) {
       result.update({{"tokens_per_second", best}, {"weight_bytes_per_token", bytes}, {"roofline_tokens_per_second", roof},
                      {"roofline_fraction", best / roof}});
     } else {
+      const std::string kv_arg = args.Get("kv-cache-dtype");
+      const DType kv_type = kv_arg == "bf16" ? DType::kBF16 : kv_arg == "f16" ? DType::kF16 : DType::kF32;
+      if (kv_arg != "f32" && kv_arg != "bf16" && kv_arg != "f16")
+        return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + kv_arg + "'"));
       Transformer tf(m, 512);
       const auto prompt = RandomTokens(n_prompt, m.config.vocab_size, 11);
       std::vector<float> logits(m.config.vocab_size);
       for (int r = 0; r < reps; ++r) {
-        KvCache kv(m.config, n_prompt);
+        KvCache kv(m.config, n_prompt, kv_type);
         auto t0 = std::chrono::steady_clock::now();
         if (Status s = tf.Forward(prompt.data(), n_prompt, 0, kv, logits.data(), false); !s.ok()) return Fail(s);
         best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -236,10 +241,10 @@ int CmdBench(int argc, char** argv) {
       const bool int8 = wt != DType::kF32 && wt != DType::kF16 && wt != DType::kBF16 && wt != DType::kF8E4M3;
       if (int8 && DetectCpu().avx512_vnni) op = PeakOp::kInt8Dot;
       const double peak = MeasurePeakGflops(op);
-      std::printf("deepinfer prefill (%d tokens): %.2f tok/s  (%.1f G%s/s in matmuls; %s peak %.1f -> %.1f%%)\n", n_prompt,
-                  best, gflops, op == PeakOp::kInt8Dot ? "OP" : "FLOP", PeakOpName(op), peak,
+      std::printf("deepinfer prefill (%d tokens, %s KV): %.2f tok/s  (%.1f G%s/s in matmuls; %s peak %.1f -> %.1f%%)\n", n_prompt,
+                  kv_arg.c_str(), best, gflops, op == PeakOp::kInt8Dot ? "OP" : "FLOP", PeakOpName(op), peak,
                   peak > 0 ? 100 * gflops / peak : 0.0);
-      result.update({{"tokens_per_second", best}, {"matmul_gflops", gflops}, {"n_prompt", n_prompt},
+      result.update({{"tokens_per_second", best}, {"matmul_gflops", gflops}, {"n_prompt", n_prompt}, {"kv_cache_dtype", kv_arg},
                      {"peak_gflops", peak}, {"peak_op", PeakOpName(op)}, {"peak_fraction", peak > 0 ? gflops / peak : 0.0}});
     }
     if (args.Has("peer")) {

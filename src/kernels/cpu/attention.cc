@@ -32,7 +32,9 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   constexpr int64_t kMaxScoreFloats = int64_t{1} << 20;
   int hb = std::min(group, kTargetSlots);
   int rb = std::max(1, std::min<int>(max_m, kTargetSlots / hb));
-  while (rb > 1 && static_cast<int64_t>(rb) * hb * max_len > kMaxScoreFloats) rb = (rb + 1) / 2;
+  const KernelTable& kernels = Kernels();  // read once, here: the workers never look it up
+  const AttendRowsFn attend = kernels.attend_rows;
+  while (!kernels.attend_online && rb > 1 && static_cast<int64_t>(rb) * hb * max_len > kMaxScoreFloats) rb = (rb + 1) / 2;
   auto num_tasks = [&](int r, int h) {
     int64_t n = 0;
     for (int s = 0; s < num_seqs; ++s) n += (seqs[s].m + r - 1) / r;
@@ -41,8 +43,10 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   while (rb > 1 && num_tasks(rb, hb) < nt_pool) rb = (rb + 1) / 2;
   while (hb > 1 && num_tasks(rb, hb) < nt_pool) hb = (hb + 1) / 2;
   const int blocks = (group + hb - 1) / hb, per_rb = sh.n_kv * blocks;
-  // Tasks in order (sequence, row block, K/V head, head block); cost[t] = work up to task t (slots x positions),
-  // so each thread takes an equal share of the work: causal rows late in a prompt see more positions.
+  // Tasks in order (sequence, K/V head, row block, head block): a thread's consecutive tasks stream the same K/V
+  // head's rows (one head's K and V of an 8k context are ~2 MiB in bf16), not every head's in turn. cost[t] =
+  // work up to task t (slots x positions), so each thread takes an equal share of the work: causal rows late in
+  // a prompt see more positions.
   std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
   for (int s = 0; s < num_seqs; ++s)
     first_task[s + 1] = first_task[s] + static_cast<int64_t>((seqs[s].m + rb - 1) / rb) * per_rb;
@@ -51,17 +55,16 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   {
     int64_t acc = 0, t = 0;
     for (int s = 0; s < num_seqs; ++s)
-      for (int r0 = 0; r0 < seqs[s].m; r0 += rb) {
-        const int nr = std::min(rb, seqs[s].m - r0);
-        const int64_t w = static_cast<int64_t>(nr) * (seqs[s].start + r0 + nr) + 64;
-        for (int b = 0; b < per_rb; ++b) {
-          const int h0 = (b % blocks) * hb;
-          acc += w * std::min(hb, group - h0);
-          cost_end[t++] = acc;
+      for (int kvh = 0; kvh < sh.n_kv; ++kvh)
+        for (int r0 = 0; r0 < seqs[s].m; r0 += rb) {
+          const int nr = std::min(rb, seqs[s].m - r0);
+          const int64_t w = static_cast<int64_t>(nr) * (seqs[s].start + r0 + nr) + 64;
+          for (int b = 0; b < blocks; ++b) {
+            acc += w * std::min(hb, group - b * hb);
+            cost_end[t++] = acc;
+          }
         }
-      }
   }
-  const AttendRowsFn attend = Kernels().attend_rows;  // read once, here: the workers never look it up
   // A bf16 cache is dotted with q rounded to bf16, the dot-type rule MatMul applies to bf16 weights: the same
   // inputs on every ISA, and AVX512-BF16 multiplies the stored rows directly with vdpbf16ps.
   thread_local std::vector<float> q_bf16;
@@ -79,13 +82,15 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
     const int64_t t0 = std::upper_bound(cost_end.begin(), cost_end.end(), c0) - cost_end.begin();
     const int64_t t1 = tid + 1 == nt ? n_tasks : std::upper_bound(cost_end.begin(), cost_end.end(), c1) - cost_end.begin();
     if (t0 >= t1) return;
-    std::vector<float> scratch(static_cast<size_t>(AttendScratchFloats(rb * hb, max_len, sh.hd_k, sh.hd_v)));
+    std::vector<float> scratch(static_cast<size_t>(kernels.attend_online ? AttendOnlineScratchFloats(rb * hb, sh.hd_k, sh.hd_v)
+                                                                          : AttendScratchFloats(rb * hb, max_len, sh.hd_k, sh.hd_v)));
     int s = static_cast<int>(std::upper_bound(first_task.begin(), first_task.end(), t0) - first_task.begin()) - 1;
     for (int64_t t = t0; t < t1; ++t) {
       while (t >= first_task[s + 1]) ++s;
       const AttnSeq& sq = seqs[s];
       const int64_t local = t - first_task[s];
-      const int r0 = static_cast<int>(local / per_rb) * rb, kvh = static_cast<int>(local % per_rb) / blocks;
+      const int64_t per_kvh = static_cast<int64_t>((sq.m + rb - 1) / rb) * blocks;
+      const int kvh = static_cast<int>(local / per_kvh), r0 = static_cast<int>(local % per_kvh / blocks) * rb;
       const int h = kvh * group + static_cast<int>(local % blocks) * hb, nh = std::min(hb, (kvh + 1) * group - h);
       const int64_t row = sq.q_row + r0;
       AttendArgs args;

@@ -1,163 +1,354 @@
-// AVX-512 attention kernels (AttendRows, AttendRowsBf16Dot, see isa_kernels.h). Built with AVX-512 (+BF16) flags; only called when
-// the CPU has them.
+// AVX-512 attention (AttendRows, AttendRowsBf16Dot, see isa_kernels.h): flash-style. A task's slots (query rows x
+// heads of one K/V head) take the cached positions in tiles of kAttendTile, each tile once for all slots:
+//   scores  S[p][slot] = q.k * scale, slots in the vector lanes (16 per register), a K row's element (pair)
+//           broadcast from the cache as stored;
+//   softmax online: per slot the running max m and sum l, rescaled by alpha = exp(m_old - m_new) per tile;
+//   values  O[slot][dv] = O * alpha + sum_p P[p] * V[p][dv], dv in the lanes, P broadcast.
+// Nothing grows with the context (no per-position scores), and every slot's arithmetic (the order of its dot, of
+// its tiles, of its positions inside a tile) depends only on its own row length, never on which slots share the
+// task: results are bitwise independent of row blocking, head grouping and thread count (tests).
+// A bf16 cache on AVX512-BF16 runs both products on vdpbf16ps: q is already rounded to bf16 (PagedAttention's
+// dot-type rule), K pairs are used as stored; P is split into two bf16 parts, hi = bf16(P) and
+// lo = bf16(P - hi), so P's representation error is ~2^-17 relative (an f32 path's order of error, not bf16's
+// 2^-9), at two vdpbf16ps per pair of positions (still twice the f32 FMA rate per product).
 #include <immintrin.h>
-#include <math.h>
-#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
 
-#include "kernels/cpu/avx512_loads.inc"
+#include <type_traits>
+
 #include "kernels/cpu/isa_kernels.h"
-
-// The query-row-blocked kernel (attention_portable.inc's AVX2 tiles, built here with the AVX-512 flags: the same
-// arithmetic, so the same results as the AVX2 table) under its own namespace; AttendRows below calls it.
-#define DI_ISA_NS isa_avx512_blocked
-#include "kernels/cpu/attention_portable.inc"
-#undef DI_ISA_NS
 
 namespace deepinfer {
 namespace isa_avx512 {
 
 namespace {
-constexpr int kMaxAttendHeads = 8;  // heads per register block
+constexpr int kVec = 16;       // f32 lanes per register
+constexpr int kDvChunk = 64;   // output elements per value-tile pass (4 registers); hd_v is padded to it
+constexpr int kMaxSlotBlock = 6;
 
-// NB heads that share one K/V head, in one pass over the cached rows: each K/V row is loaded once per block and
-// feeds NB independent FMA chains (one per head), which hides the FMA latency a single head's chain is bound by.
-// Per head the arithmetic is exactly the single-head order (lanes over d, rows in order), so the result does not
-// depend on how heads are blocked.
-template <class L, int NB>
-void ScoresBlock(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
-                 float scale, float* scores, float* mx) {
-  const int full = hd_k / 16 * 16;
-  const __mmask16 tail = static_cast<__mmask16>((1u << (hd_k - full)) - 1);
-  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
-  for (int p = 0; p < len; ++p) {
-    const uint8_t* kr = k + rows[p] * k_row_bytes;
-    __m512 acc[NB];
-    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-    for (int d = 0; d < full; d += 16) {
-      const __m512 kv = L::Load(kr, d);
-      for (int h = 0; h < NB; ++h) acc[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + h * hd_k + d), kv, acc[h]);
+inline int RoundUp(int x, int m) { return (x + m - 1) / m * m; }
+
+// exp(x) for x <= 0 (and -inf -> exactly 0; 0 -> exactly 1), Cephes' expf polynomial (~1 ulp), lane-wise.
+inline __m512 ExpNonPositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-127.f));  // exp(-127) underflows to 0 in the final scale
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Per-call state, carved out of AttendArgs::scratch (AttendOnlineScratchFloats). Slots are s = row * nh + head;
+// "words" are bf16 pairs (kPair) or f32 elements.
+struct Flash {
+  int ns, nsp, nv, nk, hdvp;   // slots, slots padded to 16, slot vectors, K words per row, hd_v padded to 64
+  uint32_t* qw;                 // [nk][nsp] the queries transposed (bf16 pairs or f32 bits)
+  float* s;                     // [kAttendTile][nsp] scores, then P (f32)
+  uint32_t* ph;                 // [kAttendTile / 2][nsp] P as bf16 pairs (hi, lo parts), kPair
+  uint32_t* pl;
+  uint32_t* vt;                 // kPair: [kAttendTile / 2][hdvp] V pairs of positions; else [kAttendTile][hdvp] f32
+  float* kt;                    // [kAttendTile][hd_k] the tile's K rows (bf16 pairs as stored, or f32)
+  float* o;                     // [ns][hdvp] unnormalized outputs
+  float* m;                     // [nsp] running max, sum, this tile's rescale
+  float* l;
+  float* alpha;
+  int32_t* len;                 // [nsp] positions each slot sees (0 for padding lanes)
+};
+
+// S[i][v0 .. v0 + NV) for NP positions with K rows kr[0..NP): words j in order, one vdpbf16ps / FMA each. Scores of
+// positions a slot does not see (p >= len) are -inf.
+template <bool kPair, int NV, int NP>
+void ScoreTile(const Flash& f, int v0, const uint8_t* const* kr, int p, int np_store, float scale, float* s_row) {
+  __m512 acc[NV][NP];
+  for (int v = 0; v < NV; ++v)
+    for (int i = 0; i < NP; ++i) acc[v][i] = _mm512_setzero_ps();
+  const uint32_t* q = f.qw + kVec * v0;
+  for (int j = 0; j < f.nk; ++j, q += f.nsp) {
+    __m512 qv[NV];
+    for (int v = 0; v < NV; ++v) qv[v] = _mm512_loadu_ps(reinterpret_cast<const float*>(q + kVec * v));
+    for (int i = 0; i < NP; ++i) {
+      uint32_t w;
+      memcpy(&w, kr[i] + 4 * static_cast<int64_t>(j), 4);
+      if constexpr (kPair) {
+        const __m512bh kb = (__m512bh)_mm512_set1_epi32(static_cast<int>(w));
+        for (int v = 0; v < NV; ++v) acc[v][i] = _mm512_dpbf16_ps(acc[v][i], (__m512bh)qv[v], kb);
+      } else {
+        float k;
+        memcpy(&k, &w, 4);
+        const __m512 kb = _mm512_set1_ps(k);
+        for (int v = 0; v < NV; ++v) acc[v][i] = _mm512_fmadd_ps(qv[v], kb, acc[v][i]);
+      }
     }
-    if (tail) {
-      const __m512 kv = L::Tail(kr, full, tail);
-      for (int h = 0; h < NB; ++h)
-        acc[h] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(tail, q + h * hd_k + full), kv, acc[h]);
-    }
-    for (int h = 0; h < NB; ++h) {
-      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
-      scores[static_cast<int64_t>(h) * len + p] = sc;
-      mx[h] = sc > mx[h] ? sc : mx[h];
+  }
+  const __m512 scl = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
+  for (int v = 0; v < NV; ++v) {
+    const __m512i len = _mm512_loadu_si512(f.len + kVec * (v0 + v));
+    for (int i = 0; i < NP && i < np_store; ++i) {
+      const __mmask16 sees = _mm512_cmpgt_epi32_mask(len, _mm512_set1_epi32(p + i));
+      _mm512_storeu_ps(s_row + static_cast<int64_t>(i) * f.nsp + kVec * (v0 + v),
+                       _mm512_mask_mul_ps(ninf, sees, acc[v][i], scl));
     }
   }
 }
 
-template <class L, int NB>
-void ValuesBlock(const float* scores, const float* inv, const uint8_t* v, const int32_t* rows, int len,
-                 int64_t v_row_bytes, int hd_v, float* out) {
-  const int vfull = hd_v / 16 * 16;
-  const __mmask16 vtail = static_cast<__mmask16>((1u << (hd_v - vfull)) - 1);
-  for (int d = 0; d < hd_v; d += 16) {
-    const __mmask16 m = d + 16 <= hd_v ? static_cast<__mmask16>(0xffff) : vtail;
-    __m512 acc[NB];
-    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-    for (int p = 0; p < len; ++p) {
-      const __m512 vv = L::Tail(v + rows[p] * v_row_bytes, d, m);
-      for (int h = 0; h < NB; ++h)
-        acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(scores[static_cast<int64_t>(h) * len + p]), vv, acc[h]);
+// O[s0 .. s0 + SB)[c0 .. c0 + 64) = O * alpha + P x V over the tile's np positions, in order of position.
+template <bool kPair, int SB>
+void ValueTile(const Flash& f, int s0, int c0, int np) {
+  __m512 acc[SB][4];
+  for (int b = 0; b < SB; ++b) {
+    const float* o = f.o + static_cast<int64_t>(s0 + b) * f.hdvp + c0;
+    const __m512 al = _mm512_set1_ps(f.alpha[s0 + b]);
+    for (int c = 0; c < 4; ++c) acc[b][c] = _mm512_mul_ps(_mm512_loadu_ps(o + kVec * c), al);
+  }
+  if constexpr (kPair) {
+    for (int j = 0; j < (np + 1) / 2; ++j) {
+      const uint32_t* vr = f.vt + static_cast<int64_t>(j) * f.hdvp + c0;
+      __m512bh vv[4];
+      for (int c = 0; c < 4; ++c) vv[c] = (__m512bh)_mm512_loadu_si512(vr + kVec * c);
+      for (int b = 0; b < SB; ++b) {
+        const __m512bh hi = (__m512bh)_mm512_set1_epi32(static_cast<int>(f.ph[static_cast<int64_t>(j) * f.nsp + s0 + b]));
+        const __m512bh lo = (__m512bh)_mm512_set1_epi32(static_cast<int>(f.pl[static_cast<int64_t>(j) * f.nsp + s0 + b]));
+        for (int c = 0; c < 4; ++c) acc[b][c] = _mm512_dpbf16_ps(acc[b][c], hi, vv[c]);
+        for (int c = 0; c < 4; ++c) acc[b][c] = _mm512_dpbf16_ps(acc[b][c], lo, vv[c]);
+      }
     }
-    for (int h = 0; h < NB; ++h) _mm512_mask_storeu_ps(out + h * hd_v + d, m, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
+  } else {
+    const float* vt = reinterpret_cast<const float*>(f.vt);
+    for (int i = 0; i < np; ++i) {
+      const float* vr = vt + static_cast<int64_t>(i) * f.hdvp + c0;
+      __m512 vv[4];
+      for (int c = 0; c < 4; ++c) vv[c] = _mm512_loadu_ps(vr + kVec * c);
+      for (int b = 0; b < SB; ++b) {
+        const __m512 w = _mm512_set1_ps(f.s[static_cast<int64_t>(i) * f.nsp + s0 + b]);
+        for (int c = 0; c < 4; ++c) acc[b][c] = _mm512_fmadd_ps(w, vv[c], acc[b][c]);
+      }
+    }
+  }
+  for (int b = 0; b < SB; ++b) {
+    float* o = f.o + static_cast<int64_t>(s0 + b) * f.hdvp + c0;
+    for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + kVec * c, acc[b][c]);
   }
 }
 
-// Scores against a bf16 cache with vdpbf16ps (32 products per instruction, twice the f32 FMA rate; the K row
-// is used as stored, no widening). q arrives rounded to bf16 (PagedAttention applies the dot-type rule for a
-// bf16 cache on every ISA), so converting it here is exact.
-template <int NB>
-void ScoresBlockDp(const float* q, int hd_k, const uint8_t* k, const int32_t* rows, int len, int64_t k_row_bytes,
-                   float scale, float* scores, float* mx) {
-  const int full = hd_k / 32 * 32, padded = full + (hd_k > full ? 32 : 0);
-  const __mmask32 tail = static_cast<__mmask32>((1ull << (hd_k - full)) - 1);
-  uint16_t* qb = static_cast<uint16_t*>(aligned_alloc(64, sizeof(uint16_t) * static_cast<size_t>(NB) * padded));
-  for (int h = 0; h < NB; ++h)
-    for (int d = 0; d < padded; d += 16) {
-      const __mmask16 m = d + 16 <= hd_k ? static_cast<__mmask16>(0xffff)
-                          : d < hd_k     ? static_cast<__mmask16>((1u << (hd_k - d)) - 1)
-                                         : static_cast<__mmask16>(0);
-      const __m256bh b = _mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, q + h * hd_k + d));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb + h * padded + d), (__m256i)b);
-    }
-  for (int h = 0; h < NB; ++h) mx[h] = -3.4e38f;
-  for (int p = 0; p < len; ++p) {
-    const uint16_t* kr = reinterpret_cast<const uint16_t*>(k + rows[p] * k_row_bytes);
-    __m512 acc[NB];
-    for (int h = 0; h < NB; ++h) acc[h] = _mm512_setzero_ps();
-    for (int d = 0; d < full; d += 32) {
-      const __m512bh kv = (__m512bh)_mm512_loadu_si512(kr + d);
-      for (int h = 0; h < NB; ++h) acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + d), kv);
-    }
-    if (tail) {
-      const __m512bh kv = (__m512bh)_mm512_maskz_loadu_epi16(tail, kr + full);
-      for (int h = 0; h < NB; ++h)
-        acc[h] = _mm512_dpbf16_ps(acc[h], (__m512bh)_mm512_load_si512(qb + h * padded + full), kv);
-    }
-    for (int h = 0; h < NB; ++h) {
-      const float sc = _mm512_reduce_add_ps(acc[h]) * scale;
-      scores[static_cast<int64_t>(h) * len + p] = sc;
-      mx[h] = sc > mx[h] ? sc : mx[h];
-    }
-  }
-  free(qb);
+// Element i of a K/V row to f32 (exact for every type).
+inline __m512 Load16(const uint8_t* row, DType t, int d, __mmask16 m) {
+  if (t == DType::kF32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + d);
+  const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d);
+  if (t == DType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __mmask16 Mask16(int left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : left <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// kDp: scores on vdpbf16ps (L is LoadBF16 and the CPU has AVX512-BF16).
-template <class L, int NB, bool kDp>
-void AttendBlock(const float* q, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len, int64_t k_row_bytes,
-                 int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  float mx[NB], inv[NB];
-  if constexpr (kDp)
-    ScoresBlockDp<NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
-  else
-    ScoresBlock<L, NB>(q, hd_k, k, rows, len, k_row_bytes, scale, scores, mx);
-  for (int h = 0; h < NB; ++h) {
-    float* s = scores + static_cast<int64_t>(h) * len;
-    double sum = 0;
-    for (int p = 0; p < len; ++p) {
-      s[p] = expf(s[p] - mx[h]);
-      sum += s[p];
-    }
-    inv[h] = static_cast<float>(1.0 / sum);
-  }
-  ValuesBlock<L, NB>(scores, inv, v, rows, len, v_row_bytes, hd_v, out);
-}
+template <bool kPair>
+void AttendFlash(const AttendArgs& a) {
+  Flash f;
+  f.ns = a.nr * a.nh;
+  f.nsp = RoundUp(f.ns, kVec);
+  f.nv = f.nsp / kVec;
+  f.nk = kPair ? a.hd_k / 2 : a.hd_k;
+  f.hdvp = RoundUp(a.hd_v, kDvChunk);
+  const int len_max = a.len0 + a.nr - 1;
+  float* w = a.scratch;
+  auto take = [&w](int64_t n) {
+    float* r = w;
+    w += RoundUp(static_cast<int>(n), kVec);
+    return r;
+  };
+  f.qw = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(f.nk) * f.nsp));
+  f.s = take(static_cast<int64_t>(kAttendTile) * f.nsp);
+  f.ph = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(kAttendTile / 2) * f.nsp));
+  f.pl = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(kAttendTile / 2) * f.nsp));
+  f.vt = reinterpret_cast<uint32_t*>(take(static_cast<int64_t>(kAttendTile) * f.hdvp));
+  f.kt = take(static_cast<int64_t>(kAttendTile) * a.hd_k);
+  f.o = take(static_cast<int64_t>(f.ns) * f.hdvp);
+  f.m = take(f.nsp);
+  f.l = take(f.nsp);
+  f.alpha = take(f.nsp);
+  f.len = reinterpret_cast<int32_t*>(take(f.nsp));
 
-template <class L, bool kDp>
-void AttendHeadsT(const float* q, int nh, const uint8_t* k, const uint8_t* v, const int32_t* rows, int len,
-                  int64_t k_row_bytes, int64_t v_row_bytes, int hd_k, int hd_v, float scale, float* scores, float* out) {
-  for (int h0 = 0; h0 < nh; h0 += kMaxAttendHeads) {
-    const float* qh = q + static_cast<int64_t>(h0) * hd_k;
-    float* oh = out + static_cast<int64_t>(h0) * hd_v;
-    const int nb = nh - h0 < kMaxAttendHeads ? nh - h0 : kMaxAttendHeads;
-#define DI_BLOCK(N) \
-  case N: AttendBlock<L, N, kDp>(qh, k, v, rows, len, k_row_bytes, v_row_bytes, hd_k, hd_v, scale, scores, oh); break;
-    switch (nb) {
-      DI_BLOCK(1) DI_BLOCK(2) DI_BLOCK(3) DI_BLOCK(4) DI_BLOCK(5) DI_BLOCK(6) DI_BLOCK(7) DI_BLOCK(8)
-      default: break;
+  const int hd_k = a.hd_k, nh = a.nh;
+  for (int s = 0; s < f.nsp; ++s) {
+    f.len[s] = s < f.ns ? a.len0 + s / nh : 0;
+    f.m[s] = -__builtin_inff();
+    f.l[s] = 0.f;
+  }
+  memset(f.o, 0, sizeof(float) * static_cast<size_t>(f.ns) * f.hdvp);
+  // Queries transposed: word j of slot s at qw[j * nsp + s]; padding slots are zero.
+  for (int s = 0; s < f.nsp; ++s) {
+    const float* q = s < f.ns ? a.q + (s / nh) * a.q_stride + static_cast<int64_t>(s % nh) * hd_k : nullptr;
+    for (int j = 0; j < f.nk; ++j) {
+      uint32_t word = 0;
+      if (q && kPair) {
+        uint32_t lo, hi;  // q is bf16-exact (PagedAttention rounds it): its top halves are the pair
+        memcpy(&lo, q + 2 * j, 4);
+        memcpy(&hi, q + 2 * j + 1, 4);
+        word = (lo >> 16) | (hi & 0xffff0000u);
+      } else if (q) {
+        memcpy(&word, q + j, 4);
+      }
+      f.qw[static_cast<int64_t>(j) * f.nsp + s] = word;
     }
-#undef DI_BLOCK
+  }
+  const int64_t esize = a.kv_type == DType::kF32 ? 4 : 2;
+
+  for (int p0 = 0; p0 < len_max; p0 += kAttendTile) {
+    const int np = len_max - p0 < kAttendTile ? len_max - p0 : kAttendTile;
+    // Slots that see position p0 (the rest are done): s >= sa, as lengths grow with the row.
+    const int sa = p0 < a.len0 ? 0 : (p0 - a.len0 + 1) * nh;
+    const int va = sa / kVec;
+    const uint8_t* krow[kAttendTile];
+    for (int i = 0; i < np; ++i) {
+      // The tile's rows copied (bf16, f32) or converted (f16, or bf16 without AVX512-BF16) next to each other:
+      // the score tiles then read one contiguous, L1-resident block instead of NP scattered cache rows.
+      const uint8_t* src = a.k + a.rows[p0 + i] * a.k_row_bytes;
+      if (kPair) {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(f.kt) + static_cast<int64_t>(i) * hd_k;
+        for (int d = 0; d < hd_k; d += 32) {
+          const __mmask32 m = hd_k - d >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << (hd_k - d)) - 1);
+          _mm512_mask_storeu_epi16(dst + d, m, _mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(src) + d));
+        }
+        krow[i] = reinterpret_cast<const uint8_t*>(dst);
+      } else {
+        float* dst = f.kt + static_cast<int64_t>(i) * hd_k;
+        for (int d = 0; d < hd_k; d += kVec) _mm512_mask_storeu_ps(dst + d, Mask16(hd_k - d), Load16(src, a.kv_type, d, Mask16(hd_k - d)));
+        krow[i] = reinterpret_cast<const uint8_t*>(dst);
+      }
+    }
+    // Fetch the next tile's K and V rows (paged and scattered: no hardware prefetcher predicts them). Spreading
+    // the prefetches over the score tiles, into L1, measured slower.
+    if (p0 + kAttendTile < len_max) {
+      const int nn = len_max - p0 - kAttendTile < kAttendTile ? len_max - p0 - kAttendTile : kAttendTile;
+      for (int i = 0; i < nn; ++i) {
+        const char* kp = reinterpret_cast<const char*>(a.k + a.rows[p0 + kAttendTile + i] * a.k_row_bytes);
+        const char* vp = reinterpret_cast<const char*>(a.v + a.rows[p0 + kAttendTile + i] * a.v_row_bytes);
+        for (int64_t off = 0; off < hd_k * esize; off += 64) _mm_prefetch(kp + off, _MM_HINT_T1);
+        for (int64_t off = 0; off < a.hd_v * esize; off += 64) _mm_prefetch(vp + off, _MM_HINT_T1);
+      }
+    }
+    // Scores for the active slot vectors, register tiles of (slot vectors x positions).
+    {
+      int v = va;
+      auto run = [&](auto nv_tag, auto np_tag) {
+        constexpr int NV = decltype(nv_tag)::value, NP = decltype(np_tag)::value;
+        for (int i = 0; i < np; i += NP) {
+          const uint8_t* kr[NP];
+          for (int t = 0; t < NP; ++t) kr[t] = krow[i + t < np ? i + t : np - 1];
+          ScoreTile<kPair, NV, NP>(f, v, kr, p0 + i, np - i, a.scale, f.s + static_cast<int64_t>(i) * f.nsp);
+        }
+      };
+      using std::integral_constant;
+      for (; f.nv - v >= 4; v += 4) run(integral_constant<int, 4>{}, integral_constant<int, 6>{});
+      if (f.nv - v == 3) run(integral_constant<int, 3>{}, integral_constant<int, 8>{});
+      else if (f.nv - v == 2) run(integral_constant<int, 2>{}, integral_constant<int, 12>{});
+      else if (f.nv - v == 1) run(integral_constant<int, 1>{}, integral_constant<int, 12>{});
+    }
+    // Online softmax, vectorized over slots: new max, rescale, P = exp(S - m), sums in order of position.
+    for (int v = va; v < f.nv; ++v) {
+      const int base = kVec * v;
+      const __m512i lane = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+      const __mmask16 act = _mm512_cmpge_epi32_mask(lane, _mm512_set1_epi32(sa)) & _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(f.ns));
+      float* sv = f.s + base;
+      __m512 mt = _mm512_set1_ps(-__builtin_inff());
+      for (int i = 0; i < np; ++i) mt = _mm512_max_ps(mt, _mm512_loadu_ps(sv + static_cast<int64_t>(i) * f.nsp));
+      const __m512 m_old = _mm512_loadu_ps(f.m + base), m_new = _mm512_max_ps(m_old, mt);
+      // Inactive lanes compute exp(0): they keep m and l and are never read.
+      const __m512 alpha = ExpNonPositive(_mm512_maskz_sub_ps(act, m_old, m_new));
+      __m512 sum = _mm512_setzero_ps();
+      for (int i = 0; i < np; i += 2) {
+        float* s0 = sv + static_cast<int64_t>(i) * f.nsp;
+        const __m512 e0 = ExpNonPositive(_mm512_maskz_sub_ps(act, _mm512_loadu_ps(s0), m_new));
+        __m512 e1 = _mm512_setzero_ps();
+        sum = _mm512_add_ps(sum, e0);
+        if (i + 1 < np) {
+          e1 = ExpNonPositive(_mm512_maskz_sub_ps(act, _mm512_loadu_ps(s0 + f.nsp), m_new));
+          sum = _mm512_add_ps(sum, e1);
+        }
+        if constexpr (kPair) {
+          const __m256i h0 = (__m256i)_mm512_cvtneps_pbh(e0), h1 = (__m256i)_mm512_cvtneps_pbh(e1);
+          const __m512 r0 = _mm512_sub_ps(e0, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16)));
+          const __m512 r1 = _mm512_sub_ps(e1, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16)));
+          const __m256i l0 = (__m256i)_mm512_cvtneps_pbh(r0), l1 = (__m256i)_mm512_cvtneps_pbh(r1);
+          const __m512i hi = _mm512_or_si512(_mm512_cvtepu16_epi32(h0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
+          const __m512i lo = _mm512_or_si512(_mm512_cvtepu16_epi32(l0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(l1), 16));
+          _mm512_storeu_si512(f.ph + static_cast<int64_t>(i / 2) * f.nsp + base, hi);
+          _mm512_storeu_si512(f.pl + static_cast<int64_t>(i / 2) * f.nsp + base, lo);
+        } else {
+          _mm512_storeu_ps(s0, e0);
+          if (i + 1 < np) _mm512_storeu_ps(s0 + f.nsp, e1);
+        }
+      }
+      _mm512_storeu_ps(f.l + base, _mm512_mask_fmadd_ps(_mm512_loadu_ps(f.l + base), act, alpha, sum));
+      _mm512_storeu_ps(f.m + base, _mm512_mask_mov_ps(m_old, act, m_new));
+      _mm512_storeu_ps(f.alpha + base, alpha);
+    }
+    // The V tile: kPair interleaves positions 2j and 2j + 1 element by element (a missing 2j + 1 is zero);
+    // otherwise rows converted to f32. Both padded with zeros to hdvp.
+    if constexpr (kPair) {
+      const __m512i even = _mm512_setr_epi32(0x00200000, 0x00210001, 0x00220002, 0x00230003, 0x00240004, 0x00250005, 0x00260006,
+                                             0x00270007, 0x00280008, 0x00290009, 0x002a000a, 0x002b000b, 0x002c000c, 0x002d000d,
+                                             0x002e000e, 0x002f000f);
+      const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(16));
+      for (int j = 0; j < (np + 1) / 2; ++j) {
+        const uint16_t* r0 = reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j] * a.v_row_bytes);
+        const uint16_t* r1 = 2 * j + 1 < np ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j + 1] * a.v_row_bytes) : nullptr;
+        uint32_t* dst = f.vt + static_cast<int64_t>(j) * f.hdvp;
+        for (int d = 0; d < f.hdvp; d += 32) {
+          const int left = a.hd_v - d;
+          const __mmask32 m = left >= 32 ? ~static_cast<__mmask32>(0) : left <= 0 ? 0 : static_cast<__mmask32>((1u << left) - 1);
+          const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + d);
+          const __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + d) : _mm512_setzero_si512();
+          _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi16(x0, even, x1));
+          _mm512_storeu_si512(dst + d + 16, _mm512_permutex2var_epi16(x0, odd, x1));
+        }
+      }
+    } else {
+      float* vt = reinterpret_cast<float*>(f.vt);
+      for (int i = 0; i < np; ++i) {
+        const uint8_t* vr = a.v + a.rows[p0 + i] * a.v_row_bytes;
+        float* dst = vt + static_cast<int64_t>(i) * f.hdvp;
+        for (int d = 0; d < f.hdvp; d += kVec) _mm512_storeu_ps(dst + d, Load16(vr, a.kv_type, d, Mask16(a.hd_v - d)));
+      }
+    }
+    // Values for the active slots, blocks of up to 4 slots x 64 outputs.
+    for (int c0 = 0; c0 < f.hdvp; c0 += kDvChunk) {
+      int s = sa;
+      for (; f.ns - s >= kMaxSlotBlock; s += kMaxSlotBlock) ValueTile<kPair, kMaxSlotBlock>(f, s, c0, np);
+      switch (f.ns - s) {
+        case 5: ValueTile<kPair, 5>(f, s, c0, np); break;
+        case 4: ValueTile<kPair, 4>(f, s, c0, np); break;
+        case 3: ValueTile<kPair, 3>(f, s, c0, np); break;
+        case 2: ValueTile<kPair, 2>(f, s, c0, np); break;
+        case 1: ValueTile<kPair, 1>(f, s, c0, np); break;
+        default: break;
+      }
+    }
+  }
+  for (int s = 0; s < f.ns; ++s) {
+    const float inv = 1.f / f.l[s];
+    float* out = a.out + (s / nh) * a.o_stride + static_cast<int64_t>(s % nh) * a.hd_v;
+    const float* o = f.o + static_cast<int64_t>(s) * f.hdvp;
+    for (int d = 0; d < a.hd_v; d += kVec)
+      _mm512_mask_storeu_ps(out + d, Mask16(a.hd_v - d), _mm512_mul_ps(_mm512_loadu_ps(o + d), _mm512_set1_ps(inv)));
   }
 }
 
 }  // namespace
 
-// f32 and f16 caches (and bf16 where the CPU has no AVX512-BF16): the query-row-blocked kernel. A bf16 cache on
-// AVX512-BF16: rows one at a time through the head-blocked vdpbf16ps kernel (scratch holds at least
-// min(nh, 8) * len scores), whose bf16-pair products are not the f32 kernel's; a blocked vdpbf16ps tile is
-// still to do.
-void AttendRows(const AttendArgs& a) { isa_avx512_blocked::AttendRows(a); }
+// AVX-512 without BF16 (and caches other than bf16, or odd head dims): f32 FMAs on rows converted exactly.
+void AttendRows(const AttendArgs& a) { AttendFlash<false>(a); }
 void AttendRowsBf16Dot(const AttendArgs& a) {
-  if (a.kv_type != DType::kBF16) return isa_avx512_blocked::AttendRows(a);
-  for (int r = 0; r < a.nr; ++r)
-    AttendHeadsT<LoadBF16, true>(a.q + r * a.q_stride, a.nh, a.k, a.v, a.rows, a.len0 + r, a.k_row_bytes, a.v_row_bytes,
-                                 a.hd_k, a.hd_v, a.scale, a.scratch, a.out + r * a.o_stride);
+  if (a.kv_type == DType::kBF16 && a.hd_k % 2 == 0) return AttendFlash<true>(a);
+  AttendFlash<false>(a);
 }
 
 }  // namespace isa_avx512

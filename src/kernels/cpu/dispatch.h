@@ -18,6 +18,9 @@ struct KernelTable {
   bool bf16_dot;
   GemmSliceFn gemm_slice;
   AttendRowsFn attend_rows;
+  // attend_rows keeps no per-position scores (online softmax): its scratch is AttendOnlineScratchFloats and row
+  // blocks need not shrink on long contexts.
+  bool attend_online;
 };
 
 // The active ISA's table.

@@ -33,11 +33,13 @@ using GemmSliceFn = void (*)(const GemmWeights& w, const float* x, const void* x
 // (GQA group, or all heads for absorbed MLA); each (row, head) pair is a "slot". Row r sees the keys/values of
 // positions [0, len0 + r): position p lives in row rows[p] of the K and V storage (rows k_row_bytes / v_row_bytes
 // apart, elements of kv_type f32/bf16/f16; k and v already point at the K/V head's first element). Row r, head h:
-// query q + r * q_stride + h * hd_k, output out + r * o_stride + h * hd_v; scores = q.k (hd_k) * scale, softmax
-// (exact max, two passes), out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both).
-// K and V are read in tiles of kAttendTile positions, each converted to f32 once per call and used by every slot.
-// `scratch` holds AttendScratchFloats(...) floats. Each slot's result is bitwise independent of nr, nh and the
-// slot's place in the block: every slot's sums run over positions in order, in one fixed per-ISA lane order.
+// query q + r * q_stride + h * hd_k, output out + r * o_stride + h * hd_v; scores = q.k (hd_k) * scale, softmax,
+// out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both). K and V are read in
+// tiles of kAttendTile positions, each used by every slot. The scalar and AVX2 kernels keep every position's
+// score (exact max, two passes; `scratch` holds AttendScratchFloats(...) floats); the AVX-512 ones run an online
+// softmax per tile (attention_avx512.cc; AttendOnlineScratchFloats). Each slot's result is bitwise independent
+// of nr, nh and the slot's place in the block: every slot's sums run over positions in order, in one fixed
+// per-ISA order; ISAs differ from each other within rounding.
 struct AttendArgs {
   const float* q;
   int64_t q_stride;
@@ -62,6 +64,11 @@ constexpr int64_t AttendScratchFloats(int slots, int len_max, int hd_k, int hd_v
   const int64_t padded = (slots + 7) / 8 * 8;
   return padded * (len_max + hd_k) + static_cast<int64_t>(kAttendTile) * (hd_k > hd_v ? hd_k : hd_v);
 }
+// The AVX-512 kernels (online softmax) keep no per-position scores: their scratch does not grow with the context.
+constexpr int64_t AttendOnlineScratchFloats(int slots, int hd_k, int hd_v) {
+  const int64_t padded = (slots + 15) / 16 * 16, hdvp = (hd_v + 63) / 64 * 64;
+  return padded * (hd_k + 2 * kAttendTile + 4) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 12;
+}
 using AttendRowsFn = void (*)(const AttendArgs& a);
 
 // Each ISA's entry points, of the types above (gemm_<isa>.cc and attention_<isa>.cc define them).
@@ -69,8 +76,8 @@ namespace isa_avx512 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendRows(const AttendArgs& a);
 // Variants for CPUs with AVX-512 extensions, chosen by the dispatch table. GemmSliceVnni: q8_0/q4_0 tiles on
-// AVX512-VNNI vpdpbusd, bitwise the results of GemmSlice. AttendRowsBf16Dot: a bf16 cache's scores on
-// AVX512-BF16 vdpbf16ps, one row at a time (f32/f16 caches as AttendRows).
+// AVX512-VNNI vpdpbusd, bitwise the results of GemmSlice. AttendRowsBf16Dot: a bf16 cache's scores and values on
+// AVX512-BF16 vdpbf16ps (f32/f16 caches as AttendRows).
 void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendRowsBf16Dot(const AttendArgs& a);
 }  // namespace isa_avx512
