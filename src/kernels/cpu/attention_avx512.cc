@@ -253,6 +253,10 @@ void AttendFlash(const AttendArgs& a) {
       else if (f.nv - v == 1) run(integral_constant<int, 1>{}, integral_constant<int, 12>{});
     }
     // Online softmax, vectorized over slots: new max, rescale, P = exp(S - m), sums in order of position.
+    // pair_idx interleaves a vector of 32 bf16 [a0..a15, b0..b15] into pairs (a_i, b_i).
+    const __m512i pair_idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005, 0x00160006,
+                                               0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b, 0x001c000c, 0x001d000d,
+                                               0x001e000e, 0x001f000f);
     for (int v = va; v < f.nv; ++v) {
       const int base = kVec * v;
       const __m512i lane = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
@@ -274,12 +278,12 @@ void AttendFlash(const AttendArgs& a) {
           sum = _mm512_add_ps(sum, e1);
         }
         if constexpr (kPair) {
-          const __m256i h0 = (__m256i)_mm512_cvtneps_pbh(e0), h1 = (__m256i)_mm512_cvtneps_pbh(e1);
-          const __m512 r0 = _mm512_sub_ps(e0, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h0), 16)));
-          const __m512 r1 = _mm512_sub_ps(e1, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16)));
-          const __m256i l0 = (__m256i)_mm512_cvtneps_pbh(r0), l1 = (__m256i)_mm512_cvtneps_pbh(r1);
-          const __m512i hi = _mm512_or_si512(_mm512_cvtepu16_epi32(h0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(h1), 16));
-          const __m512i lo = _mm512_or_si512(_mm512_cvtepu16_epi32(l0), _mm512_slli_epi32(_mm512_cvtepu16_epi32(l1), 16));
+          // hi = (bf16(e0), bf16(e1)) per lane: both rounded at once, then interleaved; its halves back in f32 are
+          // a shift and a mask of the pair word. lo = the rounded remainders, the same way.
+          const __m512i hi = _mm512_permutexvar_epi16(pair_idx, (__m512i)_mm512_cvtne2ps_pbh(e1, e0));
+          const __m512 r0 = _mm512_sub_ps(e0, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+          const __m512 r1 = _mm512_sub_ps(e1, _mm512_castsi512_ps(_mm512_and_si512(hi, _mm512_set1_epi32(static_cast<int>(0xffff0000u)))));
+          const __m512i lo = _mm512_permutexvar_epi16(pair_idx, (__m512i)_mm512_cvtne2ps_pbh(r1, r0));
           _mm512_storeu_si512(f.ph + static_cast<int64_t>(i / 2) * f.nsp + base, hi);
           _mm512_storeu_si512(f.pl + static_cast<int64_t>(i / 2) * f.nsp + base, lo);
         } else {
