@@ -26,14 +26,15 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
     max_len = std::max(max_len, seqs[s].start + seqs[s].m);
     max_m = std::max(max_m, seqs[s].m);
   }
-  // ~32 slots per task amortize a tile's conversion and keep the AVX2 tiles full; the scores scratch
-  // (slots x context) stays under ~4 MiB per thread.
-  constexpr int kTargetSlots = 64;
-  constexpr int64_t kMaxScoreFloats = int64_t{1} << 20;
-  int hb = std::min(group, kTargetSlots);
-  int rb = std::max(1, std::min<int>(max_m, kTargetSlots / hb));
+  // ~64 slots per task amortize a tile's conversion and keep the AVX2 tiles full; the scores scratch
+  // (slots x context) stays under ~4 MiB per thread. The online kernels keep no scores and take 128 slots: each
+  // K/V tile (its copy, its V interleave, its prefetch) then serves twice the slots.
   const KernelTable& kernels = Kernels();  // read once, here: the workers never look it up
   const AttendRowsFn attend = kernels.attend_rows;
+  const int target_slots = kernels.attend_online ? kMaxAttendSlots : 64;
+  constexpr int64_t kMaxScoreFloats = int64_t{1} << 20;
+  int hb = std::min(group, target_slots);
+  int rb = std::max(1, std::min<int>(max_m, target_slots / hb));
   while (!kernels.attend_online && rb > 1 && static_cast<int64_t>(rb) * hb * max_len > kMaxScoreFloats) rb = (rb + 1) / 2;
   auto num_tasks = [&](int r, int h) {
     int64_t n = 0;
