@@ -47,6 +47,17 @@ inline int PrefetchMode(const Args& a, int64_t n, int i, int rx, int rw) {
   return rx == 1 ? 1 : 2;
 }
 
+// One line of each of the RW rows at byte offset `off` (past the tile: `ahead` is added by the caller), into L1
+// (mode 1) or L2 (mode 2).
+template <int RW>
+inline void PrefetchRows(const uint8_t* const* wr, int64_t off, int mode) {
+  for (int r = 0; r < RW; ++r) {
+    const char* line = reinterpret_cast<const char*>(wr[r]) + off;
+    if (mode == 1) _mm_prefetch(line, _MM_HINT_T0);
+    else _mm_prefetch(line, _MM_HINT_T1);
+  }
+}
+
 template <class L, int RX, int RW>
 void TileF32(const Args& a, int64_t n, int i) {
   __m512 acc[RX][RW];
@@ -68,12 +79,7 @@ void TileF32(const Args& a, int64_t n, int i) {
     // the loads are what waits); the FMAs are the 16-element loop's, in its order.
     for (; k + 32 <= a.k; k += 32) {
       __m512 lo[RW], hi[RW];
-      if (prefetch)
-        for (int r = 0; r < RW; ++r) {
-          const char* line = reinterpret_cast<const char*>(wr[r]) + k * L::kBytes + ahead;
-          if (prefetch == 1) _mm_prefetch(line, _MM_HINT_T0);
-          else _mm_prefetch(line, _MM_HINT_T1);
-        }
+      if (prefetch) PrefetchRows<RW>(wr, k * L::kBytes + ahead, prefetch);
       for (int r = 0; r < RW; ++r) L::Load32(wr[r], k, &lo[r], &hi[r]);
       for (int s = 0; s < RX; ++s) {
         const __m512 x0 = _mm512_loadu_ps(xr[s] + k), x1 = _mm512_loadu_ps(xr[s] + k + 16);
@@ -84,12 +90,7 @@ void TileF32(const Args& a, int64_t n, int i) {
   }
   for (; k + 16 <= a.k; k += 16) {
     __m512 wv[RW];
-    if (prefetch && k % kLineElems == 0)
-      for (int r = 0; r < RW; ++r) {
-        const char* line = reinterpret_cast<const char*>(wr[r]) + k * L::kBytes + ahead;
-        if (prefetch == 1) _mm_prefetch(line, _MM_HINT_T0);
-        else _mm_prefetch(line, _MM_HINT_T1);
-      }
+    if (prefetch && k % kLineElems == 0) PrefetchRows<RW>(wr, k * L::kBytes + ahead, prefetch);
     for (int r = 0; r < RW; ++r) wv[r] = L::Load(wr[r], k);
     for (int s = 0; s < RX; ++s) {
       __m512 xv = _mm512_loadu_ps(xr[s] + k);
@@ -171,11 +172,7 @@ struct QPrefetch {
         ahead(static_cast<int64_t>(kPrefetchTiles) * RW * static_cast<int64_t>(a.w->row_bytes)) {}
   void Step(const uint8_t* const* wr, int64_t b) {
     if (!mode || (b + 1) * kBlockBytes <= next_line) return;
-    for (int r = 0; r < RW; ++r) {
-      const char* line = reinterpret_cast<const char*>(wr[r]) + next_line + ahead;
-      if (mode == 1) _mm_prefetch(line, _MM_HINT_T0);
-      else _mm_prefetch(line, _MM_HINT_T1);
-    }
+    PrefetchRows<RW>(wr, next_line + ahead, mode);
     next_line += 64;
   }
 };
