@@ -25,7 +25,7 @@ namespace isa_avx512 {
 namespace {
 constexpr int kVec = 16;       // f32 lanes per register
 constexpr int kDvChunk = 64;   // output elements per value-tile pass (4 registers); hd_v is padded to it
-constexpr int kMaxSlotBlock = 6;
+constexpr int kMaxSlotBlock = 5;
 
 inline int RoundUp(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -60,6 +60,7 @@ struct Flash {
   float* m;                     // [nsp] running max, sum, this tile's rescale
   float* l;
   float* alpha;
+  float* tmax;                  // [nsp] this tile's largest score per slot (ScoreTile keeps it)
   int32_t* len;                 // [nsp] positions each slot sees (0 for padding lanes)
 };
 
@@ -91,11 +92,14 @@ void ScoreTile(const Flash& f, int v0, const uint8_t* const* kr, int p, int np_s
   const __m512 scl = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
   for (int v = 0; v < NV; ++v) {
     const __m512i len = _mm512_loadu_si512(f.len + kVec * (v0 + v));
+    __m512 mx = _mm512_loadu_ps(f.tmax + kVec * (v0 + v));
     for (int i = 0; i < NP && i < np_store; ++i) {
       const __mmask16 sees = _mm512_cmpgt_epi32_mask(len, _mm512_set1_epi32(p + i));
-      _mm512_storeu_ps(s_row + static_cast<int64_t>(i) * f.nsp + kVec * (v0 + v),
-                       _mm512_mask_mul_ps(ninf, sees, acc[v][i], scl));
+      const __m512 sc = _mm512_mask_mul_ps(ninf, sees, acc[v][i], scl);
+      mx = _mm512_max_ps(mx, sc);
+      _mm512_storeu_ps(s_row + static_cast<int64_t>(i) * f.nsp + kVec * (v0 + v), sc);
     }
+    _mm512_storeu_ps(f.tmax + kVec * (v0 + v), mx);
   }
 }
 
@@ -174,6 +178,7 @@ void AttendFlash(const AttendArgs& a) {
   f.m = take(f.nsp);
   f.l = take(f.nsp);
   f.alpha = take(f.nsp);
+  f.tmax = take(f.nsp);
   f.len = reinterpret_cast<int32_t*>(take(f.nsp));
 
   const int hd_k = a.hd_k, nh = a.nh;
@@ -236,6 +241,7 @@ void AttendFlash(const AttendArgs& a) {
       }
     }
     // Scores for the active slot vectors, register tiles of (slot vectors x positions).
+    for (int s = kVec * va; s < f.nsp; ++s) f.tmax[s] = -__builtin_inff();
     {
       int v = va;
       auto run = [&](auto nv_tag, auto np_tag) {
@@ -262,8 +268,7 @@ void AttendFlash(const AttendArgs& a) {
       const __m512i lane = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
       const __mmask16 act = _mm512_cmpge_epi32_mask(lane, _mm512_set1_epi32(sa)) & _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(f.ns));
       float* sv = f.s + base;
-      __m512 mt = _mm512_set1_ps(-__builtin_inff());
-      for (int i = 0; i < np; ++i) mt = _mm512_max_ps(mt, _mm512_loadu_ps(sv + static_cast<int64_t>(i) * f.nsp));
+      const __m512 mt = _mm512_loadu_ps(f.tmax + base);
       const __m512 m_old = _mm512_loadu_ps(f.m + base), m_new = _mm512_max_ps(m_old, mt);
       // Inactive lanes compute exp(0): they keep m and l and are never read.
       const __m512 alpha = ExpNonPositive(_mm512_maskz_sub_ps(act, m_old, m_new));
@@ -328,7 +333,6 @@ void AttendFlash(const AttendArgs& a) {
       int s = sa;
       for (; f.ns - s >= kMaxSlotBlock; s += kMaxSlotBlock) ValueTile<kPair, kMaxSlotBlock>(f, s, c0, np);
       switch (f.ns - s) {
-        case 5: ValueTile<kPair, 5>(f, s, c0, np); break;
         case 4: ValueTile<kPair, 4>(f, s, c0, np); break;
         case 3: ValueTile<kPair, 3>(f, s, c0, np); break;
         case 2: ValueTile<kPair, 2>(f, s, c0, np); break;

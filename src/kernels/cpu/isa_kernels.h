@@ -67,7 +67,7 @@ constexpr int64_t AttendScratchFloats(int slots, int len_max, int hd_k, int hd_v
 // The AVX-512 kernels (online softmax) keep no per-position scores: their scratch does not grow with the context.
 constexpr int64_t AttendOnlineScratchFloats(int slots, int hd_k, int hd_v) {
   const int64_t padded = (slots + 15) / 16 * 16, hdvp = (hd_v + 63) / 64 * 64;
-  return padded * (hd_k + 2 * kAttendTile + 4) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 12;
+  return padded * (hd_k + 2 * kAttendTile + 5) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 12;
 }
 using AttendRowsFn = void (*)(const AttendArgs& a);
 
