@@ -1,7 +1,7 @@
 // AVX-512 attention (AttendRows, AttendRowsBf16Dot, see isa_kernels.h): flash-style. A task's slots (query rows x
 // heads of one K/V head) take the cached positions in tiles of kAttendTile, each tile once for all slots:
 //   scores  S[p][slot] = q.k * scale, slots in the vector lanes (16 per register), a K row's element (pair)
-//           broadcast from the cache as stored;
+//           broadcast from the tile's rows, copied next to each other (bf16 as stored);
 //   softmax online: per slot the running max m and sum l, rescaled by alpha = exp(m_old - m_new) per tile;
 //   values  O[slot][dv] = O * alpha + sum_p P[p] * V[p][dv], dv in the lanes, P broadcast.
 // Nothing grows with the context (no per-position scores), and every slot's arithmetic (the order of its dot, of
@@ -17,6 +17,7 @@
 
 #include <type_traits>
 
+#include "kernels/cpu/avx512_loads.inc"
 #include "kernels/cpu/isa_kernels.h"
 
 namespace deepinfer {
@@ -64,10 +65,13 @@ struct Flash {
   int32_t* len;                 // [nsp] positions each slot sees (0 for padding lanes)
 };
 
-// S[i][v0 .. v0 + NV) for NP positions with K rows kr[0..NP): words j in order, one vdpbf16ps / FMA each. Scores of
+// S[i][v0 .. v0 + NV) for positions p .. p + NP, whose K rows start at k0, k_stride bytes apart (rows past
+// np_store repeat the last one and are not stored): words j in order, one vdpbf16ps / FMA each. Scores of
 // positions a slot does not see (p >= len) are -inf.
 template <bool kPair, int NV, int NP>
-void ScoreTile(const Flash& f, int v0, const uint8_t* const* kr, int p, int np_store, float scale, float* s_row) {
+void ScoreTile(const Flash& f, int v0, const uint8_t* k0, int64_t k_stride, int p, int np_store, float scale, float* s_row) {
+  const uint8_t* kr[NP];
+  for (int i = 0; i < NP; ++i) kr[i] = k0 + (i < np_store ? i : np_store - 1) * k_stride;
   __m512 acc[NV][NP];
   for (int v = 0; v < NV; ++v)
     for (int i = 0; i < NP; ++i) acc[v][i] = _mm512_setzero_ps();
@@ -142,15 +146,12 @@ void ValueTile(const Flash& f, int s0, int c0, int np) {
   }
 }
 
-// Element i of a K/V row to f32 (exact for every type).
+// Elements d .. d + 16 of a K/V row (lanes in m) to f32, exact for every type.
 inline __m512 Load16(const uint8_t* row, DType t, int d, __mmask16 m) {
-  if (t == DType::kF32) return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + d);
-  const __m256i h = _mm256_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(row) + d);
-  if (t == DType::kF16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  return t == DType::kF32 ? LoadF32::Tail(row, d, m) : t == DType::kF16 ? LoadF16::Tail(row, d, m) : LoadBF16::Tail(row, d, m);
 }
 inline __mmask16 Mask16(int left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff) : left <= 0 ? static_cast<__mmask16>(0) : static_cast<__mmask16>((1u << left) - 1);
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : left <= 0 ? static_cast<__mmask16>(0) : TailMask16(left);
 }
 
 template <bool kPair>
@@ -211,10 +212,10 @@ void AttendFlash(const AttendArgs& a) {
     // Slots that see position p0 (the rest are done): s >= sa, as lengths grow with the row.
     const int sa = p0 < a.len0 ? 0 : (p0 - a.len0 + 1) * nh;
     const int va = sa / kVec;
-    const uint8_t* krow[kAttendTile];
+    // The tile's rows copied (bf16 pairs) or converted (f32, f16, or bf16 without AVX512-BF16) next to each
+    // other: the score tiles then read one contiguous, L1-resident block instead of NP scattered cache rows.
+    const int64_t kt_stride = kPair ? 2 * hd_k : 4 * hd_k;  // bytes per copied row
     for (int i = 0; i < np; ++i) {
-      // The tile's rows copied (bf16, f32) or converted (f16, or bf16 without AVX512-BF16) next to each other:
-      // the score tiles then read one contiguous, L1-resident block instead of NP scattered cache rows.
       const uint8_t* src = a.k + a.rows[p0 + i] * a.k_row_bytes;
       if (kPair) {
         uint16_t* dst = reinterpret_cast<uint16_t*>(f.kt) + static_cast<int64_t>(i) * hd_k;
@@ -222,11 +223,9 @@ void AttendFlash(const AttendArgs& a) {
           const __mmask32 m = hd_k - d >= 32 ? ~static_cast<__mmask32>(0) : static_cast<__mmask32>((1u << (hd_k - d)) - 1);
           _mm512_mask_storeu_epi16(dst + d, m, _mm512_maskz_loadu_epi16(m, reinterpret_cast<const uint16_t*>(src) + d));
         }
-        krow[i] = reinterpret_cast<const uint8_t*>(dst);
       } else {
         float* dst = f.kt + static_cast<int64_t>(i) * hd_k;
         for (int d = 0; d < hd_k; d += kVec) _mm512_mask_storeu_ps(dst + d, Mask16(hd_k - d), Load16(src, a.kv_type, d, Mask16(hd_k - d)));
-        krow[i] = reinterpret_cast<const uint8_t*>(dst);
       }
     }
     // Fetch the next tile's K and V rows (paged and scattered: no hardware prefetcher predicts them). Spreading
@@ -246,11 +245,9 @@ void AttendFlash(const AttendArgs& a) {
       int v = va;
       auto run = [&](auto nv_tag, auto np_tag) {
         constexpr int NV = decltype(nv_tag)::value, NP = decltype(np_tag)::value;
-        for (int i = 0; i < np; i += NP) {
-          const uint8_t* kr[NP];
-          for (int t = 0; t < NP; ++t) kr[t] = krow[i + t < np ? i + t : np - 1];
-          ScoreTile<kPair, NV, NP>(f, v, kr, p0 + i, np - i, a.scale, f.s + static_cast<int64_t>(i) * f.nsp);
-        }
+        const uint8_t* kt = reinterpret_cast<const uint8_t*>(f.kt);
+        for (int i = 0; i < np; i += NP)
+          ScoreTile<kPair, NV, NP>(f, v, kt + i * kt_stride, kt_stride, p0 + i, np - i, a.scale, f.s + static_cast<int64_t>(i) * f.nsp);
       };
       using std::integral_constant;
       for (; f.nv - v >= 4; v += 4) run(integral_constant<int, 4>{}, integral_constant<int, 6>{});
@@ -328,7 +325,7 @@ void AttendFlash(const AttendArgs& a) {
         for (int d = 0; d < f.hdvp; d += kVec) _mm512_storeu_ps(dst + d, Load16(vr, a.kv_type, d, Mask16(a.hd_v - d)));
       }
     }
-    // Values for the active slots, blocks of up to 4 slots x 64 outputs.
+    // Values for the active slots, blocks of up to kMaxSlotBlock slots x 64 outputs.
     for (int c0 = 0; c0 < f.hdvp; c0 += kDvChunk) {
       int s = sa;
       for (; f.ns - s >= kMaxSlotBlock; s += kMaxSlotBlock) ValueTile<kPair, kMaxSlotBlock>(f, s, c0, np);
