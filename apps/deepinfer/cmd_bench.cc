@@ -194,6 +194,10 @@ int CmdBench(int argc, char** argv) {
   const std::string mode = args.positional()[0];
   if (mode == "tokenize") return BenchTokenize(args);
   if (mode != "decode" && mode != "prefill" && mode != "membw") return Fail(InvalidArgument("unknown benchmark '" + mode + "'"));
+  const std::string kv_arg = args.Get("kv-cache-dtype");  // checked before the model loads
+  const DType kv_type = kv_arg == "bf16" ? DType::kBF16 : kv_arg == "f16" ? DType::kF16 : DType::kF32;
+  if (kv_arg != "f32" && kv_arg != "bf16" && kv_arg != "f16")
+    return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + kv_arg + "'"));
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
   SetComputeThreads(threads);
   const int reps = std::max<int>(1, static_cast<int>(args.GetInt("reps")));
@@ -220,10 +224,6 @@ int CmdBench(int argc, char** argv) {
       result.update({{"tokens_per_second", best}, {"weight_bytes_per_token", bytes}, {"roofline_tokens_per_second", roof},
                      {"roofline_fraction", best / roof}});
     } else {
-      const std::string kv_arg = args.Get("kv-cache-dtype");
-      const DType kv_type = kv_arg == "bf16" ? DType::kBF16 : kv_arg == "f16" ? DType::kF16 : DType::kF32;
-      if (kv_arg != "f32" && kv_arg != "bf16" && kv_arg != "f16")
-        return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + kv_arg + "'"));
       Transformer tf(m, 512);
       const auto prompt = RandomTokens(n_prompt, m.config.vocab_size, 11);
       std::vector<float> logits(m.config.vocab_size);
