@@ -344,6 +344,7 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
 }
 
 #include "kernels/cpu/q8_0_vnni_avx512.inc"  // here: it uses LoadQBlock and the tiles' order, defined above
+#include "kernels/cpu/gemv_rows16_avx512.inc"  // here: it uses HSum8
 
 // kVnni: q8_0/q4_0 run on the VNNI tiles (bitwise the same results as the generic ones). Two entry points
 // rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
@@ -370,6 +371,8 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
           if (q4) QSliceVnni<true>(w, xq, m, y, ldy, n0, whole);
           else QSliceVnni<false>(w, xq, m, y, ldy, n0, whole);
           done = whole;
+        } else if (m < 4 && !q4) {
+          done = Q8Rows16Slice(w, xq, m, y, ldy, n0, n1);  // decode: 16 rows at a time, in their lanes
         }
         if (done < n1) {
           if (q4) RunSlice<QTilesVnni<true>>(a, m, done, n1, xf / 4);
@@ -387,6 +390,7 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       if constexpr (kVnni) {
         const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
         if (m >= 4 && whole > n0 && KQuantSliceVnni(w, xq, m, y, ldy, n0, whole)) done = whole;
+        else if (m < 4 && w.dtype == DType::kQ4_K) done = Q4KRows16Slice(w, xq, m, y, ldy, n0, n1);  // decode: 16 rows at a time
       }
       if (done < n1) QuantSlice(w, xq, m, y, ldy, done, n1);  // the other GGUF block types: portable kernels
       break;

@@ -1,0 +1,139 @@
+// Batch-1 GEMV microbenchmark: y = W x for one weight matrix in a stored type, timed over many calls on a weight
+// set larger than the caches (several copies of the matrix, cycled), so each call streams its weights from DRAM
+// as a decode step does. Reports GB/s of weight bytes read and the matrix's time per call.
+//   build/bench_gemv [type=q4_K] [rows=8192] [cols=2048] [threads=1] [m=1] [novnni]
+// type: q4_K q5_K q6_K q8_0 bf16 f16 f32. m > 1 times a batch of m x rows (GB/s counts the weights once).
+// novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison on a VNNI CPU.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "tensor/dtype.h"
+#include "tensor/quantize.h"
+
+using namespace deepinfer;
+
+// A Llama-3.2-1B-shaped decode step over `layers` layers of distinct weights in one type: q, k, v, o, gate + up
+// (one MatMulMany, as the model runs them), down. Reports ms per step and GB/s.
+int Layers(DType dt, int layers, int threads, bool vnni) {
+  SetComputeThreads(threads);
+  SetVnni(vnni);
+  struct Shape { int64_t n, k; };
+  const Shape shapes[] = {{2048, 2048}, {512, 2048}, {512, 2048}, {2048, 2048}, {8192, 2048}, {8192, 2048}, {2048, 8192}};
+  size_t per_layer = 0;
+  for (const Shape& sh : shapes) per_layer += DTypeBytes(dt, static_cast<size_t>(sh.n * sh.k));
+  std::vector<uint8_t> buf(per_layer * layers);
+  std::mt19937 rng(3);
+  for (size_t i = 0; i < buf.size(); i += 4096) buf[i] = static_cast<uint8_t>(rng());  // fault in; block bytes
+  // Random bytes are valid k-quant blocks except for non-finite f16 scales: clear them (d, dmin: the first 4 bytes).
+  const size_t bb = GetDTypeInfo(dt).block_bytes;
+  for (size_t i = 0; i < buf.size(); i += bb) std::memset(buf.data() + i, 0x10, 4);
+  std::vector<TensorView> views;
+  size_t off = 0;
+  for (int l = 0; l < layers; ++l)
+    for (const Shape& sh : shapes) {
+      const size_t b = DTypeBytes(dt, static_cast<size_t>(sh.n * sh.k));
+      views.push_back(TensorView{dt, {sh.n, sh.k}, buf.data() + off, b});
+      off += b;
+    }
+  std::vector<float> x(8192, 0.5f), y(8192 * 2);
+  auto step = [&] {
+    for (int l = 0; l < layers; ++l) {
+      const TensorView* v = &views[l * 7];
+      for (int j = 0; j < 4; ++j) MatMul(v[j], x.data(), 1, y.data());
+      const MatMulJob jobs[2] = {{&v[4], x.data(), 1, y.data()}, {&v[5], x.data(), 1, y.data() + 8192}};
+      MatMulMany(jobs, 2);
+      MatMul(v[6], x.data(), 1, y.data());
+    }
+  };
+  step();
+  double best = 1e30;
+  for (int rep = 0; rep < 10; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::printf("%s %d layers, threads=%d: %.2f ms/step, %.2f GB/s of weights (%s kernels%s)\n", DTypeName(dt), layers,
+              threads, best * 1e3, buf.size() / best / 1e9, IsaName(ActiveIsa()), vnni ? "" : ", VNNI off");
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 2 && std::string(argv[1]) == "layers") {
+    const std::string type = argv[2];
+    for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kBF16, DType::kF16, DType::kF32})
+      if (type == DTypeName(t))
+        return Layers(t, argc > 3 ? std::atoi(argv[3]) : 16, argc > 4 ? std::atoi(argv[4]) : 2,
+                      !(argc > 5 && std::string(argv[5]) == "novnni"));
+    return 2;
+  }
+  const std::string type = argc > 1 ? argv[1] : "q4_K";
+  const int64_t n = argc > 2 ? std::atoll(argv[2]) : 8192, k = argc > 3 ? std::atoll(argv[3]) : 2048;
+  const int threads = argc > 4 ? std::atoi(argv[4]) : 1, m = argc > 5 ? std::atoi(argv[5]) : 1;
+  DType dt = DType::kInvalid;
+  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kBF16, DType::kF16, DType::kF32})
+    if (type == DTypeName(t)) dt = t;
+  if (dt == DType::kInvalid || n < 1 || k % 256 || threads < 1 || m < 1) {
+    std::fprintf(stderr, "usage: %s [q4_K|q5_K|q6_K|q8_0|bf16|f16|f32] [rows] [cols, multiple of 256] [threads] [m]\n", argv[0]);
+    return 2;
+  }
+  const bool vnni = !(argc > 6 && std::string(argv[6]) == "novnni");
+  SetComputeThreads(threads);
+  SetVnni(vnni);
+  const size_t row_bytes = DTypeBytes(dt, static_cast<size_t>(k)), mat_bytes = row_bytes * n;
+  const int copies = static_cast<int>(std::max<size_t>(2, (512u << 20) / mat_bytes + 1));  // >= 512 MiB in all
+  std::vector<uint8_t> buf(mat_bytes * copies);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> row(k);
+  for (int64_t r = 0; r < n; ++r) {
+    for (float& v : row) v = nd(rng);
+    uint8_t* dst = buf.data() + r * row_bytes;
+    switch (dt) {
+      case DType::kQ4_K: QuantizeRowQ4_K(row.data(), reinterpret_cast<BlockQ4_K*>(dst), k); break;
+      case DType::kQ5_K: QuantizeRowQ5_K(row.data(), reinterpret_cast<BlockQ5_K*>(dst), k); break;
+      case DType::kQ6_K: QuantizeRowQ6_K(row.data(), reinterpret_cast<BlockQ6_K*>(dst), k); break;
+      default:
+        for (int64_t c = 0; c < k; ++c) {
+          const float v = row[c];
+          if (dt == DType::kF32) std::memcpy(dst + 4 * c, &v, 4);
+          else if (dt == DType::kBF16 || dt == DType::kF16) {
+            const uint16_t h = dt == DType::kBF16 ? F32ToBF16(v) : F32ToF16(v);
+            std::memcpy(dst + 2 * c, &h, 2);
+          } else {  // q8_0: d = 1/16, quants from the value
+            if (c % 32 == 0) {
+              const uint16_t d = F32ToF16(1.f / 16);
+              std::memcpy(dst + (c / 32) * 34, &d, 2);
+            }
+            dst[(c / 32) * 34 + 2 + c % 32] = static_cast<uint8_t>(static_cast<int8_t>(std::max(-127.f, std::min(127.f, 16 * v))));
+          }
+        }
+    }
+  }
+  for (int c = 1; c < copies; ++c) std::memcpy(buf.data() + c * mat_bytes, buf.data(), mat_bytes);
+  std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);
+  for (float& v : x) v = nd(rng);
+  std::vector<TensorView> views(copies);
+  for (int c = 0; c < copies; ++c) views[c] = TensorView{dt, {n, k}, buf.data() + c * mat_bytes, mat_bytes};
+  for (int c = 0; c < copies; ++c) MatMul(views[c], x.data(), m, y.data());  // warm up, fault in
+  double best = 1e30;
+  for (int rep = 0; rep < 5; ++rep) {
+    const int calls = copies * 4;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) MatMul(views[i % copies], x.data(), m, y.data());
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+  }
+  std::printf("%s %lldx%lld m=%d threads=%d: %.1f us/call, %.2f GB/s of weights (%s kernels%s)\n", DTypeName(dt),
+              static_cast<long long>(n), static_cast<long long>(k), m, threads, best * 1e6, mat_bytes / best / 1e9,
+              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off");
+  return 0;
+}
