@@ -4,6 +4,9 @@
 //           broadcast from the tile's rows, copied next to each other (bf16 as stored);
 //   softmax online: per slot the running max m and sum l, rescaled by alpha = exp(m_old - m_new) per tile;
 //   values  O[slot][dv] = O * alpha + sum_p P[p] * V[p][dv], dv in the lanes, P broadcast.
+// Tasks of at most kMaxByPosition slots (decode rows: 4 or 8 query heads per K/V head, which would fill a quarter or
+// half of the slot lanes) score with the positions in the lanes instead (ScoreByPosition, on a transposed K tile):
+// the same products in the same order per (slot, position), so the same bits.
 // Nothing grows with the context (no per-position scores), and every slot's arithmetic (the order of its dot, of
 // its tiles, of its positions inside a tile) depends only on its own row length, never on which slots share the
 // task: results are bitwise independent of row blocking, head grouping and thread count (tests).
@@ -27,6 +30,7 @@ namespace {
 constexpr int kVec = 16;       // f32 lanes per register
 constexpr int kDvChunk = 64;   // output elements per value-tile pass (4 registers); hd_v is padded to it
 constexpr int kMaxSlotBlock = 5;
+constexpr int kMaxByPosition = 8;  // tasks of at most this many slots score with positions in the lanes
 
 inline int RoundUp(int x, int m) { return (x + m - 1) / m * m; }
 
@@ -107,6 +111,67 @@ void ScoreTile(const Flash& f, int v0, const uint8_t* k0, int64_t k_stride, int 
   }
 }
 
+// In-register transpose of 16 rows of 16 dwords: r[c] becomes column c (lane i = element c of row i).
+inline void Transpose16(__m512i r[16]) {
+  __m512i a[16], b[16];
+  for (int i = 0; i < 8; ++i) {
+    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {  // b[4i + e], 128-bit lane L: element 4L + e of rows 4i..4i+3
+    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
+    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
+    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i v0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0x88), w0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0xDD);
+    const __m512i v1 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0x88), w1 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0xDD);
+    r[e] = _mm512_shuffle_i32x4(v0, v1, 0x88);
+    r[4 + e] = _mm512_shuffle_i32x4(w0, w1, 0x88);
+    r[8 + e] = _mm512_shuffle_i32x4(v0, v1, 0xDD);
+    r[12 + e] = _mm512_shuffle_i32x4(w0, w1, 0xDD);
+  }
+}
+
+// Scores with the positions in the lanes, for tasks of few slots (decode rows: 4 or 8 heads per K/V head would
+// fill a quarter or half of the slot lanes). kt: the tile's K transposed, word j of position i at kt[j * 64 + i].
+// Each (slot, position) score is the same chain of vdpbf16ps / FMAs over j as ScoreTile's (the same products, the
+// same order), then the same scale and mask, so the bits do not depend on which form computed them. Slots
+// [s0, s0 + NS); S rows of positions p .. p + np.
+template <bool kPair, int NS>
+void ScoreByPosition(const Flash& f, int s0, const uint32_t* kt, int p, int np, float scale) {
+  const __m512 scl = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int g = 0; g < np; g += kVec) {
+    __m512 acc[NS];
+    for (int s = 0; s < NS; ++s) acc[s] = _mm512_setzero_ps();
+    const uint32_t* q = f.qw + s0;
+    for (int j = 0; j < f.nk; ++j, q += f.nsp) {
+      const __m512i kv = _mm512_loadu_si512(kt + static_cast<int64_t>(j) * kAttendTile + g);
+      for (int s = 0; s < NS; ++s) {
+        if constexpr (kPair) {
+          acc[s] = _mm512_dpbf16_ps(acc[s], (__m512bh)_mm512_set1_epi32(static_cast<int>(q[s])), (__m512bh)kv);
+        } else {
+          float qs;
+          memcpy(&qs, q + s, 4);
+          acc[s] = _mm512_fmadd_ps(_mm512_set1_ps(qs), _mm512_castsi512_ps(kv), acc[s]);
+        }
+      }
+    }
+    const __m512i pos = _mm512_add_epi32(lane, _mm512_set1_epi32(p + g));
+    const int n = np - g < kVec ? np - g : kVec;
+    for (int s = 0; s < NS; ++s) {
+      const __mmask16 sees = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(f.len[s0 + s]), pos);
+      const __m512 sc = _mm512_mask_mul_ps(ninf, sees, acc[s], scl);
+      f.tmax[s0 + s] = __builtin_fmaxf(f.tmax[s0 + s], _mm512_reduce_max_ps(sc));
+      alignas(64) float tmp[kVec];
+      _mm512_store_ps(tmp, sc);
+      for (int i = 0; i < n; ++i) f.s[static_cast<int64_t>(g + i) * f.nsp + s0 + s] = tmp[i];
+    }
+  }
+}
+
 // O[s0 .. s0 + SB)[c0 .. c0 + 64) = O * alpha + P x V over the tile's np positions, in order of position.
 template <bool kPair, int SB>
 void ValueTile(const Flash& f, int s0, int c0, int np) {
@@ -183,6 +248,8 @@ void AttendFlash(const AttendArgs& a) {
   f.len = reinterpret_cast<int32_t*>(take(f.nsp));
 
   const int hd_k = a.hd_k, nh = a.nh;
+  // Few slots (decode rows: 4 or 8 heads per K/V head) score with the positions in the lanes instead.
+  const bool by_position = f.ns <= kMaxByPosition;
   for (int s = 0; s < f.nsp; ++s) {
     f.len[s] = s < f.ns ? a.len0 + s / nh : 0;
     f.m[s] = -__builtin_inff();
@@ -215,7 +282,27 @@ void AttendFlash(const AttendArgs& a) {
     // The tile's rows copied (bf16 pairs) or converted (f32, f16, or bf16 without AVX512-BF16) next to each
     // other: the score tiles then read one contiguous, L1-resident block instead of NP scattered cache rows.
     const int64_t kt_stride = kPair ? 2 * hd_k : 4 * hd_k;  // bytes per copied row
-    for (int i = 0; i < np; ++i) {
+    if (by_position) {
+      // Transposed instead (ScoreByPosition): 16 positions x 16 words at a time; positions past np are zero.
+      uint32_t* kt = reinterpret_cast<uint32_t*>(f.kt);
+      for (int i0 = 0; i0 < np; i0 += kVec)
+        for (int j0 = 0; j0 < f.nk; j0 += kVec) {
+          const int nw = f.nk - j0 < kVec ? f.nk - j0 : kVec;
+          __m512i r[kVec];
+          for (int i = 0; i < kVec; ++i) {
+            if (i0 + i >= np) {
+              r[i] = _mm512_setzero_si512();
+              continue;
+            }
+            const uint8_t* src = a.k + a.rows[p0 + i0 + i] * a.k_row_bytes;
+            if (kPair) r[i] = _mm512_maskz_loadu_epi32(Mask16(nw), reinterpret_cast<const uint32_t*>(src) + j0);
+            else r[i] = _mm512_castps_si512(Load16(src, a.kv_type, j0, Mask16(nw)));
+          }
+          Transpose16(r);
+          for (int c = 0; c < nw; ++c) _mm512_storeu_si512(kt + static_cast<int64_t>(j0 + c) * kAttendTile + i0, r[c]);
+        }
+    }
+    for (int i = 0; i < np && !by_position; ++i) {
       const uint8_t* src = a.k + a.rows[p0 + i] * a.k_row_bytes;
       if (kPair) {
         uint16_t* dst = reinterpret_cast<uint16_t*>(f.kt) + static_cast<int64_t>(i) * hd_k;
@@ -241,7 +328,19 @@ void AttendFlash(const AttendArgs& a) {
     }
     // Scores for the active slot vectors, register tiles of (slot vectors x positions).
     for (int s = kVec * va; s < f.nsp; ++s) f.tmax[s] = -__builtin_inff();
-    {
+    if (by_position) {
+      const uint32_t* kt = reinterpret_cast<const uint32_t*>(f.kt);
+      switch (f.ns) {
+        case 1: ScoreByPosition<kPair, 1>(f, 0, kt, p0, np, a.scale); break;
+        case 2: ScoreByPosition<kPair, 2>(f, 0, kt, p0, np, a.scale); break;
+        case 3: ScoreByPosition<kPair, 3>(f, 0, kt, p0, np, a.scale); break;
+        case 4: ScoreByPosition<kPair, 4>(f, 0, kt, p0, np, a.scale); break;
+        case 5: ScoreByPosition<kPair, 5>(f, 0, kt, p0, np, a.scale); break;
+        case 6: ScoreByPosition<kPair, 6>(f, 0, kt, p0, np, a.scale); break;
+        case 7: ScoreByPosition<kPair, 7>(f, 0, kt, p0, np, a.scale); break;
+        default: ScoreByPosition<kPair, 8>(f, 0, kt, p0, np, a.scale); break;
+      }
+    } else {
       int v = va;
       auto run = [&](auto nv_tag, auto np_tag) {
         constexpr int NV = decltype(nv_tag)::value, NP = decltype(np_tag)::value;
