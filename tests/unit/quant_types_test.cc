@@ -223,9 +223,10 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
   }
 }
 
-// Decode (m = 1) at K of many blocks, so the 16-row path (gemv_rows16_avx512.inc) reduces several groups of four
-// units per row, with a partial last group: each x row alone must give bitwise what the AVX2 unit computes and what
-// the same row gives inside a batch of 5 (panels on VNNI). 35 rows: two 16-row groups and a 3-row remainder.
+// Decode (m = 1) at K of many blocks: the 16-row path (gemv_rows16_avx512.inc) at 9-10 units per row, and past 32
+// units, where it folds four units per row first (a partial last group included): each x row alone must give
+// bitwise what the AVX2 unit computes and what the same row gives inside a batch of 5 (panels on VNNI). 35 rows:
+// two 16-row groups and a 3-row remainder.
 TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
   IsaGuard guard;
   const std::vector<Isa> isas = AvailableIsas();
@@ -234,23 +235,25 @@ TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
     GTEST_SKIP() << "needs AVX2 and AVX-512";
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
-  const int64_t n = 35, k = blk == 32 ? 32 * 19 : 256 * 9;  // q8_0: 19 blocks = 10 units; k-quants: 9 units
-  const int m = 5;
-  const auto wb = GemmBlocks(t, static_cast<size_t>(n * k / blk), 777);
-  auto x = RandomVec(static_cast<size_t>(m) * k, 778);
-  for (int64_t i = 0; i < k; ++i) x[k + i] = i % 3 ? 1e3f : -1e3f;  // row 1: extreme quantized bytes
-  TensorView w{t, {n, k}, wb.data(), wb.size()};
-  SetIsa(Isa::kAvx2);
-  std::vector<float> ref(static_cast<size_t>(m) * n);
-  MatMul(w, x.data(), m, ref.data());
-  SetIsa(Isa::kAvx512);
-  std::vector<float> batch(ref.size());
-  MatMul(w, x.data(), m, batch.data());
-  ASSERT_EQ(0, std::memcmp(ref.data(), batch.data(), ref.size() * 4)) << DTypeName(t) << " batch of " << m;
-  for (int i = 0; i < m; ++i) {
-    std::vector<float> one(n);
-    MatMul(w, x.data() + i * k, 1, one.data());
-    ASSERT_EQ(0, std::memcmp(one.data(), ref.data() + i * n, n * 4)) << DTypeName(t) << " x row " << i << " alone";
+  for (int64_t k : {int64_t{blk} * (blk == 32 ? 19 : 9), int64_t{blk} * (blk == 32 ? 67 : 33)}) {
+    const int64_t n = 35;  // q8_0: 19 / 67 blocks = 10 / 34 units (two blocks each); k-quants: 9 / 33 units
+    const int m = 5;
+    const auto wb = GemmBlocks(t, static_cast<size_t>(n * k / blk), 777);
+    auto x = RandomVec(static_cast<size_t>(m) * k, 778);
+    for (int64_t i = 0; i < k; ++i) x[k + i] = i % 3 ? 1e3f : -1e3f;  // row 1: extreme quantized bytes
+    TensorView w{t, {n, k}, wb.data(), wb.size()};
+    SetIsa(Isa::kAvx2);
+    std::vector<float> ref(static_cast<size_t>(m) * n);
+    MatMul(w, x.data(), m, ref.data());
+    SetIsa(Isa::kAvx512);
+    std::vector<float> batch(ref.size());
+    MatMul(w, x.data(), m, batch.data());
+    ASSERT_EQ(0, std::memcmp(ref.data(), batch.data(), ref.size() * 4)) << DTypeName(t) << " batch of " << m;
+    for (int i = 0; i < m; ++i) {
+      std::vector<float> one(n);
+      MatMul(w, x.data() + i * k, 1, one.data());
+      ASSERT_EQ(0, std::memcmp(one.data(), ref.data() + i * n, n * 4)) << DTypeName(t) << " x row " << i << " alone, k " << k;
+    }
   }
 }
 
