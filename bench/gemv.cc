@@ -2,8 +2,10 @@
 // set larger than the caches (several copies of the matrix, cycled), so each call streams its weights from DRAM
 // as a decode step does. Reports GB/s of weight bytes read and the matrix's time per call.
 //   build/bench_gemv [type=q4_K] [rows=8192] [cols=2048] [threads=1] [m=1] [novnni]
-// type: q4_K q5_K q6_K q8_0 bf16 f16 f32. m > 1 times a batch of m x rows (GB/s counts the weights once).
-// novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison on a VNNI CPU.
+//   build/bench_gemv layers TYPE [layers=16] [threads=2] [novnni]
+// type: any type the project quantizes to (q4_K, q6_K, q8_0, bf16, f16, f32, ...). m > 1 times a batch of m x rows
+// (GB/s counts the weights once). novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison
+// on a VNNI CPU. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,7 +20,6 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "tensor/dtype.h"
-#include "tensor/quantize.h"
 
 using namespace deepinfer;
 
@@ -69,21 +70,16 @@ int Layers(DType dt, int layers, int threads, bool vnni) {
 
 int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[1]) == "layers") {
-    const std::string type = argv[2];
-    for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kBF16, DType::kF16, DType::kF32})
-      if (type == DTypeName(t))
-        return Layers(t, argc > 3 ? std::atoi(argv[3]) : 16, argc > 4 ? std::atoi(argv[4]) : 2,
-                      !(argc > 5 && std::string(argv[5]) == "novnni"));
-    return 2;
+    const DType t = DTypeFromName(argv[2]);
+    if (!CanQuantizeRow(t)) return 2;
+    return Layers(t, argc > 3 ? std::atoi(argv[3]) : 16, argc > 4 ? std::atoi(argv[4]) : 2,
+                  !(argc > 5 && std::string(argv[5]) == "novnni"));
   }
-  const std::string type = argc > 1 ? argv[1] : "q4_K";
+  const DType dt = DTypeFromName(argc > 1 ? argv[1] : "q4_K");
   const int64_t n = argc > 2 ? std::atoll(argv[2]) : 8192, k = argc > 3 ? std::atoll(argv[3]) : 2048;
   const int threads = argc > 4 ? std::atoi(argv[4]) : 1, m = argc > 5 ? std::atoi(argv[5]) : 1;
-  DType dt = DType::kInvalid;
-  for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kQ8_0, DType::kBF16, DType::kF16, DType::kF32})
-    if (type == DTypeName(t)) dt = t;
-  if (dt == DType::kInvalid || n < 1 || k % 256 || threads < 1 || m < 1) {
-    std::fprintf(stderr, "usage: %s [q4_K|q5_K|q6_K|q8_0|bf16|f16|f32] [rows] [cols, multiple of 256] [threads] [m]\n", argv[0]);
+  if (!CanQuantizeRow(dt) || n < 1 || k % 256 || threads < 1 || m < 1) {
+    std::fprintf(stderr, "usage: %s [TYPE: q4_K, q6_K, q8_0, bf16, ...] [rows] [cols, multiple of 256] [threads] [m]\n", argv[0]);
     return 2;
   }
   const bool vnni = !(argc > 6 && std::string(argv[6]) == "novnni");
@@ -97,27 +93,7 @@ int main(int argc, char** argv) {
   std::vector<float> row(k);
   for (int64_t r = 0; r < n; ++r) {
     for (float& v : row) v = nd(rng);
-    uint8_t* dst = buf.data() + r * row_bytes;
-    switch (dt) {
-      case DType::kQ4_K: QuantizeRowQ4_K(row.data(), reinterpret_cast<BlockQ4_K*>(dst), k); break;
-      case DType::kQ5_K: QuantizeRowQ5_K(row.data(), reinterpret_cast<BlockQ5_K*>(dst), k); break;
-      case DType::kQ6_K: QuantizeRowQ6_K(row.data(), reinterpret_cast<BlockQ6_K*>(dst), k); break;
-      default:
-        for (int64_t c = 0; c < k; ++c) {
-          const float v = row[c];
-          if (dt == DType::kF32) std::memcpy(dst + 4 * c, &v, 4);
-          else if (dt == DType::kBF16 || dt == DType::kF16) {
-            const uint16_t h = dt == DType::kBF16 ? F32ToBF16(v) : F32ToF16(v);
-            std::memcpy(dst + 2 * c, &h, 2);
-          } else {  // q8_0: d = 1/16, quants from the value
-            if (c % 32 == 0) {
-              const uint16_t d = F32ToF16(1.f / 16);
-              std::memcpy(dst + (c / 32) * 34, &d, 2);
-            }
-            dst[(c / 32) * 34 + 2 + c % 32] = static_cast<uint8_t>(static_cast<int8_t>(std::max(-127.f, std::min(127.f, 16 * v))));
-          }
-        }
-    }
+    QuantizeRow(dt, row.data(), buf.data() + r * row_bytes, static_cast<size_t>(k));
   }
   for (int c = 1; c < copies; ++c) std::memcpy(buf.data() + c * mat_bytes, buf.data(), mat_bytes);
   std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);

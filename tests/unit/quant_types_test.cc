@@ -187,15 +187,18 @@ TEST_P(QuantGemmTest, BatchSliceAndThreadInvariantBitwise) {
   }
 }
 
+bool HasAvx2AndAvx512() {
+  const std::vector<Isa> isas = AvailableIsas();
+  return std::find(isas.begin(), isas.end(), Isa::kAvx512) != isas.end() &&
+         std::find(isas.begin(), isas.end(), Isa::kAvx2) != isas.end();
+}
+
 // The k-quant integer sums are exact on every ISA (AVX-512 takes 64 quants a step, offsetting signed types to
 // unsigned bytes and taking the offset back through x's block sums; AVX2 uses the sign trick 32 at a time), and
 // the f32 steps per block are the same expressions, so AVX-512 and AVX2 give the same bits.
 TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
   IsaGuard guard;
-  const std::vector<Isa> isas = AvailableIsas();
-  if (std::find(isas.begin(), isas.end(), Isa::kAvx512) == isas.end() ||
-      std::find(isas.begin(), isas.end(), Isa::kAvx2) == isas.end())
-    GTEST_SKIP() << "needs AVX2 and AVX-512";
+  if (!HasAvx2AndAvx512()) GTEST_SKIP() << "needs AVX2 and AVX-512";
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
   // 77 rows: on two threads, slices of 48 and 29 rows, so the VNNI panels run in pairs, alone, and next to a
@@ -229,10 +232,7 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
 // two 16-row groups and a 3-row remainder.
 TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
   IsaGuard guard;
-  const std::vector<Isa> isas = AvailableIsas();
-  if (std::find(isas.begin(), isas.end(), Isa::kAvx512) == isas.end() ||
-      std::find(isas.begin(), isas.end(), Isa::kAvx2) == isas.end())
-    GTEST_SKIP() << "needs AVX2 and AVX-512";
+  if (!HasAvx2AndAvx512()) GTEST_SKIP() << "needs AVX2 and AVX-512";
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
   for (int64_t k : {int64_t{blk} * (blk == 32 ? 19 : 9), int64_t{blk} * (blk == 32 ? 67 : 33)}) {

@@ -111,29 +111,6 @@ void ScoreTile(const Flash& f, int v0, const uint8_t* k0, int64_t k_stride, int 
   }
 }
 
-// In-register transpose of 16 rows of 16 dwords: r[c] becomes column c (lane i = element c of row i).
-inline void Transpose16(__m512i r[16]) {
-  __m512i a[16], b[16];
-  for (int i = 0; i < 8; ++i) {
-    a[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    a[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {  // b[4i + e], 128-bit lane L: element 4L + e of rows 4i..4i+3
-    b[4 * i + 0] = _mm512_unpacklo_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 1] = _mm512_unpackhi_epi64(a[4 * i], a[4 * i + 2]);
-    b[4 * i + 2] = _mm512_unpacklo_epi64(a[4 * i + 1], a[4 * i + 3]);
-    b[4 * i + 3] = _mm512_unpackhi_epi64(a[4 * i + 1], a[4 * i + 3]);
-  }
-  for (int e = 0; e < 4; ++e) {
-    const __m512i v0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0x88), w0 = _mm512_shuffle_i32x4(b[e], b[4 + e], 0xDD);
-    const __m512i v1 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0x88), w1 = _mm512_shuffle_i32x4(b[8 + e], b[12 + e], 0xDD);
-    r[e] = _mm512_shuffle_i32x4(v0, v1, 0x88);
-    r[4 + e] = _mm512_shuffle_i32x4(w0, w1, 0x88);
-    r[8 + e] = _mm512_shuffle_i32x4(v0, v1, 0xDD);
-    r[12 + e] = _mm512_shuffle_i32x4(w0, w1, 0xDD);
-  }
-}
-
 // Scores with the positions in the lanes, for tasks of few slots (decode rows: 4 or 8 heads per K/V head would
 // fill a quarter or half of the slot lanes). kt: the tile's K transposed, word j of position i at kt[j * 64 + i].
 // Each (slot, position) score is the same chain of vdpbf16ps / FMAs over j as ScoreTile's (the same products, the

@@ -344,7 +344,7 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
 }
 
 #include "kernels/cpu/q8_0_vnni_avx512.inc"  // here: it uses LoadQBlock and the tiles' order, defined above
-#include "kernels/cpu/gemv_rows16_avx512.inc"  // here: it uses HSum8
+#include "kernels/cpu/gemv_rows16_avx512.inc"  // here: it uses NegatedBlockSums
 
 // kVnni: q8_0/q4_0 run on the VNNI tiles (bitwise the same results as the generic ones). Two entry points
 // rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
