@@ -72,23 +72,40 @@ TEST_F(GgmlTest, DequantizationIsBitwiseGgmls) {
 }
 
 // Activations: q8_0, q8_1, q8_K blocks bitwise those of the CPU backend's from_float (what llama.cpp's matmuls
-// feed the vec_dot kernels), on random rows of several magnitudes, an all-zero block and exact ties.
+// feed the vec_dot kernels), from the reference loops and from every ISA's table entry, on random rows of several
+// magnitudes, an all-zero block and exact ties.
 TEST_F(GgmlTest, ActivationQuantizationIsBitwiseGgmls) {
+  testing::IsaGuard guard;
+  const std::vector<Isa> isas = testing::AvailableIsas();
   const size_t n = 2048;
   for (float scale : {1e-3f, 1.f, 300.f}) {
     auto x = RandomVec(n, 77 + static_cast<uint32_t>(scale), scale);
     for (size_t i = 0; i < 256; ++i) x[i] = 0;  // a zero block of every type
     for (size_t i = 256; i < 512; ++i) x[i] = (static_cast<int>(i % 7) - 3) * 0.5f;  // ties at the rounding points
     for (DType t : {DType::kQ8_0, DType::kQ8_1, DType::kQ8_K}) {
-      std::vector<uint8_t> ours(DTypeBytes(t, n)), theirs(ours.size());
-      if (t == DType::kQ8_0) QuantizeActivationsQ8_0(x.data(), reinterpret_cast<BlockQ8_0*>(ours.data()), n);
-      if (t == DType::kQ8_1) QuantizeActivationsQ8_1(x.data(), reinterpret_cast<BlockQ8_1*>(ours.data()), n);
-      if (t == DType::kQ8_K) QuantizeActivationsQ8_K(x.data(), reinterpret_cast<BlockQ8_K*>(ours.data()), n);
+      std::vector<uint8_t> theirs(DTypeBytes(t, n));
       ggml_get_type_traits_cpu(Ggml(t))->from_float(x.data(), theirs.data(), static_cast<int64_t>(n));
-      const size_t bb = GetDTypeInfo(t).block_bytes;
-      for (size_t b = 0; b < ours.size() / bb; ++b)
-        ASSERT_EQ(0, std::memcmp(ours.data() + b * bb, theirs.data() + b * bb, bb))
-            << DTypeName(t) << " scale " << scale << " block " << b;
+      // The reference loops, then what MatMul uses: each ISA's table entry (q8_1 has only the reference).
+      for (int variant = -1; variant < static_cast<int>(isas.size()); ++variant) {
+        if (variant >= 0 && t == DType::kQ8_1) break;
+        std::vector<uint8_t> ours(theirs.size());
+        if (variant >= 0) SetIsa(isas[variant]);
+        const KernelTable& kt = Kernels();
+        const char* who = variant < 0 ? "reference" : kt.name;
+        if (t == DType::kQ8_0) {
+          auto* y = reinterpret_cast<BlockQ8_0*>(ours.data());
+          variant < 0 ? QuantizeActivationsQ8_0(x.data(), y, n) : kt.quantize_q8_0(x.data(), y, n);
+        }
+        if (t == DType::kQ8_1) QuantizeActivationsQ8_1(x.data(), reinterpret_cast<BlockQ8_1*>(ours.data()), n);
+        if (t == DType::kQ8_K) {
+          auto* y = reinterpret_cast<BlockQ8_K*>(ours.data());
+          variant < 0 ? QuantizeActivationsQ8_K(x.data(), y, n) : kt.quantize_q8_k(x.data(), y, n);
+        }
+        const size_t bb = GetDTypeInfo(t).block_bytes;
+        for (size_t b = 0; b < ours.size() / bb; ++b)
+          ASSERT_EQ(0, std::memcmp(ours.data() + b * bb, theirs.data() + b * bb, bb))
+              << DTypeName(t) << " " << who << " scale " << scale << " block " << b;
+      }
     }
   }
 }

@@ -257,6 +257,81 @@ TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
   }
 }
 
+// Decode products (m < 4) share their rows out among the threads as they go (each owns a range, the others take
+// pieces from its back when done: gemm.cc): every row must be written, once, with the bits of the single-threaded
+// slice, for row counts around the 16-row groups (fewer groups than threads included), with more threads than
+// cores (so that some run late and lose rows to the others), and for a MatMulMany of jobs of different sizes.
+TEST_P(QuantGemmTest, DecodeRowsSharedAcrossThreadsBitwise) {
+  const DType t = GetParam();
+  const int blk = GetDTypeInfo(t).block_elems;
+  const int64_t k = blk == 32 ? 64 : 256;
+  const std::vector<int64_t> row_counts = {1, 10, 17, 40, 257, 1100};
+  std::vector<std::vector<uint8_t>> wbs;
+  std::vector<TensorView> ws;
+  for (int64_t n : row_counts) wbs.push_back(GemmBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(n + 5)));
+  for (size_t i = 0; i < row_counts.size(); ++i) ws.push_back(TensorView{t, {row_counts[i], k}, wbs[i].data(), wbs[i].size()});
+  for (int m : {1, 3}) {
+    const auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m + 11));
+    std::vector<std::vector<float>> ref(ws.size());
+    for (size_t i = 0; i < ws.size(); ++i) {
+      ref[i].assign(static_cast<size_t>(m * row_counts[i]), NAN);
+      MatMulSlice(ws[i], x.data(), m, ref[i].data(), static_cast<int>(row_counts[i]), 0, row_counts[i]);
+    }
+    for (int threads : {2, 3, 4}) {
+      SetComputeThreads(threads);
+      for (int rep = 0; rep < 3; ++rep) {
+        std::vector<std::vector<float>> y(ws.size());
+        std::vector<MatMulJob> jobs;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          y[i].assign(ref[i].size(), NAN);
+          if (i % 2) MatMul(ws[i], x.data(), m, y[i].data());  // alone, and the others in one MatMulMany
+          else jobs.push_back(MatMulJob{&ws[i], x.data(), m, y[i].data()});
+        }
+        MatMulMany(jobs.data(), static_cast<int>(jobs.size()));
+        for (size_t i = 0; i < ws.size(); ++i)
+          ASSERT_EQ(0, std::memcmp(ref[i].data(), y[i].data(), ref[i].size() * 4))
+              << DTypeName(t) << " rows " << row_counts[i] << " m " << m << " threads " << threads;
+      }
+    }
+    SetComputeThreads(0);
+  }
+}
+
+// Each ISA's activation quantizers (the table entries MatMul uses) give the reference loops' blocks bitwise
+// (tests/ggml checks those, and the table entries, against ggml on random rows), also on what random rows miss:
+// NaN and infinite elements, the largest magnitude twice with both signs (q8_K takes the first one's sign), exact
+// ties, zero and all-NaN blocks, scales that are f16 subnormals or overflow f16.
+TEST(QuantTypesTest, TableActivationQuantizersEqualReferenceBitwise) {
+  IsaGuard guard;
+  const size_t n = 10 * kQK_K;
+  std::vector<float> x = RandomVec(n, 4242);
+  float* b = x.data();
+  for (int j = 0; j < kQK_K; ++j) b[kQK_K + j] = 0;                      // block 1: zeros
+  b[2 * kQK_K + 5] = NAN;                                                // block 2: a NaN, an inf
+  b[2 * kQK_K + 100] = -INFINITY;
+  b[3 * kQK_K + 10] = 3, b[3 * kQK_K + 200] = -3;                        // block 3: +max first
+  b[4 * kQK_K + 10] = -3, b[4 * kQK_K + 200] = 3;                        // block 4: -max first
+  for (int j = 0; j < kQK_K; ++j) b[5 * kQK_K + j] = (j % 9 - 4) * 0.5f;  // block 5: exact ties,
+  b[5 * kQK_K] = -127;                                                   // scale 1 (q8_K, first q8_0 block)
+  for (int j = 0; j < kQK_K; ++j) b[6 * kQK_K + j] *= 1e-6f;             // block 6: subnormal q8_0 scales
+  for (int j = 0; j < kQK_K; ++j) b[7 * kQK_K + j] = NAN;                // block 7: all NaN
+  for (int j = 0; j < kQK_K; ++j) b[8 * kQK_K + j] *= 1e10f;             // block 8: q8_0 scale past f16
+  b[9 * kQK_K + 7] = NAN;                                                // block 9: NaN first, then a max
+  std::vector<BlockQ8_0> ref0(n / 32), got0(n / 32);
+  std::vector<BlockQ8_K> refk(n / kQK_K), gotk(n / kQK_K);
+  QuantizeActivationsQ8_0(x.data(), ref0.data(), n);
+  QuantizeActivationsQ8_K(x.data(), refk.data(), n);
+  for (Isa isa : AvailableIsas()) {
+    SetIsa(isa);
+    Kernels().quantize_q8_0(x.data(), got0.data(), n);
+    Kernels().quantize_q8_k(x.data(), gotk.data(), n);
+    for (size_t i = 0; i < ref0.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(&ref0[i], &got0[i], sizeof(BlockQ8_0))) << IsaName(isa) << " q8_0 block " << i;
+    for (size_t i = 0; i < refk.size(); ++i)
+      ASSERT_EQ(0, std::memcmp(&refk[i], &gotk[i], sizeof(BlockQ8_K))) << IsaName(isa) << " q8_K block " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(AllNewTypes, QuantGemmTest, ::testing::ValuesIn(NewWeightTypes()),
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 // q8_0 and q4_0: the 16-row VNNI panels (m >= 4) and the one-row tiles share the AVX2 unit's order (an exact

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -98,7 +99,7 @@ void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, 
         case DType::kQ8_0:
           p->q8.resize(n / 32);
           ForUnits(pool, n / 32, kMinElems / 32,
-                   [&](size_t b, size_t e) { QuantizeActivationsQ8_0(x + b * 32, p->q8.data() + b, (e - b) * 32); });
+                   [&](size_t b, size_t e) { kt.quantize_q8_0(x + b * 32, p->q8.data() + b, (e - b) * 32); });
           p->xq = p->q8.data();
           break;
         case DType::kQ8_1:
@@ -110,7 +111,7 @@ void Prepare(const KernelTable& kt, const TensorView& w, const float* x, int m, 
         case DType::kQ8_K:
           p->q8_k.resize(n / kQK_K);
           ForUnits(pool, n / kQK_K, kMinElems / kQK_K, [&](size_t b, size_t e) {
-            QuantizeActivationsQ8_K(x + b * kQK_K, p->q8_k.data() + b, (e - b) * kQK_K);
+            kt.quantize_q8_k(x + b * kQK_K, p->q8_k.data() + b, (e - b) * kQK_K);
           });
           p->xq = p->q8_k.data();
           break;
@@ -152,6 +153,42 @@ void Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, int m
   kt.gemm_slice(w, p.x, p.xq, m, y, ldy, n0, n1);
 }
 
+// Products with fewer than kStealMaxRows x rows (decode) are bound by memory bandwidth and short (tens of us for
+// a 2048 x 2048 matrix). With one fixed range per thread, a thread waited for the other after nearly every product:
+// the worker wakes later than the caller starts, and this VM's two cores do not run at the same speed (one took
+// 25% longer than the other over whole runs; ~10% of a Q4_K_M decode token sat in the pool's waits, perf). Each
+// thread still owns its static range and reads it front to back, in claims of half of what is left (a sequential
+// stream: handing out small chunks from one counter interleaved the threads' reads and cost 20-40% of decode
+// speed); a thread done with its own ranges takes pieces of about kStealBytes from the back of the others'.
+// Whichever thread takes a row computes it with the same kernel on the same x, and claims start at multiples of
+// 16 rows (the 16-row decode tiles' grouping), so every output is what the static split gives. Larger batches keep
+// the static split: their kernels prepare x per call.
+constexpr int kStealMaxRows = 4;
+constexpr int64_t kStealBytes = 64 << 10;
+
+// One thread's range of a job, in groups of 16 rows: [front, back) packed in one word (front in the low half),
+// claimed from the front by its owner and from the back by the others.
+struct alignas(64) RangeClaim {
+  std::atomic<uint64_t> word{0};
+  void Set(uint32_t front, uint32_t back) { word.store(front | static_cast<uint64_t>(back) << 32, std::memory_order_relaxed); }
+  // Claims groups from one end: half of what is left (at least `least`) when `half`, else `least`; false when empty.
+  bool Claim(bool from_front, uint32_t least, bool half, uint32_t* g0, uint32_t* g1) {
+    uint64_t v = word.load(std::memory_order_relaxed);
+    for (;;) {
+      const uint32_t front = static_cast<uint32_t>(v), back = static_cast<uint32_t>(v >> 32);
+      if (front >= back) return false;
+      const uint32_t left = back - front;
+      const uint32_t take = std::min(left, std::max(least, half ? left / 2 : least));
+      const uint64_t next = from_front ? v + take : v - (static_cast<uint64_t>(take) << 32);
+      if (word.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
+        *g0 = from_front ? front : back - take;
+        *g1 = *g0 + take;
+        return true;
+      }
+    }
+  }
+};
+
 }  // namespace
 
 void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, int64_t n0, int64_t n1) {
@@ -162,37 +199,63 @@ void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, 
 }
 
 void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias) {
-  const int64_t n = w.rows();
-  const KernelTable& kt = Kernels();
-  thread_local PreparedX prepared;  // buffers reused across calls
-  // A lambda does not capture thread_locals: pass the caller's instance explicitly to the workers.
-  PreparedX* p = &prepared;
-  Prepare(kt, w, x, m, p, &ComputePool());
-  ComputePool().Run([&, p](int tid, int nt) {
-    auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(n), tid, nt, 16);
-    if (n0 < n1) Slice(kt, w, *p, m, y, static_cast<int>(n), static_cast<int64_t>(n0), static_cast<int64_t>(n1));
-  });
-  if (bias)
+  MatMulJob job{&w, x, m, y};
+  MatMulMany(&job, 1);
+  if (bias) {
+    const int64_t n = w.rows();
     for (int i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
+  }
 }
 
 void MatMulMany(const MatMulJob* jobs, int count) {
   if (count <= 0) return;
   const KernelTable& kt = Kernels();
-  thread_local std::vector<PreparedX> prepared;
+  ThreadPool& pool = ComputePool();
+  thread_local std::vector<PreparedX> prepared;  // buffers reused across calls
   if (prepared.size() < static_cast<size_t>(count)) prepared.resize(static_cast<size_t>(count));
-  for (int j = 0; j < count; ++j) Prepare(kt, *jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j], &ComputePool());
+  for (int j = 0; j < count; ++j) Prepare(kt, *jobs[j].w, jobs[j].x, jobs[j].m, &prepared[j], &pool);
+  // A lambda does not capture thread_locals: the workers get the caller's instance through p.
   const PreparedX* p = prepared.data();
-  // Every job is split over the threads exactly as MatMul splits it (so each output row comes from the same
-  // kernel calls, and jobs with many x rows do not load one thread more than another).
-  ComputePool().Run([&, p](int tid, int nt) {
+  auto slice = [&, p](int j, int64_t n0, int64_t n1) {
+    Slice(kt, *jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(jobs[j].w->rows()), n0, n1);
+  };
+  bool steal = pool.size() > 1;
+  for (int j = 0; j < count; ++j) steal = steal && jobs[j].m < kStealMaxRows;
+  if (steal) {
+    const int nt = pool.size();
+    thread_local std::vector<RangeClaim> claims;  // [job][thread]
+    if (claims.size() < static_cast<size_t>(count * nt)) claims = std::vector<RangeClaim>(static_cast<size_t>(count * nt));
+    RangeClaim* rc = claims.data();
+    for (int j = 0; j < count; ++j)
+      for (int t = 0; t < nt; ++t) {  // the static split's ranges (Range with align 16), in groups
+        auto [g0, g1] = ThreadPool::Range(static_cast<size_t>((jobs[j].w->rows() + 15) / 16), t, nt);
+        rc[j * nt + t].Set(static_cast<uint32_t>(g0), static_cast<uint32_t>(g1));
+      }
+    pool.Run([&, rc](int tid, int nt_run) {
+      auto run = [&](int j, uint32_t g0, uint32_t g1) {
+        slice(j, int64_t{g0} * 16, std::min<int64_t>(jobs[j].w->rows(), int64_t{g1} * 16));
+      };
+      auto least = [&](int j) {
+        return static_cast<uint32_t>(std::max<int64_t>(1, kStealBytes / (16 * static_cast<int64_t>(jobs[j].w->row_bytes()))));
+      };
+      uint32_t g0, g1;
+      for (int j = 0; j < count; ++j)
+        while (rc[j * nt_run + tid].Claim(true, least(j), true, &g0, &g1)) run(j, g0, g1);
+      for (int v = 1; v < nt_run; ++v) {
+        const int t = (tid + v) % nt_run;
+        for (int j = count - 1; j >= 0; --j)
+          while (rc[j * nt_run + t].Claim(false, least(j), false, &g0, &g1)) run(j, g0, g1);
+      }
+    });
+    return;
+  }
+  // Every job is split over the threads in the same contiguous ranges (jobs with many x rows then do not load
+  // one thread more than another).
+  pool.Run([&](int tid, int nt) {
     for (int j = 0; j < count; ++j) {
-      const int64_t rows = jobs[j].w->rows();
-      auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(rows), tid, nt, 16);
-      if (n0 < n1)
-        Slice(kt, *jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(rows), static_cast<int64_t>(n0),
-              static_cast<int64_t>(n1));
+      auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(jobs[j].w->rows()), tid, nt, 16);
+      if (n0 < n1) slice(j, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
     }
   });
 }

@@ -400,6 +400,8 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
 
 }  // namespace
 
+#include "kernels/cpu/activation_quant_avx512.inc"
+
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
   GemmSliceT<false>(w, x, xq, m, y, ldy, n0, n1);
 }

@@ -70,6 +70,10 @@ constexpr int64_t AttendOnlineScratchFloats(int slots, int hd_k, int hd_v) {
   return padded * (hd_k + 2 * kAttendTile + 5) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 12;
 }
 using AttendRowsFn = void (*)(const AttendArgs& a);
+// Activations to the dot type of quantized weights, n elements (whole blocks): bitwise QuantizeActivationsQ8_0 /
+// QuantizeActivationsQ8_K (dtype.h), which are the scalar and AVX2 tables' entries.
+using QuantizeQ8_0Fn = void (*)(const float* x, BlockQ8_0* y, size_t n);
+using QuantizeQ8_KFn = void (*)(const float* x, BlockQ8_K* y, size_t n);
 
 // Each ISA's entry points, of the types above (gemm_<isa>.cc and attention_<isa>.cc define them).
 namespace isa_avx512 {
@@ -80,6 +84,8 @@ void AttendRows(const AttendArgs& a);
 // AVX512-BF16 vdpbf16ps (f32/f16 caches as AttendRows).
 void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendRowsBf16Dot(const AttendArgs& a);
+void QuantizeQ8_0(const float* x, BlockQ8_0* y, size_t n);
+void QuantizeQ8_K(const float* x, BlockQ8_K* y, size_t n);
 }  // namespace isa_avx512
 namespace isa_avx2 {
 void GemmSlice(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
