@@ -1,11 +1,12 @@
 // Batch-1 GEMV microbenchmark: y = W x for one weight matrix in a stored type, timed over many calls on a weight
 // set larger than the caches (several copies of the matrix, cycled), so each call streams its weights from DRAM
 // as a decode step does. Reports GB/s of weight bytes read and the matrix's time per call.
-//   build/bench_gemv [type=q4_K] [rows=8192] [cols=2048] [threads=1] [m=1] [novnni]
+//   build/bench_gemv [type=q4_K] [rows=8192] [cols=2048] [threads=1] [m=1] [novnni] [cached]
 //   build/bench_gemv layers TYPE [layers=16] [threads=2] [novnni]
 // type: any type the project quantizes to (q4_K, q6_K, q8_0, bf16, f16, f32, ...). m > 1 times a batch of m x rows
 // (GB/s counts the weights once). novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison
-// on a VNNI CPU. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
+// on a VNNI CPU. cached: one copy of the matrix, so a matrix that fits the caches gives the kernel's compute rate
+// (the bound it would meet with infinite memory bandwidth). "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,11 +83,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [TYPE: q4_K, q6_K, q8_0, bf16, ...] [rows] [cols, multiple of 256] [threads] [m]\n", argv[0]);
     return 2;
   }
-  const bool vnni = !(argc > 6 && std::string(argv[6]) == "novnni");
+  bool vnni = true, cached = false;
+  for (int a = 6; a < argc; ++a) {
+    vnni = vnni && std::string(argv[a]) != "novnni";
+    cached = cached || std::string(argv[a]) == "cached";
+  }
   SetComputeThreads(threads);
   SetVnni(vnni);
   const size_t row_bytes = DTypeBytes(dt, static_cast<size_t>(k)), mat_bytes = row_bytes * n;
-  const int copies = static_cast<int>(std::max<size_t>(2, (512u << 20) / mat_bytes + 1));  // >= 512 MiB in all
+  // >= 512 MiB in all; "cached": one copy, read from the caches (the kernel's compute rate, when it fits)
+  const int copies = cached ? 1 : static_cast<int>(std::max<size_t>(2, (512u << 20) / mat_bytes + 1));
   std::vector<uint8_t> buf(mat_bytes * copies);
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -103,13 +109,13 @@ int main(int argc, char** argv) {
   for (int c = 0; c < copies; ++c) MatMul(views[c], x.data(), m, y.data());  // warm up, fault in
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
-    const int calls = copies * 4;
+    const int calls = std::max(copies * 4, 64);
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < calls; ++i) MatMul(views[i % copies], x.data(), m, y.data());
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
   }
-  std::printf("%s %lldx%lld m=%d threads=%d: %.1f us/call, %.2f GB/s of weights (%s kernels%s)\n", DTypeName(dt),
+  std::printf("%s %lldx%lld m=%d threads=%d: %.1f us/call, %.2f GB/s of weights (%s kernels%s%s)\n", DTypeName(dt),
               static_cast<long long>(n), static_cast<long long>(k), m, threads, best * 1e6, mat_bytes / best / 1e9,
-              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off");
+              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off", cached ? ", from cache" : "");
   return 0;
 }
