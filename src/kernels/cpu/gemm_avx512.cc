@@ -391,6 +391,10 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
         const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
         if (m >= 4 && whole > n0 && KQuantSliceVnni(w, xq, m, y, ldy, n0, whole)) done = whole;
         else if (m < 4 && w.dtype == DType::kQ4_K) done = Q4KRows16Slice(w, xq, m, y, ldy, n0, n1);  // decode: 16 rows at a time
+        else if (m < 4 && w.dtype == DType::kQ6_K) {
+          Q6KDecodeSlice(w, xq, m, y, ldy, n0, n1);
+          done = n1;
+        }
       }
       if (done < n1) QuantSlice(w, xq, m, y, ldy, done, n1);  // the other GGUF block types: portable kernels
       break;
