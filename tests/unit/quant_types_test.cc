@@ -257,11 +257,12 @@ TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
   }
 }
 
-// Decode products (m < 4) share their rows out among the threads as they go (each owns a range, the others take
-// pieces from its back when done: gemm.cc): every row must be written, once, with the bits of the single-threaded
-// slice, for row counts around the 16-row groups (fewer groups than threads included), with more threads than
-// cores (so that some run late and lose rows to the others), and for a MatMulMany of jobs of different sizes.
-TEST_P(QuantGemmTest, DecodeRowsSharedAcrossThreadsBitwise) {
+// Products share their rows out among the threads as they go (each owns a range, the others take pieces from its
+// back when done: gemm.cc): every row must be written, once, with the bits of the single-threaded slice, at batch
+// 1 and 3 (decode paths) and 17 (panels), for row counts around the 16-row groups (fewer groups than threads
+// included), with more threads than cores (so that some run late and lose rows to the others), and for a
+// MatMulMany of jobs of different sizes.
+TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
   const int64_t k = blk == 32 ? 64 : 256;
@@ -270,7 +271,7 @@ TEST_P(QuantGemmTest, DecodeRowsSharedAcrossThreadsBitwise) {
   std::vector<TensorView> ws;
   for (int64_t n : row_counts) wbs.push_back(GemmBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(n + 5)));
   for (size_t i = 0; i < row_counts.size(); ++i) ws.push_back(TensorView{t, {row_counts[i], k}, wbs[i].data(), wbs[i].size()});
-  for (int m : {1, 3}) {
+  for (int m : {1, 3, 17}) {
     const auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m + 11));
     std::vector<std::vector<float>> ref(ws.size());
     for (size_t i = 0; i < ws.size(); ++i) {

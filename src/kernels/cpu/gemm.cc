@@ -153,21 +153,21 @@ void Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, int m
   kt.gemm_slice(w, p.x, p.xq, m, y, ldy, n0, n1);
 }
 
-// Products with fewer than kStealMaxRows x rows (decode) are bound by memory bandwidth and short (tens of us for
-// a 2048 x 2048 matrix). With one fixed range per thread, a thread waited for the other after nearly every product:
-// the worker wakes later than the caller starts, and this VM's two cores do not run at the same speed (one took
-// 25% longer than the other over whole runs; ~10% of a Q4_K_M decode token sat in the pool's waits, perf). Each
-// thread still owns its static range and reads it front to back, in claims of half of what is left (a sequential
-// stream: handing out small chunks from one counter interleaved the threads' reads and cost 20-40% of decode
-// speed); a thread done with its own ranges takes pieces of about kStealBytes from the back of the others'.
-// Whichever thread takes a row computes it with the same kernel on the same x, and claims start at multiples of
-// 16 rows (the 16-row decode tiles' grouping), so every output is what the static split gives. Larger batches keep
-// the static split: their kernels prepare x per call.
-constexpr int kStealMaxRows = 4;
+// Products are split by weight rows, but cores do not run at the same speed: on the 2-vCPU development VM one
+// core computes a q4_K row 40% slower than the other from cache, and the worker wakes later than the caller
+// starts. With one fixed range per thread, a thread waited for the other at nearly every product (~10% of a
+// Q4_K_M decode token sat in the pool's waits, perf; prefill lost 10-20%). Each thread still owns the static range
+// (ThreadPool::Range in 16-row groups) and reads it front to back, in claims of half of what is left (one
+// sequential stream: handing out small chunks from one shared counter interleaved the threads' reads and cost
+// 20-40% of decode speed); a thread done with its own ranges takes pieces from the back of the others'. Pieces
+// hold about kStealBytes of weights, more for batches (every call re-reads its x block, and panels are
+// transposed per call). Whichever thread takes a row computes it with the same kernel on the same x, and claims
+// are whole 16-row groups (the decode tiles' and panels' grouping), so every output is what a static split gives.
 constexpr int64_t kStealBytes = 64 << 10;
+int64_t StealPieceBytes(int m) { return kStealBytes * std::min(8, std::max(1, m / 16)); }
 
-// One thread's range of a job, in groups of 16 rows: [front, back) packed in one word (front in the low half),
-// claimed from the front by its owner and from the back by the others.
+// One thread's range of a job (see kStealBytes), in groups of 16 rows: [front, back) packed in one word (front in
+// the low half), claimed from the front by its owner and from the back by the others.
 struct alignas(64) RangeClaim {
   std::atomic<uint64_t> word{0};
   void Set(uint32_t front, uint32_t back) { word.store(front | static_cast<uint64_t>(back) << 32, std::memory_order_relaxed); }
@@ -220,9 +220,12 @@ void MatMulMany(const MatMulJob* jobs, int count) {
   auto slice = [&, p](int j, int64_t n0, int64_t n1) {
     Slice(kt, *jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(jobs[j].w->rows()), n0, n1);
   };
-  bool steal = pool.size() > 1;
-  for (int j = 0; j < count; ++j) steal = steal && jobs[j].m < kStealMaxRows;
-  if (steal) {
+  if (pool.size() == 1) {
+    for (int j = 0; j < count; ++j) slice(j, 0, jobs[j].w->rows());
+    return;
+  }
+  // Rows shared between the threads as they go (see RangeClaim).
+  {
     const int nt = pool.size();
     thread_local std::vector<RangeClaim> claims;  // [job][thread]
     if (claims.size() < static_cast<size_t>(count * nt)) claims = std::vector<RangeClaim>(static_cast<size_t>(count * nt));
@@ -237,7 +240,8 @@ void MatMulMany(const MatMulJob* jobs, int count) {
         slice(j, int64_t{g0} * 16, std::min<int64_t>(jobs[j].w->rows(), int64_t{g1} * 16));
       };
       auto least = [&](int j) {
-        return static_cast<uint32_t>(std::max<int64_t>(1, kStealBytes / (16 * static_cast<int64_t>(jobs[j].w->row_bytes()))));
+        const int64_t group_bytes = 16 * static_cast<int64_t>(jobs[j].w->row_bytes());
+        return static_cast<uint32_t>(std::max<int64_t>(1, StealPieceBytes(jobs[j].m) / group_bytes));
       };
       uint32_t g0, g1;
       for (int j = 0; j < count; ++j)
@@ -248,16 +252,7 @@ void MatMulMany(const MatMulJob* jobs, int count) {
           while (rc[j * nt_run + t].Claim(false, least(j), false, &g0, &g1)) run(j, g0, g1);
       }
     });
-    return;
   }
-  // Every job is split over the threads in the same contiguous ranges (jobs with many x rows then do not load
-  // one thread more than another).
-  pool.Run([&](int tid, int nt) {
-    for (int j = 0; j < count; ++j) {
-      auto [n0, n1] = ThreadPool::Range(static_cast<size_t>(jobs[j].w->rows()), tid, nt, 16);
-      if (n0 < n1) slice(j, static_cast<int64_t>(n0), static_cast<int64_t>(n1));
-    }
-  });
 }
 
 void MatMulHeads(const HeadsMatMul& s) {

@@ -1,7 +1,8 @@
 // Matrix multiply against weights in their stored type, f32 accumulation:
 //   y[m][n] = sum_k x[m][k] * W[n][k]      (W is {N, K}, rows contiguous; x and y are f32, row-major)
-// Work is split over the compute pool by weight rows (static partitioning), so each thread streams its own
-// slice of W once per block of x rows; decode (m = 1) is a GEMV bound by memory bandwidth.
+// Work is split over the compute pool by weight rows: each thread owns a contiguous range and streams it once per
+// block of x rows, and a thread done early takes rows from the back of another's range (cores differ in speed);
+// outputs do not depend on who computes a row. Decode (m = 1) is a GEMV bound by memory bandwidth.
 #pragma once
 #include <cstdint>
 #include <functional>
