@@ -225,6 +225,13 @@ bool DequantizeBlocks(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
+namespace {
+// nearbyint(v) as an int (round half to even), NaN as 0: a NaN element (a NaN activation, or inf times a zero
+// scale) becomes 0, which is what the x86 conversion chain gave before and what the AVX-512 quantizers give
+// (activation_quant_avx512.inc); converting NaN to an integer is undefined behaviour in C++. |v| <= 127.5 otherwise.
+int NearestOrZero(float v) { return v == v ? static_cast<int>(std::nearbyint(v)) : 0; }
+}  // namespace
+
 void QuantizeActivationsQ8_1(const float* x, BlockQ8_1* y, size_t n) {
   // ggml's x86 quantize_row_q8_1: scale amax/127, round half to even, s = d * (sum of the integers).
   for (size_t k = 0; k < n / 32; ++k, x += 32) {
@@ -235,7 +242,7 @@ void QuantizeActivationsQ8_1(const float* x, BlockQ8_1* y, size_t n) {
     const float id = amax != 0.f ? 127.f / amax : 0.f;
     int sum = 0;
     for (int j = 0; j < 32; ++j) {
-      y[k].qs[j] = static_cast<int8_t>(std::nearbyint(x[j] * id));
+      y[k].qs[j] = static_cast<int8_t>(NearestOrZero(x[j] * id));
       sum += y[k].qs[j];
     }
     y[k].s = F32ToF16(d * static_cast<float>(sum));
@@ -262,7 +269,7 @@ void QuantizeActivationsQ8_K(const float* x, BlockQ8_K* y, size_t n) {
     }
     const float iscale = -127.f / max;
     for (int j = 0; j < kQK_K; ++j) {
-      const int v = static_cast<int>(std::nearbyint(iscale * x[j]));
+      const int v = NearestOrZero(iscale * x[j]);
       y[k].qs[j] = static_cast<int8_t>(v < 127 ? v : 127);
     }
     for (int j = 0; j < kQK_K / 16; ++j) {

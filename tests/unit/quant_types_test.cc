@@ -257,41 +257,44 @@ TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
   }
 }
 
-// Products share their rows out among the threads as they go (each owns a range, the others take pieces from its
-// back when done: gemm.cc): every row must be written, once, with the bits of the single-threaded slice, at batch
-// 1 and 3 (decode paths) and 17 (panels), for row counts around the 16-row groups (fewer groups than threads
-// included), with more threads than cores (so that some run late and lose rows to the others), and for a
-// MatMulMany of jobs of different sizes.
+// Products share their rows out among the threads as they go (each owns a range and claims half of what is left
+// from its front; a thread done takes pieces of ~64 KiB from the back of the others': gemm.cc): every row must be
+// written with the bits of the single-threaded slice, at batch 1 and 3 (decode paths) and 17 (panels), with 1 to 4
+// threads on this machine's cores (so that some run late and lose rows to the others), for row counts around the
+// 16-row groups (fewer groups than threads included) and for ~2,000 rows of K = 2,048 (pieces of 1-3 groups, so
+// owners claim several times and thieves take several pieces), alone and in one MatMulMany. A row computed twice
+// gives the same bits and is not detected here.
 TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
-  const int64_t k = blk == 32 ? 64 : 256;
-  const std::vector<int64_t> row_counts = {1, 10, 17, 40, 257, 1100};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 256}, {10, 256}, {17, 256}, {40, 256}, {257, 256},
+                                                           {1100, 256}, {2003, 2048}};
   std::vector<std::vector<uint8_t>> wbs;
   std::vector<TensorView> ws;
-  for (int64_t n : row_counts) wbs.push_back(GemmBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(n + 5)));
-  for (size_t i = 0; i < row_counts.size(); ++i) ws.push_back(TensorView{t, {row_counts[i], k}, wbs[i].data(), wbs[i].size()});
+  for (auto [n, k] : shapes) wbs.push_back(GemmBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(n + 5)));
+  for (size_t i = 0; i < shapes.size(); ++i)
+    ws.push_back(TensorView{t, {shapes[i].first, shapes[i].second}, wbs[i].data(), wbs[i].size()});
   for (int m : {1, 3, 17}) {
-    const auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m + 11));
-    std::vector<std::vector<float>> ref(ws.size());
+    std::vector<std::vector<float>> xs, ref(ws.size());
     for (size_t i = 0; i < ws.size(); ++i) {
-      ref[i].assign(static_cast<size_t>(m * row_counts[i]), NAN);
-      MatMulSlice(ws[i], x.data(), m, ref[i].data(), static_cast<int>(row_counts[i]), 0, row_counts[i]);
+      xs.push_back(RandomVec(static_cast<size_t>(m * shapes[i].second), static_cast<uint32_t>(m + 11 + i)));
+      ref[i].assign(static_cast<size_t>(m * shapes[i].first), NAN);
+      MatMulSlice(ws[i], xs[i].data(), m, ref[i].data(), static_cast<int>(shapes[i].first), 0, shapes[i].first);
     }
-    for (int threads : {2, 3, 4}) {
+    for (int threads : {1, 2, 3, 4}) {
       SetComputeThreads(threads);
-      for (int rep = 0; rep < 3; ++rep) {
+      for (int rep = 0; rep < 2; ++rep) {
         std::vector<std::vector<float>> y(ws.size());
         std::vector<MatMulJob> jobs;
         for (size_t i = 0; i < ws.size(); ++i) {
           y[i].assign(ref[i].size(), NAN);
-          if (i % 2) MatMul(ws[i], x.data(), m, y[i].data());  // alone, and the others in one MatMulMany
-          else jobs.push_back(MatMulJob{&ws[i], x.data(), m, y[i].data()});
+          if (i % 2) MatMul(ws[i], xs[i].data(), m, y[i].data());  // alone, and the others in one MatMulMany
+          else jobs.push_back(MatMulJob{&ws[i], xs[i].data(), m, y[i].data()});
         }
         MatMulMany(jobs.data(), static_cast<int>(jobs.size()));
         for (size_t i = 0; i < ws.size(); ++i)
           ASSERT_EQ(0, std::memcmp(ref[i].data(), y[i].data(), ref[i].size() * 4))
-              << DTypeName(t) << " rows " << row_counts[i] << " m " << m << " threads " << threads;
+              << DTypeName(t) << " rows " << shapes[i].first << " m " << m << " threads " << threads;
       }
     }
     SetComputeThreads(0);
@@ -314,7 +317,7 @@ TEST(QuantTypesTest, TableActivationQuantizersEqualReferenceBitwise) {
   b[4 * kQK_K + 10] = -3, b[4 * kQK_K + 200] = 3;                        // block 4: -max first
   for (int j = 0; j < kQK_K; ++j) b[5 * kQK_K + j] = (j % 9 - 4) * 0.5f;  // block 5: exact ties,
   b[5 * kQK_K] = -127;                                                   // scale 1 (q8_K, first q8_0 block)
-  for (int j = 0; j < kQK_K; ++j) b[6 * kQK_K + j] *= 1e-6f;             // block 6: subnormal q8_0 scales
+  for (int j = 0; j < kQK_K; ++j) b[6 * kQK_K + j] *= 1e-3f;             // block 6: subnormal f16 q8_0 scales
   for (int j = 0; j < kQK_K; ++j) b[7 * kQK_K + j] = NAN;                // block 7: all NaN
   for (int j = 0; j < kQK_K; ++j) b[8 * kQK_K + j] *= 1e10f;             // block 8: q8_0 scale past f16
   b[9 * kQK_K + 7] = NAN;                                                // block 9: NaN first, then a max
