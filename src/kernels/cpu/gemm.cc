@@ -171,17 +171,18 @@ int64_t StealPieceBytes(int m) { return kStealBytes * std::min(8, std::max(1, m 
 struct alignas(64) RangeClaim {
   std::atomic<uint64_t> word{0};
   void Set(uint32_t front, uint32_t back) { word.store(front | static_cast<uint64_t>(back) << 32, std::memory_order_relaxed); }
-  // Claims groups from one end: half of what is left (at least `least`) when `half`, else `least`; false when empty.
-  bool Claim(bool from_front, uint32_t least, bool half, uint32_t* g0, uint32_t* g1) {
+  // The owner claims half of what is left (at least `least`) from the front, another thread `least` from the back;
+  // false when empty.
+  bool Claim(bool owner, uint32_t least, uint32_t* g0, uint32_t* g1) {
     uint64_t v = word.load(std::memory_order_relaxed);
     for (;;) {
       const uint32_t front = static_cast<uint32_t>(v), back = static_cast<uint32_t>(v >> 32);
       if (front >= back) return false;
       const uint32_t left = back - front;
-      const uint32_t take = std::min(left, std::max(least, half ? left / 2 : least));
-      const uint64_t next = from_front ? v + take : v - (static_cast<uint64_t>(take) << 32);
+      const uint32_t take = std::min(left, owner ? std::max(least, left / 2) : least);
+      const uint64_t next = owner ? v + take : v - (static_cast<uint64_t>(take) << 32);
       if (word.compare_exchange_weak(v, next, std::memory_order_relaxed)) {
-        *g0 = from_front ? front : back - take;
+        *g0 = owner ? front : back - take;
         *g1 = *g0 + take;
         return true;
       }
@@ -225,34 +226,32 @@ void MatMulMany(const MatMulJob* jobs, int count) {
     return;
   }
   // Rows shared between the threads as they go (see RangeClaim).
-  {
-    const int nt = pool.size();
-    thread_local std::vector<RangeClaim> claims;  // [job][thread]
-    if (claims.size() < static_cast<size_t>(count * nt)) claims = std::vector<RangeClaim>(static_cast<size_t>(count * nt));
-    RangeClaim* rc = claims.data();
+  const int nt = pool.size();
+  thread_local std::vector<RangeClaim> claims;  // [job][thread]
+  if (claims.size() < static_cast<size_t>(count * nt)) claims = std::vector<RangeClaim>(static_cast<size_t>(count * nt));
+  RangeClaim* rc = claims.data();
+  for (int j = 0; j < count; ++j)
+    for (int t = 0; t < nt; ++t) {  // the static split's ranges (Range with align 16), in groups
+      auto [g0, g1] = ThreadPool::Range(static_cast<size_t>((jobs[j].w->rows() + 15) / 16), t, nt);
+      rc[j * nt + t].Set(static_cast<uint32_t>(g0), static_cast<uint32_t>(g1));
+    }
+  pool.Run([&, rc](int tid, int) {
+    auto run = [&](int j, uint32_t g0, uint32_t g1) {
+      slice(j, int64_t{g0} * 16, std::min<int64_t>(jobs[j].w->rows(), int64_t{g1} * 16));
+    };
+    auto least = [&](int j) {
+      const int64_t group_bytes = 16 * static_cast<int64_t>(jobs[j].w->row_bytes());
+      return static_cast<uint32_t>(std::max<int64_t>(1, StealPieceBytes(jobs[j].m) / group_bytes));
+    };
+    uint32_t g0, g1;
     for (int j = 0; j < count; ++j)
-      for (int t = 0; t < nt; ++t) {  // the static split's ranges (Range with align 16), in groups
-        auto [g0, g1] = ThreadPool::Range(static_cast<size_t>((jobs[j].w->rows() + 15) / 16), t, nt);
-        rc[j * nt + t].Set(static_cast<uint32_t>(g0), static_cast<uint32_t>(g1));
-      }
-    pool.Run([&, rc](int tid, int nt_run) {
-      auto run = [&](int j, uint32_t g0, uint32_t g1) {
-        slice(j, int64_t{g0} * 16, std::min<int64_t>(jobs[j].w->rows(), int64_t{g1} * 16));
-      };
-      auto least = [&](int j) {
-        const int64_t group_bytes = 16 * static_cast<int64_t>(jobs[j].w->row_bytes());
-        return static_cast<uint32_t>(std::max<int64_t>(1, StealPieceBytes(jobs[j].m) / group_bytes));
-      };
-      uint32_t g0, g1;
-      for (int j = 0; j < count; ++j)
-        while (rc[j * nt_run + tid].Claim(true, least(j), true, &g0, &g1)) run(j, g0, g1);
-      for (int v = 1; v < nt_run; ++v) {
-        const int t = (tid + v) % nt_run;
-        for (int j = count - 1; j >= 0; --j)
-          while (rc[j * nt_run + t].Claim(false, least(j), false, &g0, &g1)) run(j, g0, g1);
-      }
-    });
-  }
+      while (rc[j * nt + tid].Claim(true, least(j), &g0, &g1)) run(j, g0, g1);
+    for (int v = 1; v < nt; ++v) {
+      const int t = (tid + v) % nt;
+      for (int j = count - 1; j >= 0; --j)
+        while (rc[j * nt + t].Claim(false, least(j), &g0, &g1)) run(j, g0, g1);
+    }
+  });
 }
 
 void MatMulHeads(const HeadsMatMul& s) {
