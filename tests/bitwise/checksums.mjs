@@ -1,16 +1,27 @@
-// Bitwise regression guard for restructurings (issue 12): md5 checksums of what deepinfer produces, recorded
+// Bitwise regression guard for restructurings (issues 12, 30): md5 checksums of what deepinfer produces, recorded
 // before a change and compared after it. A case's checksum covers
 //   - the files make-tiny writes (HF safetensors + config.json and the GGUF holding the same weights),
 //   - full-vocabulary log-prob dumps (`deepinfer logprobs`) on those files at several chunk sizes,
 //   - engine outputs (`generate --input`: token ids, text, finish reasons, logprobs) with overlap on and off,
 //     a tight KV pool (preemption), no prefix cache, and a small batch limit (chunked prefill),
-// per instruction set the CPU offers (scalar and avx2 everywhere here; avx512 when present). The recorded
-// values live in tests/bitwise/checksums.txt; an ISA with no recorded values (e.g. avx512 recorded on a machine
-// without it) is reported and skipped, never silently passed.
+// per instruction set: scalar, avx2 and avx512, each forced with DEEPINFER_ISA (the scalar and AVX2 kernels run on
+// an AVX-512 machine; the log line "kernels: NAME" proves which table ran). The recorded values live in
+// tests/bitwise/checksums.txt. The check fails when
+//   - a produced case has no recorded value, or a recorded case of an ISA this machine has is not produced;
+//   - the machine's best ISA has no recorded values at all;
+//   - an ISA the file records is missing on this machine (only allowed, by name, for avx512 on a CPU without
+//     AVX-512F/BW: the note says so; CI runs on AVX-512 machines, where every recorded ISA runs);
+//   - any value differs.
+// A second, separately named check ("cross-ISA") compares the outputs of the three ISAs with each other: token ids
+// and text of every engine run must be identical on every ISA (the project's "same tokens on any x86 CPU" claim),
+// except for the cases listed in CROSS_ISA_TOKEN_EXCEPTIONS with the measured reason; log-prob differences between
+// ISAs are printed (max |delta| per model), never hidden.
 //
-//   node tests/bitwise/checksums.mjs BIN            compare against checksums.txt (exit 1 on any difference)
-//   node tests/bitwise/checksums.mjs BIN --write    record checksums.txt (only from the pre-change binary)
-import {execFileSync, spawnSync} from "node:child_process";
+//   node tests/bitwise/checksums.mjs BIN                    compare against checksums.txt (exit 1 on any failure)
+//   node tests/bitwise/checksums.mjs BIN --write            record every ISA's checksums (pre-change binary only)
+//   node tests/bitwise/checksums.mjs BIN --write-isa=ISA    record (replace) one ISA's entries, keep the others
+//   node tests/bitwise/checksums.mjs BIN --only=PREFIX      only models whose name starts with PREFIX
+import {spawnSync} from "node:child_process";
 import crypto from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -19,13 +30,15 @@ import {fileURLToPath} from "node:url";
 
 const bin = path.resolve(process.argv[2]);
 const write = process.argv.includes("--write");
+const writeIsa = process.argv.find(a => a.startsWith("--write-isa="))?.slice(12);
 const only = process.argv.find(a => a.startsWith("--only="))?.slice(7);
 const here = path.dirname(fileURLToPath(import.meta.url));
-const sumsFile = path.join(here, "checksums.txt");
+const sumsFile = process.env.DEEPINFER_CHECKSUMS_FILE ?? path.join(here, "checksums.txt");
 const shared = process.env.DEEPINFER_SHARED_MODELS ?? path.resolve(here, "../../../shared/models");
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-bitwise-"));
 const md5 = buf => crypto.createHash("md5").update(buf).digest("hex");
 const env = {...process.env, DEEPINFER_NO_PROGRESS: "1"};
+delete env.DEEPINFER_LOG;
 const run = (args, extraEnv = {}) => {
   const r = spawnSync(bin, args, {env: {...env, ...extraEnv}, maxBuffer: 1 << 30});
   if (r.status !== 0) throw new Error(`${args.join(" ")}: exit ${r.status}: ${String(r.stderr).slice(-400)}`);
@@ -65,20 +78,48 @@ const engineModes = {
   no_prefix_cache: ["--no-prefix-cache", "--max-batched-tokens", "7"],
 };
 
-function engineChecksum(model, mode, isaEnv) {
+// Cross-ISA: (model, ISA pair) whose engine tokens/text may differ, with the reason measured when it was listed.
+// Every other engine run must give the same tokens and text on every ISA. A listed case that turns out identical is
+// reported so the list can shrink.
+const CROSS_ISA_TOKEN_EXCEPTIONS = {};
+
+// Runs an engine batch; returns {sum, outputs} where outputs are the decided values (tokens, text, finish reasons,
+// logprobs: timings and ids are not outputs).
+function engineRun(model, mode, isaEnv) {
   const out = path.join(dir, "out.jsonl");
   run(["generate", "-m", model, "--input", batchFile, "--output", out, "-q", "--seed", "1", ...engineModes[mode]], isaEnv);
-  // Only what the engine decides: tokens, text, finish reasons, logprobs (timings and ids are not outputs).
   const keep = r => r.choices ? r.choices.map(keep) : [r.token_ids, r.text, r.finish_reason, r.logprobs ?? null, r.error ?? null];
-  return md5(JSON.stringify(fs.readFileSync(out, "utf8").trim().split("\n").map(l => keep(JSON.parse(l)))));
+  const outputs = fs.readFileSync(out, "utf8").trim().split("\n").map(l => keep(JSON.parse(l)));
+  return {sum: md5(JSON.stringify(outputs)), outputs};
 }
 
-const isas = ["scalar", "avx2"];
 const cpu = fs.readFileSync("/proc/cpuinfo", "utf8");
-if (/\bavx512f\b/.test(cpu) && /\bavx512bw\b/.test(cpu)) isas.push("avx512");
+const hasAvx512 = /\bavx512f\b/.test(cpu) && /\bavx512bw\b/.test(cpu);
+const isas = ["scalar", "avx2", ...(hasAvx512 ? ["avx512"] : [])];
+const bestIsa = isas[isas.length - 1];
+if (writeIsa && !isas.includes(writeIsa)) {
+  console.error(`FAIL --write-isa=${writeIsa}: this machine runs ${isas.join(", ")}`);
+  process.exit(1);
+}
+const runIsas = writeIsa ? [writeIsa] : isas;
+
+// Each forced ISA must really be the table that runs: the engine logs its kernel table at debug level.
+for (const isa of runIsas) {
+  const r = spawnSync(bin, ["generate", "-m", path.join(shared, "stories260K.gguf"), "-p", "x", "-n", "1"],
+                      {env: {...env, DEEPINFER_ISA: isa, DEEPINFER_LOG: "debug"}, encoding: "utf8"});
+  const name = /kernels: (\S+)/.exec(r.stderr ?? "")?.[1];
+  if (!name || name.replace(/\+.*/, "") !== isa) {
+    console.log(`FAIL DEEPINFER_ISA=${isa} ran kernels '${name}' (exit ${r.status}: ${String(r.stderr).slice(-300)})`);
+    process.exit(1);
+  }
+  console.log(`DEEPINFER_ISA=${isa}: kernels ${name}`);
+}
 
 const got = new Map();
 const put = (key, value) => { got.set(key, value); };
+const engineOut = new Map();     // "model mode" -> {isa: outputs}
+const logprobOut = new Map();    // "model fmt chunk" -> {isa: rows}
+const note = (map, key, isa, v) => { if (!map.has(key)) map.set(key, {}); map.get(key)[isa] = v; };
 for (const [name, flags] of Object.entries(models)) {
   if (only && !name.startsWith(only)) continue;
   const out = path.join(dir, name);
@@ -88,50 +129,126 @@ for (const [name, flags] of Object.entries(models)) {
   const variants = [];
   if (fs.existsSync(path.join(out, "config.json"))) variants.push(["hf", out]);
   if (fs.existsSync(path.join(out, "model.gguf"))) variants.push(["gguf", path.join(out, "model.gguf")]);
-  for (const isa of isas) {
+  for (const isa of runIsas) {
     const isaEnv = {DEEPINFER_ISA: isa};
     for (const [fmt, m] of variants) {
       for (const chunk of ["1", "5", "64"]) {
         const extra = name === "deepseek_v3" ? ["--mtp"] : [];
-        put(`${isa} logprobs ${name} ${fmt} chunk${chunk}`, md5(run(["logprobs", "-m", m, "--tokens", tokens, "--chunk", chunk, "-t", "2", ...extra], isaEnv)));
+        const text = run(["logprobs", "-m", m, "--tokens", tokens, "--chunk", chunk, "-t", "2", ...extra], isaEnv);
+        put(`${isa} logprobs ${name} ${fmt} chunk${chunk}`, md5(text));
+        note(logprobOut, `${name} ${fmt} chunk${chunk}`, isa, JSON.parse(text));
       }
     }
-    // The engine on the GGUF (or the HF dir when there is no GGUF), in every mode, plus a bf16 KV cache once.
+    // The engine on the GGUF (or the HF dir when there is no GGUF), in every mode.
     const [, m] = variants[variants.length - 1];
-    for (const mode of Object.keys(engineModes)) put(`${isa} engine ${name} ${mode}`, engineChecksum(m, mode, isaEnv));
+    for (const mode of Object.keys(engineModes)) {
+      const r = engineRun(m, mode, isaEnv);
+      put(`${isa} engine ${name} ${mode}`, r.sum);
+      note(engineOut, `${name} ${mode}`, isa, r.outputs);
+    }
   }
 }
 // The real trained model, greedy and sampled, overlap on and off, f32 and bf16 KV caches.
 const stories = path.join(shared, "stories260K.gguf");
-if (!only || only === "stories") for (const isa of isas) {
+if (!only || only === "stories") for (const isa of runIsas) {
   const isaEnv = {DEEPINFER_ISA: isa};
-  for (const mode of Object.keys(engineModes)) put(`${isa} engine stories260K ${mode}`, engineChecksum(stories, mode, isaEnv));
-  put(`${isa} generate stories260K bf16kv`, md5(run(["generate", "-m", stories, "-p", "Once upon a time", "-n", "64", "--temp", "0.8", "--seed", "4", "--kv-cache-dtype", "bf16", "--json"], isaEnv).toString().replace(/"timings":\{[^}]*\},?/, "")));
+  for (const mode of Object.keys(engineModes)) {
+    const r = engineRun(stories, mode, isaEnv);
+    put(`${isa} engine stories260K ${mode}`, r.sum);
+    note(engineOut, `stories260K ${mode}`, isa, r.outputs);
+  }
+  const text = run(["generate", "-m", stories, "-p", "Once upon a time", "-n", "64", "--temp", "0.8", "--seed", "4", "--kv-cache-dtype", "bf16", "--json"], isaEnv).toString();
+  put(`${isa} generate stories260K bf16kv`, md5(text.replace(/"timings":\{[^}]*\},?/, "")));
+  const g = JSON.parse(text);
+  note(engineOut, `stories260K bf16kv`, isa, [[g.token_ids, g.text, g.finish_reason, null, null]]);
 }
 fs.rmSync(dir, {recursive: true, force: true});
 
-if (write) {
-  const lines = [...got].map(([k, v]) => `${v}  ${k}`);
-  fs.writeFileSync(sumsFile, `# md5 checksums recorded by tests/bitwise/checksums.mjs --write (${new Date().toISOString().slice(0, 10)}, ISAs: ${isas.join(", ")})\n` + lines.join("\n") + "\n");
-  console.log(`recorded ${lines.length} checksums in ${sumsFile}`);
+const header = isaList => `# md5 checksums recorded by tests/bitwise/checksums.mjs (ISAs: ${isaList.join(", ")}; each ISA's lines with the binary named on its 'recorded' line)\n`;
+if (write || writeIsa) {
+  // --write-isa keeps every line of the other ISAs (and the 'recorded' notes) and replaces this ISA's.
+  const old = writeIsa && fs.existsSync(sumsFile) ? fs.readFileSync(sumsFile, "utf8").split("\n") : [];
+  const keepLine = l => (/^[0-9a-f]{32}  /.test(l) && !l.slice(34).startsWith(writeIsa + " ")) || (l.startsWith("# recorded ") && !l.startsWith(`# recorded ${writeIsa} `));
+  const kept = old.filter(keepLine);
+  const sha = spawnSync("git", ["-C", path.dirname(bin), "rev-parse", "--short", "HEAD"], {encoding: "utf8"}).stdout?.trim() || "unknown";
+  const notes = kept.filter(l => l.startsWith("# recorded "));
+  for (const isa of runIsas) notes.push(`# recorded ${isa} ${new Date().toISOString().slice(0, 10)} with the binary of commit ${sha}`);
+  const sums = kept.filter(l => !l.startsWith("#"));
+  const have = new Set(sums.map(l => l.slice(34)));
+  for (const [k, v] of got) if (!have.has(k) && (writeIsa ? k.startsWith(writeIsa + " ") : true)) sums.push(`${v}  ${k}`);
+  const recordedIsas = [...new Set(sums.map(l => l.slice(34).split(" ")[0]).filter(i => i !== "files"))];
+  fs.writeFileSync(sumsFile, header(recordedIsas) + notes.sort().join("\n") + "\n" + sums.join("\n") + "\n");
+  console.log(`recorded ${[...got.keys()].filter(k => !writeIsa || k.startsWith(writeIsa + " ")).length} checksums (${runIsas.join(", ")}) in ${sumsFile}`);
   process.exit(0);
 }
+
 const want = new Map();
 for (const l of fs.readFileSync(sumsFile, "utf8").split("\n")) {
   const m = /^([0-9a-f]{32})  (.+)$/.exec(l);
   if (m) want.set(m[2], m[1]);
 }
 let fail = 0, same = 0;
-const skippedIsas = new Set();
+const recordedIsas = new Set([...want.keys()].map(k => k.split(" ")[0]).filter(i => i !== "files"));
+if (!recordedIsas.has(bestIsa)) { console.log(`FAIL no checksums recorded for this machine's best ISA (${bestIsa})`); ++fail; }
+for (const isa of recordedIsas) {
+  if (isas.includes(isa)) continue;
+  if (isa === "avx512" && !hasAvx512) console.log("note: avx512 checksums not checked: this CPU has no AVX-512F/BW (CI machines have it)");
+  else { console.log(`FAIL checksums recorded for ISA '${isa}', which this checker cannot run`); ++fail; }
+}
 for (const [k, v] of got) {
-  if (!want.has(k)) {
-    const isa = k.split(" ")[0];
-    if (isas.includes(isa)) { skippedIsas.add(isa); continue; }
-    console.log(`FAIL no recorded checksum for '${k}'`); ++fail; continue;
-  }
+  if (!want.has(k)) { console.log(`FAIL no recorded checksum for '${k}'`); ++fail; continue; }
   if (want.get(k) !== v) { console.log(`FAIL ${k}: ${v} != recorded ${want.get(k)}`); ++fail; } else ++same;
 }
-for (const isa of skippedIsas) console.log(`note: no checksums recorded for ${isa} (recorded on a machine without it); not checked`);
-for (const k of want.keys()) if (!got.has(k) && isas.includes(k.split(" ")[0]) && !only) { console.log(`FAIL recorded case '${k}' was not produced`); ++fail; }
-console.log(fail ? `${fail} checksum(s) differ` : `all ${same} checksums identical to the recorded ones`);
-process.exit(fail ? 1 : 0);
+const produced = k => !only || k.split(" ")[2]?.startsWith(only) || (k.startsWith("files ") && k.split(" ")[1].startsWith(only));
+for (const k of want.keys()) {
+  const isa = k.split(" ")[0];
+  if ((isa === "files" || isas.includes(isa)) && produced(k) && !got.has(k)) { console.log(`FAIL recorded case '${k}' was not produced`); ++fail; }
+}
+console.log(fail ? `${fail} checksum failure(s)` : `all ${same} checksums identical to the recorded ones (${isas.join(", ")})`);
+
+// Cross-ISA check: tokens and text equal on every ISA; log-prob differences printed.
+let crossFail = 0, crossSame = 0;
+const pairs = [];
+for (let i = 0; i < isas.length; ++i) for (let j = i + 1; j < isas.length; ++j) pairs.push([isas[i], isas[j]]);
+const tokensText = outputs => JSON.stringify(outputs.map(function strip(o) { return Array.isArray(o[0]) && Array.isArray(o[0][0]) ? o.map(strip) : [o[0], o[1]]; }));
+for (const [key, byIsa] of engineOut) {
+  const model = key.split(" ")[0];
+  for (const [a, b] of pairs) {
+    const exc = CROSS_ISA_TOKEN_EXCEPTIONS[`${model} ${a}/${b}`];
+    const equal = tokensText(byIsa[a]) === tokensText(byIsa[b]);
+    if (equal) {
+      ++crossSame;
+      if (exc) console.log(`cross-ISA note: ${key} ${a}/${b} listed as an exception but identical now`);
+    } else if (exc) {
+      console.log(`cross-ISA exception ${key} ${a}/${b}: tokens differ (${exc})`);
+    } else {
+      console.log(`FAIL cross-ISA ${key}: tokens/text differ between ${a} and ${b}`);
+      ++crossFail;
+    }
+  }
+}
+const logprobDiffs = new Map();  // "model fmt a/b" -> max |delta|
+for (const [key, byIsa] of logprobOut) {
+  const [model, fmt] = key.split(" ");
+  for (const [a, b] of pairs) {
+    let worst = 0, nan = false;
+    const walk = (x, y) => {
+      if (Array.isArray(x)) { for (let i = 0; i < x.length; ++i) walk(x[i], y?.[i]); return; }
+      if (x && typeof x === "object") { for (const k of Object.keys(x)) walk(x[k], y?.[k]); return; }
+      if (typeof x !== "number") return;
+      const d = Math.abs(x - y);
+      if (Number.isNaN(d)) nan = true;
+      else if (d > worst) worst = d;
+    };
+    walk(byIsa[a], byIsa[b]);
+    const k = `${model} ${fmt} ${a}/${b}`;
+    const prev = logprobDiffs.get(k) ?? 0;
+    logprobDiffs.set(k, nan || Number.isNaN(prev) ? NaN : Math.max(prev, worst));
+  }
+}
+for (const [k, d] of logprobDiffs) {
+  if (Number.isNaN(d)) { console.log(`FAIL cross-ISA logprobs ${k}: NaN or missing value`); ++crossFail; }
+  else console.log(`cross-ISA logprobs ${k}: ${d === 0 ? "bitwise identical" : `max |delta| ${d.toExponential(2)}`}`);
+}
+console.log(crossFail ? `cross-ISA: ${crossFail} failure(s)` : `cross-ISA: tokens and text identical in ${crossSame} (run, ISA pair) comparisons`);
+process.exit(fail || crossFail ? 1 : 0);
