@@ -20,6 +20,7 @@
 //   node tests/bitwise/checksums.mjs BIN                    compare against checksums.txt (exit 1 on any failure)
 //   node tests/bitwise/checksums.mjs BIN --write            record every ISA's checksums (pre-change binary only)
 //   node tests/bitwise/checksums.mjs BIN --write-isa=ISA    record (replace) one ISA's entries, keep the others
+//   node tests/bitwise/checksums.mjs BIN --write-missing    record only cases the file lacks (new cases), keep the rest
 //   node tests/bitwise/checksums.mjs BIN --only=PREFIX      only models whose name starts with PREFIX
 import {spawnSync} from "node:child_process";
 import crypto from "node:crypto";
@@ -31,6 +32,7 @@ import {fileURLToPath} from "node:url";
 const bin = path.resolve(process.argv[2]);
 const write = process.argv.includes("--write");
 const writeIsa = process.argv.find(a => a.startsWith("--write-isa="))?.slice(12);
+const writeMissing = process.argv.includes("--write-missing");
 const only = process.argv.find(a => a.startsWith("--only="))?.slice(7);
 const here = path.dirname(fileURLToPath(import.meta.url));
 const sumsFile = process.env.DEEPINFER_CHECKSUMS_FILE ?? path.join(here, "checksums.txt");
@@ -58,7 +60,13 @@ const models = {
   deepseek_v3: ["--arch", "deepseek_v3", "--mtp"],
   deepseek_nolora_yarn: ["--arch", "deepseek_v3", "--q-lora", "0", "--rope-scaling", "yarn", "--split-kv-b"],
   deepseek_fp8: ["--arch", "deepseek_v3", "--dtype", "f8_e4m3", "--format", "hf"],
+  // GGUF block types through `deepinfer convert` (rows of 256 so the k-quants apply): the k-quant decode and
+  // prefill kernels (q4_K, q6_K; VNNI panels on AVX-512), and q5_1 against q8_1 activations.
+  llama_q4km: ["--arch", "llama", "--hidden", "256", "--ffn", "512", "--layers", "2", "--heads", "4", "--kv-heads", "2"],
+  llama_q51: ["--arch", "llama", "--hidden", "256", "--ffn", "512", "--layers", "2", "--heads", "4", "--kv-heads", "2"],
 };
+// Models converted to a GGUF type after make-tiny: name -> convert flags (the make-tiny output is only the source).
+const converted = {llama_q4km: ["--outtype", "q4_k_m"], llama_q51: ["--outtype", "q5_1", "--pure"]};
 const tokens = JSON.stringify([1, 17, 260, 301, 5, 99, 400, 7, 7, 7, 123, 45, 300, 2, 88, 411, 3, 9, 250, 64]);
 // An offline batch exercising sampling, n > 1, stop strings, logprobs and shared prefixes.
 const batch = [
@@ -81,7 +89,11 @@ const engineModes = {
 // Cross-ISA: (model, ISA pair) whose engine tokens/text may differ, with the reason measured when it was listed.
 // Every other engine run must give the same tokens and text on every ISA. A listed case that turns out identical is
 // reported so the list can shrink.
-const CROSS_ISA_TOKEN_EXCEPTIONS = {};
+const BF16_DOT = "bf16 weights: AVX512-BF16's vdpbf16ps sums bf16 pairs in its own order (pair by pair, DAZ/FTZ), the other ISAs in the f32 tiles' lane order; log-probs differ by ~2e-6 and a near-tie token can flip";
+const CROSS_ISA_TOKEN_EXCEPTIONS = {
+  "llama_bf16 scalar/avx512": BF16_DOT,
+  "llama_bf16 avx2/avx512": BF16_DOT,
+};
 
 // Runs an engine batch; returns {sum, outputs} where outputs are the decided values (tokens, text, finish reasons,
 // logprobs: timings and ids are not outputs).
@@ -122,13 +134,19 @@ const logprobOut = new Map();    // "model fmt chunk" -> {isa: rows}
 const note = (map, key, isa, v) => { if (!map.has(key)) map.set(key, {}); map.get(key)[isa] = v; };
 for (const [name, flags] of Object.entries(models)) {
   if (only && !name.startsWith(only)) continue;
-  const out = path.join(dir, name);
+  let out = path.join(dir, name);
   run(["make-tiny", ...flags, "--vocab", "512", "--out", out, "-q"]);
+  if (converted[name]) {
+    const gguf = path.join(dir, `${name}.gguf`);
+    run(["convert", "-m", out, "-o", gguf, "-q", "-t", "2", ...converted[name]]);
+    out = gguf;
+  }
   const files = fs.statSync(out).isDirectory() ? fs.readdirSync(out).sort() : [""];
   for (const f of files) put(`files ${name} ${f || "gguf"}`, md5(fs.readFileSync(path.join(out, f))));
   const variants = [];
   if (fs.existsSync(path.join(out, "config.json"))) variants.push(["hf", out]);
-  if (fs.existsSync(path.join(out, "model.gguf"))) variants.push(["gguf", path.join(out, "model.gguf")]);
+  if (out.endsWith(".gguf")) variants.push(["gguf", out]);
+  else if (fs.existsSync(path.join(out, "model.gguf"))) variants.push(["gguf", path.join(out, "model.gguf")]);
   for (const isa of runIsas) {
     const isaEnv = {DEEPINFER_ISA: isa};
     for (const [fmt, m] of variants) {
@@ -165,10 +183,22 @@ if (!only || only === "stories") for (const isa of runIsas) {
 fs.rmSync(dir, {recursive: true, force: true});
 
 const header = isaList => `# md5 checksums recorded by tests/bitwise/checksums.mjs (ISAs: ${isaList.join(", ")}; each ISA's lines with the binary named on its 'recorded' line)\n`;
+if (writeMissing) {
+  const lines = fs.readFileSync(sumsFile, "utf8").trimEnd().split("\n");
+  const have = new Set(lines.filter(l => /^[0-9a-f]{32}  /.test(l)).map(l => l.slice(34)));
+  const added = [...got].filter(([k]) => !have.has(k)).map(([k, v]) => `${v}  ${k}`);
+  const sha = spawnSync("git", ["-C", path.dirname(bin), "rev-parse", "--short", "HEAD"], {encoding: "utf8"}).stdout?.trim() || "unknown";
+  const names = [...new Set(added.map(l => l.slice(34).split(" ")[l.slice(34).startsWith("files") ? 1 : 2]))];
+  const at = lines.findIndex(l => /^[0-9a-f]{32}  /.test(l));
+  lines.splice(at, 0, `# recorded new cases (${names.join(", ")}) ${new Date().toISOString().slice(0, 10)} with the binary of commit ${sha}`);
+  fs.writeFileSync(sumsFile, lines.join("\n") + "\n" + added.join("\n") + "\n");
+  console.log(`recorded ${added.length} new checksums in ${sumsFile}`);
+  process.exit(0);
+}
 if (write || writeIsa) {
   // --write-isa keeps every line of the other ISAs (and the 'recorded' notes) and replaces this ISA's.
   const old = writeIsa && fs.existsSync(sumsFile) ? fs.readFileSync(sumsFile, "utf8").split("\n") : [];
-  const keepLine = l => (/^[0-9a-f]{32}  /.test(l) && !l.slice(34).startsWith(writeIsa + " ")) || (l.startsWith("# recorded ") && !l.startsWith(`# recorded ${writeIsa} `));
+  const keepLine = l => (/^[0-9a-f]{32}  /.test(l) && !l.slice(34).startsWith(writeIsa + " ")) || (l.startsWith("# recorded ") && !l.startsWith(`# recorded ${writeIsa} `) && !l.startsWith("# recorded new cases"));
   const kept = old.filter(keepLine);
   const sha = spawnSync("git", ["-C", path.dirname(bin), "rev-parse", "--short", "HEAD"], {encoding: "utf8"}).stdout?.trim() || "unknown";
   const notes = kept.filter(l => l.startsWith("# recorded "));

@@ -17,25 +17,18 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   const int64_t v_row_bytes = static_cast<int64_t>(sh.v_row_elems) * static_cast<int64_t>(esize);
   // Tasks are (block of query rows of one sequence, K/V head, block of the heads sharing it). A task's slots
   // (rows x heads) share each converted K/V tile (see AttendRows); blocks are made smaller only when there are
-  // fewer tasks than threads, or to bound the scores scratch on long contexts. Each output element is computed by
+  // fewer tasks than threads. Each output element is computed by
   // one task in one fixed order that does not depend on the blocking, so results do not depend on the
   // partition, the thread count or what else is in the batch.
   const int nt_pool = ComputePool().size();
-  int max_len = 0, max_m = 1;
-  for (int s = 0; s < num_seqs; ++s) {
-    max_len = std::max(max_len, seqs[s].start + seqs[s].m);
-    max_m = std::max(max_m, seqs[s].m);
-  }
-  // ~64 slots per task amortize a tile's conversion and keep the AVX2 tiles full; the scores scratch
-  // (slots x context) stays under ~4 MiB per thread. The online kernels keep no scores and take 128 slots: each
-  // K/V tile (its copy, its V interleave, its prefetch) then serves twice the slots.
+  int max_m = 1;
+  for (int s = 0; s < num_seqs; ++s) max_m = std::max(max_m, seqs[s].m);
+  // The kernels keep no per-position scores (online softmax), so tasks take up to 128 slots whatever the context:
+  // each K/V tile (its conversion or copy, its prefetch) then serves that many slots.
   const KernelTable& kernels = Kernels();  // read once, here: the workers never look it up
   const AttendRowsFn attend = kernels.attend_rows;
-  const int target_slots = kernels.attend_online ? kMaxAttendSlots : 64;
-  constexpr int64_t kMaxScoreFloats = int64_t{1} << 20;
-  int hb = std::min(group, target_slots);
-  int rb = std::max(1, std::min<int>(max_m, target_slots / hb));
-  while (!kernels.attend_online && rb > 1 && static_cast<int64_t>(rb) * hb * max_len > kMaxScoreFloats) rb = (rb + 1) / 2;
+  int hb = std::min(group, kMaxAttendSlots);
+  int rb = std::max(1, std::min<int>(max_m, kMaxAttendSlots / hb));
   auto num_tasks = [&](int r, int h) {
     int64_t n = 0;
     for (int s = 0; s < num_seqs; ++s) n += (seqs[s].m + r - 1) / r;
@@ -83,8 +76,7 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
     const int64_t t0 = std::upper_bound(cost_end.begin(), cost_end.end(), c0) - cost_end.begin();
     const int64_t t1 = tid + 1 == nt ? n_tasks : std::upper_bound(cost_end.begin(), cost_end.end(), c1) - cost_end.begin();
     if (t0 >= t1) return;
-    std::vector<float> scratch(static_cast<size_t>(kernels.attend_online ? AttendOnlineScratchFloats(rb * hb, sh.hd_k, sh.hd_v)
-                                                                          : AttendScratchFloats(rb * hb, max_len, sh.hd_k, sh.hd_v)));
+    std::vector<float> scratch(static_cast<size_t>(AttendOnlineScratchFloats(rb * hb, sh.hd_k, sh.hd_v)));
     int s = static_cast<int>(std::upper_bound(first_task.begin(), first_task.end(), t0) - first_task.begin()) - 1;
     for (int64_t t = t0; t < t1; ++t) {
       while (t >= first_task[s + 1]) ++s;

@@ -18,9 +18,6 @@ struct KernelTable {
   bool bf16_dot;
   GemmSliceFn gemm_slice;
   AttendRowsFn attend_rows;
-  // attend_rows keeps no per-position scores (online softmax): its scratch is AttendOnlineScratchFloats and row
-  // blocks need not shrink on long contexts.
-  bool attend_online;
   QuantizeQ8_0Fn quantize_q8_0;
   QuantizeQ8_KFn quantize_q8_k;
 };

@@ -58,6 +58,15 @@ inline void PrefetchRows(const uint8_t* const* wr, int64_t off, int mode) {
   }
 }
 
+// The 16 lanes summed as (j, j + 8), (j, j + 4), (j, j + 2), (0, 1): GCC's _mm512_reduce_add_ps tree, written out
+// so the order does not depend on a compiler's header; portable_dot.inc's ReduceAdd16 is the same tree.
+inline float ReduceAdd512(__m512 v) {
+  const __m256 h8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
 template <class L, int RX, int RW>
 void TileF32(const Args& a, int64_t n, int i) {
   __m512 acc[RX][RW];
@@ -107,7 +116,7 @@ void TileF32(const Args& a, int64_t n, int i) {
     }
   }
   for (int s = 0; s < RX; ++s)
-    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm512_reduce_add_ps(acc[s][r]);
+    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = ReduceAdd512(acc[s][r]);
 }
 
 // bf16 x bf16 -> f32 with vdpbf16ps: 32 products per instruction, pairs summed in f32.
@@ -149,7 +158,7 @@ void TileDpBF16(const Args& a, int64_t n, int i) {
     }
   }
   for (int s = 0; s < RX; ++s)
-    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = _mm512_reduce_add_ps(acc[s][r]);
+    for (int r = 0; r < RW; ++r) a.y[static_cast<int64_t>(i + s) * a.ldy + n + r] = ReduceAdd512(acc[s][r]);
 }
 
 // Quantized weights (q8_0, q4_0) against x quantized to q8_0 blocks: integer dot per 32-element block,

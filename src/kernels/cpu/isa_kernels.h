@@ -35,11 +35,10 @@ using GemmSliceFn = void (*)(const GemmWeights& w, const float* x, const void* x
 // apart, elements of kv_type f32/bf16/f16; k and v already point at the K/V head's first element). Row r, head h:
 // query q + r * q_stride + h * hd_k, output out + r * o_stride + h * hd_v; scores = q.k (hd_k) * scale, softmax,
 // out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both). K and V are read in
-// tiles of kAttendTile positions, each used by every slot. The scalar and AVX2 kernels keep every position's
-// score (exact max, two passes; `scratch` holds AttendScratchFloats(...) floats); the AVX-512 ones run an online
-// softmax per tile (attention_avx512.cc; AttendOnlineScratchFloats). Each slot's result is bitwise independent
-// of nr, nh and the slot's place in the block: every slot's sums run over positions in order, in one fixed
-// per-ISA order; ISAs differ from each other within rounding.
+// tiles of kAttendTile positions, each used by every slot, with an online softmax per tile (`scratch` holds
+// AttendOnlineScratchFloats(...) floats). Each slot's result is bitwise independent of nr, nh and the slot's place
+// in the block, and the same on every ISA (attention_portable.inc computes the AVX-512 kernel's arithmetic),
+// except the AVX-512 vdpbf16ps path for bf16 caches, whose products and P rounding are its own.
 struct AttendArgs {
   const float* q;
   int64_t q_stride;
@@ -58,13 +57,7 @@ struct AttendArgs {
 };
 constexpr int kAttendTile = 64;        // positions per K/V tile
 constexpr int kMaxAttendSlots = 128;   // nr * nh at most
-// Scratch layout (floats): scores [len0 + nr - 1][slots rounded up to 8], then the queries transposed
-// [hd_k][slots rounded up to 8], then one K/V tile [kAttendTile][max(hd_k, hd_v)].
-constexpr int64_t AttendScratchFloats(int slots, int len_max, int hd_k, int hd_v) {
-  const int64_t padded = (slots + 7) / 8 * 8;
-  return padded * (len_max + hd_k) + static_cast<int64_t>(kAttendTile) * (hd_k > hd_v ? hd_k : hd_v);
-}
-// The AVX-512 kernels (online softmax) keep no per-position scores: their scratch does not grow with the context.
+// Every kernel runs an online softmax and keeps no per-position scores: the scratch does not grow with the context.
 constexpr int64_t AttendOnlineScratchFloats(int slots, int hd_k, int hd_v) {
   const int64_t padded = (slots + 15) / 16 * 16, hdvp = (hd_v + 63) / 64 * 64;
   return padded * (hd_k + 2 * kAttendTile + 5) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 12;

@@ -1,0 +1,154 @@
+// The same bits on every ISA: matrix products of every weight type and paged attention over f32/f16/bf16 caches
+// give bit-identical outputs on scalar, AVX2 and AVX-512 (each forced through SetIsa on this machine), so a model
+// produces the same tokens and log-probs on any x86 CPU. The one exception is named where it applies: bf16
+// products on AVX512-BF16 (vdpbf16ps sums bf16 pairs in its own order, for bf16 weights and bf16 KV caches);
+// those are compared between the other ISAs only, and the test says so.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
+#include "kernels/cpu/gemm.h"
+#include "isa_test_util.h"
+#include "quant_test_util.h"
+#include "test_util.h"
+
+namespace deepinfer {
+namespace {
+
+using testing::AvailableIsas;
+using testing::IsaGuard;
+using testing::RandomVec;
+
+// Whether the ISA's table computes bf16 products on vdpbf16ps (the stated exception).
+bool Bf16DotIsa(Isa isa) {
+  IsaGuard guard;
+  SetIsa(isa);
+  return Kernels().bf16_dot;
+}
+
+TEST(CrossIsaTest, EveryIsaHasItsTable) {
+  // On the CI machines (AVX-512) all three ISAs run here; on an AVX2 machine two do.
+  ASSERT_GE(AvailableIsas().size(), DetectCpu().avx512 ? 3u : 2u);
+}
+
+// Weight rows of every type, K with and without a partial 16/32-element tail (f32/f16/bf16), x rows 1 (decode
+// paths), 3, 4 (four-row tiles) and 9; outputs compared bit for bit with the scalar kernels'.
+TEST(CrossIsaTest, MatMulOfEveryWeightTypeIsBitwiseTheSameOnEveryIsa) {
+  IsaGuard guard;
+  SetComputeThreads(2);
+  const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                         DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
+                         DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS};
+  int compared = 0;
+  for (DType t : types) {
+    const int blk = GetDTypeInfo(t).block_elems;
+    std::vector<int64_t> ks = {blk == 1 ? 64 : blk * (blk == 32 ? 8 : 2)};
+    if (blk == 1) ks.push_back(203);  // a tail of 11 past the 32- and 16-element steps
+    for (int64_t k : ks)
+      for (int m : {1, 3, 4, 9}) {
+        const int64_t n = 37;
+        const auto wf = RandomVec(static_cast<size_t>(n * k), static_cast<uint32_t>(k * 7 + m + static_cast<int>(t) * 131), 0.5f);
+        std::vector<uint8_t> wb(DTypeBytes(t, n * k));
+        if (CanQuantizeRow(t))
+          for (int64_t r = 0; r < n; ++r) QuantizeRow(t, wf.data() + r * k, wb.data() + r * DTypeBytes(t, k), k);
+        else  // iq4_nl / iq4_xs: no quantizer here, random blocks of moderate scale
+          wb = testing::RandomBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(k + m), true);
+        TensorView w;
+        w.dtype = t;
+        w.shape = {n, k};
+        w.data = wb.data();
+        w.nbytes = wb.size();
+        const auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 31 + k));
+        std::vector<float> first;
+        Isa first_isa = Isa::kScalar;
+        for (Isa isa : AvailableIsas()) {
+          if (t == DType::kBF16 && Bf16DotIsa(isa)) continue;  // the named exception (see the file comment)
+          SetIsa(isa);
+          std::vector<float> y(static_cast<size_t>(m) * n, -7.f);
+          MatMul(w, x.data(), m, y.data());
+          if (first.empty()) {
+            first = y, first_isa = isa;
+            continue;
+          }
+          ++compared;
+          ASSERT_EQ(0, std::memcmp(first.data(), y.data(), y.size() * sizeof(float)))
+              << DTypeName(t) << " k=" << k << " m=" << m << ": " << IsaName(isa) << " differs from " << IsaName(first_isa);
+        }
+      }
+  }
+  EXPECT_GE(compared, 15 * 4);  // every type compared on at least two ISAs
+}
+
+// A paged cache of `positions` rows (blocks of 16 shuffled), n_kv heads of hd elements, values as stored.
+struct PagedCache {
+  std::vector<int32_t> rows;
+  std::vector<uint8_t> k, v;
+  PagedCache(DType t, int n_kv, int hd, int positions, uint32_t seed) {
+    const int nblocks = (positions + 15) / 16;
+    std::vector<int> perm(nblocks);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+    for (int p = 0; p < positions; ++p) rows.push_back(perm[p / 16] * 16 + p % 16);
+    const int64_t n = static_cast<int64_t>(nblocks) * 16 * n_kv * hd;
+    const size_t es = t == DType::kF32 ? 4 : 2;
+    const auto kf = RandomVec(n, seed + 1, 2.f), vf = RandomVec(n, seed + 2);
+    k.resize(n * es), v.resize(n * es);
+    for (int64_t i = 0; i < n; ++i) {
+      if (t == DType::kF32) {
+        std::memcpy(&k[i * 4], &kf[i], 4), std::memcpy(&v[i * 4], &vf[i], 4);
+      } else {
+        const uint16_t kh = t == DType::kBF16 ? F32ToBF16(kf[i]) : F32ToF16(kf[i]);
+        const uint16_t vh = t == DType::kBF16 ? F32ToBF16(vf[i]) : F32ToF16(vf[i]);
+        std::memcpy(&k[i * 2], &kh, 2), std::memcpy(&v[i * 2], &vh, 2);
+      }
+    }
+  }
+};
+
+// Prefill blocks and decode rows over contexts that cross 64-position tiles, GQA ratios 1/4/8 (slot counts on
+// both sides of the AVX-512 kernel's by-position limit of 8) and head dims 64/128.
+TEST(CrossIsaTest, PagedAttentionIsBitwiseTheSameOnEveryIsa) {
+  IsaGuard guard;
+  SetComputeThreads(2);
+  int compared = 0;
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16})
+    for (int hd : {64, 128})
+      for (int ratio : {1, 4, 8})
+        for (auto [start, m] : {std::pair{0, 70}, std::pair{130, 1}, std::pair{63, 3}}) {
+          const int n_kv = 2, n_heads = n_kv * ratio, positions = start + m;
+          const PagedCache c(t, n_kv, hd, positions, static_cast<uint32_t>(hd * 10 + ratio + start));
+          const int64_t stride = static_cast<int64_t>(n_heads) * hd;
+          const auto q = RandomVec(static_cast<size_t>(m) * stride, static_cast<uint32_t>(start + m + hd));
+          const AttnSeq seq{0, m, start, c.rows.data()};
+          const AttnShape shape{n_heads, n_kv, hd, hd, n_kv * hd, n_kv * hd};
+          std::vector<float> first;
+          Isa first_isa = Isa::kScalar;
+          for (Isa isa : AvailableIsas()) {
+            if (t == DType::kBF16 && Bf16DotIsa(isa)) continue;  // the named exception (see the file comment)
+            SetIsa(isa);
+            std::vector<float> out(static_cast<size_t>(m) * stride, -7.f);
+            PagedAttention(q.data(), &seq, 1, c.k.data(), c.v.data(), t, shape, 1.f / std::sqrt(static_cast<float>(hd)), out.data());
+            if (first.empty()) {
+              first = out, first_isa = isa;
+              continue;
+            }
+            ++compared;
+            ASSERT_EQ(0, std::memcmp(first.data(), out.data(), out.size() * sizeof(float)))
+                << IsaName(isa) << " differs from " << IsaName(first_isa) << ": " << (t == DType::kF32 ? "f32" : t == DType::kF16 ? "f16" : "bf16")
+                << " hd " << hd << " ratio " << ratio << " start " << start << " m " << m;
+          }
+        }
+  EXPECT_GE(compared, 3 * 2 * 3 * 3);
+}
+
+}  // namespace
+}  // namespace deepinfer
