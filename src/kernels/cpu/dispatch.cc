@@ -25,7 +25,7 @@ struct Tables {
   }
 };
 
-// Mutable only through SetVnni.
+// Mutable only through SetVnni and SetBf16Dot.
 Tables& AllTables() {
   static Tables tables;
   return tables;
@@ -60,6 +60,15 @@ bool SetVnni(bool enable) {
   KernelTable& t = AllTables().by_isa[static_cast<int>(Isa::kAvx512)];
   const bool was = t.gemm_slice == isa_avx512::GemmSliceVnni;
   t.gemm_slice = enable && DetectCpu().avx512_vnni ? isa_avx512::GemmSliceVnni : isa_avx512::GemmSlice;
+  return was;
+}
+
+bool SetBf16Dot(bool enable) {
+  KernelTable& t = AllTables().by_isa[static_cast<int>(Isa::kAvx512)];
+  const bool was = t.bf16_dot;
+  t.bf16_dot = enable && DetectCpu().avx512_bf16;
+  t.attend_rows = t.bf16_dot ? isa_avx512::AttendRowsBf16Dot : isa_avx512::AttendRows;
+  t.name = t.bf16_dot ? "avx512+bf16" : "avx512";
   return was;
 }
 

@@ -29,5 +29,9 @@ const KernelTable& Kernels();
 // generic AVX-512 tiles; the default wherever the CPU has VNNI). Returns the previous setting; enabling is a
 // no-op on a CPU without VNNI. For tests and benchmarks.
 bool SetVnni(bool enable);
+// Whether the AVX-512 table multiplies bf16 weights and a bf16 KV cache on AVX512-BF16 vdpbf16ps (the default
+// wherever the CPU has it). Off, it runs what an AVX-512 CPU without BF16 runs (f32 tiles over bf16 rows), so
+// tests reach that path on any AVX-512 machine. Returns the previous setting.
+bool SetBf16Dot(bool enable);
 
 }  // namespace deepinfer
