@@ -1,5 +1,6 @@
 #include "kernels/cpu/dispatch.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -38,6 +39,8 @@ Isa FromEnv() {
   if (!v) return BestIsa();
   if (!std::strcmp(v, "scalar")) return Isa::kScalar;
   if (!std::strcmp(v, "avx2")) return Clamp(Isa::kAvx2);
+  if (std::strcmp(v, "avx512") && *v)  // not a silent fallback: a mistyped name would run the best ISA unnoticed
+    std::fprintf(stderr, "warning: DEEPINFER_ISA=%s is not scalar, avx2 or avx512; using the best ISA\n", v);
   return BestIsa();
 }
 
