@@ -143,8 +143,9 @@ int CmdBenchLayers(int argc, char** argv) {
   const int hd_k = c.mla ? c.kv_lora_rank + c.qk_rope_dim : c.head_dim, hd_v = c.mla ? c.kv_lora_rank : c.head_dim;
   const double attn_flops_per_pos = 2.0 * c.n_heads * (hd_k + hd_v);
   // The attention arithmetic runs as f32 FMAs (K/V converted to f32 on load): its compute ceiling.
-  const double fma_peak = MeasurePeakGflops(PeakOp::kF32Fma);
-  std::printf("f32 FMA peak %.1f GFLOP/s\n", fma_peak);
+  const PeakInfo fma_pk = MeasurePeak(PeakOp::kF32Fma);
+  const double fma_peak = fma_pk.gops;
+  std::printf("f32 FMA peak %.1f GFLOP/s (%s)\n", fma_peak, DescribePeak(fma_pk).c_str());
   result["f32_fma_peak_gflops"] = fma_peak;
   std::printf("%6s %12s %12s %12s %10s %10s %10s %9s\n", "seqs", "tokens/s", "weights MB", "KV MB", "GB/s", "roofline",
               "GFLOP/s", "of peak");
@@ -185,8 +186,13 @@ int CmdBenchLayers(int argc, char** argv) {
     const double gflops = b * (2.0 * weight_elems + attn_flops_per_pos * (ctx + 1)) / best / 1e9;
     std::printf("%6d %12.1f %12.1f %12.1f %10.2f %9.1f%% %10.1f %8.1f%%\n", b, b / best, wbytes / 1e6, kv_bytes / 1e6, gbs,
                 100 * gbs / bw, gflops, fma_peak > 0 ? 100 * gflops / fma_peak : 0.0);
+    if (fma_peak > 0 && gflops > fma_peak)
+      std::printf("  !!! WARNING: %.1f GFLOP/s is ABOVE the measured f32 FMA peak (%.1f%%): the probe or the FLOP count is\n"
+                  "  !!! wrong, or part of this work runs on another instruction (bf16 weights on vdpbf16ps)\n",
+                  gflops, 100 * gflops / fma_peak);
     result["attention"].push_back({{"batch", b}, {"tokens_per_second", b / best}, {"weight_bytes", wbytes}, {"kv_bytes", kv_bytes},
-                                   {"gbs", gbs}, {"roofline_fraction", gbs / bw}, {"gflops", gflops}});
+                                   {"gbs", gbs}, {"roofline_fraction", gbs / bw}, {"gflops", gflops},
+                                   {"peak_fraction", fma_peak > 0 ? gflops / fma_peak : 0.0}, {"peak_above_limit", fma_peak > 0 && gflops > fma_peak}});
   }
   if (args.Has("out")) std::ofstream(args.Get("out")) << result.dump(2) << "\n";
   return 0;

@@ -25,5 +25,8 @@ int CmdEplb(int argc, char** argv);
 
 // Runs `node ARGS` (reference tools) and parses its stdout as JSON; null if it fails or prints no JSON.
 nlohmann::json RunNodeJson(const std::string& args);
+// Runs a shell command and parses the last non-empty line of its stdout as JSON; null if the command fails or
+// that line is not JSON. stderr is discarded unless keep_stderr.
+nlohmann::json RunJsonCommand(const std::string& cmd, bool keep_stderr = false);
 
 }  // namespace deepinfer::cli
