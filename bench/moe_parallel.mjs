@@ -10,6 +10,7 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import {makeRng} from "../tests/common/rng.mjs";
 
 const [bin, model, ...rest] = process.argv.slice(2);
 if (!bin || !model) {
@@ -19,10 +20,9 @@ if (!bin || !model) {
 const opt = {requests: 32, prompt: 64, gen: 16, repeat: 3};
 for (let i = 0; i < rest.length; i += 2) opt[rest[i].replace(/^--/, "")] = Number(rest[i + 1]);
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-moebench-"));
-let seed = 7;
-const rand = () => (seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648;
+const rng = makeRng(7);
 const lines = Array.from({length: opt.requests}, () => JSON.stringify({
-  prompt: Array.from({length: opt.prompt}, () => 3 + Math.floor(rand() * 5000)), max_tokens: opt.gen, ignore_eos: true,
+  prompt: Array.from({length: opt.prompt}, () => 3 + rng.int(5000)), max_tokens: opt.gen, ignore_eos: true,
   temperature: 0}));
 const input = path.join(dir, "in.jsonl");
 fs.writeFileSync(input, lines.join("\n") + "\n");

@@ -17,6 +17,7 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import {checkVocabCoverage, makeRng} from "../common/rng.mjs";
 
 const bin = path.resolve(process.argv[2]);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-cp-"));
@@ -52,10 +53,10 @@ const spread = values => {
   return {max: Math.max(...values) / mean, min: Math.min(...values) / mean};
 };
 
-let s = 11;
-const rnd = () => (s = (s * 1103515245 + 12345) % 2147483648) / 2147483648;
-const ri = (lo, hi) => lo + Math.floor(rnd() * (hi - lo + 1));
+// The shared seeded generator; 1,600 ids in [3, 500] of make-tiny's 512, odd and even, the top 10% included (checked).
+const {range: ri} = makeRng(11);
 const prompt = Array.from({length: 1600}, () => ri(3, 500));
+checkVocabCoverage(prompt, 512, "the 1,600-token prompt");
 
 // 1 + 2: log-probs and the balance of the split.
 const models = [

@@ -8,6 +8,7 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import {checkVocabCoverage, makeRng} from "../common/rng.mjs";
 
 const bin = process.argv[2];
 const only = process.argv[3];  // optional: one arch
@@ -19,9 +20,8 @@ const env = {...process.env, DEEPINFER_NO_PROGRESS: "1", OMPI_ALLOW_RUN_AS_ROOT:
 const run = (cmd, args) => spawnSync(cmd, args, {env, encoding: "utf8", maxBuffer: 1 << 28, timeout: 300000});
 
 // A seeded generator, so the request mix is the same every run.
-let state = 12345;
-const rand = () => (state = (state * 1103515245 + 12345) % 2147483648) / 2147483648;
-const randInt = (lo, hi) => lo + Math.floor(rand() * (hi - lo + 1));
+const rng = makeRng(12345);
+const randInt = rng.range;
 const lines = [];
 const shared = Array.from({length: 20}, () => randInt(3, 500));
 for (let i = 0; i < 220; ++i) {
@@ -40,6 +40,7 @@ for (let i = 0; i < 220; ++i) {
   }
   lines.push(r);
 }
+checkVocabCoverage(lines.flatMap(l => l.prompt), 512, "request prompts");  // odd, even and top-10% ids of make-tiny's 512
 const input = path.join(dir, "in.jsonl");
 fs.writeFileSync(input, lines.map(l => JSON.stringify(l)).join("\n") + "\n");
 

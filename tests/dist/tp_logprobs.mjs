@@ -1,12 +1,19 @@
 // Tensor parallelism (--tp) against one process: tiny random models of every attention/MLP kind, full-vocabulary
 // log-probabilities at every position of a 16-token prompt.
-//   - |delta log-prob| <= 1e-5 over every position and the whole vocabulary, argmax equal at every position
-//     (f32 weights). The split changes the summation order of o_proj/down (partial sums over each rank's heads
-//     or FFN slice, then the all-reduce) and nothing else, so what is left is f32 rounding noise: a few ulps of
-//     the values involved. Random tiny models put many tokens at log-probs of -20..-70, where one ulp of f32 is
-//     2e-6..8e-6, so below -8 the bar scales with the value (1e-5 * |ref| / 8, i.e. ~10 ulps): seen 1.5e-5 at
-//     -57 (qwen3, tied: 4 ulps), everything above -8 within ~6e-6. MTP rows (the main model's final hidden state
-//     through one more layer) get twice the bar (seen 1.15e-5 at -10).
+//   - |delta log-prob| <= 1e-5, absolute, at every entry (position x vocabulary) where one process's log-prob is
+//     above -8; argmax equal at every position (f32 weights). The split changes the summation order of o_proj/down
+//     (partial sums over each rank's heads or FFN slice, then the all-reduce) and nothing else, so what is left is
+//     f32 rounding noise: a few ulps of the values involved. Measured (16-token prompt, every case and split):
+//     worst 7.6e-6 above -8. MTP rows (the main model's final hidden state through one more layer, so two
+//     reordered sums deep) keep their bar of 2e-5: measured up to 1.00e-5 above -8 (deepseek_v3 --tp 4).
+//   - At or below -8 an entry past its bar is counted and printed; at most DEEP_CAP = 256 of them per comparison
+//     (of 16 x 510..512 = ~8,200 entries; 3%), and none past DEEP_CEIL = 3e-5. Why any: the tied 510-token model's
+//     logits reach |60|, where one f32 ulp of a logit is 3.8e-6..7.6e-6, so 3 ulps of reordered-sum noise in a
+//     logit is past 1e-5 for that token (the row's normalizer does not move: entries above -8 stay within 7.6e-6).
+//     Measured: 177 such entries (7 of 16 positions, max 2.28e-5 at 10 f32 ulps of the value) at --tp 4 and 157 (max
+//     1.53e-5) at --tp 2 on llama-vocab510-tied, none on any other case. The cap and the ceiling leave ~1.4x
+//     the worst measured case: a real error (a wrong slice, a missed all-reduce term) moves every token of a
+//     row, or moves them by far more than ulps.
 //   - two runs of the same split print the same JSON text (the all-reduces sum in rank order);
 //   - TP x EP mixes on the MoE models, experts split inside expert-parallel groups (1 < E < N and E = 1 with DP), a vocabulary not divisible by T (510 over 4 ranks), KV-head replication
 //     (4 heads, 2 KV heads at --tp 4), DeepSeek's MTP module (--mtp);
@@ -16,14 +23,14 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = path.resolve(process.argv[2]);
 const only = process.argv[3];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-tp-"));
 const env = {...process.env, OMPI_ALLOW_RUN_AS_ROOT: "1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: "1", DEEPINFER_NO_PROGRESS: "1",
              OMPI_MCA_rmaps_base_oversubscribe: "1"};
-const TOL = 1e-5, MTP_TOL = 2e-5;
-const bar = (tol, ref) => tol * Math.max(1, Math.abs(ref) / 8);
+const TOL = 1e-5, MTP_TOL = 2e-5, DEEP = -8, DEEP_CAP = 256, DEEP_CEIL = 3e-5;
 let failed = false;
 const fail = msg => {
   console.error("FAIL: " + msg);
@@ -45,37 +52,50 @@ function mpirun(np, args) {
 }
 
 const argmax = row => row.reduce((best, v, i) => (v > row[best] ? i : best), 0);
-// Max |diff| and argmax mismatches over every row of every section ("logprobs", "mtp").
+// |a - b|; NaN when either is NaN or not a number (a JSON null), 0 when equal.
+const absDiff = (a, b) => (typeof a !== "number" || typeof b !== "number" ? NaN : a === b ? 0 : Math.abs(a - b));
+// Every row of every section ("logprobs": TOL, "mtp": MTP_TOL): entries where the one-process log-prob is above
+// DEEP within the bar, absolute; entries at or below DEEP past it counted, printed and capped (DEEP_CAP per
+// comparison, each within DEEP_CEIL); argmax equal at every position; any NaN or non-numeric entry fails.
 function compare(label, ours, ref) {
-  let worst = 0, where = "-", mismatches = 0, ratio = 0, rwhere = "-";
+  let worst = 0, where = "-", mismatches = 0, nans = 0, nanWhere = "";
+  const deep = [];  // entries at or below DEEP past their bar
   for (const key of Object.keys(ref)) {
     const a = ours[key], b = ref[key], tol = key === "mtp" ? MTP_TOL : TOL;
     if (!a || a.length !== b.length) return fail(`${label}: ${key} has ${a?.length} rows, one process ${b.length}`);
     for (let i = 0; i < b.length; ++i) {
       if (a[i].length !== b[i].length) return fail(`${label}: ${key} row ${i} has ${a[i].length} entries, one process ${b[i].length}`);
       for (let t = 0; t < b[i].length; ++t) {
-        const d = Math.abs(a[i][t] - b[i][t]);
-        if (!(d <= worst)) {
-          worst = d;
-          where = `${key} pos ${i} token ${t} (${b[i][t].toFixed(2)})`;
-        }
-        const q = d / bar(tol, b[i][t]);
-        if (!(q <= ratio)) {
-          ratio = q;
-          rwhere = `${key} pos ${i} token ${t} (${b[i][t].toFixed(2)})`;
+        const d = absDiff(a[i][t], b[i][t]);
+        if (Number.isNaN(d)) {
+          if (!nans++) nanWhere = `${key} pos ${i} token ${t} (ours ${a[i][t]}, one process ${b[i][t]})`;
+        } else if (b[i][t] > DEEP) {
+          if (d / tol > worst) {
+            worst = d / tol;
+            where = `${key} pos ${i} token ${t} (${b[i][t].toFixed(2)}): ${d.toExponential(2)}`;
+          }
+        } else if (d > tol) {
+          deep.push({key, i, t, ref: b[i][t], d});
         }
       }
       if (argmax(a[i]) !== argmax(b[i])) ++mismatches;
     }
   }
-  const ok = ratio <= 1 && mismatches === 0;
-  console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${worst.toExponential(2)} at ${where}; ` +
-              `worst against the bar ${ratio.toFixed(2)} at ${rwhere}; argmax mismatches ${mismatches}`);
+  const deepMax = deep.reduce((m, e) => Math.max(m, e.d), 0);
+  const ok = nans === 0 && worst <= 1 && deep.length <= DEEP_CAP && deepMax <= DEEP_CEIL && mismatches === 0;
+  const list = deep.slice(0, 6).map(e => `${e.key}[${e.i}][${e.t}]@${e.ref.toFixed(1)}:${e.d.toExponential(2)}`).join(" ");
+  console.log(`${ok ? "ok  " : "FAIL"} ${label}: above ${DEEP}: worst |dlogprob| ${worst.toFixed(2)} of the bar ` +
+              `(${TOL}; mtp ${MTP_TOL}) at ${where}; at or below ${DEEP}: ${deep.length} entries past the bar ` +
+              `(cap ${DEEP_CAP}, each <= ${DEEP_CEIL})` +
+              (deep.length ? `, max ${deepMax.toExponential(2)}, at ${new Set(deep.map(e => `${e.key}${e.i}`)).size} positions: ` +
+                             `${list}${deep.length > 6 ? ` +${deep.length - 6} more` : ""}` : "") +
+              `; argmax mismatches ${mismatches}` + (nans ? `; ${nans} NaN or non-numeric entries, first at ${nanWhere}` : ""));
   if (!ok) failed = true;
 }
 
-let s = 7;
-const prompt = Array.from({length: 16}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+// 16 ids below 510 (every case's vocabulary, the 510 one included; 510/511 are make-tiny's bos/eos): odd and even,
+// and the top 10% of the vocabulary (tokenPrompt throws otherwise).
+const prompt = tokenPrompt(7, 16, 510, {vocab: 512});
 const tokens = ["--tokens", JSON.stringify(prompt)];
 
 const DENSE = [["--tp", "2"], ["--tp", "4"]];

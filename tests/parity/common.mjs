@@ -65,6 +65,14 @@ export function fail(msg) {
   process.exitCode = 1;
 }
 
+// |a - b| for two log-probs: NaN when either is NaN or not a number at all (a JSON null, a missing entry), 0 when
+// they are equal (two -Infinity included). Every comparison counts NaN entries separately and fails on any: a
+// running max `if (!(d <= worst)) worst = d` takes a NaN and then lets the next number overwrite it.
+export function absDiff(a, b) {
+  if (typeof a !== "number" || typeof b !== "number") return NaN;
+  return a === b ? 0 : Math.abs(a - b);
+}
+
 // Max |delta log-prob| over every row and the whole vocabulary, argmax per row (a mismatch is forgiven only under
 // a loose tol when the reference's top-2 margin is within it), optional mean bound. Prints one line; a failure
 // sets the exit code.
@@ -72,9 +80,12 @@ export function fail(msg) {
 // `max` positions exceed `tol` (the main bar) as long as they stay within flips.tol. One activation that lands on
 // the other side of a bf16 rounding step after a last-ulp difference upstream (another exp, another summation
 // order) moves that position's log-probs by up to ~1e-2 while every other position agrees to ~1e-6; such
-// isolated positions are counted and printed, never hidden.
+// isolated positions are counted and printed, never hidden. flips.argmaxMargin (optional) replaces tol in the
+// argmax rule (quantized types: positions past tol are flips, and argmax may differ where the top-2 margin is
+// within flips.argmaxMargin).
 export function compareLogprobs(label, ours, ref, tol, meanTol, flips) {
-  let maxDiff = 0, argmaxBad = 0, worst = "", sum = 0, count = 0;
+  let maxDiff = 0, argmaxBad = 0, worst = "", sum = 0, count = 0, nans = 0, nanWhere = "";
+  const forgiveUpTo = flips?.argmaxMargin ?? (tol <= 1e-4 ? -1 : tol);
   const flipped = [];
   if (ours.length !== ref.length) return fail(`${label}: ${ours.length} rows vs ${ref.length}`);
   for (let i = 0; i < ours.length; ++i) {
@@ -82,25 +93,30 @@ export function compareLogprobs(label, ours, ref, tol, meanTol, flips) {
     if (a.length !== b.length) return fail(`${label}: vocab ${a.length} vs ${b.length}`);
     let rowMax = 0, rowWorst = 0;
     for (let t = 0; t < a.length; ++t) {
-      const d = Math.abs(a[t] - b[t]);
+      const d = absDiff(a[t], b[t]);
+      if (Number.isNaN(d)) {
+        if (!nans++) nanWhere = `pos ${i} token ${t} (ours ${a[t]}, ref ${b[t]})`;
+        continue;
+      }
       sum += d;
       ++count;
-      if (!(d <= rowMax)) { rowMax = d; rowWorst = t; }
+      if (d > rowMax) { rowMax = d; rowWorst = t; }
     }
     if (flips && rowMax > tol && rowMax <= flips.tol) flipped.push(`${i}:${rowMax.toExponential(1)}`);
-    else if (!(rowMax <= maxDiff)) { maxDiff = rowMax; worst = `pos ${i} token ${rowWorst}`; }
+    else if (rowMax > maxDiff) { maxDiff = rowMax; worst = `pos ${i} token ${rowWorst}`; }
     const ia = argmax(a), ib = argmax(b);
     if (ia !== ib) {
       const sorted = [...b].sort((x, y) => y - x);
       const margin = sorted[0] - sorted[1];
-      if (tol <= 1e-4 || margin > tol) ++argmaxBad;
+      if (margin > forgiveUpTo) ++argmaxBad;
     }
   }
-  const mean = sum / count;
-  const ok = maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol) &&
+  const mean = count ? sum / count : NaN;
+  const ok = nans === 0 && maxDiff <= tol && argmaxBad === 0 && (meanTol === undefined || mean <= meanTol) &&
              (!flips || flipped.length <= flips.max);
   const flipNote = flips ? `; positions past ${tol} (<= ${flips.tol}, at most ${flips.max}): ${flipped.length ? flipped.join(" ") : "none"}` : "";
   console.log(`${ok ? "ok  " : "FAIL"} ${label}: max |dlogprob| ${maxDiff.toExponential(2)} (tol ${tol}) at ${worst || "-"}; ` +
-              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}${flipNote}`);
+              `mean ${mean.toExponential(2)}${meanTol === undefined ? "" : ` (tol ${meanTol})`}; argmax mismatches ${argmaxBad}${flipNote}` +
+              (nans ? `; ${nans} NaN or non-numeric entries, first at ${nanWhere}` : ""));
   if (!ok) process.exitCode = 1;
 }

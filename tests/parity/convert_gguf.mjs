@@ -19,6 +19,7 @@ import os from "node:os";
 import path from "node:path";
 import {buildCorpus} from "./corpus.mjs";
 import {compareLogprobs, fail, llama, llamaLogprobs, repoRoot, runDeepinfer} from "./common.mjs";
+import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-convert-"));
@@ -27,8 +28,8 @@ const {Tokenizer} = require("@anush008/tokenizers");
 const {readGgufFileInfo} = await import(require.resolve("node-llama-cpp"));
 
 // ---------------------------------------------------------------------------------------------- 1. logits
-let s = 42;
-const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+// 64 ids below 510 (make-tiny's bos/eos are 510/511 of 512), odd and even, the top 10% included (checked).
+const prompt = tokenPrompt(42, 64, 510, {vocab: 512});
 const cases = [
   {arch: "llama", flags: []},
   {arch: "llama", flags: ["--tie", "--rope-scaling", "llama3", "--rope-theta", "500000"], name: "llama3-scaled-tied"},

@@ -24,6 +24,7 @@ import os from "node:os";
 import path from "node:path";
 import {createRequire} from "node:module";
 import {argmax, compareLogprobs, fail, llama, llamaLogprobs, repoRoot, runDeepinfer} from "./common.mjs";
+import {tokenPrompt} from "../common/rng.mjs";
 
 const [bin, quantizeRef] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-convert-quant-"));
@@ -137,8 +138,8 @@ const ourTokens = JSON.parse(runDeepinfer(bin, ["generate", "-m", file, "--temp"
 const ids = ourTokens.tokens ?? ourTokens.token_ids ?? ourTokens.ids;
 if (JSON.stringify(ids) !== JSON.stringify(refTokens)) fail(`q4_k_m greedy: ours ${JSON.stringify(ids)} vs llama.cpp ${JSON.stringify(refTokens)}`);
 else console.log(`ok   q4_k_m greedy: ${N} tokens equal llama.cpp's`);
-let s = 7;
-const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 520);
+// 64 ids of the 520-token vocabulary (its bos/eos at 518/519 included), odd and even, the top 10% included (checked).
+const prompt = tokenPrompt(7, 64, 520);
 const refLp = await llamaLogprobs(file, prompt);
 const ourLp = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", file, "--tokens", JSON.stringify(prompt)])).logprobs;
 compareLogprobs("q4_k_m logprobs", ourLp, refLp, 0.5, 3e-2);

@@ -3,9 +3,9 @@
 // and skin tones, source code, long digit runs, whitespace and newline runs, and special-token strings inside
 // text. JavaScript strings cannot hold invalid UTF-8, so the reference never sees it; that case is covered by
 // deepinfer's own unit tests.
-let seed = 20261129;
-const rnd = (n) => { seed = (Math.imul(seed, 1103515245) + 12345) >>> 0; return (seed >>> 8) % n; };
-const pick = (a) => a[rnd(a.length)];
+import {makeRng} from "../common/rng.mjs";
+
+const {int: rnd, pick} = makeRng(20261129);
 const range = (lo, hi, n) => Array.from({length: n}, () => String.fromCodePoint(lo + rnd(hi - lo + 1))).join("");
 
 const latin = ["café", "naïve", "Straße", "façade", "jalapeño", "Ångström", "Dvořák", "Łódź", "smörgåsbord", "coöperate",

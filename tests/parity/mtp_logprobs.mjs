@@ -13,6 +13,7 @@ import os from "node:os";
 import path from "node:path";
 import {execFileSync} from "node:child_process";
 import {compareLogprobs, runDeepinfer} from "./common.mjs";
+import {tokenPrompt} from "../common/rng.mjs";
 
 const [bin, refTool, backendDir] = process.argv.slice(2);
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-mtp-"));
@@ -29,8 +30,8 @@ const cases = [
    flags: ["--hidden", "256", "--heads", "8", "--expert-ffn", "160", "--q-lora", "192", "--kv-lora", "160", "--layers", "2"]},
 ];
 
-let s = 42;
-const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+// 64 ids below 510 (make-tiny's bos/eos are 510/511 of 512), odd and even, the top 10% included (checked).
+const prompt = tokenPrompt(42, 64, 510, {vocab: 512});
 
 for (const c of cases) {
   const split = path.join(tmp, c.name + "-split"), legacy = path.join(tmp, c.name + "-legacy");

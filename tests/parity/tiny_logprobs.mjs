@@ -18,17 +18,22 @@
 //        agree wherever the top-2 margin exceeds 0.5.
 // The HF directory of a quantized model holds the dequantized weights in f32 and deepinfer does not quantize
 // activations for f32 weights, so for q8_0/q4_0 only the GGUF is compared with llama.cpp (the f32 cases cover
-// HF loading for every architecture).
+// HF loading for every architecture). bf16 and f16 HF directories hold bf16/f16 safetensors and are compared
+// like their GGUFs.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import {compareLogprobs as compare, llamaLogprobs, runDeepinfer} from "./common.mjs";
+import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
 const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5, f8_e4m3: 1e-4};
 const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2, bf16: 1e-3};
 const FLIPS = {bf16: {tol: 5e-2, max: 6}};
+// Types whose HF directory holds dequantized f32 weights (not compared with llama.cpp, see above); every other
+// type, bf16 and f16 included, is compared from the HF directory and from the GGUF with the same bars.
+const HF_DEQUANTIZED = new Set(["q8_0", "q4_0"]);
 
 const only = process.argv[3];  // optional: run the cases whose name starts with this
 const cases = [
@@ -74,9 +79,8 @@ const cases = [
   {arch: "qwen2", dtype: "q4_0", flags: []},
 ];
 
-// A fixed 64-token prompt (LCG), covering the whole vocabulary range.
-let s = 42;
-const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
+// 64 ids below 510 (make-tiny's bos/eos are 510/511 of 512), odd and even, the top 10% included (checked).
+const prompt = tokenPrompt(42, 64, 510, {vocab: 512});
 
 for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype}`;
@@ -85,7 +89,7 @@ for (const c of cases) {
   runDeepinfer(bin, ["make-tiny", "--arch", c.arch, "--dtype", c.dtype, "--out", dir, "-q", ...c.flags]);
   const gguf = path.join(dir, "model.gguf");
   const ref = await llamaLogprobs(gguf, prompt);
-  const formats = MEAN_TOL[c.dtype] === undefined ? [["gguf", gguf], ["hf", dir]] : [["gguf", gguf]];
+  const formats = HF_DEQUANTIZED.has(c.dtype) ? [["gguf", gguf]] : [["gguf", gguf], ["hf", dir]];
   const tol = c.tol ?? TOL[c.dtype], meanTol = c.meanTol ?? MEAN_TOL[c.dtype];
   for (const [fmt, m] of formats) {
     const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(prompt)])).logprobs;

@@ -4,14 +4,13 @@
 // every batch; the shutdown leak check passes at the end.
 import net from "node:net";
 import {startServer, checker, metrics} from "./common.mjs";
+import {makeRng} from "../common/rng.mjs";
 
 const bin = process.argv[2];
 const TOTAL = Number(process.argv[3] ?? 10000);
 const {check, done} = checker();
 const srv = await startServer(bin, ["--max-body", "65536", "--request-timeout", "1.5", "--max-num-seqs", "16"]);
-let seed = 20261129;
-const rnd = m => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % m; };
-const pick = a => a[rnd(a.length)];
+const {int: rnd, pick} = makeRng(20261129);
 
 // Sends raw bytes on a fresh connection; resolves with the status code (0 = closed without an answer).
 function raw(bytes, {slowMs = 0, timeoutMs = 8000} = {}) {
@@ -44,7 +43,8 @@ const post = (path, body, extra = "") =>
 const badValues = {
   temperature: ["hot", -5, 1e39, [], {}], top_p: [0, 2, "x", -1], top_k: [-5, 1.5, "k"], min_p: [2, -1],
   max_tokens: [0, -1, 1.5, "10", 1e30], n: [0, -3, 1000, "2"], logprobs: [50, -3, "x"], seed: ["s", 1.5, {}],
-  prompt: [5, [-1], [1e9], [[1, 2]], {}, true, []], stop: [5, [1], {}, Array(20).fill("x")], logit_bias: [{"x": 1}, {"1": "y"}, [1], {"5": 500}],
+  // (prompt [[1, 2]] is no bad value: a batch of one token-id prompt, answered 200)
+  prompt: [5, [-1], [1e9], [[1, "2"]], [[[1]]], {}, true, []], stop: [5, [1], {}, Array(20).fill("x")], logit_bias: [{"x": 1}, {"1": "y"}, [1], {"5": 500}],
   presence_penalty: [9, "p"], frequency_penalty: [-9], repetition_penalty: [0, -1], stream: ["yes", 1], model: [7, "gpt-4"],
   stop_token_ids: [[-5], "x", [1e12]],
 };

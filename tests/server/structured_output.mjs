@@ -10,6 +10,7 @@ import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import {startServer, OpenAI, checker, repoRoot} from "./common.mjs";
+import {makeRng} from "../common/rng.mjs";
 
 const bin = process.argv[2];
 const {check, done} = checker();
@@ -19,10 +20,20 @@ const addFormats = require("ajv-formats").default;
 const {z} = require("zod");
 const {zodResponseFormat} = require("openai/helpers/zod");
 
-// Deterministic generator for the schema corpus.
-let seed = 12345;
-const rnd = n => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % n; };
-const pick = a => a[rnd(a.length)];
+// Deterministic generator for the schema corpus (the shared seeded generator of tests/common/rng.mjs).
+const {int: rnd, pick} = makeRng(12345);
+const PATTERNS = ["^[A-Z]{2}[0-9]{3}$", "^(yes|no)$", "^[a-f0-9]{4}-[a-f0-9]{2}$", "^\\d{1,3}(\\.\\d)?$"];
+const FORMATS = ["date", "time", "date-time", "uuid", "email"];
+// Room for the longest corpus outputs: nested arrays of objects of up to 4 fields, with the whitespace JSON allows
+// between tokens (stories260K writes runs of spaces and newlines there), reach ~450 tokens.
+const MAX_TOKENS = 1000;
+
+// A fresh $defs name, reserved before its body is generated (a $ref made inside the body must get another name).
+function reserve(defs) {
+  const name = `d${Object.keys(defs).length}`;
+  defs[name] = null;
+  return name;
+}
 
 function genSchema(depth, defs) {
   const leaf = [
@@ -37,13 +48,15 @@ function genSchema(depth, defs) {
     () => ({type: "boolean"}),
     () => ({type: "null"}),
     () => ({const: pick(["fixed", 42, false])}),
-    () => ({type: "string", pattern: pick(["^[A-Z]{2}[0-9]{3}$", "^(yes|no)$", "^[a-f0-9]{4}-[a-f0-9]{2}$", "^\\d{1,3}(\\.\\d)?$"])}),
-    () => ({type: "string", format: pick(["date", "time", "date-time", "uuid", "email"])}),
+    () => ({type: "string", pattern: pick(PATTERNS)}),
+    () => ({type: "string", pattern: pick(PATTERNS)}),  // twice: about 15 uses of each pattern in the corpus
+    () => ({type: "string", format: pick(FORMATS)}),
+    () => ({type: "string", format: pick(FORMATS)}),
     () => ({type: ["string", "null"], maxLength: 3}),
     () => ({type: "integer", nullable: true, minimum: 1, maximum: 9}),
   ];
   if (depth <= 0) return pick(leaf)();
-  const kind = rnd(10);
+  const kind = rnd(11);
   if (kind < 4) {
     const props = {}, n = 1 + rnd(4), required = [];
     for (let i = 0; i < n; ++i) {
@@ -57,11 +70,25 @@ function genSchema(depth, defs) {
     const min = rnd(2), max = min + rnd(3);
     return {type: "array", items: genSchema(depth - 1, defs), minItems: min, maxItems: max};
   }
-  if (kind < 7) return {anyOf: [genSchema(depth - 1, defs), genSchema(depth - 1, defs)]};
+  if (kind < 7) {
+    // One time in three, a branch is itself an anyOf (nested alternatives: the grammar must flatten or nest them).
+    const inner = rnd(3) ? null : {anyOf: [genSchema(depth - 1, defs), genSchema(depth - 1, defs)]};
+    return {anyOf: [inner ?? genSchema(depth - 1, defs), genSchema(depth - 1, defs)]};
+  }
   if (kind < 8) {
-    const name = `d${Object.keys(defs).length}`;
+    const name = reserve(defs);
     defs[name] = genSchema(depth - 1, defs);
     return {$ref: `#/$defs/${name}`};
+  }
+  if (kind < 9) {
+    // A recursive definition: an object that refers to itself through a nullable field (a list) or a short
+    // array (a tree of at most 2 children per node). Either way the recursion can stop at every level.
+    const name = reserve(defs), self = () => ({$ref: `#/$defs/${name}`});
+    const back = rnd(2) ? {anyOf: [self(), {type: "null"}]} : {type: "array", items: self(), maxItems: 1 + rnd(2)};
+    const field = pick(["next", "children", "sub"]);
+    defs[name] = {type: "object", properties: {v: genSchema(depth - 1, defs), [field]: back},
+                  required: rnd(2) ? ["v", field] : [field], additionalProperties: false};
+    return self();
   }
   return pick(leaf)();
 }
@@ -81,6 +108,49 @@ function corpus(n) {
   return out;
 }
 
+// What the corpus holds, so a generator regression fails loudly (the double-precision LCG this file used before
+// gave 171 one-property objects, no $ref, one pattern of four, minItems 0 in 85 of 86 arrays). Counted over the
+// 201 schemas (nodes inside $defs included). The seeded generator gives 232, 45, 51, 22, 16..26 per pattern and
+// 9..16 per format; the minimums are about half of that, so they catch a collapse (a kind never drawn, a field
+// always 0 or 1, one pick always the same) without pinning the exact draw:
+//   objects with 2+ properties        >= 100 nodes
+//   schemas with a recursive $ref     >= 20 (a $defs entry that reaches itself through $refs)
+//   arrays with minItems > 0          >= 25 nodes
+//   nested anyOf                      >= 10 anyOf nodes with another anyOf inside a branch
+//   each pattern of PATTERNS          >= 8 uses; each format of FORMATS >= 4 uses
+const COVERAGE_MIN = {objects2: 100, recursiveRef: 20, minItems: 25, nestedAnyOf: 10, pattern: 8, format: 4};
+function coverage(schemas) {
+  const c = {objects2: 0, recursiveRef: 0, minItems: 0, nestedAnyOf: 0, refs: 0, props: {},
+             patterns: Object.fromEntries(PATTERNS.map(p => [p, 0])), formats: Object.fromEntries(FORMATS.map(f => [f, 0]))};
+  const hasAnyOf = node => node && typeof node === "object" &&
+    (Array.isArray(node) ? node.some(hasAnyOf) : "anyOf" in node || Object.values(node).some(hasAnyOf));
+  const walk = node => {
+    if (!node || typeof node !== "object") return;
+    if (Array.isArray(node)) return node.forEach(walk);
+    if (node.type === "object") {
+      const n = Object.keys(node.properties ?? {}).length;
+      c.props[n] = (c.props[n] ?? 0) + 1;
+      if (n >= 2) ++c.objects2;
+    }
+    if (node.type === "array" && node.minItems > 0) ++c.minItems;
+    if (Array.isArray(node.anyOf) && node.anyOf.some(hasAnyOf)) ++c.nestedAnyOf;
+    if (typeof node.pattern === "string") c.patterns[node.pattern] = (c.patterns[node.pattern] ?? 0) + 1;
+    if (typeof node.format === "string") c.formats[node.format] = (c.formats[node.format] ?? 0) + 1;
+    if (typeof node.$ref === "string") ++c.refs;
+    for (const [k, v] of Object.entries(node)) if (k !== "enum" && k !== "const") walk(v);
+  };
+  for (const s of schemas) {
+    walk(s);
+    // Recursion: some $defs entry reaches itself by following $refs (through other entries too).
+    const defs = s.$defs ?? {};
+    const refsOf = node => !node || typeof node !== "object" ? [] :
+      Object.entries(node).flatMap(([k, v]) => k === "$ref" && typeof v === "string" ? [v.replace("#/$defs/", "")] : refsOf(v));
+    const reaches = (from, to, seen = new Set()) => refsOf(defs[from]).some(d => d === to || (!seen.has(d) && seen.add(d) && reaches(d, to, seen)));
+    if (Object.keys(defs).some(d => reaches(d, d))) ++c.recursiveRef;
+  }
+  return c;
+}
+
 async function pool(items, width, fn) {
   const results = new Array(items.length);
   let next = 0;
@@ -98,25 +168,27 @@ async function suite(label, modelArgs, schemas) {
   addFormats(ajv);
   try {
     // The corpus: every output parses and validates.
-    let valid = 0, stopped = 0;
+    let valid = 0, stopped = 0, longest = 0;
     const failures = [];
     const texts = await pool(schemas, 8, async (schema, i) => {
-      const r = await client.completions.create({model, prompt: "Once upon a time", max_tokens: 400, temperature: 1, seed: i,
+      const r = await client.completions.create({model, prompt: "Once upon a time", max_tokens: MAX_TOKENS, temperature: 1, seed: i,
         response_format: {type: "json_schema", json_schema: {name: `s${i}`, schema, strict: true}}});
       const c = r.choices[0];
       if (c.finish_reason === "stop") ++stopped;
+      longest = Math.max(longest, r.usage?.completion_tokens ?? 0);
       let ok = false;
       try { ok = ajv.validate(schema, JSON.parse(c.text)); } catch { ok = false; }
       if (ok) ++valid; else if (failures.length < 3) failures.push(`${JSON.stringify(schema)} -> ${JSON.stringify(c.text)} (${c.finish_reason})`);
       return c.text;
     });
     check(valid === schemas.length && stopped === schemas.length,
-          `${label}: ${valid}/${schemas.length} outputs valid against their schema (ajv), ${stopped} finished by the grammar ${failures.join("; ")}`);
+          `${label}: ${valid}/${schemas.length} outputs valid against their schema (ajv), ${stopped} finished by the grammar ` +
+          `(longest ${longest} tokens, max_tokens ${MAX_TOKENS}) ${failures.join("; ")}`);
 
     // Seeded reproducibility and batch invariance: requests 0..15 alone, one at a time, equal the batch's.
     const alone = [];
     for (let i = 0; i < 16; ++i) {
-      const r = await client.completions.create({model, prompt: "Once upon a time", max_tokens: 400, temperature: 1, seed: i,
+      const r = await client.completions.create({model, prompt: "Once upon a time", max_tokens: MAX_TOKENS, temperature: 1, seed: i,
         response_format: {type: "json_schema", json_schema: {name: `s${i}`, schema: schemas[i]}}});
       alone.push(r.choices[0].text);
     }
@@ -125,7 +197,7 @@ async function suite(label, modelArgs, schemas) {
     const srv2 = await startServer(bin, [...modelArgs, "--no-overlap"]);
     const client2 = new OpenAI({baseURL: `${srv2.base}/v1`, apiKey: "x", maxRetries: 0});
     const noOverlap = await pool(schemas.slice(0, 24), 8, async (schema, i) => (await client2.completions.create({model,
-      prompt: "Once upon a time", max_tokens: 400, temperature: 1, seed: i,
+      prompt: "Once upon a time", max_tokens: MAX_TOKENS, temperature: 1, seed: i,
       response_format: {type: "json_schema", json_schema: {name: `s${i}`, schema}}})).choices[0].text);
     check(noOverlap.every((t, i) => t === texts[i]) && (await srv2.stop()) === 0,
           `${label}: --no-overlap gives identical constrained outputs (24 seeded requests, 8 concurrent)`);
@@ -181,7 +253,7 @@ async function suite(label, modelArgs, schemas) {
     check(/^\((?:[0-9]{1,2}|x)(?:[+*](?:[0-9]{1,2}|x)){0,3}\)$/.test(g.choices[0].text), `${label}: guided_grammar -> ${JSON.stringify(g.choices[0].text)}`);
 
     // Streaming concatenates to the non-streamed constrained text.
-    const sreq = {model, prompt: "Once upon a time", max_tokens: 400, temperature: 1, seed: 3,
+    const sreq = {model, prompt: "Once upon a time", max_tokens: MAX_TOKENS, temperature: 1, seed: 3,
                   response_format: {type: "json_schema", json_schema: {name: "s3", schema: schemas[3]}}};
     let streamed = "";
     for await (const ch of await client.completions.create({...sreq, stream: true})) for (const c of ch.choices) streamed += c.text;
@@ -212,15 +284,31 @@ async function suite(label, modelArgs, schemas) {
 }
 
 const schemas = corpus(200);
+let covered;
+{
+  const c = coverage(schemas), m = COVERAGE_MIN;
+  const low = [["objects with 2+ properties", c.objects2, m.objects2], ["recursive $ref", c.recursiveRef, m.recursiveRef],
+               ["minItems > 0", c.minItems, m.minItems], ["nested anyOf", c.nestedAnyOf, m.nestedAnyOf],
+               ...Object.entries(c.patterns).map(([k, n]) => [`pattern ${k}`, n, m.pattern]),
+               ...Object.entries(c.formats).map(([k, n]) => [`format ${k}`, n, m.format])].filter(([, n, min]) => !(n >= min));
+  covered = !low.length;
+  check(covered,
+        `schema corpus coverage (${schemas.length} schemas): objects with 2+ properties ${c.objects2} (min ${m.objects2}; ` +
+        `objects by property count ${JSON.stringify(c.props)}), ` +
+        `schemas with a recursive $ref ${c.recursiveRef} (min ${m.recursiveRef}; ${c.refs} $refs in all), ` +
+        `arrays with minItems > 0 ${c.minItems} (min ${m.minItems}), nested anyOf ${c.nestedAnyOf} (min ${m.nestedAnyOf}), ` +
+        `patterns ${JSON.stringify(c.patterns)} (min ${m.pattern} each), formats ${JSON.stringify(c.formats)} (min ${m.format} each)` +
+        (low.length ? `; below the minimum: ${low.map(([k, n, min]) => `${k}: ${n} < ${min}`).join(", ")}` : ""));
+}
 if (process.argv[2] === "--dump-schemas") {  // the corpus for `deepinfer bench grammar --schemas`
   fs.writeFileSync(process.argv[3], schemas.map(s => JSON.stringify(s)).join("\n") + "\n");
-  process.exit(0);
+  process.exit(covered ? 0 : 1);
 }
 await suite("stories260K", [], schemas);
 // Offline batch mode (`generate --input`) takes the same fields.
 {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "di-so-batch-"));
-  const lines = schemas.slice(0, 20).map((schema, i) => ({prompt: "Once upon a time", max_tokens: 400, temperature: 1, seed: i,
+  const lines = schemas.slice(0, 20).map((schema, i) => ({prompt: "Once upon a time", max_tokens: MAX_TOKENS, temperature: 1, seed: i,
                                                           response_format: {type: "json_schema", json_schema: {name: "s", schema}}}));
   lines.push({prompt: "Once", max_tokens: 20, temperature: 1, seed: 1, guided_choice: ["left", "right"]});
   fs.writeFileSync(path.join(dir, "in.jsonl"), lines.map(l => JSON.stringify(l)).join("\n") + "\n");

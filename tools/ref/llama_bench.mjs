@@ -1,13 +1,13 @@
 // llama.cpp peer for `deepinfer bench`: node llama_bench.mjs {decode|prefill} MODEL THREADS N REPS
 // decode: tokens/s generating N tokens greedily after a 16-token prompt; prefill: tokens/s for an N-token prompt.
 import {getLlama} from "node-llama-cpp";
+import {makeRng} from "../../tests/common/rng.mjs";
 
 const [mode, modelPath, threadsArg, nArg, repsArg] = process.argv.slice(2);
 const threads = Number(threadsArg), n = Number(nArg), reps = Number(repsArg || 3);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath, gpuLayers: 0, useMmap: true});
-let seed = 12345;
-const rnd = (m) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % m; };
+const {int: rnd} = makeRng(12345);
 const V = Number(model.fileInfo.metadata?.[model.fileInfo.metadata.general.architecture]?.vocab_size ?? 256) || 256;
 const tokens = (k) => Array.from({length: k}, () => 256 + rnd(Math.max(1, Math.min(V, 32000) - 512)));
 

@@ -2,13 +2,13 @@
 // C sequences in one context, each with its own random N_PROMPT-token prompt, all generating N_GEN tokens
 // greedily at once (node-llama-cpp batches the sequences' evaluations together). Prints output tokens/s.
 import {getLlama} from "node-llama-cpp";
+import {makeRng} from "../../tests/common/rng.mjs";
 
 const [modelPath, threadsArg, cArg, pArg, gArg] = process.argv.slice(2);
 const threads = Number(threadsArg), C = Number(cArg), nPrompt = Number(pArg), nGen = Number(gArg);
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath, gpuLayers: 0, useMmap: true});
-let seed = 4242;
-const rnd = (m) => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed % m; };
+const {int: rnd} = makeRng(4242);
 const V = Number(model.fileInfo.metadata?.[model.fileInfo.metadata.general.architecture]?.vocab_size ?? 256) || 256;
 const tokens = (k) => Array.from({length: k}, () => 256 + rnd(Math.max(1, Math.min(V, 32000) - 512)));
 const ctx = await model.createContext({contextSize: C * (nPrompt + nGen + 16), batchSize: 512, threads, sequences: C,
