@@ -53,6 +53,8 @@ let agreeTotal = 0, positions = 0;
 let s = 42;
 const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
 
+// A prefix that selects no case is an error, not an empty pass.
+if (only && !cases.some(c => c.name.startsWith(only))) fail(`no case starts with '${only}'`);
 for (const c of cases) {
   if (only && !c.name.startsWith(only)) continue;
   const dir = path.join(tmp, c.name);

@@ -22,7 +22,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {compareLogprobs as compare, llamaLogprobs, runDeepinfer} from "./common.mjs";
+import {compareLogprobs as compare, fail, llamaLogprobs, runDeepinfer} from "./common.mjs";
 
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
@@ -78,6 +78,8 @@ const cases = [
 let s = 42;
 const prompt = Array.from({length: 64}, () => (s = (s * 1103515245 + 12345) % 2147483648) % 510);
 
+// A prefix that selects no case is an error, not an empty pass.
+if (only && !cases.some(c => (c.name ?? `${c.arch}-${c.dtype}`).startsWith(only))) fail(`no case starts with '${only}'`);
 for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype}`;
   if (only && !name.startsWith(only)) continue;
