@@ -15,6 +15,7 @@
 
 #include <cstdlib>
 #include <cstdio>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,10 +77,15 @@ inline std::string CpuMissingMessage(CpuFeature f, const std::string& what) {
 
 // For part of a test (one ISA of a loop, one extra comparison): true when the CPU has f. Otherwise a non-fatal
 // failure, or, where the limitation is declared, a printed "not run" line; false either way.
+// Said once per test and message (loops call this per case).
 inline bool CpuRuns(CpuFeature f, const std::string& what) {
   if (CpuHas(f)) return true;
   const std::string msg = CpuMissingMessage(f, what);
-  if (DeclaredLacking(f)) std::printf("[ NOT RUN  ] %s\n", msg.c_str());
+  const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string test = t ? std::string(t->test_suite_name()) + "." + t->name() : std::string("-");
+  static std::set<std::string> said;
+  if (!said.insert(test + "\n" + msg).second) return false;
+  if (DeclaredLacking(f)) std::printf("[ NOT RUN  ] %s: %s\n", test.c_str(), msg.c_str());
   else ADD_FAILURE() << msg;
   return false;
 }
