@@ -10,8 +10,21 @@ cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_C
   -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=ON -DDEEPINFER_SANITIZE=ON >/dev/null
 cmake --build build-san -j "$(nproc)" --target deepinfer unit_tests engine_tests gguf_fuzz safetensors_fuzz http_fuzz grammar_fuzz
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+# A gtest binary whose run skipped a case fails this pass: a skip is not a pass. The one allowed skip is a CPU
+# feature the machine lacks and DEEPINFER_TEST_CPU_LACKS declares (tests/unit/isa_test_util.h); CI declares none.
+gtest_no_skips() {
+  local log
+  log=$(mktemp)
+  "$@" 2>&1 | tee "$log"
+  if grep -q '^\[  SKIPPED \]' "$log" && [[ -z "${DEEPINFER_TEST_CPU_LACKS:-}" ]]; then
+    echo "[sanitizers] $1 skipped tests (listed above): a skip counts as a failure"
+    rm -f "$log"
+    return 1
+  fi
+  rm -f "$log"
+}
 echo "[asan] unit tests"
-build-san/tests/unit_tests --gtest_brief=1
+gtest_no_skips build-san/tests/unit_tests --gtest_brief=1
 # The sanitizers check memory and threads, not numerics: the equivalence suite runs on every model in the
 # Release ctest; here the two MoE families that only add routing variants (Mixtral, Qwen2-MoE; the MoE path is
 # covered by Qwen3-MoE and DeepSeek-V3) are left out, which keeps the sanitizer pass inside CI's budget on 2 cores.
@@ -22,7 +35,7 @@ SAN_ENGINE_FILTER='-Models/EngineEquivalence.*/TinyMixtral:Models/EngineEquivale
 SAN_ENGINE_FILTER+=':SpecEngineTest.RejectionSamplingKeepsTheDistribution:Methods/SpecEquivalence.*/Stories260KSelfDraft'
 SAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/TinyQwen3OtherDraft'
 echo "[asan] engine tests"
-build-san/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
+gtest_no_skips build-san/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 echo "[asan] server: openai SDK end to end, and 300 streams with 100 disconnects"
 node tests/server/openai_sdk.mjs build-san/deepinfer >/dev/null
 node tests/server/load.mjs build-san/deepinfer 300 100 >/dev/null
@@ -44,7 +57,7 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_
   -DDEEPINFER_TESTS=ON -DDEEPINFER_TSAN=ON >/dev/null
 cmake --build build-tsan -j "$(nproc)" --target engine_tests
 echo "[tsan] engine tests"
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 gtest_no_skips build-tsan/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 
 corpus=build-san/corpus
 rm -rf "$corpus"; mkdir -p "$corpus/gguf" "$corpus/safetensors" "$corpus/http" "$corpus/grammar"
@@ -57,7 +70,9 @@ shared="${DEEPINFER_SHARED_MODELS:-../shared/models}"
 build/deepinfer make-tiny --arch qwen3 --vocab 300 --hidden 32 --layers 1 --heads 2 --kv-heads 1 --ffn 32 --out "$corpus/tiny" -q
 cp "$corpus/tiny/model.gguf" "$corpus/gguf/tiny.gguf"
 cp "$corpus/tiny/model.safetensors" "$corpus/safetensors/tiny.safetensors"
-[[ -f "$shared/stories260K.gguf" ]] && head -c 65536 "$shared/stories260K.gguf" > "$corpus/gguf/stories_head.gguf"
+# The real file's head is a required seed (a missing one fails here instead of fuzzing without it).
+[[ -f "$shared/stories260K.gguf" ]] || { echo "[fuzz] $shared/stories260K.gguf missing (the shared models folder)"; exit 1; }
+head -c 65536 "$shared/stories260K.gguf" > "$corpus/gguf/stories_head.gguf"
 for t in gguf safetensors http grammar; do
   echo "[fuzz] ${t}_fuzz for ${secs}s"
   build-san/fuzz/${t}_fuzz -max_total_time="$secs" -max_len=262144 -rss_limit_mb=4096 -print_final_stats=1 \

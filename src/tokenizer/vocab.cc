@@ -159,7 +159,13 @@ struct PreSpec {
 };
 
 StatusOr<PreSpec> PreForGguf(const std::string& pre) {
-  if (pre.empty() || pre == "default" || pre == "gpt-2" || pre == "gpt2" || pre == "mpt" || pre == "olmo") return PreSpec{{kGpt2Regex}};
+  // No tokenizer.ggml.pre (older conversions: aquila, gpt-neox in llama.cpp's test vocabularies), or "default":
+  // llama.cpp's LLAMA_VOCAB_PRE_TYPE_DEFAULT regexes, which it runs for such files (with a warning that quality
+  // may suffer), not GPT-2's: the ids must be the ones llama.cpp gives on the same GGUF.
+  if (pre.empty() || pre == "default")
+    return PreSpec{{R"([\p{P}\$\+<=>\^~\|]+)", R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S))",
+                    R"(\p{N}+)", "[0-9][0-9][0-9]"}};
+  if (pre == "gpt-2" || pre == "gpt2" || pre == "mpt" || pre == "olmo") return PreSpec{{kGpt2Regex}};
   if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral")
     return PreSpec{{kLlama3Regex}, true};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez") return PreSpec{{kQwen2Regex}};

@@ -167,7 +167,9 @@ for (const name of ["llama", "deepseek_v3"]) {
 // every output, is bitwise one process's with the same cache dtype, for half the f32 exchange.
 {
   const model = path.join(tmp, "llama");
-  const exchanged = stderr => [...stderr.matchAll(/context-parallel K\/V exchange sent ([0-9.]+) MB/g)].reduce((a, m) => a + Number(m[1]), 0);
+  // Every rank logs what it sent; a missing line is a failure (never "no data, no check").
+  const exchanged = stderr => [...stderr.matchAll(/rank (\d+) \(cp \d+\/\d+\): .*context-parallel K\/V exchange sent ([0-9.]+) MB/g)]
+      .reduce((a, m) => ({ranks: a.ranks.add(m[1]), mb: a.mb + Number(m[2])}), {ranks: new Set(), mb: 0});
   const base = ["generate", "-m", model, "--input", input, "--max-batched-tokens", "512", "--kv-cache", "64MiB"];
   const mb = {};
   let want;
@@ -183,7 +185,10 @@ for (const name of ["llama", "deepseek_v3"]) {
       check(false, `llama --kv-cache-dtype ${dt} --cp 2: exit ${r.status}: ${r.stderr.slice(-600)}`);
       continue;
     }
-    mb[dt] = exchanged(r.stderr);
+    const ex = exchanged(r.stderr);
+    check(ex.ranks.size === 2 && ex.mb > 0, `llama --kv-cache-dtype ${dt} --cp 2: both ranks log their K/V exchange ` +
+          `(${ex.ranks.size} of 2 ranks, ${ex.mb.toFixed(3)} MB)`);
+    if (ex.ranks.size === 2) mb[dt] = ex.mb;
     if (dt === "bf16") {
       const got = normalize(fs.readFileSync(out, "utf8"));
       const diff = want.findIndex((l, i) => got[i] !== l);
@@ -191,8 +196,10 @@ for (const name of ["llama", "deepseek_v3"]) {
             (diff >= 0 ? ` (first difference: line ${diff + 1})` : ""));
     }
   }
-  if (mb.bf16 && mb.f32)
-    check(mb.bf16 / mb.f32 > 0.45 && mb.bf16 / mb.f32 < 0.55, `--cp 2 K/V exchange: bf16 cache ${mb.bf16.toFixed(3)} MB vs f32 ${mb.f32.toFixed(3)} MB (ratio ${(mb.bf16 / mb.f32).toFixed(3)}, expected ~0.5)`);
+  // Always checked: a run or a log line that is missing leaves a NaN ratio, which fails.
+  const ratio = (mb.bf16 ?? NaN) / (mb.f32 ?? NaN);
+  check(ratio > 0.45 && ratio < 0.55, `--cp 2 K/V exchange: bf16 cache ${mb.bf16?.toFixed(3)} MB vs f32 ${mb.f32?.toFixed(3)} MB ` +
+        `(ratio ${ratio.toFixed(3)}, expected ~0.5)`);
 }
 
 fs.rmSync(tmp, {recursive: true, force: true});

@@ -52,6 +52,7 @@ const normalize = text => text.trim().split("\n").map(l => {
 });
 
 const archs = ["deepseek_v3", "qwen3_moe", "mixtral"].filter(a => !only || a === only);
+if (only) check(archs.length > 0, `architecture filter '${only}' selects ${archs.length} of deepseek_v3, qwen3_moe, mixtral`);
 for (const arch of archs) {
   const mdir = path.join(dir, arch);
   const mk = run(bin, ["make-tiny", "--arch", arch, "--out", mdir, "-q", "--experts", "8", "--experts-used", "2"]);

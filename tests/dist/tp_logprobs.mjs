@@ -120,6 +120,9 @@ const cases = [
   {name: "llama-vocab510-tied", make: ["--arch", "llama", "--vocab", "510", "--tie", "--seed", "4"], splits: [["--tp", "4"], ["--tp", "2"]]},
 ];
 
+// A prefix that selects nothing is an error, not an empty pass.
+if (only && !cases.some(c => c.name.startsWith(only)) && !"refusal".startsWith(only) && !"engine".startsWith(only))
+  fail(`nothing starts with '${only}'`);
 for (const c of cases) {
   if (only && !c.name.startsWith(only)) continue;
   const dir = path.join(tmp, c.name);

@@ -34,7 +34,7 @@ ggml_type Ggml(DType t) { return static_cast<ggml_type>(GgmlFromDType(t)); }
 class GgmlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!DetectCpu().avx2_fma) GTEST_SKIP() << "ggml's haswell CPU backend needs AVX2";
+    DEEPINFER_REQUIRE_CPU(testing::CpuFeature::kAvx2, "ggml's haswell CPU backend (the reference linked here)");
     static const bool initialized = (ggml_cpu_init(), true);
     (void)initialized;
   }

@@ -2,9 +2,14 @@
 // transformers.js) for every real template we have: the ~70 templates in llama.cpp's models/templates plus the
 // DeepSeek-V3, Qwen3 and Llama-3 templates from their tokenizer_config.json, each on a fixed set of
 // conversations (system/user/assistant, multi-turn, tools and tool calls, generation prompt on and off).
-// A template/conversation pair passes when both render the same bytes, or both refuse (raise_exception and the
-// like). Every template that does not pass is printed with the reason; the test fails when one of them is in
-// the SUPPORTED list (templates known to pass) or when fewer than MIN_PASS templates pass.
+// A template/conversation pair passes when both render the same bytes, or both refuse for the same reason: the
+// same raise_exception text, or the pair of messages chat_templates_refusals.json records for that template and
+// conversation (checked by hand to name one cause). Refusals for different or unrecorded reasons do not pass.
+// Every template is on one of two lists: SUPPORTED (chat_templates_supported.json: must pass) or UNSUPPORTED
+// (chat_templates_unsupported.json: must fail for exactly the recorded reason). The test fails on a template on
+// neither list, a listed template that is missing, a supported one that fails, an unsupported one that fails for
+// another reason or now passes (move it), fewer than MIN_PASS passes, or a recorded refusal that no longer happens.
+// UPDATE_SUPPORTED=1 rewrites both lists from the run (review the diff).
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import {createRequire} from "node:module";
@@ -44,9 +49,31 @@ const base = {bos_token: "<s>", eos_token: "</s>", unk_token: "<unk>", pad_token
 // Templates known to render identically to the reference; a regression in one of these fails the test.
 const SUPPORTED = new Set(JSON.parse(fs.readFileSync(path.join(path.dirname(new URL(import.meta.url).pathname), "chat_templates_supported.json"), "utf8")));
 const MIN_PASS = SUPPORTED.size;
+// Templates known not to pass, with the exact reason printed for them.
+const UNSUPPORTED = new Map(Object.entries(JSON.parse(fs.readFileSync(new URL("./chat_templates_unsupported.json", import.meta.url), "utf8"))));
+UNSUPPORTED.delete("_comment");
+// Refusals by both renderers, other than raise_exception, with both messages (see the file's _comment).
+const REFUSALS = JSON.parse(fs.readFileSync(new URL("./chat_templates_refusals.json", import.meta.url), "utf8"));
+delete REFUSALS._comment;
+const refusalsSeen = new Map();  // template -> conversations where the recorded pair was seen
+// Why two refusals are the same one, or why not (a string that fails the pair).
+function sameRefusal(name, i, refErr, ourErr) {
+  const raised = /^template raised an exception: ([\s\S]*)$/.exec(ourErr);
+  if (raised) return raised[1] === refErr ? null : `both refuse, differently: reference "${refErr}", ours "${ourErr}"`;
+  const r = REFUSALS[name];
+  if (r && r.conversations.includes(i) && r.reference === refErr && r.ours === ourErr) {
+    refusalsSeen.set(name, [...(refusalsSeen.get(name) ?? []), i]);
+    return null;
+  }
+  return `both refuse, for reasons not recorded as one cause in chat_templates_refusals.json: reference "${refErr.slice(0, 120)}", ` +
+         `ours "${ourErr.slice(0, 120)}"`;
+}
 
 let passed = 0, regressions = 0;
-const passing = [];
+const passing = [], failing = {};
+const names = new Set(templates.map(([n]) => n));
+for (const n of [...SUPPORTED, ...UNSUPPORTED.keys()])
+  if (!names.has(n)) { ++regressions; console.log(`FAIL ${n}: listed, but no such template`); }
 for (const [name, src] of templates) {
   const tmp = path.join(repoRoot, "build", `tmpl-${process.pid}.jinja`);
   fs.writeFileSync(tmp, src);
@@ -59,7 +86,12 @@ for (const [name, src] of templates) {
     let want = null, refErr = null;
     try { want = new Template(src).render(contexts[i]); } catch (e) { refErr = String(e.message ?? e); }
     const got = ours[i];
-    if (refErr !== null && got.error !== undefined) continue;  // both refuse
+    if (got === undefined) { reason = `deepinfer printed ${ours.length} results for ${contexts.length} conversations`; break; }
+    if (refErr !== null && got.error !== undefined) {  // both refuse: for the same reason?
+      reason = sameRefusal(name, i, refErr, got.error) ?? "";
+      if (reason) reason = `conversation ${i}: ${reason}`;
+      continue;
+    }
     if (refErr !== null) { reason = `conversation ${i}: reference refuses (${refErr.slice(0, 80)}) but deepinfer renders`; break; }
     if (got.error !== undefined) { reason = `conversation ${i}: ${got.error.slice(0, 160)}`; break; }
     if (got.text !== want) {
@@ -68,10 +100,36 @@ for (const [name, src] of templates) {
       reason = `conversation ${i}: output differs at byte ${k}: ours ${JSON.stringify(got.text.slice(k, k + 40))} vs ${JSON.stringify(want.slice(k, k + 40))}`;
     }
   }
-  if (!reason) { ++passed; passing.push(name); continue; }
+  if (!SUPPORTED.has(name) && !UNSUPPORTED.has(name)) {
+    ++regressions;
+    console.log(`FAIL ${name}: on neither list (a new template: ${reason ? `fails: ${reason}` : "passes"}); list it`);
+  }
+  if (!reason) {
+    ++passed;
+    passing.push(name);
+    if (UNSUPPORTED.has(name)) { ++regressions; console.log(`FAIL ${name}: listed as unsupported but renders identically now: move it to chat_templates_supported.json`); }
+    continue;
+  }
+  failing[name] = reason;
   if (SUPPORTED.has(name)) { ++regressions; console.log(`FAIL ${name}: ${reason}`); }
-  else console.log(`cannot render ${name}: ${reason}`);
+  else if (UNSUPPORTED.has(name) && UNSUPPORTED.get(name) !== reason) {
+    ++regressions;
+    console.log(`FAIL ${name}: fails for another reason than recorded\n    recorded: ${UNSUPPORTED.get(name)}\n    now:      ${reason}`);
+  } else if (UNSUPPORTED.has(name)) console.log(`cannot render ${name} (as recorded): ${reason}`);
 }
-if (process.env.UPDATE_SUPPORTED) fs.writeFileSync(path.join(path.dirname(new URL(import.meta.url).pathname), "chat_templates_supported.json"), JSON.stringify(passing, null, 1) + "\n");
+// Every recorded refusal must still happen, on exactly its conversations.
+for (const [name, r] of Object.entries(REFUSALS)) {
+  const seen = refusalsSeen.get(name) ?? [];
+  if (JSON.stringify(seen) !== JSON.stringify(r.conversations)) {
+    ++regressions;
+    console.log(`FAIL ${name}: chat_templates_refusals.json records both refusing on conversations ${JSON.stringify(r.conversations)} ` +
+                `(${r.cause}); seen on ${JSON.stringify(seen)}`);
+  }
+}
+if (process.env.UPDATE_SUPPORTED) {
+  fs.writeFileSync(new URL("./chat_templates_supported.json", import.meta.url), JSON.stringify(passing, null, 1) + "\n");
+  const comment = JSON.parse(fs.readFileSync(new URL("./chat_templates_unsupported.json", import.meta.url), "utf8"))._comment;
+  fs.writeFileSync(new URL("./chat_templates_unsupported.json", import.meta.url), JSON.stringify({_comment: comment, ...failing}, null, 1) + "\n");
+}
 console.log(`${passed}/${templates.length} templates render identically to @huggingface/jinja on ${conversations.length} conversations; ${regressions} regressions`);
 process.exit(regressions || passed < MIN_PASS ? 1 : 0);

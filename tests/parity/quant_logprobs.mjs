@@ -62,6 +62,8 @@ let agreeTotal = 0, positions = 0;
 // 64 ids below 510 (make-tiny's bos/eos are 510/511 of 512), odd and even, the top 10% included (checked).
 const prompt = tokenPrompt(42, 64, 510, {vocab: 512});
 
+// A prefix that selects no case is an error, not an empty pass.
+if (only && !cases.some(c => c.name.startsWith(only))) fail(`no case starts with '${only}'`);
 for (const c of cases) {
   if (only && !c.name.startsWith(only)) continue;
   const dir = path.join(tmp, c.name);

@@ -23,7 +23,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {compareLogprobs as compare, llamaLogprobs, runDeepinfer} from "./common.mjs";
+import {compareLogprobs as compare, fail, llamaLogprobs, runDeepinfer} from "./common.mjs";
 import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
@@ -82,6 +82,8 @@ const cases = [
 // 64 ids below 510 (make-tiny's bos/eos are 510/511 of 512), odd and even, the top 10% included (checked).
 const prompt = tokenPrompt(42, 64, 510, {vocab: 512});
 
+// A prefix that selects no case is an error, not an empty pass.
+if (only && !cases.some(c => (c.name ?? `${c.arch}-${c.dtype}`).startsWith(only))) fail(`no case starts with '${only}'`);
 for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype}`;
   if (only && !name.startsWith(only)) continue;

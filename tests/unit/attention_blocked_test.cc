@@ -1,4 +1,4 @@
-// The query-row-blocked attention kernel (AttendRows through PagedAttention) on every ISA the machine has:
+// The query-row-blocked attention kernel (AttendRows through PagedAttention) on every ISA (isa_test_util.h):
 // against a double-precision reference at sizes that are not multiples of the K/V tile (64 positions), the
 // AVX2 slot vectors (8) or the row blocks, for GQA ratios 1/4/8, head dims 64/128 and f32/bf16/f16 caches in
 // paged blocks out of order; and bitwise invariance of every row to how rows are blocked (chunked prefill,

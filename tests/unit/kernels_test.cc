@@ -1,5 +1,5 @@
-// Every CPU kernel against a plain reference on random inputs (never zeros), at odd sizes, on every ISA the
-// machine has (scalar, AVX2, AVX-512).
+// Every CPU kernel against a plain reference on random inputs (never zeros), at odd sizes, on every ISA (scalar,
+// AVX2, AVX-512; one the CPU lacks fails unless declared, isa_test_util.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -459,7 +459,7 @@ namespace {
 // q8_0/q4_0 on AVX-512: the VNNI tiles (x offset to unsigned, vpdpbusd) must give bitwise the results of the
 // sign/maddubs/madd tiles, for one x row (decode tiles) and several (prefill tiles, with a partial x tile).
 TEST(GemmTest, VnniQuantizedTilesMatchTheGenericAvx512TilesBitwise) {
-  if (!DetectCpu().avx512_vnni) GTEST_SKIP() << "no AVX512-VNNI on this CPU";
+  DEEPINFER_REQUIRE_CPU(testing::CpuFeature::kAvx512Vnni, "comparing the VNNI q8_0/q4_0 tiles with the generic AVX-512 ones");
   IsaGuard guard;
   SetIsa(Isa::kAvx512);
   const int64_t n = 70, k = 256;
@@ -491,6 +491,21 @@ TEST(GemmTest, VnniQuantizedTilesMatchTheGenericAvx512TilesBitwise) {
 
 namespace deepinfer {
 namespace {
+
+// A declaration that this machine lacks a CPU feature (DEEPINFER_TEST_CPU_LACKS, isa_test_util.h) turns the
+// cases that need it from failures into named skips, so it must be true: every name known and absent here.
+TEST(TestMachine, DeclaredCpuLimitationsAreTrue) {
+  using testing::CpuFeature;
+  for (const std::string& name : testing::DeclaredCpuLacks()) {
+    bool known = false;
+    for (CpuFeature f : {CpuFeature::kAvx2, CpuFeature::kAvx512, CpuFeature::kAvx512Vnni, CpuFeature::kAvx512Bf16}) {
+      if (name != testing::CpuFeatureName(f)) continue;
+      known = true;
+      EXPECT_FALSE(testing::CpuHas(f)) << "DEEPINFER_TEST_CPU_LACKS declares " << name << " missing, but this CPU has it";
+    }
+    EXPECT_TRUE(known) << "DEEPINFER_TEST_CPU_LACKS names '" << name << "': not one of avx2, avx512, avx512_vnni, avx512_bf16";
+  }
+}
 
 // SetIsa re-resolves the kernel table: the active table is the chosen ISA's, under the name IsaName reports.
 TEST(DispatchTest, SetIsaSwitchesTheKernelTable) {

@@ -1,7 +1,8 @@
 // The GGUF block types beyond q8_0/q4_0 (q4_1, q5_0, q5_1, iq4_nl, q2_K..q6_K, iq4_xs): block layouts,
-// hand-decoded blocks, and the GEMM/GEMV kernels against a double-precision reference on every ISA the machine
-// has, with batch and thread invariance. Bitwise parity of dequantization and activation quantization with
-// ggml itself is in tests/ggml/quant_ggml_test.cc (it needs the library node-llama-cpp ships).
+// hand-decoded blocks, and the GEMM/GEMV kernels against a double-precision reference on every ISA (one the
+// CPU lacks fails, isa_test_util.h), with batch and thread invariance. Bitwise parity of dequantization and
+// activation quantization with ggml itself is in tests/ggml/quant_ggml_test.cc (it needs the library
+// node-llama-cpp ships).
 #include <algorithm>
 
 #include <gtest/gtest.h>
@@ -187,18 +188,12 @@ TEST_P(QuantGemmTest, BatchSliceAndThreadInvariantBitwise) {
   }
 }
 
-bool HasAvx2AndAvx512() {
-  const std::vector<Isa> isas = AvailableIsas();
-  return std::find(isas.begin(), isas.end(), Isa::kAvx512) != isas.end() &&
-         std::find(isas.begin(), isas.end(), Isa::kAvx2) != isas.end();
-}
-
 // The k-quant integer sums are exact on every ISA (AVX-512 takes 64 quants a step, offsetting signed types to
 // unsigned bytes and taking the offset back through x's block sums; AVX2 uses the sign trick 32 at a time), and
 // the f32 steps per block are the same expressions, so AVX-512 and AVX2 give the same bits.
 TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
   IsaGuard guard;
-  if (!HasAvx2AndAvx512()) GTEST_SKIP() << "needs AVX2 and AVX-512";
+  DEEPINFER_REQUIRE_CPU(testing::CpuFeature::kAvx512, "comparing AVX-512 with AVX2 bitwise");
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
   // 77 rows: on two threads, slices of 48 and 29 rows, so the VNNI panels run in pairs, alone, and next to a
@@ -217,7 +212,8 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
     SetIsa(Isa::kAvx512);
     MatMul(w, x.data(), m, b.data());
     ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(t) << " m " << m;
-    if (DetectCpu().avx512_vnni) {  // and the generic AVX-512 kernels (the VNNI panels off)
+    // and the generic AVX-512 kernels (the VNNI panels off)
+    if (testing::CpuRuns(testing::CpuFeature::kAvx512Vnni, std::string("comparing ") + DTypeName(t) + "'s VNNI panels with its generic AVX-512 kernels")) {
       const bool was = SetVnni(false);
       MatMul(w, x.data(), m, b.data());
       SetVnni(was);
@@ -232,7 +228,7 @@ TEST_P(QuantGemmTest, Avx512EqualsAvx2Bitwise) {
 // two 16-row groups and a 3-row remainder.
 TEST_P(QuantGemmTest, LongRowsDecodeEqualsBatchAndAvx2Bitwise) {
   IsaGuard guard;
-  if (!HasAvx2AndAvx512()) GTEST_SKIP() << "needs AVX2 and AVX-512";
+  DEEPINFER_REQUIRE_CPU(testing::CpuFeature::kAvx512, "comparing AVX-512 with AVX2 bitwise");
   const DType t = GetParam();
   const int blk = GetDTypeInfo(t).block_elems;
   for (int64_t k : {int64_t{blk} * (blk == 32 ? 19 : 9), int64_t{blk} * (blk == 32 ? 67 : 33)}) {
