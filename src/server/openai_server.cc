@@ -276,17 +276,22 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   // tokenize, and the loop must keep serving /health and every other client meanwhile. The workers answer
   // errors themselves (Error and Respond are thread-safe) and hand accepted requests back to the loop.
   // Small bodies have a worker of their own, so a queue of megabyte prompts never delays a short request.
-  if (preparing_.insert(c).second) preparing_count_++;
+  const uint64_t token = ++prep_token_;
+  if (preparing_.insert_or_assign(c, token).second) preparing_count_++;
   WorkQueue& queue = req.body.size() < kSmallBodyBytes ? *prep_small_ : *prep_;
   auto shared_req = std::make_shared<HttpRequest>(std::move(req));
-  queue.Submit([this, c, shared_req] {
+  queue.Submit([this, c, token, shared_req] {
     HttpRequest& r = *shared_req;
     if (r.path == "/tokenize") Tokenize(c, r);
     else if (r.path == "/detokenize") Detokenize(c, r);
     else if (r.path == "/v1/responses") Responses(c, r);
     else Generate(c, r, r.path == "/v1/chat/completions");
-    http_.RunOnLoop([this, c] {
-      if (preparing_.erase(c) > 0) preparing_count_--;
+    http_.RunOnLoop([this, c, token] {
+      auto it = preparing_.find(c);
+      if (it != preparing_.end() && it->second == token) {  // a later request on the connection keeps its own
+        preparing_.erase(it);
+        preparing_count_--;
+      }
     });
   });
 }

@@ -118,8 +118,11 @@ class OpenAiServer {
   ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
   bool parse_thinking_ = false;                 // the template writes <think> blocks
   ResponseStore responses_;                     // stored /v1/responses answers
-  // Connections whose request is with the prep workers (HTTP thread only).
-  std::unordered_set<HttpServer::ConnId> preparing_;
+  // Connections whose request is on a prep worker (HTTP thread only), each with its preparation's token: a
+  // worker's "done" clears only its own token, so the next request on a kept-alive connection (which can arrive
+  // before the previous worker's "done" reaches the loop) is never forgotten.
+  std::unordered_map<HttpServer::ConnId, uint64_t> preparing_;
+  uint64_t prep_token_ = 0;  // loop thread only
   std::atomic<int64_t> preparing_count_{0};  // preparing_.size(), readable from any thread
   // Last, so they are destroyed first: their threads use everything above. Bodies under kSmallBodyBytes go
   // to prep_small_, the rest to prep_ (--prep-workers threads).
