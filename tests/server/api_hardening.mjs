@@ -218,7 +218,7 @@ const HEALTH_BAR_MS = 100, BIG_BYTES = 4 << 20;
   fs.rmSync(dir, {recursive: true});
 }
 
-// 6. Keep-alive: a request a prep worker refuses (400), then at once the next request on the same connection, 300
+// 6. Keep-alive: a request a prep worker refuses (400), then at once the next request on the same connection, 1000
 // times. The worker's "done" used to reach the HTTP loop after the next request had arrived and erase it: that
 // request was never answered (seen within 2-99 pairs).
 {
@@ -249,7 +249,7 @@ const HEALTH_BAR_MS = 100, BIG_BYTES = 4 << 20;
       waiter();
     });
     let pairs = 0, failure = "";
-    for (; pairs < 300 && !failure; ++pairs) {
+    for (; pairs < 1000 && !failure; ++pairs) {
       sock.write(bad);
       const s1 = await next(5000);
       sock.write(good);
