@@ -47,10 +47,11 @@ const HEALTH_BAR_MS = 100, BIG_BYTES = 4 << 20;
     const bigs = [0, 1].map(i => (i % 2 ? post(srv.base, "/v1/chat/completions", {messages: [{role: "user", content: big}], max_tokens: 4})
                                               : post(srv.base, "/v1/completions", {prompt: big, max_tokens: 4}))
       .then(async r => { ++bigDone; return [r.status, await r.json(), performance.now() - t0]; }));
-    await new Promise(r => setTimeout(r, 30));  // the bodies are sent and being tokenized
+    await new Promise(r => setTimeout(r, 300));  // the 8 MB of bodies are sent (client and server side) and being tokenized
     const healthMs = [];
     let smallMs = -1, duringBig = 0, healthBad = 0;
-    // /health every ~20 ms for as long as the big prompts are in flight (so a loop blocked late fails too).
+    // /health every ~20 ms for as long as the big prompts are in flight (so a loop blocked late fails too), from
+    // when the client has sent the bodies: while it sends 8 MB its own event loop delays the polls (107 ms seen).
     for (let i = 0; i < 500 && bigDone < 2; ++i) {
       const [h, ms] = await timed(() => fetch(`${srv.base}/health`));
       if (bigDone < 2) { healthMs.push(ms); ++duringBig; }
