@@ -114,7 +114,9 @@ TEST(CrossIsaTest, MatMulOfEveryWeightTypeIsBitwiseTheSameOnEveryIsa) {
         }
       }
   }
-  if (DetectCpu().avx512) EXPECT_GE(compared, 15 * 4);  // every type compared on at least two tables
+  if (DetectCpu().avx512) {
+    EXPECT_GE(compared, 15 * 4);  // every type compared on at least two tables
+  }
 }
 
 // A paged cache of `positions` rows (blocks of 16 shuffled), n_kv heads of hd elements, values as stored.
@@ -176,7 +178,9 @@ TEST(CrossIsaTest, PagedAttentionIsBitwiseTheSameOnEveryIsa) {
                 << " hd " << hd << " ratio " << ratio << " start " << start << " m " << m;
           }
         }
-  if (DetectCpu().avx512) EXPECT_GE(compared, 3 * 2 * 3 * 3);
+  if (DetectCpu().avx512) {
+    EXPECT_GE(compared, 3 * 2 * 3 * 3);
+  }
 }
 
 }  // namespace
