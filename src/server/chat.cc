@@ -25,10 +25,15 @@ constexpr const char* kChatMl =
 // templates that dump them with tojson or iterate them (Llama-3.1: `arguments | tojson`); others (DeepSeek-V3's
 // string concatenation) need the text.
 // keep_null: whether null content stays null in a tool-calling assistant turn (templates that test it).
-StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool arguments_as_objects, bool keep_null) {
+// developer_as_system: the template has no `developer` role of its own, so OpenAI's developer messages are read
+// as system messages (as OpenAI does for models without the role, llama.cpp and vLLM too); the system messages
+// are then merged into one first message, since most templates allow a system turn only at the start.
+StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool arguments_as_objects, bool keep_null,
+                                         bool developer_as_system) {
   using json = ordered_json;
   if (!msgs.is_array() || msgs.empty()) return InvalidArgument("'messages' must be a non-empty list");
   json out = json::array();
+  bool mapped_developer = false;
   for (const auto& m : msgs) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
       return InvalidArgument("each message must be an object with a string 'role'");
@@ -58,9 +63,25 @@ StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool argument
             json parsed = json::parse(a->get<std::string>(), nullptr, false);
             if (!parsed.is_discarded()) *a = std::move(parsed);
           }
+    if (developer_as_system && n["role"] == "developer") {
+      n["role"] = "system";
+      mapped_developer = true;
+    }
     out.push_back(std::move(n));
   }
-  return out;
+  if (!mapped_developer) return out;
+  json merged = json::array();
+  std::string system;
+  for (auto& m : out) {
+    if (m["role"] != "system") {
+      merged.push_back(std::move(m));
+      continue;
+    }
+    if (!m["content"].is_string()) return InvalidArgument("a system or developer message must have text content");
+    system += (system.empty() ? "" : "\n\n") + m["content"].get<std::string>();
+  }
+  merged.insert(merged.begin(), json{{"role", "system"}, {"content", system}});
+  return merged;
 }
 
 }  // namespace
@@ -106,6 +127,7 @@ ChatFormatter::ChatFormatter(const Model& model, const std::string& template_sou
   for (const char* test : {"['content'] is none", "message.content is none", "['content'] is not none",
                            "message.content is not none", "[\"content\"] is none", "[\"content\"] is not none"})
     template_tests_null_content_ = template_tests_null_content_ || source_.find(test) != std::string::npos;
+  template_has_developer_ = source_.find("'developer'") != std::string::npos || source_.find("\"developer\"") != std::string::npos;
 }
 
 StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_generation_prompt) const {
@@ -118,7 +140,26 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
   auto m = request.find("messages");
   DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m,
                                                            DetectToolFormat(source_) == ToolFormat::kLlama3Json,
-                                                           template_tests_null_content_));
+                                                           template_tests_null_content_, !template_has_developer_));
+  // continue_final_message (vLLM's field): the last assistant message is an unfinished answer the model goes on
+  // with, so its turn is left open. It implies add_generation_prompt false; asking for both is an error, as in vLLM.
+  bool continue_final = false;
+  if (auto c = request.find("continue_final_message"); c != request.end() && !c->is_null()) {
+    if (!c->is_boolean()) return InvalidArgument("'continue_final_message' must be true or false");
+    continue_final = c->get<bool>();
+  }
+  std::string final_content;
+  if (continue_final) {
+    if (auto g = request.find("add_generation_prompt"); g != request.end() && g->is_boolean() && g->get<bool>())
+      return InvalidArgument("'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    add_generation_prompt = false;
+    const ordered_json& last = msgs.back();
+    if (last["role"] != "assistant")
+      return InvalidArgument("'continue_final_message' needs the last message to be an assistant message");
+    if (!last["content"].is_string() || last["content"].get<std::string>().empty())
+      return InvalidArgument("'continue_final_message': the last assistant message has no text to continue");
+    final_content = last["content"].get<std::string>();
+  }
   ordered_json ctx = ordered_json::object();
   // chat_template_kwargs first (Qwen3's enable_thinking and the like), so they cannot replace what follows.
   if (auto k = request.find("chat_template_kwargs"); k != request.end() && !k->is_null()) {
@@ -139,6 +180,22 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
   ctx["eos_token"] = tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : "";
   auto text = tmpl_->Render(ctx.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
   if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
+  if (continue_final) {
+    // The rendering ends with the final message's text and then its end-of-turn markers: cut after the text (as
+    // transformers' continue_final_message does, trying the text stripped of surrounding whitespace second,
+    // since templates often trim it).
+    size_t at = text->rfind(final_content), len = final_content.size();
+    if (at == std::string::npos) {
+      const size_t b = final_content.find_first_not_of(" \t\r\n"), e = final_content.find_last_not_of(" \t\r\n");
+      const std::string stripped = b == std::string::npos ? "" : final_content.substr(b, e - b + 1);
+      at = stripped.empty() ? std::string::npos : text->rfind(stripped);
+      len = stripped.size();
+    }
+    if (at == std::string::npos)
+      return InvalidArgument("'continue_final_message': the chat template does not write the last assistant message's "
+                             "text as given, so it cannot be continued");
+    text->resize(at + len);
+  }
   return text;
 }
 

@@ -25,7 +25,8 @@ class ChatFormatter {
   StatusOr<std::vector<int32_t>> Encode(const nlohmann::json& messages, bool add_generation_prompt) const;
   StatusOr<std::string> Render(const nlohmann::json& messages, bool add_generation_prompt) const;
   // A whole chat request body (parsed in order: templates that dump tools show the client's key order):
-  // its `messages`, `tools` and `chat_template_kwargs` (Qwen3's enable_thinking, ...) reach the template.
+  // its `messages`, `tools` and `chat_template_kwargs` (Qwen3's enable_thinking, ...) reach the template;
+  // `continue_final_message` leaves the last assistant message open for the model to continue (vLLM's field).
   StatusOr<std::vector<int32_t>> EncodeRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
   StatusOr<std::string> RenderRequest(const nlohmann::ordered_json& request, bool add_generation_prompt) const;
   bool using_fallback() const { return fallback_; }
@@ -38,6 +39,7 @@ class ChatFormatter {
   std::unique_ptr<jinja::Template> tmpl_;
   bool fallback_ = false;
   bool template_tests_null_content_ = false;  // the template tests `content is (not) none` (DeepSeek-V3)
+  bool template_has_developer_ = false;       // the template renders a `developer` role itself (gpt-oss's harmony)
   std::string source_;
 };
 

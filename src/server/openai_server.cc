@@ -64,11 +64,21 @@ const char* ErrorType(int status) {
 // text_offset, each token's byte offset in the choice's text starting at `*text_offset`, when given).
 json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogprob>& lps, const size_t* text_offset) {
   if (chat) {
+    // `bytes`: the token's own bytes, since `token` is only valid UTF-8 once a character's tokens are joined
+    // (a byte-fallback or split token reads as U+FFFD there); clients rebuild the text from these.
+    auto entry = [&](int32_t id, float logprob) {
+      const std::string t = tok.TokenBytes(id);
+      json bytes = json::array();
+      for (unsigned char b : t) bytes.push_back(b);
+      return json{{"token", t}, {"logprob", logprob}, {"bytes", std::move(bytes)}};
+    };
     json content = json::array();
     for (const auto& l : lps) {
       json top = json::array();
-      for (const auto& [id, v] : l.top) top.push_back({{"token", tok.TokenBytes(id)}, {"logprob", v}});
-      content.push_back({{"token", tok.TokenBytes(l.token)}, {"logprob", l.logprob}, {"top_logprobs", top}});
+      for (const auto& [id, v] : l.top) top.push_back(entry(id, v));
+      json e = entry(l.token, l.logprob);
+      e["top_logprobs"] = std::move(top);
+      content.push_back(std::move(e));
     }
     return {{"content", content}};
   }
@@ -136,12 +146,19 @@ struct OpenAiServer::Call {
     int reasoning_tokens = 0;
     bool think_closed = false;
     std::string think_tail;  // the last bytes seen, for a </think> split across events
-    void CountReasoning(const RequestOutput& ev) {
-      if (think_closed) return;
+    // Whether the answer starts in reasoning: the prompt opened <think>, or the text begins with it.
+    bool StartsThinking(bool opened) const {
+      const size_t b = text.find_first_not_of(" \t\r\n");
+      return opened || (b != std::string::npos && text.compare(b, 7, "<think>") == 0);
+    }
+    // Returns whether the event's tokens were counted as reasoning (those until and with </think>).
+    bool CountReasoning(const RequestOutput& ev) {
+      if (think_closed) return false;
       reasoning_tokens += static_cast<int>(ev.token_ids.size());
       const std::string window = think_tail + ev.text;
       think_closed = window.find("</think>") != std::string::npos;
       think_tail = window.substr(window.size() > 8 ? window.size() - 8 : 0);
+      return true;
     }
     std::unique_ptr<ToolCallStreamer> tools;  // streamed tool calls (chat with tools; set up in Submit)
     // A streamed piece of text into its reasoning and content parts (what is held back, at the end).
@@ -155,6 +172,14 @@ struct OpenAiServer::Call {
   int prompt_tokens = 0, cached_tokens = 0;
   Clock::time_point start;
   bool first_token_seen = false;
+  // Responses with include message.output_text.logprobs: the output text's log-probs. The reasoning's tokens come
+  // first (counted as reasoning_tokens); the output text has the rest.
+  json OutputTextLogprobs(const Tokenizer& tok, const Choice& ch, const json& message) const {
+    if (!resp_req || !resp_req->output_logprobs) return json::array();
+    const bool reasoning = message.contains("reasoning_content") && ch.StartsThinking(opened);
+    const size_t skip = reasoning ? std::min(ch.raw.size(), static_cast<size_t>(ch.reasoning_tokens)) : 0;
+    return LogprobsJson(tok, true, std::vector<TokenLogprob>(ch.raw.begin() + skip, ch.raw.end()), nullptr)["content"];
+  }
 };
 
 OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptions opt)
@@ -458,7 +483,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->single_call = parse.single_call;
   if (parse.responses) {
     call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(),
-                                                   name_, parse.responses->reasoning_summary, parse.responses->reasoning);
+                                                   name_, parse.responses->reasoning_summary, parse.responses->echo);
     call->resp_req = parse.responses;
   }
   call->logprobs = params.logprobs;
@@ -562,7 +587,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
   }
   ch.tokens += static_cast<int>(ev.token_ids.size());
   ch.text += ev.text;
-  if (k.parse_thinking) ch.CountReasoning(ev);
+  const bool reasoning_event = k.parse_thinking && ch.CountReasoning(ev) && ch.StartsThinking(k.opened);
   if (ev.index == 0 && !ev.token_ids.empty() && ch.tokens == static_cast<int>(ev.token_ids.size()))
     k.cached_tokens += ev.cached_tokens;  // once per prompt
   metrics_.generation_tokens += ev.token_ids.size();
@@ -592,13 +617,16 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       ch.Split(ev.text, ev.finished, &r, &text);
       events += k.resp->ReasoningDelta(r);
     }
+    // The output text's log-probs: this event's tokens unless they were reasoning.
+    const json lps = k.resp_req->output_logprobs && !reasoning_event && !ev.logprobs.empty()
+                         ? LogprobsJson(tok_, true, ev.logprobs, nullptr)["content"] : json::array();
     if (!k.parse_tools) {
-      events += k.resp->TextDelta(text);
+      events += k.resp->TextDelta(text, lps);
     } else {
       ToolStreamDelta td;
       ch.tools->Feed(text, &td);
       if (ev.finished) ch.tools->Finish(&td);
-      events += k.resp->TextDelta(td.content);
+      events += k.resp->TextDelta(td.content, lps);
       const std::string id_prefix = "call_" + k.id + "_0_";
       for (const ToolCallDelta& d : td.calls) {
         const std::string call_id = id_prefix + std::to_string(d.index);
@@ -610,7 +638,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       const json message = AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
                                             "call_" + k.id + "_0_");
       const json u = WithReasoningTokens(usage, message, ch.reasoning_tokens);
-      events += k.resp->Finish(message, ev.finish_reason, u);
+      events += k.resp->Finish(message, ev.finish_reason, u, k.OutputTextLogprobs(tok_, ch, message));
       StoreResponse(k, message, ev.finish_reason, u);
     }
     if (!events.empty()) http_.SendChunk(k.conn, events);
@@ -713,7 +741,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
                 {"model", name_}, {"choices", choices}, {"usage", usage}};
     if (k.resp) {
       const json u = WithReasoningTokens(usage, choices[0]["message"], k.choices[0].reasoning_tokens);
-      out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, u);
+      out = k.resp->Object(choices[0]["message"], k.choices[0].finish_reason, u, k.OutputTextLogprobs(tok_, k.choices[0], choices[0]["message"]));
       StoreResponse(k, choices[0]["message"], k.choices[0].finish_reason, u);
     }
     http_.Respond(k.conn, 200, "application/json", Dump(out) + "\n");

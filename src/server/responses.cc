@@ -23,6 +23,75 @@ StatusOr<std::string> ContentText(const ordered_json& c, const std::string& fiel
   return out;
 }
 
+// What the response object reports of its request: the request's values (OpenAI's defaults where it gave none),
+// checked here, so a response never claims settings it did not run with.
+Status EchoedFields(const ordered_json& b, ResponsesRequest* rr) {
+  auto given = [&](const char* k) { return b.contains(k) && !b[k].is_null() ? &b[k] : nullptr; };
+  json e = json::object();
+  for (const char* k : {"temperature", "top_p"}) {
+    const ordered_json* v = given(k);
+    if (v && !v->is_number()) return InvalidArgument(std::string("'") + k + "' must be a number");
+    e[k] = v ? json(v->get<double>()) : json(1.0);
+  }
+  if (const ordered_json* v = given("instructions")) e["instructions"] = *v;
+  else e["instructions"] = nullptr;
+  for (const char* k : {"max_output_tokens", "max_tool_calls"}) {
+    const ordered_json* v = given(k);
+    if (v && (!v->is_number_integer() || v->get<int64_t>() < 1)) return InvalidArgument(std::string("'") + k + "' must be a positive integer");
+    e[k] = v ? json(v->get<int64_t>()) : json(nullptr);
+  }
+  const ordered_json* ptc = given("parallel_tool_calls");
+  if (ptc && !ptc->is_boolean()) return InvalidArgument("'parallel_tool_calls' must be true or false");
+  e["parallel_tool_calls"] = ptc ? ptc->get<bool>() : true;
+  if (e["max_tool_calls"] == 1) e["parallel_tool_calls"] = false;
+  e["previous_response_id"] = given("previous_response_id") ? json(*given("previous_response_id")) : json(nullptr);
+  e["store"] = given("store") ? json(*given("store")) : json(true);
+  e["tool_choice"] = given("tool_choice") ? json(*given("tool_choice")) : json("auto");
+  e["tools"] = given("tools") ? json(*given("tools")) : json::array();
+  e["text"] = given("text") ? json(*given("text")) : json{{"format", {{"type", "text"}}}};
+  if (const ordered_json* m = given("metadata")) {
+    if (!m->is_object()) return InvalidArgument("'metadata' must be an object of strings");
+    for (const auto& [k, v] : m->items())
+      if (!v.is_string()) return InvalidArgument("'metadata." + k.substr(0, 64) + "' must be a string");
+    e["metadata"] = *m;
+  } else {
+    e["metadata"] = json::object();
+  }
+  for (const char* k : {"user", "prompt_cache_key", "safety_identifier"}) {
+    const ordered_json* v = given(k);
+    if (v && !v->is_string()) return InvalidArgument(std::string("'") + k + "' must be a string");
+    e[k] = v ? json(*v) : json(nullptr);
+  }
+  // One tier here: any requested tier is served by it and reported as "default", as OpenAI reports the tier used.
+  if (const ordered_json* v = given("service_tier")) {
+    static const std::vector<std::string> tiers = {"auto", "default", "flex", "scale", "priority"};
+    if (!v->is_string() || std::find(tiers.begin(), tiers.end(), v->get<std::string>()) == tiers.end())
+      return InvalidArgument("'service_tier' must be one of auto, default, flex, scale, priority");
+  }
+  e["service_tier"] = "default";
+  // truncation "auto" (dropping the oldest input to fit the context) is not implemented: an input that does not
+  // fit is an error, which is what "disabled" asks for.
+  if (const ordered_json* v = given("truncation"); v && *v != "disabled")
+    return InvalidArgument(v->is_string() && *v == "auto" ? "'truncation' \"auto\" is not supported: only \"disabled\""
+                                                          : "'truncation' must be \"auto\" or \"disabled\"");
+  e["truncation"] = "disabled";
+  // include: only the output text's log-probs can be added (reasoning is not encrypted, nor are there built-in
+  // tools whose outputs could be included).
+  if (const ordered_json* v = given("include")) {
+    if (!v->is_array()) return InvalidArgument("'include' must be a list");
+    for (const auto& x : *v) {
+      if (x == "message.output_text.logprobs") rr->output_logprobs = true;
+      else return InvalidArgument("'include' value " + x.dump().substr(0, 100) + " is not supported: only \"message.output_text.logprobs\"");
+    }
+  }
+  const ordered_json* tl = given("top_logprobs");
+  if (tl && (!tl->is_number_integer() || tl->get<int64_t>() < 0 || tl->get<int64_t>() > 20))
+    return InvalidArgument("'top_logprobs' must be an integer from 0 to 20");
+  e["top_logprobs"] = tl ? tl->get<int64_t>() : 0;
+  rr->echo = std::move(e);
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::optional<ordered_json> ResponseStore::Conversation(const std::string& id) const {
@@ -58,7 +127,19 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
   if (!b.is_object()) return InvalidArgument("the request body must be a JSON object");
   for (const char* k : {"conversation", "background", "prompt"})
     if (b.contains(k) && !b[k].is_null()) return InvalidArgument(std::string("'") + k + "' is not supported");
+  // Every field is honoured or refused by name, as on the other endpoints (OpenAI refuses unknown arguments too).
+  static const std::vector<std::string> kFields = {
+      "model", "input", "instructions", "previous_response_id", "store", "reasoning", "tools", "tool_choice", "text",
+      "max_output_tokens", "max_tool_calls", "temperature", "top_p", "top_logprobs", "include", "truncation", "stream",
+      "stream_options", "parallel_tool_calls", "user", "metadata", "service_tier", "prompt_cache_key",
+      "safety_identifier", "conversation", "background", "prompt",
+      // the sampling extensions vLLM's Responses endpoint also takes, as on chat completions
+      "seed", "stop", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "structured_outputs"};
+  for (const auto& [k, v] : b.items())
+    if (std::find(kFields.begin(), kFields.end(), k) == kFields.end())
+      return InvalidArgument("'" + k.substr(0, 100) + "' is not a field of a Responses request");
   ResponsesRequest rr;
+  DI_RETURN_IF_ERROR(EchoedFields(b, &rr));
   if (auto s = b.find("store"); s != b.end() && !s->is_null()) {
     if (!s->is_boolean()) return InvalidArgument("'store' must be true or false");
     rr.store = s->get<bool>();
@@ -86,7 +167,7 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
           return InvalidArgument(std::string("'reasoning.") + k + "' must be auto, concise or detailed");
         rr.reasoning_summary = true;
       }
-    rr.reasoning = json{{"effort", r->value("effort", json(nullptr))},
+    rr.echo["reasoning"] = json{{"effort", r->value("effort", json(nullptr))},
                         {"summary", r->contains("summary") ? json((*r)["summary"]) : r->value("generate_summary", json(nullptr))}};
     if (!kwargs.empty()) chat["chat_template_kwargs"] = std::move(kwargs);
   }
@@ -190,20 +271,28 @@ StatusOr<ResponsesRequest> ResponsesToChat(const ordered_json& b, const Response
     }
   }
   if (auto m = b.find("max_output_tokens"); m != b.end() && !m->is_null()) chat["max_tokens"] = *m;
+  // max_tool_calls 1 is one call per answer (parallel_tool_calls false); more than one already holds, since
+  // every function call ends the response here (the client runs the tools and sends a new request).
+  if (rr.echo["max_tool_calls"] == 1) chat["parallel_tool_calls"] = false;
+  if (rr.output_logprobs) {
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = rr.echo["top_logprobs"].get<int64_t>();
+  }
   // structured_outputs: vLLM's extension field (json, regex, choice, grammar), as on chat completions.
-  for (const char* k : {"model", "temperature", "top_p", "seed", "stream", "parallel_tool_calls", "user", "metadata", "structured_outputs"})
+  for (const char* k : {"model", "temperature", "top_p", "seed", "stream", "parallel_tool_calls", "structured_outputs", "stop",
+                        "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"})
     if (b.contains(k) && !b[k].is_null()) chat[k] = b[k];
-  chat.erase("metadata");
-  chat.erase("user");
   rr.chat = std::move(chat);
   return rr;
 }
 
 json ResponseBuilder::Base(const char* status) const {
-  return {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", model_},
-          {"output", json::array()}, {"error", nullptr}, {"incomplete_details", nullptr}, {"parallel_tool_calls", true},
-          {"tool_choice", "auto"}, {"tools", json::array()}, {"usage", nullptr},
-          {"reasoning", reasoning_.is_object() ? reasoning_ : json{{"effort", nullptr}, {"summary", nullptr}}}};
+  json r = {{"id", id_}, {"object", "response"}, {"created_at", created_}, {"status", status}, {"model", model_},
+            {"output", json::array()}, {"error", nullptr}, {"incomplete_details", nullptr}, {"usage", nullptr}};
+  if (echo_.is_object())
+    for (const auto& [k, v] : echo_.items()) r[k] = v;
+  if (!r.contains("reasoning")) r["reasoning"] = {{"effort", nullptr}, {"summary", nullptr}};
+  return r;
 }
 
 std::string ResponseBuilder::Event(const char* type, json data) {
@@ -212,7 +301,9 @@ std::string ResponseBuilder::Event(const char* type, json data) {
   return std::string("event: ") + type + "\ndata: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
-static json TextPart(const std::string& text) { return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}}; }
+static json TextPart(const std::string& text, json logprobs = json::array()) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}, {"logprobs", std::move(logprobs)}};
+}
 static json SummaryPart(const std::string& text) { return {{"type", "summary_text"}, {"text", text}}; }
 
 static std::string ReasoningOf(const json& message) {
@@ -284,12 +375,16 @@ std::string ResponseBuilder::OpenMessage() {
   return s;
 }
 
-std::string ResponseBuilder::TextDelta(const std::string& text) {
-  if (text.empty()) return "";
+std::string ResponseBuilder::TextDelta(const std::string& text, const json& logprobs) {
+  for (const auto& l : logprobs) unsent_logprobs_.push_back(l);
+  if (text.empty()) return "";  // the tokens' log-probs go with the text they end up in
   std::string s = OpenMessage();
   text_ += text;
+  json sent = std::move(unsent_logprobs_);
+  unsent_logprobs_ = json::array();
+  sent_logprobs_ += sent.size();
   return s + Event("response.output_text.delta", {{"item_id", "msg_" + id_}, {"output_index", message_index_}, {"content_index", 0},
-                                                  {"delta", text}, {"logprobs", json::array()}});
+                                                  {"delta", text}, {"logprobs", sent}});
 }
 
 std::string ResponseBuilder::CallStart(int index, const std::string& call_id, const std::string& name) {
@@ -307,7 +402,7 @@ std::string ResponseBuilder::CallArgumentsDelta(int index, const std::string& ca
                {{"item_id", "fc_" + call_id}, {"output_index", message_index_ + 1 + index}, {"delta", fragment}});
 }
 
-json ResponseBuilder::Object(const json& message, const std::string& finish_reason, const json& usage) {
+json ResponseBuilder::Object(const json& message, const std::string& finish_reason, const json& usage, const json& logprobs) {
   json r = Base(finish_reason == "length" ? "incomplete" : "completed");
   if (finish_reason == "length") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
   const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
@@ -316,7 +411,7 @@ json ResponseBuilder::Object(const json& message, const std::string& finish_reas
   if (!reasoning.empty()) out.push_back(ReasoningItem(reasoning, "completed"));
   if (!text.empty() || !message.contains("tool_calls"))
     out.push_back({{"id", "msg_" + id_}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"},
-                   {"content", json::array({TextPart(text)})}});
+                   {"content", json::array({TextPart(text, logprobs)})}});
   if (message.contains("tool_calls"))
     for (const auto& c : message["tool_calls"])
       out.push_back({{"id", "fc_" + c["id"].get<std::string>()}, {"type", "function_call"}, {"status", "completed"},
@@ -332,8 +427,7 @@ json ResponseBuilder::Object(const json& message, const std::string& finish_reas
   return r;
 }
 
-std::string ResponseBuilder::Finish(const json& message, const std::string& finish_reason, const json& usage) {
-  json r = Object(message, finish_reason, usage);
+std::string ResponseBuilder::Finish(const json& message, const std::string& finish_reason, const json& usage, const json& logprobs) {
   std::string s;
   // Reasoning held back by the splitter (an unclosed <think> at the end), then the message item: opened now if
   // no text came, so the streamed output always has one.
@@ -342,17 +436,23 @@ std::string ResponseBuilder::Finish(const json& message, const std::string& fini
     s += ReasoningDelta(reasoning.substr(reasoning_text_.size()));
   s += OpenMessage();
   const std::string text = message["content"].is_string() ? message["content"].get<std::string>() : "";
-  if (text.size() > text_.size() && text.compare(0, text_.size(), text_) == 0) s += TextDelta(text.substr(text_.size()));
+  // Log-probs of tokens whose text the splitters held back until now come with that text.
+  json rest = json::array();
+  for (size_t i = sent_logprobs_ + unsent_logprobs_.size(); i < logprobs.size(); ++i) rest.push_back(logprobs[i]);
+  if (text.size() > text_.size() && text.compare(0, text_.size(), text_) == 0) s += TextDelta(text.substr(text_.size()), rest);
+  json r = Object(message, finish_reason, usage, logprobs);
   const std::string item = "msg_" + id_;
   s += Event("response.output_text.done", {{"item_id", item}, {"output_index", message_index_}, {"content_index", 0}, {"text", text},
-                                           {"logprobs", json::array()}});
-  s += Event("response.content_part.done", {{"item_id", item}, {"output_index", message_index_}, {"content_index", 0}, {"part", TextPart(text)}});
+                                           {"logprobs", logprobs}});
+  s += Event("response.content_part.done", {{"item_id", item}, {"output_index", message_index_}, {"content_index", 0},
+                                            {"part", TextPart(text, logprobs)}});
   s += Event("response.output_item.done", {{"output_index", message_index_}, {"item", {{"id", item}, {"type", "message"}, {"status", "completed"},
-            {"role", "assistant"}, {"content", json::array({TextPart(text)})}}}});
+            {"role", "assistant"}, {"content", json::array({TextPart(text, logprobs)})}}}});
   // The object's output lists the streamed items in their stream order.
   json out = json::array();
   if (reasoning_index_ >= 0) out.push_back(ReasoningItem(reasoning_text_, "completed"));
-  out.push_back({{"id", item}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"}, {"content", json::array({TextPart(text)})}});
+  out.push_back({{"id", item}, {"type", "message"}, {"status", "completed"}, {"role", "assistant"},
+                 {"content", json::array({TextPart(text, logprobs)})}});
   int index = message_index_ + 1, call = 0;
   for (const auto& it : r["output"]) {
     if (it["type"] != "function_call") continue;
