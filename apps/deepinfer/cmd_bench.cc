@@ -228,7 +228,7 @@ int CmdBench(int argc, char** argv) {
       result.update({{"tokens_per_second", best}, {"weight_bytes_per_token", bytes}, {"roofline_tokens_per_second", roof},
                      {"roofline_fraction", best / roof}});
     } else {
-      Transformer tf(m, 512);
+      Transformer tf(m, 512, nullptr);  // one process
       const auto prompt = RandomTokens(n_prompt, m.config.vocab_size, 11);
       std::vector<float> logits(m.config.vocab_size);
       for (int r = 0; r < reps; ++r) {

@@ -90,7 +90,7 @@ int CmdBenchLayers(int argc, char** argv) {
   const Model& m = *model;
   const ModelConfig& c = m.config;
   const int max_b = *std::max_element(batches.begin(), batches.end());
-  Transformer tf(m, max_b);
+  Transformer tf(m, max_b, nullptr);  // one process
   const double bw = MeasureReadBandwidthGBs();
   std::printf("deepinfer bench layers: %s, %d threads, kernels %s, read bandwidth %.2f GB/s\n", c.Summary().c_str(), threads,
               IsaName(ActiveIsa()), bw);

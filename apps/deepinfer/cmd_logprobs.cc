@@ -43,7 +43,7 @@ int CmdLogprobs(int argc, char** argv) {
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   if (Status s = CheckSameModelEverywhere(model->source); !s.ok()) return Fail(s);
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
-  Transformer tf(*model, static_cast<int>(args.GetInt("chunk")));
+  Transformer tf(*model, static_cast<int>(args.GetInt("chunk")), dist::Context());
   KvCache kv(RankKvLayout(*model), n);  // this rank's KV heads under tensor parallelism
   const bool mtp = args.Has("mtp");
   if (mtp && model->mtp.empty()) return Fail(InvalidArgument(args.Get("model") + ": the model has no MTP module"));

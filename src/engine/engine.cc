@@ -55,7 +55,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     return InvalidArgument("--speculative is not supported in multi-process runs yet (run one process)");
   // The proposers' caches share the target's block tables: a block holds its positions in every cache.
   KvLayout mtp_layout;
-  if (spec.method == SpecMethod::kMtp) mtp_layout = Transformer(model, 1).MtpKvLayout();
+  if (spec.method == SpecMethod::kMtp) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
   auto bytes_per_token = [&] {
     size_t b = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype);
     if (spec.draft_model) b += PagedKvCache::BytesPerToken(RankKvLayout(*spec.draft_model), opt.kv_dtype);
@@ -104,7 +104,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                     ? (", n-gram " + std::to_string(spec.ngram_min) + ".." + std::to_string(spec.ngram_max)).c_str()
                     : "");
   e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, spec,
-                                                 std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs);
+                                                 std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs, dctx);
   if (dctx) e->dist_ = std::make_unique<DistControl>(*dctx, *e);
   return e;
 }

@@ -55,16 +55,17 @@ void ApplyMaskBits(const uint32_t* b, int grammar_vocab, float* logits, int voca
 
 ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
                              int max_batch_tokens, const SpeculativeOptions& spec,
-                             std::unique_ptr<PagedKvCache> draft_kv, std::unique_ptr<PagedKvCache> mtp_kv, int max_rows)
-    : tf_(model, max_batch_tokens), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), spec_(spec),
+                             std::unique_ptr<PagedKvCache> draft_kv, std::unique_ptr<PagedKvCache> mtp_kv, int max_rows,
+                             const dist::DistContext* dist)
+    : dist_(dist), tf_(model, max_batch_tokens, dist), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), spec_(spec),
       slots_(table->num_slots()), draft_kv_(std::move(draft_kv)), mtp_kv_(std::move(mtp_kv)) {
   // The draft also catches up, per decoding row, the committed tokens it has not seen (up to 1 + k).
   if (spec_.draft_model)
-    draft_tf_ = std::make_unique<Transformer>(*spec_.draft_model, max_batch_tokens + max_rows * (1 + kMaxSpecTokens));
+    draft_tf_ = std::make_unique<Transformer>(*spec_.draft_model, max_batch_tokens + max_rows * (1 + kMaxSpecTokens), nullptr);
 }
 
 void ModelExecutor::MaybeRebalance(uint64_t step) {
-  const dist::DistContext* d = dist::Context();
+  const dist::DistContext* d = dist_;
   if (!d || d->pc.eplb_interval <= 0 || !tf_.expert_parallel() || step % d->pc.eplb_interval != 0) return;
   // Every rank runs the same steps, so every rank rebalances here, before the same forward.
   auto rep = tf_.RebalanceExperts();
@@ -168,6 +169,8 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   // Even with no rows: multi-process steps are collective (an empty batch still takes part in the MoE exchange).
   st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
                                mtp ? hidden_.data() : nullptr);
+  // A failed collective leaves the ranks out of step: the job cannot go on (the engine would only abort rows).
+  if (!st.status.ok() && dist_) dist::AbortJob("forward: " + st.status.ToString());
   if (!st.status.ok()) return;
   SampleRows(so, st);
   for (size_t i = 0; i < so.rows.size(); ++i) {

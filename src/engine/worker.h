@@ -54,7 +54,8 @@ class ModelExecutor : public Executor {
   // spec.draft_model is set; mtp_kv from MtpKvLayout() for kMtp).
   ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table, int max_batch_tokens,
                 const SpeculativeOptions& spec = {}, std::unique_ptr<PagedKvCache> draft_kv = nullptr,
-                std::unique_ptr<PagedKvCache> mtp_kv = nullptr, int max_rows = 0);
+                std::unique_ptr<PagedKvCache> mtp_kv = nullptr, int max_rows = 0,
+                const dist::DistContext* dist = nullptr);
   void Execute(WorkerStepState& st) override;
   int vocab_size() const override { return vocab_; }
   PagedKvCache& kv() { return *kv_; }
@@ -91,6 +92,7 @@ class ModelExecutor : public Executor {
   void SampleRow(const SequenceMetadata& r, float* logits, int pos, SampledToken* out, SampleScratch* scratch);
   // SampleRow for every plain sampling row of the step, the rows spread over the compute pool.
   void SampleRows(const SchedulerOutputs& so, WorkerStepState& st);
+  const dist::DistContext* dist_;  // the job's communicators (nullptr: one process)
   Transformer tf_;
   std::unique_ptr<PagedKvCache> kv_;
   TokenTable* table_;

@@ -388,7 +388,7 @@ TEST(EngineTest, LogprobsMatchPlainForward) {
   ASSERT_EQ(s.tokens.size(), 20u);
   std::vector<int32_t> all = r.prompt;
   all.insert(all.end(), s.tokens.begin(), s.tokens.end());
-  Transformer tf(m, 64);
+  Transformer tf(m, 64, nullptr);
   KvCache kv(m.config, 64);
   const int V = m.config.vocab_size;
   std::vector<float> logits(all.size() * V);

@@ -53,7 +53,7 @@ TEST_F(LoaderTest, HfAndGgufGiveTheSameLogits) {
   EXPECT_EQ((*hf)->config.Summary(), (*gg)->config.Summary());
   const std::vector<int32_t> toks = {1, 17, 250, 3, 99, 42, 7};
   std::vector<float> a(7 * 300), b(7 * 300);
-  Transformer ta(**hf), tb(**gg);
+  Transformer ta(**hf, 512, nullptr), tb(**gg, 512, nullptr);
   KvCache ka((*hf)->config, 16), kb((*gg)->config, 16);
   ASSERT_TRUE(ta.Forward(toks.data(), 7, 0, ka, a.data(), true).ok());
   ASSERT_TRUE(tb.Forward(toks.data(), 7, 0, kb, b.data(), true).ok());
@@ -66,7 +66,7 @@ TEST_F(LoaderTest, ChunkedPrefillEqualsOneShotAndDecode) {
   const std::vector<int32_t> toks = {5, 6, 7, 8, 9, 10, 11, 12, 13};
   const int V = (*m)->config.vocab_size, n = static_cast<int>(toks.size());
   std::vector<float> full(n * V), step(V);
-  Transformer whole(**m), chunked(**m, 2);
+  Transformer whole(**m, 512, nullptr), chunked(**m, 2, nullptr);
   KvCache k1((*m)->config, 16), k2((*m)->config, 16);
   ASSERT_TRUE(whole.Forward(toks.data(), n, 0, k1, full.data(), true).ok());
   // Token by token through a 2-token-chunk transformer: the last row must match.
@@ -122,7 +122,7 @@ TEST_F(LoaderTest, RejectsInvalidConfigValues) {
 TEST_F(LoaderTest, ForwardRejectsBadTokensAndOverflow) {
   auto m = LoadModelFromPath(dir_.string());
   ASSERT_TRUE(m.ok());
-  Transformer t(**m);
+  Transformer t(**m, 512, nullptr);
   KvCache kv((*m)->config, 4);
   std::vector<float> logits(300);
   const int32_t bad = 300;
@@ -162,7 +162,7 @@ TEST(MlaTest, AbsorbedAndDecompressedAttentionAgreeAndTheCacheHoldsOnlyTheLatent
   const int V = c.vocab_size, n = static_cast<int>(tokens.size());
   std::vector<float> a(static_cast<size_t>(n) * V), b(a.size());
   for (bool absorb : {true, false}) {
-    Transformer tf(**m, 64);
+    Transformer tf(**m, 64, nullptr);
     tf.set_mla_absorb(absorb);
     KvCache kv(c, 64);
     EXPECT_EQ(kv.paged().bytes_per_token_per_layer(), static_cast<size_t>(c.kv_lora_rank + c.qk_rope_dim) * sizeof(float));

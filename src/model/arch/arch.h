@@ -12,6 +12,7 @@
 #include "kernels/cpu/ops.h"
 #include "model/arch/tensor_names.h"
 #include "model/config.h"
+#include "model/models/forwards.h"
 
 namespace deepinfer {
 
@@ -94,6 +95,9 @@ struct ArchSpec {
   void (*tiny_hf_config)(const TinySpec& s, nlohmann::json* cfg) = nullptr;
   void (*tiny_gguf_metadata)(const TinySpec& s, const std::string& prefix, GgufWriter& w) = nullptr;
   std::vector<TensorNameOverride> tensor_names = {};  // spellings that differ from the shared table
+  // The family's forward (model/models/<family>.cc); nullptr: LlamaForward, the pre-norm decoder the families
+  // built like Llama share.
+  FamilyForward forward = nullptr;
 };
 
 // The registry (registry.cc).

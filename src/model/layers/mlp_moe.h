@@ -82,6 +82,7 @@ class MoeMlp {
   // Expert-parallel traffic of the last EpBegin..EpEnd: (token, slot) pairs this rank sent and expert rows it computed.
   int64_t ep_pairs_sent() const { return ep_pairs_sent_; }
   int64_t ep_rows_computed() const { return ep_rows_computed_; }
+  int ep_rows() const { return ep_n_; }  // rows of the call in progress (EpBegin's n)
   // How many distinct experts the last Forward's n tokens touched (bench layers).
   int DistinctExperts(int n) const;
 

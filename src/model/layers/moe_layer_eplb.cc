@@ -6,12 +6,12 @@
 
 #include "dist/eplb.h"
 #include "model/shard.h"
-#include "model/transformer.h"
+#include "model/layers/moe_layer.h"
 
 namespace deepinfer {
 
-StatusOr<Transformer::EplbReport> Transformer::RebalanceExperts() {
-  EplbReport rep;
+StatusOr<ExpertRebalanceReport> MoeLayer::Rebalance() {
+  ExpertRebalanceReport rep;
   if (placement_.empty()) return rep;
   const int E = c_.n_experts, P = dist_->pc.ep;
   std::vector<int> moe_layers;
@@ -57,7 +57,7 @@ StatusOr<Transformer::EplbReport> Transformer::RebalanceExperts() {
 // group's slots hold next but did not hold before (ascending, a replicated expert once), each sent by the rank
 // with the same slice index in the group owning the expert's first old slot. One all-to-all-v per layer carries
 // them (packed by destination, in plan order), so the largest message is one layer's moves.
-Status Transformer::MoveExperts(int l, const ExpertPlacement& next, EplbReport* rep) {
+Status MoeLayer::MoveExperts(int l, const ExpertPlacement& next, ExpertRebalanceReport* rep) {
   const ExpertPlacement& old = placement_[l];
   MoeWeights& w = ep_weights_[l];
   dist::Communicator& comm = *dist_->moe;

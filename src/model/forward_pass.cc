@@ -1,0 +1,245 @@
+#include "model/forward_pass.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/cpu/gemm.h"
+#include "model/shard.h"
+
+namespace deepinfer {
+
+ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_tokens, const dist::DistContext* dist)
+    : model_(model), c_(model.config), shard_(model.shard), dist_(dist && !dist->pc.single() ? dist : nullptr),
+      max_tokens_(max_tokens) {
+  const size_t m = static_cast<size_t>(max_tokens_);
+  // The layers run with this rank's shapes (tensor parallelism: its heads and FFN slices).
+  if (c_.mla) mla_ = std::make_unique<MlaAttention>(lc, max_tokens_);
+  else gqa_ = std::make_unique<GqaAttention>(lc, max_tokens_);
+  bool any_dense = false;
+  for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
+  if (any_dense) mlp_ = std::make_unique<DenseMlp>(max_tokens_, lc.intermediate);
+  if (dist_ && dist_->pc.cp > 1)
+    cp_ = std::make_unique<ContextParallel>(dist_->cp.get(), dist_->pc.cp_contiguous ? CpSplit::kContiguous : CpSplit::kBalanced);
+  if (c_.n_experts > 0) moe_ = std::make_unique<MoeLayer>(model_, lc, max_tokens_, dist_);
+  x_.resize(m * c_.hidden);
+  xn_.resize(m * c_.hidden);
+  y_.resize(m * c_.hidden);
+  pos_.resize(m);
+  slot_of_token_.resize(m);
+}
+
+Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, int bs, int* total_out) {
+  int total = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    const SeqForward& q = seqs[s];
+    if (q.n <= 0) return InvalidArgument("forward: a sequence with no tokens");
+    if (q.start < 0 || q.start + q.n > q.num_blocks * bs)
+      return OutOfRange("forward: positions [" + std::to_string(q.start) + ", " + std::to_string(q.start + q.n) +
+                        ") are not covered by the sequence's " + std::to_string(q.num_blocks) + " KV blocks");
+    for (int i = 0; i < q.n; ++i)
+      if (q.tokens[i] < 0 || q.tokens[i] >= c_.vocab_size)
+        return InvalidArgument("forward: token id " + std::to_string(q.tokens[i]) + " outside the vocabulary");
+    total += q.n;
+  }
+  if (total > max_tokens_)
+    return OutOfRange("forward: " + std::to_string(total) + " tokens exceed the batch limit " + std::to_string(max_tokens_));
+
+  // Physical K/V row of every position each sequence reads (its whole prefix) and of each token it writes.
+  rows_.clear();
+  attn_seqs_.clear();
+  logit_rows_.clear();
+  tokens_.resize(total);
+  int row = 0;
+  std::vector<size_t> rows_begin;
+  rows_begin.reserve(num_seqs);
+  for (int s = 0; s < num_seqs; ++s) {
+    const SeqForward& q = seqs[s];
+    rows_begin.push_back(rows_.size());
+    for (int p = 0; p < q.start + q.n; ++p) rows_.push_back(q.block_table[p / bs] * bs + p % bs);
+    for (int i = 0; i < q.n; ++i) {
+      tokens_[row + i] = q.tokens[i];
+      pos_[row + i] = q.start + i;
+      slot_of_token_[row + i] = rows_[rows_begin.back() + q.start + i];
+    }
+    if (q.all_logits)
+      for (int i = 0; i < q.n; ++i) logit_rows_.push_back(row + i);
+    else if (q.want_logits)
+      logit_rows_.push_back(row + q.n - 1);
+    row += q.n;
+  }
+  row = 0;
+  for (int s = 0; s < num_seqs; ++s) {  // pointers into rows_ are stable only after it stopped growing
+    attn_seqs_.push_back({row, seqs[s].n, seqs[s].start, rows_.data() + rows_begin[s]});
+    row += seqs[s].n;
+  }
+  batch_ = BatchView{total, pos_.data(), slot_of_token_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size())};
+  *total_out = total;
+  if (!cp_) return Status::Ok();
+
+  // Context parallel: keep this rank's rows (compacted in order) and the whole batch's KV slots.
+  std::vector<int> seq_rows(num_seqs);
+  for (int s = 0; s < num_seqs; ++s) seq_rows[s] = seqs[s].n;
+  cp_->Plan(seq_rows);
+  cp_slots_.assign(slot_of_token_.begin(), slot_of_token_.begin() + total);
+  LocalAttnSeqs(*cp_, attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), &cp_seqs_);
+  const std::vector<int32_t>& mine = cp_->mine();
+  int64_t work = 0;
+  for (size_t i = 0; i < mine.size(); ++i) {
+    tokens_[i] = tokens_[mine[i]];  // mine is increasing: i <= mine[i], compaction in place is safe
+    pos_[i] = pos_[mine[i]];
+    slot_of_token_[i] = slot_of_token_[mine[i]];
+    work += pos_[i] + 1;
+  }
+  cp_->AddWork(work);
+  dist_->attention_work.fetch_add(work, std::memory_order_relaxed);
+  batch_ = BatchView{static_cast<int>(mine.size()), pos_.data(), slot_of_token_.data(), cp_seqs_.data(),
+                     static_cast<int>(cp_seqs_.size()), cp_.get(), cp_slots_.data()};
+  return Status::Ok();
+}
+
+// RMSNorm of the logit rows of x_ with `norm`, then the vocabulary projection.
+Status ForwardPass::Logits(const std::vector<float>& norm, const TensorView& head, float* logits) {
+  const int h = c_.hidden, rows = static_cast<int>(logit_rows_.size());
+  if (cp_) {
+    // Each logit row's owner sends its hidden state; every rank then projects every logit row.
+    cp_rows_.resize(static_cast<size_t>(rows) * h);
+    cp_->GatherRows(logit_rows_, x_.data(), h, cp_rows_.data());
+    if (xn_.size() < cp_rows_.size()) xn_.resize(cp_rows_.size());
+    RmsNorm(cp_rows_.data(), norm.data(), c_.rms_eps, rows, h, xn_.data());
+  } else {
+    for (int r = 0; r < rows; ++r)
+      RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
+              xn_.data() + static_cast<size_t>(r) * h);
+  }
+  if (!shard_.split()) {
+    MatMul(head, xn_.data(), rows, logits);
+    return Status::Ok();
+  }
+  // Vocabulary parallel: rows x stride per rank (the last rank's slice zero-padded), gathered in rank order.
+  const int V = c_.vocab_size, stride = shard_.vocab_stride, T = shard_.tp, nv = shard_.vocab_rows;
+  const size_t slice = static_cast<size_t>(rows) * stride;
+  vocab_local_.assign(slice, 0.f);
+  vocab_gather_.resize(slice * T);
+  if (nv > 0) {
+    MatMul(head, xn_.data(), rows, vocab_gather_.data());  // rows x nv, repacked to the padded stride
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(vocab_local_.data() + static_cast<size_t>(r) * stride, vocab_gather_.data() + static_cast<size_t>(r) * nv,
+                  sizeof(float) * nv);
+  }
+  const Status s = dist_->tp->AllGather(vocab_local_.data(), slice * sizeof(float), vocab_gather_.data());
+  if (!s.ok()) return Status(s.code(), "tensor-parallel logits all-gather: " + s.message());
+  for (int q = 0; q < T; ++q) {
+    const int v0 = std::min(V, q * stride), n = std::min(stride, V - v0);
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(logits + static_cast<size_t>(r) * V + v0, vocab_gather_.data() + (static_cast<size_t>(q) * rows + r) * stride,
+                  sizeof(float) * n);
+  }
+  return Status::Ok();
+}
+
+Status ForwardPass::FinalHidden(int total, float* hidden) {
+  const int h = c_.hidden;
+  if (!cp_) {
+    RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+    return Status::Ok();
+  }
+  cp_all_rows_.resize(total);
+  for (int r = 0; r < total; ++r) cp_all_rows_[r] = r;
+  cp_rows_.resize(static_cast<size_t>(total) * h);
+  cp_->GatherRows(cp_all_rows_, x_.data(), h, cp_rows_.data());
+  RmsNorm(cp_rows_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+  return Status::Ok();
+}
+
+Status ForwardPass::Embed(const TensorView& embd) {
+  const int total = batch_.n;
+  const int h = c_.hidden;
+  if (!shard_.split()) {
+    for (int r = 0; r < total; ++r)
+      DequantizeRow(embd.dtype, embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+    return Status::Ok();
+  }
+  const int v0 = shard_.vocab_begin, nv = shard_.vocab_rows;
+  for (int r = 0; r < total; ++r) {
+    float* out = x_.data() + static_cast<size_t>(r) * h;
+    const int t = tokens_[r] - v0;
+    if (t >= 0 && t < nv) DequantizeRow(embd.dtype, embd.row(t), out, h);
+    else std::memset(out, 0, sizeof(float) * h);
+  }
+  return TpAllReduce(x_.data(), total);  // one rank holds each row, the others add zeros: exact
+}
+
+Status ForwardPass::TpAllReduce(float* data, int rows) {
+  if (!dist_ || dist_->pc.tp == 1 || rows == 0) return Status::Ok();
+  const Status s = dist_->tp->AllReduceSum(data, static_cast<size_t>(rows) * c_.hidden);
+  return s.ok() ? s : Status(s.code(), "tensor-parallel all-reduce: " + s.message());
+}
+
+void ForwardPass::Norm(const std::vector<float>& w, Rows rows) {
+  const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
+  if (rows.b->n > 0) RmsNorm(x_.data() + off, w.data(), c_.rms_eps, rows.b->n, c_.hidden, xn_.data() + off);
+}
+
+void ForwardPass::AddResidual(Rows rows) {
+  const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
+  float *x = x_.data() + off, *y = y_.data() + off;
+  for (size_t i = 0; i < static_cast<size_t>(rows.b->n) * c_.hidden; ++i) x[i] += y[i];
+}
+
+Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Rows rows) {
+  const BatchView& b = *rows.b;
+  const int n = b.n;
+  if (n == 0) {
+    // An empty step (another attention group has work): nothing to attend. Under context parallelism a rank
+    // with no rows of a non-empty batch still takes part in the layer's K/V exchange.
+    if (b.cp && b.cp->total() > 0) b.cp->WriteKv(kv, l, nullptr, nullptr, b.cp_slots);
+    return Status::Ok();
+  }
+  const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
+  if (mla_) mla_->Forward(L.mla, b, l, kv, xn_.data() + off, y_.data() + off);
+  else gqa_->Forward(L.gqa, b, l, kv, xn_.data() + off, y_.data() + off);
+  return TpAllReduce(y_.data() + off, n);  // tensor parallel: each rank's o_proj covers its heads
+}
+
+Status ForwardPass::Mlp(const LayerWeights& L, int moe_layer) {
+  const int n = batch_.n;
+  if (L.is_moe()) return moe_->Forward(L, moe_layer, xn_.data(), n, y_.data());
+  if (n == 0) return Status::Ok();
+  mlp_->Forward(L.mlp, xn_.data(), n, y_.data());
+  return TpAllReduce(y_.data(), n);  // tensor parallel: each rank's down projection covers its FFN slice
+}
+
+void ForwardPass::SplitMicroBatches() {
+  const int n = batch_.n, na = (n + 1) / 2;
+  for (Micro& m : micro_) m.seqs.clear();
+  for (int s = 0; s < batch_.num_seqs; ++s) {
+    const AttnSeq& q = batch_.seqs[s];
+    const int r0 = static_cast<int>(q.q_row), r1 = r0 + q.m;
+    if (r1 <= na) {
+      micro_[0].seqs.push_back(q);
+    } else if (r0 >= na) {
+      micro_[1].seqs.push_back({r0 - na, q.m, q.start, q.rows});
+    } else {
+      micro_[0].seqs.push_back({r0, na - r0, q.start, q.rows});
+      micro_[1].seqs.push_back({0, r1 - na, q.start + (na - r0), q.rows});
+    }
+  }
+  micro_[0].row0 = 0;
+  micro_[1].row0 = na;
+  for (int i = 0; i < 2; ++i) {
+    Micro& m = micro_[i];
+    m.b = BatchView{i == 0 ? na : n - na, batch_.pos + m.row0, batch_.kv_slots + m.row0, m.seqs.data(),
+                    static_cast<int>(m.seqs.size())};
+  }
+}
+
+void ForwardPass::MoeBegin(int layer, int i) {
+  const size_t off = static_cast<size_t>(micro_[i].row0) * c_.hidden;
+  moe_->Begin(layer, i, xn_.data() + off, micro_[i].b.n, micro_[i].row0);
+}
+
+Status ForwardPass::MoeExperts(int i) { return moe_->Experts(i); }
+
+Status ForwardPass::MoeEnd(int i) { return moe_->End(i, y_.data() + static_cast<size_t>(micro_[i].row0) * c_.hidden); }
+
+}  // namespace deepinfer

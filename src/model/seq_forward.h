@@ -1,0 +1,19 @@
+// One sequence's share of a batched forward (Transformer::ForwardBatch, ForwardPass::Plan).
+#pragma once
+#include <cstdint>
+
+namespace deepinfer {
+
+// Tokens at positions [start, start + n), K/V slots from its block table (which must cover position
+// start + n - 1). want_logits: produce logits for its last token.
+struct SeqForward {
+  const int32_t* tokens = nullptr;
+  int n = 0;
+  int start = 0;
+  const int32_t* block_table = nullptr;
+  int num_blocks = 0;
+  bool want_logits = false;
+  bool all_logits = false;  // logits for every token of the run (n rows), not only the last
+};
+
+}  // namespace deepinfer
