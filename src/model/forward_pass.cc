@@ -103,7 +103,7 @@ Status ForwardPass::Logits(const std::vector<float>& norm, const TensorView& hea
   if (cp_) {
     // Each logit row's owner sends its hidden state; every rank then projects every logit row.
     cp_rows_.resize(static_cast<size_t>(rows) * h);
-    cp_->GatherRows(logit_rows_, x_.data(), h, cp_rows_.data());
+    DI_RETURN_IF_ERROR(cp_->GatherRows(logit_rows_, x_.data(), h, cp_rows_.data()));
     if (xn_.size() < cp_rows_.size()) xn_.resize(cp_rows_.size());
     RmsNorm(cp_rows_.data(), norm.data(), c_.rms_eps, rows, h, xn_.data());
   } else {
@@ -146,7 +146,7 @@ Status ForwardPass::FinalHidden(int total, float* hidden) {
   cp_all_rows_.resize(total);
   for (int r = 0; r < total; ++r) cp_all_rows_[r] = r;
   cp_rows_.resize(static_cast<size_t>(total) * h);
-  cp_->GatherRows(cp_all_rows_, x_.data(), h, cp_rows_.data());
+  DI_RETURN_IF_ERROR(cp_->GatherRows(cp_all_rows_, x_.data(), h, cp_rows_.data()));
   RmsNorm(cp_rows_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
   return Status::Ok();
 }
@@ -192,12 +192,12 @@ Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Ro
   if (n == 0) {
     // An empty step (another attention group has work): nothing to attend. Under context parallelism a rank
     // with no rows of a non-empty batch still takes part in the layer's K/V exchange.
-    if (b.cp && b.cp->total() > 0) b.cp->WriteKv(kv, l, nullptr, nullptr, b.cp_slots);
+    if (b.cp && b.cp->total() > 0) return b.cp->WriteKv(kv, l, nullptr, nullptr, b.cp_slots);
     return Status::Ok();
   }
   const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
-  if (mla_) mla_->Forward(L.mla, b, l, kv, xn_.data() + off, y_.data() + off);
-  else gqa_->Forward(L.gqa, b, l, kv, xn_.data() + off, y_.data() + off);
+  if (mla_) DI_RETURN_IF_ERROR(mla_->Forward(L.mla, b, l, kv, xn_.data() + off, y_.data() + off));
+  else DI_RETURN_IF_ERROR(gqa_->Forward(L.gqa, b, l, kv, xn_.data() + off, y_.data() + off));
   return TpAllReduce(y_.data() + off, n);  // tensor parallel: each rank's o_proj covers its heads
 }
 

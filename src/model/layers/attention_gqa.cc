@@ -17,7 +17,7 @@ GqaAttention::GqaAttention(const ModelConfig& c, int max_tokens)
   attn_.resize(q_.size());
 }
 
-void GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, PagedKvCache& kv, const float* xn, float* out) {
+Status GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, PagedKvCache& kv, const float* xn, float* out) {
   const int n = b.n, hd = head_dim_, nh = n_heads_, nkv = n_kv_;
   MatMul(w.wq, xn, n, q_.data(), w.bq.empty() ? nullptr : w.bq.data());
   MatMul(w.wk, xn, n, k_.data(), w.bk.empty() ? nullptr : w.bk.data());
@@ -28,10 +28,11 @@ void GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Paged
   }
   ApplyRope(rope_, q_.data(), n, nh, hd, b.pos);
   ApplyRope(rope_, k_.data(), n, nkv, hd, b.pos);
-  WriteBatchKv(b, kv, l, k_.data(), v_.data());
+  DI_RETURN_IF_ERROR(WriteBatchKv(b, kv, l, k_.data(), v_.data()));
   PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd},
                  1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   MatMul(w.wo, attn_.data(), n, out);
+  return Status::Ok();
 }
 
 }  // namespace deepinfer

@@ -22,7 +22,8 @@ class GqaAttention {
  public:
   GqaAttention(const ModelConfig& c, int max_tokens);
   // out (n rows of hidden) = wo(attention(xn)); the batch's K/V rows go to layer kv_layer of kv.
-  void Forward(const GqaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
+  // A failed K/V exchange (context parallelism) is returned.
+  Status Forward(const GqaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
 
  private:
   int n_heads_, n_kv_, head_dim_;

@@ -29,7 +29,7 @@ MlaAttention::MlaAttention(const ModelConfig& c, int max_tokens)
   attn_.resize(m * H * vd_);
 }
 
-void MlaAttention::Forward(const MlaWeights& w, const BatchView& b, int l, PagedKvCache& kv, const float* xn, float* out) {
+Status MlaAttention::Forward(const MlaWeights& w, const BatchView& b, int l, PagedKvCache& kv, const float* xn, float* out) {
   const int n = b.n, H = H_, nope = nope_, rope = rope_dim_, kvl = kvl_;
   const int qk = nope + rope, krow = kvl + rope;
   // The two projections of xn in one dispatch: the query (or its low-rank down-projection) and the cache row.
@@ -45,10 +45,11 @@ void MlaAttention::Forward(const MlaWeights& w, const BatchView& b, int l, Paged
     RmsNorm(krow_.data() + static_cast<size_t>(t) * krow, w.kv_a_norm.data(), eps_, 1, kvl, krow_.data() + static_cast<size_t>(t) * krow);
   ApplyRope(rope_, krow_.data() + kvl, n, 1, krow, b.pos);
   ApplyRope(rope_, q_.data() + nope, n, H, qk, b.pos);
-  WriteBatchKv(b, kv, l, krow_.data(), nullptr);
+  DI_RETURN_IF_ERROR(WriteBatchKv(b, kv, l, krow_.data(), nullptr));
   if (absorb_) Absorbed(w, b, l, kv);
   else Decompressed(w, b, l, kv);
   MatMul(w.wo, attn_.data(), n, out);
+  return Status::Ok();
 }
 
 void MlaAttention::Absorbed(const MlaWeights& w, const BatchView& b, int l, PagedKvCache& kv) {

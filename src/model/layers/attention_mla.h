@@ -30,7 +30,7 @@ class MlaAttention {
  public:
   MlaAttention(const ModelConfig& c, int max_tokens);
   // out (n rows of hidden) = wo(attention(xn)); the batch's latent rows go to layer kv_layer of kv.
-  void Forward(const MlaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
+  Status Forward(const MlaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
   // false: the decompressed form (for checking; the engine always runs absorbed - see docs/architecture.md).
   void set_absorb(bool absorb) { absorb_ = absorb; }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 
+#include "deepinfer/status.h"
 #include "kernels/cpu/attention.h"
 
 namespace deepinfer {
@@ -25,6 +26,6 @@ struct BatchView {
 // Stores the batch's new K/V rows of layer l (this rank's n rows in k/v; under context parallelism every rank's,
 // gathered). Defined in context_parallel.cc.
 class PagedKvCache;
-void WriteBatchKv(const BatchView& b, PagedKvCache& kv, int l, const float* k, const float* v);
+Status WriteBatchKv(const BatchView& b, PagedKvCache& kv, int l, const float* k, const float* v);
 
 }  // namespace deepinfer

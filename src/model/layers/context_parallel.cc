@@ -34,7 +34,7 @@ void ContextParallel::Plan(const std::vector<int>& seq_rows) {
     }
 }
 
-void ContextParallel::WriteKv(PagedKvCache& kv, int l, const float* k, const float* v, const int32_t* slots) {
+Status ContextParallel::WriteKv(PagedKvCache& kv, int l, const float* k, const float* v, const int32_t* slots) {
   const int C = ranks();
   const size_t kb = kv.k_row_bytes(), vb = kv.v_row_bytes();  // vb = 0: no V plane (MLA)
   const size_t n = mine_.size();
@@ -43,26 +43,28 @@ void ContextParallel::WriteKv(PagedKvCache& kv, int l, const float* k, const flo
   kv_send_.resize(n * (kb + vb));
   kv.Encode(k, v, static_cast<int>(n), kv_send_.data(), kv_send_.data() + n * kb);
   const Status s = comm_->AllGatherV(kv_send_.data(), kv_send_.size(), &recv_, &sizes_);
-  if (!s.ok()) dist::AbortJob("context-parallel K/V all-gather: " + s.ToString());
+  if (!s.ok()) return Status(s.code(), "context-parallel K/V all-gather: " + s.message());
   for (int r = 0; r < C; ++r) slots_of_rank_[r].clear();
   for (int g = 0; g < total(); ++g) slots_of_rank_[owner_[g]].push_back(slots[g]);
   size_t off = 0;
   for (int r = 0; r < C; ++r) {
     const size_t cnt = slots_of_rank_[r].size();
-    if (sizes_[r] != cnt * (kb + vb)) dist::AbortJob("context-parallel K/V all-gather: rank " + std::to_string(r) + " sent an unexpected row count (ranks disagree on the batch)");
+    if (sizes_[r] != cnt * (kb + vb))
+      return Internal("context-parallel K/V all-gather: rank " + std::to_string(r) + " sent an unexpected row count (ranks disagree on the batch)");
     const uint8_t* base = recv_.data() + off;
     if (cnt) kv.WriteEncoded(l, base, base + cnt * kb, slots_of_rank_[r].data(), static_cast<int>(cnt));
     off += sizes_[r];
   }
+  return Status::Ok();
 }
 
-void ContextParallel::GatherRows(const std::vector<int32_t>& rows, const float* x, int width, float* out) {
+Status ContextParallel::GatherRows(const std::vector<int32_t>& rows, const float* x, int width, float* out) {
   const int C = ranks();
   send_.clear();
   for (int32_t g : rows)
     if (owner_[g] == rank()) send_.insert(send_.end(), x + static_cast<size_t>(local_[g]) * width, x + static_cast<size_t>(local_[g] + 1) * width);
   const Status s = comm_->AllGatherV(send_.data(), sizeof(float) * send_.size(), &recv_, &sizes_);
-  if (!s.ok()) dist::AbortJob("context-parallel row gather: " + s.ToString());
+  if (!s.ok()) return Status(s.code(), "context-parallel row gather: " + s.message());
   // Row j of the request comes from its owner's packed rows, in request order.
   std::vector<size_t> at(C, 0), base(C, 0);
   for (int r = 1; r < C; ++r) base[r] = base[r - 1] + sizes_[r - 1];
@@ -71,11 +73,13 @@ void ContextParallel::GatherRows(const std::vector<int32_t>& rows, const float* 
     std::memcpy(out + j * width, recv_.data() + base[o] + at[o], sizeof(float) * width);
     at[o] += sizeof(float) * width;
   }
+  return Status::Ok();
 }
 
-void WriteBatchKv(const BatchView& b, PagedKvCache& kv, int l, const float* k, const float* v) {
-  if (b.cp) b.cp->WriteKv(kv, l, k, v, b.cp_slots);
-  else kv.Write(l, k, v, b.kv_slots, b.n);
+Status WriteBatchKv(const BatchView& b, PagedKvCache& kv, int l, const float* k, const float* v) {
+  if (b.cp) return b.cp->WriteKv(kv, l, k, v, b.cp_slots);
+  kv.Write(l, k, v, b.kv_slots, b.n);
+  return Status::Ok();
 }
 
 void LocalAttnSeqs(const ContextParallel& cp, const AttnSeq* seqs, int num_seqs, std::vector<AttnSeq>* out) {

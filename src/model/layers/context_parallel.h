@@ -44,10 +44,11 @@ class ContextParallel {
   // Writes the whole batch's K/V rows of layer l: this rank's n = mine().size() rows (k: n x kv.k_row_elems(),
   // v: n x kv.v_row_elems() or null) are all-gathered over the C ranks and every row is stored at its slot
   // (slots: the KV slot of each global row). Collective: every rank of the group calls it once per layer.
-  void WriteKv(PagedKvCache& kv, int l, const float* k, const float* v, const int32_t* slots);
+  // A failed exchange is returned (the ranks are then out of step: the caller ends the job).
+  Status WriteKv(PagedKvCache& kv, int l, const float* k, const float* v, const int32_t* slots);
   // out (rows.size() x width) = the rows `rows` (global indices) of the batch, each sent by its owner from x
   // (this rank's rows, mine().size() x width). Collective.
-  void GatherRows(const std::vector<int32_t>& rows, const float* x, int width, float* out);
+  Status GatherRows(const std::vector<int32_t>& rows, const float* x, int width, float* out);
 
   // Attention work of this rank's rows since creation: query x key pairs (a row at position p attends p + 1
   // keys), summed over forwards (per layer it is the same).
