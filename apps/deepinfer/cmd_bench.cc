@@ -232,7 +232,7 @@ int CmdBench(int argc, char** argv) {
       const auto prompt = RandomTokens(n_prompt, m.config.vocab_size, 11);
       std::vector<float> logits(m.config.vocab_size);
       for (int r = 0; r < reps; ++r) {
-        KvCache kv(m.config, n_prompt, kv_type);
+        SequenceKvCache kv(m.config.kv_layout(), n_prompt, kv_type);
         auto t0 = std::chrono::steady_clock::now();
         if (Status s = tf.Forward(prompt.data(), n_prompt, 0, kv, logits.data(), false); !s.ok()) return Fail(s);
         best = std::max(best, n_prompt / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

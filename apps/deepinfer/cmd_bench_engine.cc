@@ -1,5 +1,5 @@
 // deepinfer bench sim / throughput: the engine loop itself. sim replaces the model with a simulated device of
-// fixed step time and sweeps injected host overhead, to show what overlap buys (research/overlap.md section
+// fixed step time and sweeps injected host overhead, to show what overlap buys (../shared/research/overlap.md section
 // 10). throughput runs the real CPU backend with 1..64 concurrent requests, overlap on and off, with
 // llama.cpp batched as llama.cpp batches (tools/ref/llama_batched_ref.cc: same GGUF, same sequences, one
 // llama_decode per step) as the peer, prompt and generation rates separately, plus TTFT cold vs prefix hit.

@@ -44,7 +44,7 @@ int CmdLogprobs(int argc, char** argv) {
   if (Status s = CheckSameModelEverywhere(model->source); !s.ok()) return Fail(s);
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
   Transformer tf(*model, static_cast<int>(args.GetInt("chunk")), dist::Context());
-  KvCache kv(RankKvLayout(*model), n);  // this rank's KV heads under tensor parallelism
+  SequenceKvCache kv(RankKvLayout(*model), n);  // this rank's KV heads under tensor parallelism
   const bool mtp = args.Has("mtp");
   if (mtp && model->mtp.empty()) return Fail(InvalidArgument(args.Get("model") + ": the model has no MTP module"));
   if (mtp && n < 2) return Fail(InvalidArgument("--mtp needs at least two tokens"));
@@ -67,7 +67,7 @@ int CmdLogprobs(int argc, char** argv) {
   append_rows(logits.data(), n);
   if (mtp) {
     // Row i: token i+1 with h_i at position i, one row per SeqForward so every row yields logits.
-    KvCache mtp_kv(tf.MtpKvLayout(), n);
+    SequenceKvCache mtp_kv(tf.MtpKvLayout(), n);
     const int nb = static_cast<int>(mtp_kv.block_table().size()), chunk = tf.max_batch_tokens();
     std::vector<SeqForward> rows;
     for (int done = 0; done < n - 1; done += chunk) {

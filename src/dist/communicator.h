@@ -4,7 +4,7 @@
 //
 // Reproducibility: every reduction sums in a fixed order (rank 0, 1, ..., P-1 for each element, whoever computes
 // it), never in an order the runtime picks by message size, so a result does not change from run to run or
-// with the batch size (the ring and tree algorithms of MPI_Allreduce would: research/moe_parallel.md 5.4).
+// with the batch size (the ring and tree algorithms of MPI_Allreduce would: ../shared/research/moe_parallel.md 5.4, outside the repository).
 //
 // Every call is collective: all ranks of the group make the same calls in the same order. A rank that stops
 // answering ends the job (the MPI implementation aborts every rank after Options::timeout_seconds and names the

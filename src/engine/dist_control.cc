@@ -5,18 +5,12 @@
 #include "base/logging.h"
 #include "engine/engine.h"
 #include "engine/wire.h"
+#include "kv/prefix_hash.h"
 
 namespace deepinfer {
 namespace {
 
 constexpr int kAffinitySlack = 2;  // a prefix-affine group is chosen while within this many samples of the least loaded
-
-uint64_t PrefixHash(const std::vector<int32_t>& prompt, int block) {
-  uint64_t h = 1469598103934665603ull;
-  const size_t n = std::min<size_t>(prompt.size(), static_cast<size_t>(block));
-  for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<uint32_t>(prompt[i])) * 1099511628211ull;
-  return h;
-}
 
 // The counters a rank reports, from its engine's stats.
 void FillFromStats(const EngineStats& st, RankReport& r) {
@@ -46,7 +40,7 @@ int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
   // Prompts sharing their first KV block go where the first one went (its prefix cache has them), unless
   // that group is clearly busier.
   if (static_cast<int>(prompt.size()) >= e_.opt_.block_size) {
-    const uint64_t h = PrefixHash(prompt, e_.opt_.block_size);
+    const uint64_t h = ChainHash(kPrefixHashSeed, prompt.data(), e_.opt_.block_size);  // the prefix cache's hash
     auto it = prefix_owner_.find(h);
     if (it != prefix_owner_.end() && group_load_[it->second] <= group_load_[best] + kAffinitySlack) best = it->second;
     prefix_owner_[h] = best;

@@ -1,4 +1,4 @@
-// The engine's control plane across the ranks of a multi-process job (research/moe_parallel.md 3.2, SGLang's
+// The engine's control plane across the ranks of a multi-process job (../shared/research/moe_parallel.md 3.2, outside the repository; SGLang's
 // DP attention): rank 0 owns all I/O, each attention group (dp rank) runs its own scheduler, KV pool and
 // overlap loop, and every rank steps in lockstep because MoE layers are collective over all of them.
 //

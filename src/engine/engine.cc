@@ -6,8 +6,8 @@
 
 #include "base/host_buffer.h"
 #include "base/logging.h"
-#include "engine/worker.h"
-#include "kv/kv_cache.h"
+#include "engine/model_executor.h"
+#include "kv/paged_kv_cache.h"
 
 namespace deepinfer {
 namespace {

@@ -1,6 +1,7 @@
 // The engine: requests in, streamed outputs back, over continuous batching and the overlap step loop.
 //
-// The loop (research/overlap.md section 6, docs/architecture.md): each iteration schedules step N+1 on the
+// The loop (docs/architecture.md "The engine"; the design notes it follows are ../shared/research/overlap.md
+// section 6, outside the repository): each iteration schedules step N+1 on the
 // device view, launches it on the executor stream, and only then processes step N's results on the host while
 // N+1 computes. Overlap depth D = 1 by default; D = 0 (--no-overlap) runs the very same code but processes
 // each step right after launching it. Outputs are bit-identical between the two: inputs come from the token

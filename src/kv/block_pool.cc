@@ -2,18 +2,9 @@
 
 #include <algorithm>
 
+#include "kv/prefix_hash.h"
+
 namespace deepinfer {
-namespace {
-
-uint64_t Mix(uint64_t h, uint64_t v) {  // 64-bit FNV-1a over the value's bytes, chained
-  for (int i = 0; i < 4; ++i) {
-    h ^= (v >> (16 * i)) & 0xffff;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 BlockPool::BlockPool(int num_blocks, int block_size) : block_size_(block_size), blocks_(static_cast<size_t>(num_blocks)) {
   free_.reserve(num_blocks);
@@ -61,13 +52,7 @@ void BlockPool::Release(const std::vector<int32_t>& blocks) {
 }
 
 std::vector<uint64_t> BlockPool::ChainHashes(const int32_t* tokens, int n) const {
-  std::vector<uint64_t> out;
-  uint64_t h = 1469598103934665603ull;
-  for (int b = 0; (b + 1) * block_size_ <= n; ++b) {
-    for (int i = 0; i < block_size_; ++i) h = Mix(h, static_cast<uint32_t>(tokens[b * block_size_ + i]));
-    out.push_back(h);
-  }
-  return out;
+  return PrefixChainHashes(tokens, n, block_size_);
 }
 
 std::vector<int32_t> BlockPool::MatchPrefix(const int32_t* tokens, int n) {

@@ -19,7 +19,7 @@
 
 #include "deepinfer/status.h"
 #include "dist/parallel.h"
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
 #include "model/layers/attention_gqa.h"
 #include "model/layers/attention_mla.h"
 #include "model/layers/batch.h"

@@ -11,24 +11,12 @@
 
 namespace deepinfer {
 
-KvCache::KvCache(const KvLayout& layout, int capacity, DType dtype) : capacity_(capacity) {
-  constexpr int kBlock = 16;
-  const int blocks = std::max(1, (capacity + kBlock - 1) / kBlock);
-  auto kv = PagedKvCache::Create(layout, blocks, kBlock, dtype);
-  if (!kv.ok()) {  // only an allocation failure can get here (the arguments are valid by construction)
-    DI_LOG_ERROR("KV cache: %s", kv.status().ToString().c_str());
-    std::abort();
-  }
-  paged_ = std::move(*kv);
-  for (int b = 0; b < blocks; ++b) table_.push_back(b);
-}
-
 Transformer::Transformer(const Model& model, int max_batch_tokens, const dist::DistContext* dist)
     : model_(model), c_(model.config), lc_(RankConfig(model)), max_tokens_(max_batch_tokens),
       forward_(GetArch(model.config.arch).forward ? GetArch(model.config.arch).forward : LlamaForward),
       pass_(model, lc_, max_batch_tokens, dist) {}
 
-Status Transformer::Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits,
+Status Transformer::Forward(const int32_t* tokens, int n, int start, SequenceKvCache& kv, float* logits, bool all_logits,
                             float* hidden) {
   if (n <= 0) return InvalidArgument("forward: no tokens");
   if (start < 0 || start + n > kv.capacity())

@@ -13,30 +13,14 @@
 
 #include "deepinfer/status.h"
 #include "dist/parallel.h"
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
+#include "kv/sequence_kv_cache.h"
 #include "model/forward_pass.h"
 #include "model/model.h"
 #include "model/models/forwards.h"
 #include "model/seq_forward.h"
 
 namespace deepinfer {
-
-// A single sequence's cache for tools that run one sequence (logprobs, the decode benchmark): a paged cache
-// whose block table is simply 0, 1, 2, ...
-class KvCache {
- public:
-  KvCache(const KvLayout& layout, int capacity, DType dtype = DType::kF32);
-  KvCache(const ModelConfig& c, int capacity, DType dtype = DType::kF32) : KvCache(c.kv_layout(), capacity, dtype) {}
-  int capacity() const { return capacity_; }
-  PagedKvCache& paged() { return *paged_; }
-  const std::vector<int32_t>& block_table() const { return table_; }
-  size_t bytes() const { return paged_->bytes(); }
-
- private:
-  int capacity_;
-  std::unique_ptr<PagedKvCache> paged_;
-  std::vector<int32_t> table_;
-};
 
 class Transformer {
  public:
@@ -66,7 +50,7 @@ class Transformer {
 
   // Single sequence: tokens at positions [start, start + n). Writes vocab-size logits for every token when
   // all_logits (n rows), else for the last token only (1 row); hidden (optional) as in ForwardBatch (n rows).
-  Status Forward(const int32_t* tokens, int n, int start, KvCache& kv, float* logits, bool all_logits,
+  Status Forward(const int32_t* tokens, int n, int start, SequenceKvCache& kv, float* logits, bool all_logits,
                  float* hidden = nullptr);
 
   // Microbenchmark hooks (deepinfer bench layers). BenchAttention: layer l's attention block alone for a batch

@@ -389,7 +389,7 @@ TEST(EngineTest, LogprobsMatchPlainForward) {
   std::vector<int32_t> all = r.prompt;
   all.insert(all.end(), s.tokens.begin(), s.tokens.end());
   Transformer tf(m, 64, nullptr);
-  KvCache kv(m.config, 64);
+  SequenceKvCache kv(m.config.kv_layout(), 64);
   const int V = m.config.vocab_size;
   std::vector<float> logits(all.size() * V);
   ASSERT_TRUE(tf.Forward(all.data(), static_cast<int>(all.size()), 0, kv, logits.data(), true).ok());

@@ -4,7 +4,7 @@
 // checked: every derived number below is written out from the papers/model cards, not recomputed by our code.
 #include <gtest/gtest.h>
 
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
 #include "model/model.h"
 
 namespace deepinfer {

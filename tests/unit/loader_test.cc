@@ -54,7 +54,7 @@ TEST_F(LoaderTest, HfAndGgufGiveTheSameLogits) {
   const std::vector<int32_t> toks = {1, 17, 250, 3, 99, 42, 7};
   std::vector<float> a(7 * 300), b(7 * 300);
   Transformer ta(**hf, 512, nullptr), tb(**gg, 512, nullptr);
-  KvCache ka((*hf)->config, 16), kb((*gg)->config, 16);
+  SequenceKvCache ka((*hf)->config.kv_layout(), 16), kb((*gg)->config.kv_layout(), 16);
   ASSERT_TRUE(ta.Forward(toks.data(), 7, 0, ka, a.data(), true).ok());
   ASSERT_TRUE(tb.Forward(toks.data(), 7, 0, kb, b.data(), true).ok());
   for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4) << i;
@@ -67,7 +67,7 @@ TEST_F(LoaderTest, ChunkedPrefillEqualsOneShotAndDecode) {
   const int V = (*m)->config.vocab_size, n = static_cast<int>(toks.size());
   std::vector<float> full(n * V), step(V);
   Transformer whole(**m, 512, nullptr), chunked(**m, 2, nullptr);
-  KvCache k1((*m)->config, 16), k2((*m)->config, 16);
+  SequenceKvCache k1((*m)->config.kv_layout(), 16), k2((*m)->config.kv_layout(), 16);
   ASSERT_TRUE(whole.Forward(toks.data(), n, 0, k1, full.data(), true).ok());
   // Token by token through a 2-token-chunk transformer: the last row must match.
   for (int i = 0; i < n; ++i) ASSERT_TRUE(chunked.Forward(&toks[i], 1, i, k2, step.data(), false).ok());
@@ -123,7 +123,7 @@ TEST_F(LoaderTest, ForwardRejectsBadTokensAndOverflow) {
   auto m = LoadModelFromPath(dir_.string());
   ASSERT_TRUE(m.ok());
   Transformer t(**m, 512, nullptr);
-  KvCache kv((*m)->config, 4);
+  SequenceKvCache kv((*m)->config.kv_layout(), 4);
   std::vector<float> logits(300);
   const int32_t bad = 300;
   EXPECT_FALSE(t.Forward(&bad, 1, 0, kv, logits.data(), false).ok());
@@ -164,7 +164,7 @@ TEST(MlaTest, AbsorbedAndDecompressedAttentionAgreeAndTheCacheHoldsOnlyTheLatent
   for (bool absorb : {true, false}) {
     Transformer tf(**m, 64, nullptr);
     tf.set_mla_absorb(absorb);
-    KvCache kv(c, 64);
+    SequenceKvCache kv(c.kv_layout(), 64);
     EXPECT_EQ(kv.paged().bytes_per_token_per_layer(), static_cast<size_t>(c.kv_lora_rank + c.qk_rope_dim) * sizeof(float));
     // Prefill 25 tokens, then decode the rest one at a time (the decode rows read the prefilled latent).
     std::vector<float>& out = absorb ? a : b;
@@ -186,7 +186,7 @@ TEST(MlaTest, AbsorbedAndDecompressedAttentionAgreeAndTheCacheHoldsOnlyTheLatent
   EXPECT_LT(worst, 1e-5) << "absorbed vs decompressed MLA (max abs " << worst_abs << ")";
   EXPECT_GT(worst, 0.0) << "the two paths should differ in rounding: are both really computed?";
   std::printf("MLA absorbed vs decompressed: max relative %.3g, max abs %.3g\n", worst, worst_abs);
-  KvCache bf16(c, 16, DType::kBF16);
+  SequenceKvCache bf16(c.kv_layout(), 16, DType::kBF16);
   EXPECT_EQ(bf16.paged().bytes_per_token_per_layer(), static_cast<size_t>(c.kv_lora_rank + c.qk_rope_dim) * 2);
 }
 

@@ -7,7 +7,7 @@
 #pragma once
 #include <vector>
 
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
 #include "model/config.h"
 #include "model/layers/batch.h"
 #include "tensor/tensor.h"

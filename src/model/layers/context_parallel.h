@@ -20,7 +20,7 @@
 
 #include "dist/communicator.h"
 #include "kernels/cpu/attention.h"
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
 
 namespace deepinfer {
 

@@ -1,4 +1,4 @@
-// Two-batch overlap (SGLang's name and flag; DeepSeek's "dual micro-batch overlap", research/moe_parallel.md 4):
+// Two-batch overlap (SGLang's name and flag; DeepSeek's "dual micro-batch overlap", the design notes outside this repository, ../shared/research/moe_parallel.md section 4):
 // under expert parallelism a MoE layer spends part of its time in two exchanges (dispatch, combine) in which a
 // rank only waits for the network. Splitting each forward's batch into two micro-batches A and B lets one's
 // exchange run on the communication stream (dist/comm_stream.h) while the other computes:

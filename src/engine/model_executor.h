@@ -9,7 +9,7 @@
 #include "engine/step.h"
 #include "sample/sampler.h"
 #include "engine/token_table.h"
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
 #include "model/transformer.h"
 
 namespace deepinfer {

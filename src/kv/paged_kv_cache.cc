@@ -1,4 +1,4 @@
-#include "kv/kv_cache.h"
+#include "kv/paged_kv_cache.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "engine/worker.h"
+#include "engine/model_executor.h"
 
 #include <algorithm>
 #include <cstring>

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "engine/worker.h"
+#include "engine/model_executor.h"
 #include "grammar/matcher.h"
 #include "sample/philox.h"
 
