@@ -3,7 +3,7 @@
 #include "api/model_impl.h"
 #include "base/logging.h"
 #include "hub/hub.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/ops.h"
 #include "server/chat.h"
 
 namespace deepinfer::api {
@@ -32,7 +32,7 @@ StatusOr<std::unique_ptr<deepinfer::Model>> LoadInternalModel(const std::string&
   DI_ASSIGN_OR_RETURN(std::string path, ResolveModel(model, HubOptions::FromEnv()));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<deepinfer::Model> m, LoadModelFromPath(path, options));
   DI_LOG_INFO("loaded %s (%s): %s", path.c_str(), m->format.c_str(), m->config.Summary().c_str());
-  DI_LOG_DEBUG("kernels: %s", IsaName(ActiveIsa()));
+  DI_LOG_DEBUG("kernels: %s", OpsFor(Device::kCpu).kernels());
   return m;
 }
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "deepinfer/status.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/ops.h"
 #include "kv/kv_layout.h"
 
 namespace deepinfer {

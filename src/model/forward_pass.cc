@@ -3,24 +3,23 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/cpu/gemm.h"
 #include "model/shard.h"
 
 namespace deepinfer {
 
 ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_tokens, const dist::DistContext* dist)
-    : model_(model), c_(model.config), shard_(model.shard), dist_(dist && !dist->pc.single() ? dist : nullptr),
+    : ops_(OpsFor(model.tok_embd.device)), model_(model), c_(model.config), shard_(model.shard), dist_(dist && !dist->pc.single() ? dist : nullptr),
       max_tokens_(max_tokens) {
   const size_t m = static_cast<size_t>(max_tokens_);
   // The layers run with this rank's shapes (tensor parallelism: its heads and FFN slices).
-  if (c_.mla) mla_ = std::make_unique<MlaAttention>(lc, max_tokens_);
-  else gqa_ = std::make_unique<GqaAttention>(lc, max_tokens_);
+  if (c_.mla) mla_ = std::make_unique<MlaAttention>(ops_, lc, max_tokens_);
+  else gqa_ = std::make_unique<GqaAttention>(ops_, lc, max_tokens_);
   bool any_dense = false;
   for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
-  if (any_dense) mlp_ = std::make_unique<DenseMlp>(max_tokens_, lc.intermediate);
+  if (any_dense) mlp_ = std::make_unique<DenseMlp>(ops_, max_tokens_, lc.intermediate);
   if (dist_ && dist_->pc.cp > 1)
     cp_ = std::make_unique<ContextParallel>(dist_->cp.get(), dist_->pc.cp_contiguous ? CpSplit::kContiguous : CpSplit::kBalanced);
-  if (c_.n_experts > 0) moe_ = std::make_unique<MoeLayer>(model_, lc, max_tokens_, dist_);
+  if (c_.n_experts > 0) moe_ = std::make_unique<MoeLayer>(ops_, model_, lc, max_tokens_, dist_);
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
@@ -105,14 +104,14 @@ Status ForwardPass::Logits(const std::vector<float>& norm, const TensorView& hea
     cp_rows_.resize(static_cast<size_t>(rows) * h);
     DI_RETURN_IF_ERROR(cp_->GatherRows(logit_rows_, x_.data(), h, cp_rows_.data()));
     if (xn_.size() < cp_rows_.size()) xn_.resize(cp_rows_.size());
-    RmsNorm(cp_rows_.data(), norm.data(), c_.rms_eps, rows, h, xn_.data());
+    ops_.RmsNorm(cp_rows_.data(), norm.data(), c_.rms_eps, rows, h, xn_.data());
   } else {
     for (int r = 0; r < rows; ++r)
-      RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
+      ops_.RmsNorm(x_.data() + static_cast<size_t>(logit_rows_[r]) * h, norm.data(), c_.rms_eps, 1, h,
               xn_.data() + static_cast<size_t>(r) * h);
   }
   if (!shard_.split()) {
-    MatMul(head, xn_.data(), rows, logits);
+    ops_.MatMul(head, xn_.data(), rows, logits);
     return Status::Ok();
   }
   // Vocabulary parallel: rows x stride per rank (the last rank's slice zero-padded), gathered in rank order.
@@ -121,7 +120,7 @@ Status ForwardPass::Logits(const std::vector<float>& norm, const TensorView& hea
   vocab_local_.assign(slice, 0.f);
   vocab_gather_.resize(slice * T);
   if (nv > 0) {
-    MatMul(head, xn_.data(), rows, vocab_gather_.data());  // rows x nv, repacked to the padded stride
+    ops_.MatMul(head, xn_.data(), rows, vocab_gather_.data());  // rows x nv, repacked to the padded stride
     for (int r = 0; r < rows; ++r)
       std::memcpy(vocab_local_.data() + static_cast<size_t>(r) * stride, vocab_gather_.data() + static_cast<size_t>(r) * nv,
                   sizeof(float) * nv);
@@ -140,14 +139,14 @@ Status ForwardPass::Logits(const std::vector<float>& norm, const TensorView& hea
 Status ForwardPass::FinalHidden(int total, float* hidden) {
   const int h = c_.hidden;
   if (!cp_) {
-    RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+    ops_.RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
     return Status::Ok();
   }
   cp_all_rows_.resize(total);
   for (int r = 0; r < total; ++r) cp_all_rows_[r] = r;
   cp_rows_.resize(static_cast<size_t>(total) * h);
   DI_RETURN_IF_ERROR(cp_->GatherRows(cp_all_rows_, x_.data(), h, cp_rows_.data()));
-  RmsNorm(cp_rows_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
+  ops_.RmsNorm(cp_rows_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
   return Status::Ok();
 }
 
@@ -156,14 +155,14 @@ Status ForwardPass::Embed(const TensorView& embd) {
   const int h = c_.hidden;
   if (!shard_.split()) {
     for (int r = 0; r < total; ++r)
-      DequantizeRow(embd.dtype, embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+      ops_.DequantizeRow(embd.dtype, embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
     return Status::Ok();
   }
   const int v0 = shard_.vocab_begin, nv = shard_.vocab_rows;
   for (int r = 0; r < total; ++r) {
     float* out = x_.data() + static_cast<size_t>(r) * h;
     const int t = tokens_[r] - v0;
-    if (t >= 0 && t < nv) DequantizeRow(embd.dtype, embd.row(t), out, h);
+    if (t >= 0 && t < nv) ops_.DequantizeRow(embd.dtype, embd.row(t), out, h);
     else std::memset(out, 0, sizeof(float) * h);
   }
   return TpAllReduce(x_.data(), total);  // one rank holds each row, the others add zeros: exact
@@ -177,7 +176,7 @@ Status ForwardPass::TpAllReduce(float* data, int rows) {
 
 void ForwardPass::Norm(const std::vector<float>& w, Rows rows) {
   const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
-  if (rows.b->n > 0) RmsNorm(x_.data() + off, w.data(), c_.rms_eps, rows.b->n, c_.hidden, xn_.data() + off);
+  if (rows.b->n > 0) ops_.RmsNorm(x_.data() + off, w.data(), c_.rms_eps, rows.b->n, c_.hidden, xn_.data() + off);
 }
 
 void ForwardPass::AddResidual(Rows rows) {

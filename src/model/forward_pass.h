@@ -19,6 +19,7 @@
 
 #include "deepinfer/status.h"
 #include "dist/parallel.h"
+#include "kernels/ops.h"
 #include "kv/paged_kv_cache.h"
 #include "model/layers/attention_gqa.h"
 #include "model/layers/attention_mla.h"
@@ -81,6 +82,7 @@ class ForwardPass {
   // The global row of local row r (context parallelism: this rank's rows are a subset).
   int global_row(int r) const { return cp_ ? cp_->mine()[r] : r; }
   const Model& model() const { return model_; }
+  const Ops& ops() const { return ops_; }
   const ModelConfig& config() const { return c_; }
   float* x() { return x_.data(); }
   float* xn() { return xn_.data(); }
@@ -98,6 +100,7 @@ class ForwardPass {
  private:
   Status TpAllReduce(float* data, int rows);
 
+  const Ops& ops_;  // the device the weights live on
   const Model& model_;
   const ModelConfig& c_;
   const ModelShard& shard_;

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "base/logging.h"
-#include "kernels/cpu/gemm.h"
 #include "model/arch/arch.h"
 #include "model/shard.h"
 
@@ -70,10 +69,10 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   for (int r = 0; r < n; ++r) {
     const int g = pass_.global_row(r);  // hidden holds every row of the batch
     float* in = mtp_in_.data() + static_cast<size_t>(r) * 2 * h;
-    RmsNorm(x + static_cast<size_t>(r) * h, P.enorm.data(), c_.rms_eps, 1, h, in);
-    RmsNorm(hidden + static_cast<size_t>(g) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
+    pass_.ops().RmsNorm(x + static_cast<size_t>(r) * h, P.enorm.data(), c_.rms_eps, 1, h, in);
+    pass_.ops().RmsNorm(hidden + static_cast<size_t>(g) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
   }
-  if (n > 0) MatMul(P.eh_proj, mtp_in_.data(), n, x);
+  if (n > 0) pass_.ops().MatMul(P.eh_proj, mtp_in_.data(), n, x);
   DI_RETURN_IF_ERROR(PreNormLayer(pass_, P.layer, k, mtp_kv, -1));
   if (pass_.has_logits()) DI_RETURN_IF_ERROR(pass_.Logits(P.head_norm, P.head, logits));
   if (out_hidden && n > 0) {

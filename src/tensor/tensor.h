@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "tensor/device.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer {
@@ -20,6 +21,7 @@ struct TensorView {
   int64_t scale_cols = 0;
   int64_t scale_row0 = 0;  // a row slice's first row in the scaled matrix (scales are indexed by that matrix's rows)
   static constexpr int kFp8Block = 128;
+  Device device = Device::kCpu;  // where `data` lives (the ops of that device read it)
 
   int64_t numel() const {
     int64_t n = 1;

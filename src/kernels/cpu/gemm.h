@@ -7,20 +7,13 @@
 #include <cstdint>
 #include <functional>
 
+#include "kernels/ops.h"
 #include "tensor/tensor.h"
 
 namespace deepinfer {
 
 // Computes y = x * W^T (+ bias when non-null). x: m*K floats, y: m*N floats (ldy = N).
 void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias = nullptr);
-
-// One product of a MatMulMany batch: y = x * W^T with x m rows of W's columns, y m rows of W's rows.
-struct MatMulJob {
-  const TensorView* w;
-  const float* x;
-  int m;
-  float* y;
-};
 
 // Independent products in one pool dispatch: each thread takes its share of every job's weight rows in turn, so
 // many small matrices (a MoE layer's experts, gate and up of an MLP) cost one dispatch and one wake-up instead of
@@ -31,26 +24,6 @@ void MatMulMany(const MatMulJob* jobs, int count);
 // x is f32; it is converted to the weight type's dot type here, as MatMul does.
 void MatMulSlice(const TensorView& w, const float* x, int m, float* y, int ldy, int64_t n0, int64_t n1);
 
-// Per-head products on strided head slices of the same rows (MLA's W_UK and W_UV per head): for each head h in
-// [0, heads), row t in [0, rows), output column j in [0, out_width):
-//   y[t * y_stride + h * y_head_offset + j] = sum over c in [0, in_width) of
-//                                             x[t * x_stride + h * x_head_offset + c] * W_h[j][c]
-// with W_h = head_weight(h), a {out_width, in_width} view, and x converted to W_h's dot type as MatMul does.
-// Nothing else in y is written.
-struct HeadsMatMul {
-  int heads = 0;
-  int rows = 0;
-  // Called once per head, from the pool's threads (concurrently): must not modify shared state.
-  std::function<TensorView(int head)> head_weight;
-  const float* x = nullptr;
-  int64_t x_stride = 0;       // floats between rows
-  int64_t x_head_offset = 0;  // floats between head h and h + 1 within a row
-  int in_width = 0;           // floats of each head's input slice (W_h's columns)
-  float* y = nullptr;
-  int64_t y_stride = 0;       // floats between rows
-  int64_t y_head_offset = 0;  // floats between head h and h + 1 within a row
-  int out_width = 0;          // floats of each head's output slice (W_h's rows)
-};
 // Heads are split over the compute pool in one dispatch (contiguous ranges of heads, ThreadPool::Range); each
 // head's input slice is copied to a contiguous buffer and multiplied by the single-threaded MatMulSlice, so every
 // output is bitwise what MatMulSlice on that head gives, whatever the thread count. y_stride must fit an int.

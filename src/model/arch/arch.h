@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "deepinfer/status.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/ops.h"
 #include "model/arch/tensor_names.h"
 #include "model/config.h"
 #include "model/models/forwards.h"

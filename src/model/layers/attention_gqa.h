@@ -4,6 +4,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/ops.h"
 #include "kv/paged_kv_cache.h"
 #include "model/config.h"
 #include "model/layers/batch.h"
@@ -20,12 +21,14 @@ struct GqaWeights {
 
 class GqaAttention {
  public:
-  GqaAttention(const ModelConfig& c, int max_tokens);
+  // ops: the device's ops (kernels/ops.h) the layer runs on.
+  GqaAttention(const Ops& ops, const ModelConfig& c, int max_tokens);
   // out (n rows of hidden) = wo(attention(xn)); the batch's K/V rows go to layer kv_layer of kv.
   // A failed K/V exchange (context parallelism) is returned.
   Status Forward(const GqaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
 
  private:
+  const Ops& ops_;
   int n_heads_, n_kv_, head_dim_;
   bool qk_norm_;
   float eps_;

@@ -3,8 +3,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/gemm.h"
 #include "model/layers/linear.h"
 
 namespace deepinfer {
@@ -16,8 +14,8 @@ TensorView UvHead(const MlaWeights& w, int hh, int nope, int vd) {
 }
 }  // namespace
 
-MlaAttention::MlaAttention(const ModelConfig& c, int max_tokens)
-    : H_(c.n_heads), nope_(c.qk_nope_dim), rope_dim_(c.qk_rope_dim), kvl_(c.kv_lora_rank), vd_(c.v_head_dim),
+MlaAttention::MlaAttention(const Ops& ops, const ModelConfig& c, int max_tokens)
+    : ops_(ops), H_(c.n_heads), nope_(c.qk_nope_dim), rope_dim_(c.qk_rope_dim), kvl_(c.kv_lora_rank), vd_(c.v_head_dim),
       q_lora_(c.q_lora_rank), eps_(c.rms_eps), attn_scale_mult_(c.attn_scale_mult) {
   rope_ = RopeTable::Make(c.rope_style, c.qk_rope_dim, c.rope_theta, c.rope_freq_factors, c.yarn);
   const size_t m = static_cast<size_t>(max_tokens), H = static_cast<size_t>(H_), qk = nope_ + rope_dim_;
@@ -35,20 +33,20 @@ Status MlaAttention::Forward(const MlaWeights& w, const BatchView& b, int l, Pag
   // The two projections of xn in one dispatch: the query (or its low-rank down-projection) and the cache row.
   const MatMulJob proj[2] = {q_lora_ > 0 ? MatMulJob{&w.wq_a, xn, n, qa_.data()} : MatMulJob{&w.wq, xn, n, q_.data()},
                              {&w.wkv_a, xn, n, krow_.data()}};
-  MatMulMany(proj, 2);
+  ops_.MatMulMany(proj, 2);
   if (q_lora_ > 0) {
-    RmsNorm(qa_.data(), w.q_a_norm.data(), eps_, n, q_lora_, qa_.data());
-    MatMul(w.wq_b, qa_.data(), n, q_.data());
+    ops_.RmsNorm(qa_.data(), w.q_a_norm.data(), eps_, n, q_lora_, qa_.data());
+    ops_.MatMul(w.wq_b, qa_.data(), n, q_.data());
   }
   // The cache row: [RMSNorm(latent), RoPE(k_pe)].
   for (int t = 0; t < n; ++t)
-    RmsNorm(krow_.data() + static_cast<size_t>(t) * krow, w.kv_a_norm.data(), eps_, 1, kvl, krow_.data() + static_cast<size_t>(t) * krow);
-  ApplyRope(rope_, krow_.data() + kvl, n, 1, krow, b.pos);
-  ApplyRope(rope_, q_.data() + nope, n, H, qk, b.pos);
+    ops_.RmsNorm(krow_.data() + static_cast<size_t>(t) * krow, w.kv_a_norm.data(), eps_, 1, kvl, krow_.data() + static_cast<size_t>(t) * krow);
+  ops_.ApplyRope(rope_, krow_.data() + kvl, n, 1, krow, b.pos);
+  ops_.ApplyRope(rope_, q_.data() + nope, n, H, qk, b.pos);
   DI_RETURN_IF_ERROR(WriteBatchKv(b, kv, l, krow_.data(), nullptr));
   if (absorb_) Absorbed(w, b, l, kv);
   else Decompressed(w, b, l, kv);
-  MatMul(w.wo, attn_.data(), n, out);
+  ops_.MatMul(w.wo, attn_.data(), n, out);
   return Status::Ok();
 }
 
@@ -77,13 +75,13 @@ void MlaAttention::Absorbed(const MlaWeights& w, const BatchView& b, int l, Page
   absorb.y_stride = static_cast<int64_t>(H) * krow;
   absorb.y_head_offset = krow;
   absorb.out_width = kvl;
-  MatMulHeads(absorb);
+  ops_.MatMulHeads(absorb);
   for (int t = 0; t < n; ++t)
     for (int hh = 0; hh < H; ++hh)
       std::memcpy(qabs_.data() + (static_cast<size_t>(t) * H + hh) * krow + kvl, q_.data() + (static_cast<size_t>(t) * H + hh) * qk + nope,
                   sizeof(float) * rope);
   // MQA over the latent: one K/V "head" shared by all H query heads; V is the latent part of the same rows.
-  PagedAttention(qabs_.data(), b.seqs, b.num_seqs, kv.k(l), kv.k(l), kv.dtype(), AttnShape{H, 1, krow, kvl, krow, krow}, scale,
+  ops_.PagedAttention(qabs_.data(), b.seqs, b.num_seqs, kv.k(l), kv.k(l), kv.dtype(), AttnShape{H, 1, krow, kvl, krow, krow}, scale,
                  olat_.data());
   // Up-project each head's latent output with W_UV[h] (one kernel call over the heads, as above).
   HeadsMatMul up;
@@ -98,7 +96,7 @@ void MlaAttention::Absorbed(const MlaWeights& w, const BatchView& b, int l, Page
   up.y_stride = static_cast<int64_t>(H) * vd;
   up.y_head_offset = vd;
   up.out_width = vd;
-  MatMulHeads(up);
+  ops_.MatMulHeads(up);
 }
 
 void MlaAttention::Decompressed(const MlaWeights& w, const BatchView& b, int l, PagedKvCache& kv) {
@@ -113,7 +111,7 @@ void MlaAttention::Decompressed(const MlaWeights& w, const BatchView& b, int l, 
     std::vector<float> lat(static_cast<size_t>(len) * krow), K(static_cast<size_t>(len) * H * qk), V(static_cast<size_t>(len) * H * vd);
     const uint8_t* kl = static_cast<const uint8_t*>(kv.k(l));
     for (int p = 0; p < len; ++p)
-      DequantizeRow(kv.dtype(), kl + static_cast<size_t>(sq.rows[p]) * krow * esize, lat.data() + static_cast<size_t>(p) * krow, krow);
+      ops_.DequantizeRow(kv.dtype(), kl + static_cast<size_t>(sq.rows[p]) * krow * esize, lat.data() + static_cast<size_t>(p) * krow, krow);
     std::vector<float> lat_only(static_cast<size_t>(len) * kvl), tmp(static_cast<size_t>(len) * std::max(nope, vd));
     for (int p = 0; p < len; ++p)
       std::memcpy(lat_only.data() + static_cast<size_t>(p) * kvl, lat.data() + static_cast<size_t>(p) * krow, sizeof(float) * kvl);
@@ -127,20 +125,20 @@ void MlaAttention::Decompressed(const MlaWeights& w, const BatchView& b, int l, 
       ukv.shape = {nope, kvl};
       ukv.data = uk.data();
       ukv.nbytes = uk.size() * sizeof(float);
-      MatMul(ukv, lat_only.data(), len, tmp.data());
+      ops_.MatMul(ukv, lat_only.data(), len, tmp.data());
       for (int p = 0; p < len; ++p) {
         float* kr = K.data() + (static_cast<size_t>(p) * H + hh) * qk;
         std::memcpy(kr, tmp.data() + static_cast<size_t>(p) * nope, sizeof(float) * nope);
         std::memcpy(kr + nope, lat.data() + static_cast<size_t>(p) * krow + kvl, sizeof(float) * rope);
       }
-      MatMul(UvHead(w, hh, nope, vd), lat_only.data(), len, tmp.data());
+      ops_.MatMul(UvHead(w, hh, nope, vd), lat_only.data(), len, tmp.data());
       for (int p = 0; p < len; ++p)
         std::memcpy(V.data() + (static_cast<size_t>(p) * H + hh) * vd, tmp.data() + static_cast<size_t>(p) * vd, sizeof(float) * vd);
     }
     std::vector<int32_t> ident(len);
     for (int p = 0; p < len; ++p) ident[p] = p;
     const AttnSeq one{0, sq.m, sq.start, ident.data()};
-    PagedAttention(q_.data() + static_cast<size_t>(sq.q_row) * H * qk, &one, 1, K.data(), V.data(), DType::kF32,
+    ops_.PagedAttention(q_.data() + static_cast<size_t>(sq.q_row) * H * qk, &one, 1, K.data(), V.data(), DType::kF32,
                    AttnShape{H, H, qk, vd, H * qk, H * vd}, attn_scale_mult_ / std::sqrt(static_cast<float>(qk)),
                    attn_.data() + static_cast<size_t>(sq.q_row) * H * vd);
   }

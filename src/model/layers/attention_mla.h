@@ -28,13 +28,14 @@ struct MlaWeights {
 
 class MlaAttention {
  public:
-  MlaAttention(const ModelConfig& c, int max_tokens);
+  MlaAttention(const Ops& ops, const ModelConfig& c, int max_tokens);
   // out (n rows of hidden) = wo(attention(xn)); the batch's latent rows go to layer kv_layer of kv.
   Status Forward(const MlaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
   // false: the decompressed form (for checking; the engine always runs absorbed - see docs/architecture.md).
   void set_absorb(bool absorb) { absorb_ = absorb; }
 
  private:
+  const Ops& ops_;
   void Absorbed(const MlaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv);
   void Decompressed(const MlaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv);
 

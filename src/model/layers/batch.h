@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "deepinfer/status.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/ops.h"
 
 namespace deepinfer {
 

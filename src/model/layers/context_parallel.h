@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
-#include "kernels/cpu/attention.h"
+#include "kernels/ops.h"
 #include "kv/paged_kv_cache.h"
 
 namespace deepinfer {

@@ -2,6 +2,7 @@
 #pragma once
 #include <vector>
 
+#include "kernels/ops.h"
 #include "tensor/tensor.h"
 
 namespace deepinfer {
@@ -14,11 +15,12 @@ struct DenseMlpWeights {
 
 class DenseMlp {
  public:
-  DenseMlp(int max_tokens, int ff);
+  DenseMlp(const Ops& ops, int max_tokens, int ff);
   // out = down(silu(gate(xn)) * up(xn)) for n rows of xn (hidden each).
   void Forward(const DenseMlpWeights& w, const float* xn, int n, float* out);
 
  private:
+  const Ops& ops_;
   int ff_;
   std::vector<float> gate_, up_;
 };

@@ -5,12 +5,11 @@
 #include <cstring>
 
 #include "base/logging.h"
-#include "kernels/cpu/ops.h"
 
 namespace deepinfer {
 
-MoeMlp::MoeMlp(const ModelConfig& c, int max_tokens, int rank_capacity)
-    : hidden_(c.hidden), ff_(c.moe_intermediate), n_experts_(c.n_experts), top_k_(c.n_experts_used),
+MoeMlp::MoeMlp(const Ops& ops, const ModelConfig& c, int max_tokens, int rank_capacity)
+    : ops_(ops), hidden_(c.hidden), ff_(c.moe_intermediate), n_experts_(c.n_experts), top_k_(c.n_experts_used),
       shared_ff_(c.shared_ffn), max_tokens_(max_tokens) {
   router_.n_experts = c.n_experts;
   router_.top_k = c.n_experts_used;
@@ -115,16 +114,16 @@ void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_str
       jobs_.push_back({&w.shared.gate, xn, n, sh_gate_.data()});
       jobs_.push_back({&w.shared.up, xn, n, sh_up_.data()});
     }
-    MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
-    SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
-    if (shared) SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), static_cast<int64_t>(n) * shared_ff_);
+    ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
+    ops_.SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
+    if (shared) ops_.SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), static_cast<int64_t>(n) * shared_ff_);
     // Down projections: routed rows land in in_ (its inputs are consumed), the shared ones in sh_out_.
     jobs_.clear();
     for (const WaveExpert& we : wave_)
       jobs_.push_back({&w.down[we.expert], gate_.data() + static_cast<size_t>(we.first) * ff, we.count,
                        in_.data() + static_cast<size_t>(we.first) * h});
     if (shared) jobs_.push_back({&w.shared.down, sh_gate_.data(), n, sh_out_.data()});
-    MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
+    ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
     for (int r = 0; r < rows; ++r)
       std::memcpy(out_base + static_cast<size_t>(rows_[wave0 + r]) * h, in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
     shared_pending = false;
@@ -159,7 +158,7 @@ void MoeMlp::Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, fl
   }
   if (w.shared.empty() || n == 0 || sh_n == 0) return;
   // Shared experts, added after the routed sum; Qwen2-MoE scales them per token by sigmoid(x . shared_gate).
-  if (w.shared_gate.data) MatMul(w.shared_gate, sh_x, sh_n, sh_scale_.data());
+  if (w.shared_gate.data) ops_.MatMul(w.shared_gate, sh_x, sh_n, sh_scale_.data());
   for (int t = 0, i = 0; t < n; ++t) {
     if (mine && !(*mine)[t]) continue;
     const int srow = shared_compact ? i++ : t;
@@ -176,7 +175,7 @@ void MoeMlp::Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, fl
 
 void MoeMlp::Route(const MoeWeights& w, const float* xn, int n) {
   if (n == 0) return;
-  MatMul(w.router, xn, n, router_logits_.data());
+  ops_.MatMul(w.router, xn, n, router_logits_.data());
   router_.correction_bias = w.exp_probs_bias;  // per layer (empty when the model has none)
   RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
 }

@@ -7,7 +7,7 @@
 
 #include "dist/communicator.h"
 
-#include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "model/config.h"
 #include "model/layers/mlp_dense.h"
 #include "model/layers/router.h"
@@ -52,7 +52,7 @@ class MoeMlp {
  public:
   // rank_capacity: how many ranks' tokens one expert may receive (expert parallelism sizes the buffers for
   // every rank routing every token to one expert).
-  MoeMlp(const ModelConfig& c, int max_tokens, int rank_capacity = 1);
+  MoeMlp(const Ops& ops, const ModelConfig& c, int max_tokens, int rank_capacity = 1);
   // out (n rows of hidden) = the routed (and shared) experts over xn.
   void Forward(const MoeWeights& w, const float* xn, int n, float* out);
   // Expert parallel (w.placement set): collective over comm (every rank of the job, each with its own n, which
@@ -87,6 +87,7 @@ class MoeMlp {
   int DistinctExperts(int n) const;
 
  private:
+  const Ops& ops_;
   // The expert GEMMs over gathered rows: in_ holds `rows` inputs sorted by expert (expert_first_ offsets); the
   // outputs replace them in in_. shared: also run the shared experts over xn (n rows) into sh_out_.
   void RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base, const float* xn,

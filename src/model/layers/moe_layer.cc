@@ -6,10 +6,10 @@
 
 namespace deepinfer {
 
-MoeLayer::MoeLayer(const Model& model, const ModelConfig& lc, int max_tokens, const dist::DistContext* dist)
+MoeLayer::MoeLayer(const Ops& ops, const Model& model, const ModelConfig& lc, int max_tokens, const dist::DistContext* dist)
     : model_(model), c_(model.config), dist_(dist) {
   // Expert parallelism: one expert may receive every rank's tokens.
-  moe_ = std::make_unique<MoeMlp>(lc, max_tokens, dist_ ? dist_->pc.world : 1);
+  moe_ = std::make_unique<MoeMlp>(ops, lc, max_tokens, dist_ ? dist_->pc.world : 1);
   for (const LayerWeights& L : model_.layers)
     if (L.is_moe() && !L.moe.placement.empty() && dist_) {
       placement_.resize(c_.n_layers);
@@ -17,7 +17,7 @@ MoeLayer::MoeLayer(const Model& model, const ModelConfig& lc, int max_tokens, co
       break;
     }
   // Two-batch overlap: a micro-batch holds at most half the batch, but the buffers are sized for the whole one.
-  if (overlappable()) moe2_ = std::make_unique<MoeMlp>(lc, max_tokens, dist_->pc.world);
+  if (overlappable()) moe2_ = std::make_unique<MoeMlp>(ops, lc, max_tokens, dist_->pc.world);
   for (int l = 0; l < static_cast<int>(placement_.size()); ++l) placement_[l] = model_.layers[l].moe.placement;
   if (!placement_.empty()) {
     ep_weights_.resize(c_.n_layers);

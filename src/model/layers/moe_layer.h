@@ -28,7 +28,7 @@ class MoeLayer {
  public:
   // lc: this rank's shapes. dist: the job's communicators (nullptr: one process), passed in by whoever built the
   // forward; the layer writes its traffic counters there.
-  MoeLayer(const Model& model, const ModelConfig& lc, int max_tokens, const dist::DistContext* dist);
+  MoeLayer(const Ops& ops, const Model& model, const ModelConfig& lc, int max_tokens, const dist::DistContext* dist);
 
   // y (n rows of hidden) = the routed and shared experts of main layer `layer` (or an MTP module's: layer < 0)
   // over xn, summed over the tensor-parallel ranks. Expert parallel: collective over every rank, even with n = 0.

@@ -1,0 +1,42 @@
+#include "kernels/cpu/cpu_ops.h"
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+
+namespace deepinfer {
+namespace {
+
+// Forwards to the free kernels (qualified: the members share their names).
+class CpuOpsImpl final : public Ops {
+ public:
+  Device device() const override { return Device::kCpu; }
+  const char* kernels() const override { return IsaName(ActiveIsa()); }
+  void MatMul(const TensorView& w, const float* x, int m, float* y, const float* bias) const override {
+    deepinfer::MatMul(w, x, m, y, bias);
+  }
+  void MatMulMany(const MatMulJob* jobs, int count) const override { deepinfer::MatMulMany(jobs, count); }
+  void MatMulHeads(const HeadsMatMul& spec) const override { deepinfer::MatMulHeads(spec); }
+  void RmsNorm(const float* x, const float* w, float eps, int m, int n, float* y) const override {
+    deepinfer::RmsNorm(x, w, eps, m, n, y);
+  }
+  void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, const int32_t* pos) const override {
+    deepinfer::ApplyRope(t, x, m, n_heads, head_dim, pos);
+  }
+  void SwiGLU(const float* gate, const float* up, float* out, int64_t n) const override { deepinfer::SwiGLU(gate, up, out, n); }
+  void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base, DType kv_type,
+                      const AttnShape& shape, float scale, float* out) const override {
+    deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);
+  }
+  void DequantizeRow(DType t, const void* src, float* dst, size_t n) const override { deepinfer::DequantizeRow(t, src, dst, n); }
+};
+
+}  // namespace
+
+const Ops& CpuOps() {
+  static const CpuOpsImpl ops;
+  return ops;
+}
+
+}  // namespace deepinfer

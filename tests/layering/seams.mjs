@@ -1,0 +1,73 @@
+// Seam check: the includes that would let a layer reach past its interface. Each rule names the files it covers
+// and the include paths they may not use; every offending line is printed.
+//   device seam  nothing in src/ outside src/kernels/ includes "kernels/cpu/..." (model code calls ops through
+//                kernels/ops.h, whose CPU implementation is kernels/cpu/cpu_ops.cc)
+//
+//   node tests/layering/seams.mjs [REPO_ROOT]     exit 0: no violation; 1: violations printed
+//   node tests/layering/seams.mjs --self-test     feeds the checker a tree with known violations
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import {fileURLToPath} from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+export const RULES = [
+  {name: "device seam", files: f => f.startsWith("src/") && !f.startsWith("src/kernels/"), forbidden: /^kernels\/cpu\//,
+   why: "call kernels through kernels/ops.h (Ops), not a device's kernels"},
+];
+
+function sourceFiles(root, dir) {
+  const out = [];
+  const walk = d => {
+    if (!fs.existsSync(d)) return;
+    for (const e of fs.readdirSync(d, {withFileTypes: true})) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (/\.(h|hpp|cc|cpp|inc)$/.test(e.name)) out.push(path.relative(root, p));
+    }
+  };
+  walk(path.join(root, dir));
+  return out;
+}
+
+export function findViolations(root, rules = RULES) {
+  const out = [];
+  const files = ["src", "apps"].flatMap(d => sourceFiles(root, d));
+  for (const f of files) {
+    const lines = fs.readFileSync(path.join(root, f), "utf8").split("\n");
+    for (const rule of rules) {
+      if (!rule.files(f)) continue;
+      lines.forEach((line, i) => {
+        const m = /^\s*#\s*include\s+"([^"]+)"/.exec(line);
+        if (m && rule.forbidden.test(m[1])) out.push(`${rule.name}: ${f}:${i + 1} includes "${m[1]}" (${rule.why})`);
+      });
+    }
+  }
+  return out;
+}
+
+if (process.argv.includes("--self-test")) {
+  // A model file including a CPU kernel header must be reported with its line; the same include inside
+  // src/kernels/ and the neutral kernels/ops.h must not.
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "seams-"));
+  const put = (f, text) => { fs.mkdirSync(path.dirname(path.join(dir, f)), {recursive: true}); fs.writeFileSync(path.join(dir, f), text); };
+  put("src/model/layer.cc", '#include "kernels/ops.h"\n#include <vector>\n  #include "kernels/cpu/gemm.h"\n');
+  put("src/kernels/ops.cc", '#include "kernels/cpu/cpu_ops.h"\n');
+  put("src/kernels/cpu/gemm.cc", '#include "kernels/cpu/gemm.h"\n');
+  let v = findViolations(dir);
+  const ok1 = v.length === 1 && v[0].includes("src/model/layer.cc:3") && v[0].startsWith("device seam");
+  put("src/model/layer.cc", '#include "kernels/ops.h"\n');
+  v = findViolations(dir);
+  const ok2 = v.length === 0;
+  fs.rmSync(dir, {recursive: true, force: true});
+  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/ is reported with its line`);
+  console.log(`${ok2 ? "ok  " : "FAIL"} the same tree through kernels/ops.h passes`);
+  process.exit(ok1 && ok2 ? 0 : 1);
+}
+
+const root = path.resolve(process.argv[2] ?? path.join(here, "../.."));
+const violations = findViolations(root);
+for (const v of violations) console.log(v);
+console.log(violations.length ? `${violations.length} seam violation(s)` : `seams: ${RULES.map(r => r.name).join(", ")}: no violation`);
+process.exit(violations.length ? 1 : 0);
