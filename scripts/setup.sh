@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates curl openmpi-bin libopenmpi-dev
-  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev
+  nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev zlib1g-dev
   clang libclang-rt-14-dev)
 # node/npm may come from elsewhere (nvm, nodesource): only ask apt for them when absent.
 command -v node >/dev/null && command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)

@@ -15,7 +15,7 @@ int CmdTokenize(int argc, char** argv) {
   Args args("tokenize", "Text (from -p or stdin) to token ids; with --decode, ids (JSON array or whitespace separated) to text.",
             {
                 {"model", "m", "MODEL", "", "model whose tokenizer to use (GGUF, HF directory or hub reference)"},
-                {"tokenizer", "", "FILE", "", "a GGUF file or a directory holding tokenizer.json"},
+                {"tokenizer", "", "PATH", "", "a GGUF file, a tokenizer.json file, or a directory holding tokenizer.json"},
                 {"prompt", "p", "TEXT", "", "text to encode (default: stdin)"},
                 {"decode", "", "", "", "read ids and print text"},
                 {"add-bos", "", "", "", "prepend BOS when the tokenizer asks for it"},

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "base/logging.h"
-#include "engine/engine.h"
 #include "engine/wire.h"
 #include "kv/prefix_hash.h"
 
@@ -22,7 +21,8 @@ void FillFromStats(const EngineStats& st, RankReport& r) {
 
 }  // namespace
 
-DistControl::DistControl(dist::DistContext& ctx, Engine& engine) : ctx_(ctx), e_(engine) {
+DistControl::DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inbox, int block_size)
+    : ctx_(ctx), e_(engine), inbox_(inbox), block_size_(block_size) {
   group_load_.assign(ctx_.pc.dp, 0);
   group_routed_.assign(ctx_.pc.dp, 0);
   reports_.assign(ctx_.pc.world, RankReport{});
@@ -39,8 +39,8 @@ int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
   }
   // Prompts sharing their first KV block go where the first one went (its prefix cache has them), unless
   // that group is clearly busier.
-  if (static_cast<int>(prompt.size()) >= e_.opt_.block_size) {
-    const uint64_t h = ChainHash(kPrefixHashSeed, prompt.data(), e_.opt_.block_size);  // the prefix cache's hash
+  if (static_cast<int>(prompt.size()) >= block_size_) {
+    const uint64_t h = ChainHash(kPrefixHashSeed, prompt.data(), block_size_);  // the prefix cache's hash
     auto it = prefix_owner_.find(h);
     if (it != prefix_owner_.end() && group_load_[it->second] <= group_load_[best] + kAffinitySlack) best = it->second;
     prefix_owner_[h] = best;
@@ -63,13 +63,7 @@ void DistControl::Exchange() {
   std::vector<uint64_t> aborts;
   if (is_root()) {
     std::vector<std::unique_ptr<Request>> inbox;
-    bool stop;
-    {
-      std::lock_guard<std::mutex> lock(e_.mu_);
-      inbox.swap(e_.inbox_);
-      aborts.swap(e_.aborts_);
-      stop = e_.stop_;
-    }
+    const bool stop = inbox_.Take(&inbox, &aborts);
     w.Put<uint8_t>(stop && !stopping_);
     w.Put<uint64_t>(inbox.size());
     for (auto& r : inbox) {
@@ -124,12 +118,9 @@ void DistControl::Exchange() {
 bool DistControl::Sync(bool has_rows) {
   RankReport mine;
   mine.has_rows = has_rows;
-  mine.busy = has_rows || !e_.seqs_.empty() || e_.prev_ != nullptr;
-  {
-    std::lock_guard<std::mutex> lock(e_.stats_mu_);
-    FillFromStats(e_.stats_, mine);
-  }
-  mine.assigned_requests = static_cast<int64_t>(e_.requests_.size());
+  mine.busy = has_rows || e_.HasSequences();
+  FillFromStats(e_.LocalStats(), mine);
+  mine.assigned_requests = e_.AssignedRequests();
   mine.moe_bytes_sent = ctx_.moe->bytes_sent();
   mine.expert_rows = ctx_.expert_rows.load(std::memory_order_relaxed);
   mine.attention_work = ctx_.attention_work.load(std::memory_order_relaxed);
@@ -212,8 +203,7 @@ std::vector<RankReport> DistControl::Reports() const {
     out = reports_;
   }
   // Rank 0's own counters live (its report is from before its last iteration's processing).
-  std::lock_guard<std::mutex> lock(e_.stats_mu_);
-  FillFromStats(e_.stats_, out[0]);
+  FillFromStats(e_.LocalStats(), out[0]);
   return out;
 }
 

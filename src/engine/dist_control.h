@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "dist/parallel.h"
+#include "engine/engine_options.h"
 #include "engine/request.h"
+#include "engine/request_inbox.h"
 
 namespace deepinfer {
 
-class Engine;
 
 // One rank's counters as rank 0 last heard them (metrics with dp_rank / ep_rank labels).
 struct RankReport {
@@ -37,7 +38,19 @@ struct RankReport {
 
 class DistControl {
  public:
-  DistControl(dist::DistContext& ctx, Engine& engine);
+  // What the control plane needs of its rank's engine (the engine implements it; nothing else is reachable).
+  class Host {
+   public:
+    virtual ~Host() = default;
+    // Queues what rank 0 routed to this rank's group (and the aborts) into the engine.
+    virtual void IngestRequests(std::vector<std::unique_ptr<Request>> requests, const std::vector<uint64_t>& aborts) = 0;
+    virtual void AbortAll() = 0;
+    virtual bool HasSequences() const = 0;        // sequences live or a step in flight
+    virtual int64_t AssignedRequests() const = 0;  // requests this rank's engine holds
+    virtual EngineStats LocalStats() const = 0;   // this rank's counters (thread-safe)
+  };
+  // inbox: the engine's (rank 0 takes what clients added there); block_size: the KV block, for prefix routing.
+  DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inbox, int block_size);
   bool is_root() const { return ctx_.pc.rank == 0; }
   const dist::ParallelConfig& pc() const { return ctx_.pc; }
 
@@ -62,7 +75,9 @@ class DistControl {
   OutputCallback LocalCallback();
 
   dist::DistContext& ctx_;
-  Engine& e_;
+  Host& e_;
+  RequestInbox& inbox_;
+  const int block_size_;
   bool stopping_ = false, done_ = false;
   // Rank 0: requests living on other groups (callback, samples not yet finished), and the routing state.
   struct Remote {

@@ -6,10 +6,31 @@
 
 #include "base/host_buffer.h"
 #include "base/logging.h"
+#include "engine/kv_sizing.h"
 #include "engine/model_executor.h"
 #include "kv/paged_kv_cache.h"
 
 namespace deepinfer {
+
+// The engine as the multi-process control plane sees it (DistControl::Host): the calls it makes between the
+// collective phases of an iteration, all on the engine thread except LocalStats.
+class Engine::DistHost final : public DistControl::Host {
+ public:
+  explicit DistHost(Engine& e) : e_(e) {}
+  void IngestRequests(std::vector<std::unique_ptr<Request>> requests, const std::vector<uint64_t>& aborts) override {
+    e_.IngestRequests(std::move(requests), aborts);
+  }
+  void AbortAll() override { e_.AbortAll(); }
+  bool HasSequences() const override { return !e_.seqs_.empty() || e_.prev_ != nullptr; }
+  int64_t AssignedRequests() const override { return static_cast<int64_t>(e_.requests_.size()); }
+  EngineStats LocalStats() const override {
+    std::lock_guard<std::mutex> lock(e_.stats_mu_);
+    return e_.stats_;
+  }
+
+ private:
+  Engine& e_;
+};
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -31,7 +52,7 @@ Status ValidateOptions(const EngineOptions& opt) {
 }  // namespace
 
 Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks)
-    : config_(config), tok_(tok), opt_(opt) {
+    : config_(config), tok_(tok), grammars_(tok), opt_(opt) {
   sched_cfg_.max_num_seqs = opt.max_num_seqs;
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
@@ -56,33 +77,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   // The proposers' caches share the target's block tables: a block holds its positions in every cache.
   KvLayout mtp_layout;
   if (spec.method == SpecMethod::kMtp) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
-  auto bytes_per_token = [&] {
-    size_t b = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype);
-    if (spec.draft_model) b += PagedKvCache::BytesPerToken(RankKvLayout(*spec.draft_model), opt.kv_dtype);
-    if (spec.method == SpecMethod::kMtp) b += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
-    return b;
-  };
-  int blocks = opt.num_kv_blocks;
-  if (blocks <= 0) {
-    size_t bytes = opt.kv_cache_bytes;
-    if (bytes == 0) {
-      bytes = static_cast<size_t>(static_cast<double>(AvailableMemoryBytes()) * opt.kv_cache_fraction);
-      // No point holding more than every slot at full length needs.
-      const size_t most = bytes_per_token() * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size);
-      if (bytes == 0 || bytes > most) bytes = most;
-    }
-    blocks = static_cast<int>(std::min<size_t>(bytes / (bytes_per_token() * opt.block_size), 1u << 30));
-    if (blocks < 1)
-      return InvalidArgument("the KV cache budget (" + std::to_string(bytes) + " bytes) holds no block of " +
-                             std::to_string(opt.block_size) + " tokens");
-  }
-  if (dctx) {
-    // Every rank the same pool: the tensor-parallel ranks of a group must make identical scheduling decisions,
-    // and rank 0 validates every request against its own pool.
-    int64_t neg = -static_cast<int64_t>(blocks);
-    DI_RETURN_IF_ERROR(dctx->control->AllReduceMax(&neg, 1));
-    blocks = static_cast<int>(-neg);
-  }
+  size_t bytes_per_token = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype);
+  if (spec.draft_model) bytes_per_token += PagedKvCache::BytesPerToken(RankKvLayout(*spec.draft_model), opt.kv_dtype);
+  if (spec.method == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
+  DI_ASSIGN_OR_RETURN(const int blocks, KvPoolBlocks(opt, bytes_per_token, max_len, dctx ? dctx->control.get() : nullptr));
   DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(RankKvLayout(model), blocks, opt.block_size, opt.kv_dtype));
   DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
               "max_batched_tokens %d, prefix caching %s, overlap %s",
@@ -105,7 +103,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                     : "");
   e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, spec,
                                                  std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs, dctx);
-  if (dctx) e->dist_ = std::make_unique<DistControl>(*dctx, *e);
+  if (dctx) {
+    e->dist_host_ = std::make_unique<DistHost>(*e);
+    e->dist_ = std::make_unique<DistControl>(*dctx, *e->dist_host_, e->inbox_, opt.block_size);
+  }
   return e;
 }
 
@@ -163,32 +164,8 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
 StatusOr<ValidatedRequest> Engine::Check(std::vector<int32_t> prompt, RequestParams params) const {
   DI_RETURN_IF_ERROR(Validate(prompt, params));
   ValidatedRequest v(this, std::move(prompt), std::move(params));
-  if (v.params_.grammar) v.token_sets_ = GrammarSets(v.params_);
+  if (v.params_.grammar) v.token_sets_ = grammars_.Sets(v.params_);
   return v;
-}
-
-std::shared_ptr<const grammar::TokenSets> Engine::GrammarSets(const RequestParams& p) const {
-  const std::string& key = p.grammar_source;
-  if (!key.empty()) {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    for (auto it = sets_lru_.begin(); it != sets_lru_.end(); ++it)
-      if (it->first == key) {
-        sets_lru_.splice(sets_lru_.begin(), sets_lru_, it);
-        return it->second;
-      }
-  }
-  auto sets = grammar::TokenSets::Build(p.grammar, GrammarTrie());
-  if (!key.empty()) {
-    std::lock_guard<std::mutex> lock(sets_mu_);
-    sets_lru_.emplace_front(key, sets);
-    size_t bytes = 0;
-    for (const auto& e : sets_lru_) bytes += e.second->stats().bytes;
-    while (sets_lru_.size() > 1 && (sets_lru_.size() > kGrammarSetsCached || bytes > kGrammarSetsBytes)) {
-      bytes -= sets_lru_.back().second->stats().bytes;
-      sets_lru_.pop_back();
-    }
-  }
-  return sets;
 }
 
 StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, OutputCallback cb) {
@@ -201,47 +178,26 @@ StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
   RequestParams& p = v.params_;
   if (!p.has_seed) p.sampling.seed = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
   auto req = std::make_unique<Request>();
-  req->id = next_request_id_.fetch_add(1);
+  req->id = inbox_.NextId();
   req->params = std::move(p);
   req->prompt = std::move(v.prompt_);
   req->callback = std::move(cb);
-  if (req->params.grammar && (!v.token_sets_ || v.token_sets_->trie() != GrammarTrie().get()))
-    v.token_sets_ = GrammarSets(req->params);
+  if (req->params.grammar && (!v.token_sets_ || v.token_sets_->trie() != grammars_.Trie().get()))
+    v.token_sets_ = grammars_.Sets(req->params);
   if (req->params.grammar)
     for (int i = 0; i < req->params.n; ++i)
       req->matchers.push_back(std::make_unique<grammar::GrammarMatcher>(v.token_sets_));
   const uint64_t id = req->id;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stop_) return InvalidArgument("the engine is shutting down");
-    inbox_.push_back(std::move(req));
-  }
-  cv_.notify_one();
+  DI_RETURN_IF_ERROR(inbox_.Push(std::move(req)));
   return id;
 }
 
-std::shared_ptr<const grammar::TokenTrie> Engine::GrammarTrie() const {
-  std::lock_guard<std::mutex> lock(trie_mu_);
-  if (!trie_) trie_ = grammar::TokenTrie::FromTokenizer(*tok_);
-  return trie_;
-}
-
-void Engine::Abort(uint64_t request_id) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    aborts_.push_back(request_id);
-  }
-  cv_.notify_one();
-}
+void Engine::Abort(uint64_t request_id) { inbox_.PushAbort(request_id); }
 
 void Engine::Ingest() {
   std::vector<std::unique_ptr<Request>> inbox;
   std::vector<uint64_t> aborts;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inbox.swap(inbox_);
-    aborts.swap(aborts_);
-  }
+  inbox_.Take(&inbox, &aborts);
   IngestRequests(std::move(inbox), aborts);
 }
 
@@ -278,8 +234,7 @@ void Engine::IngestRequests(std::vector<std::unique_ptr<Request>> inbox, const s
 
 bool Engine::HasWork() {
   if (dist_ && dist_->RemotePending()) return true;
-  std::lock_guard<std::mutex> lock(mu_);
-  return !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_ != nullptr;
+  return !inbox_.Empty() || !seqs_.empty() || prev_ != nullptr;
 }
 
 void Engine::Launch(SchedulerOutputs so) {
@@ -465,8 +420,7 @@ void Engine::CommitRun(Sequence* s, const VerifiedRun& run) {
 }
 
 bool Engine::AbortPending(uint64_t request_id) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return std::find(aborts_.begin(), aborts_.end(), request_id) != aborts_.end();
+  return inbox_.HasAbort(request_id);
 }
 
 void Engine::Finish(Sequence* s, std::string reason, std::string stop_reason, RequestOutput ev) {
@@ -548,12 +502,9 @@ Status Engine::RunUntilIdle() {
 void Engine::Start() {
   thread_ = std::thread([this] {
     for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        const bool remote = dist_ && dist_->RemotePending();
-        cv_.wait(lock, [&] { return stop_ || remote || !inbox_.empty() || !aborts_.empty() || !seqs_.empty() || prev_; });
-        if (stop_) break;
-      }
+      // Wakes for new requests, aborts or stop; the engine-thread state read here is this thread's own.
+      const bool remote = dist_ && dist_->RemotePending();
+      if (!inbox_.Wait([&] { return remote || !seqs_.empty() || prev_ != nullptr; })) break;
       StepOnce();
     }
     DrainForShutdown();
@@ -580,11 +531,7 @@ void Engine::DrainForShutdown() {
 }
 
 Status Engine::Shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  inbox_.Stop();
   if (thread_.joinable()) thread_.join();
   else DrainForShutdown();
   return CheckNoLeaks();

@@ -19,6 +19,9 @@
 #include <vector>
 
 #include "engine/dist_control.h"
+#include "engine/engine_options.h"
+#include "engine/grammar_cache.h"
+#include "engine/request_inbox.h"
 #include "engine/request.h"
 #include "engine/scheduler.h"
 #include "engine/sequence.h"
@@ -30,35 +33,6 @@
 #include "model/model.h"
 
 namespace deepinfer {
-
-struct EngineOptions {
-  int max_num_seqs = 64;            // concurrent sequences (token-table slots, rows per step)
-  int max_batched_tokens = 512;     // tokens per step
-  int max_model_len = 0;            // 0: the model's context length
-  int block_size = 16;              // tokens per KV block
-  int num_kv_blocks = 0;            // explicit pool size; 0: from kv_cache_bytes / kv_cache_fraction
-  size_t kv_cache_bytes = 0;        // 0: kv_cache_fraction of available RAM
-  double kv_cache_fraction = 0.25;  // of MemAvailable, capped by what max_num_seqs x max_model_len need
-  DType kv_dtype = DType::kF32;
-  bool prefix_caching = true;
-  bool overlap = true;              // depth 1 (true) or 0
-  double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
-  SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
-};
-
-struct EngineStats {
-  int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, ghost_rows = 0;
-  int64_t cached_prompt_tokens = 0, preemptions = 0, requests_finished = 0, requests_aborted = 0;
-  int waiting = 0, running = 0;
-  int kv_blocks_total = 0, kv_blocks_free = 0;
-  double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
-  double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
-  // Speculative decoding (vLLM's spec_decode metrics): verify rows with drafts, drafts proposed and accepted,
-  // rows by accepted length (0..kMaxSpecTokens), and how often the i-th draft of a row was accepted.
-  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
-  std::array<int64_t, kMaxSpecTokens + 1> spec_accepted_len{};
-  std::array<int64_t, kMaxSpecTokens> spec_accepted_per_pos{};
-};
 
 class Engine;
 
@@ -145,16 +119,7 @@ class Engine {
 
   ModelConfig config_;
   const Tokenizer* tok_;
-  // The vocabulary trie grammar masks walk: built on the first constrained request, shared by all of them.
-  std::shared_ptr<const grammar::TokenTrie> GrammarTrie() const;
-  mutable std::mutex trie_mu_;
-  mutable std::shared_ptr<const grammar::TokenTrie> trie_;
-  // Token sets of the grammars of recent requests, by GBNF text (agents send the same tool schemas again and
-  // again; building them costs ~1-90 ms), least recently used evicted past 64 grammars or 256 MB of sets.
-  std::shared_ptr<const grammar::TokenSets> GrammarSets(const RequestParams& p) const;
-  static constexpr size_t kGrammarSetsCached = 64, kGrammarSetsBytes = 256u << 20;
-  mutable std::mutex sets_mu_;
-  mutable std::list<std::pair<std::string, std::shared_ptr<const grammar::TokenSets>>> sets_lru_;
+  GrammarCache grammars_;
   EngineOptions opt_;
   SchedulerConfig sched_cfg_;
   std::unique_ptr<BlockPool> pool_;
@@ -172,19 +137,15 @@ class Engine {
   std::unordered_map<uint64_t, std::vector<Sequence*>> seqs_of_;
   uint64_t next_seq_id_ = 1, next_arrival_ = 1;
 
-  // Inbox (thread-safe part).
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Request>> inbox_;
-  std::vector<uint64_t> aborts_;
-  std::atomic<uint64_t> next_request_id_{1};
-  bool stop_ = false;
+  RequestInbox inbox_;  // the thread-safe part: requests and aborts from other threads, the stop signal
   std::thread thread_;
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;
 
-  friend class DistControl;
+  // What the multi-process control plane sees of the engine (DistControl::Host), and the control plane.
+  class DistHost;
+  std::unique_ptr<DistHost> dist_host_;
   std::unique_ptr<DistControl> dist_;
 };
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/grammar_mask.h"
 #include "engine/speculative.h"
 #include "engine/step.h"
 #include "sample/sampler.h"
@@ -13,17 +14,6 @@
 #include "model/transformer.h"
 
 namespace deepinfer {
-
-namespace grammar {
-class GrammarMatcher;
-}
-// Brings a row's matcher to the tokens the token table holds before `pos` (rolling back and replaying after a
-// preemption, a discarded step or rejected drafts). False when the history is not a sentence prefix.
-bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len, int pos);
-// Sets the logits of every token the matcher does not allow to -inf (a no-op when it allows none).
-void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits);
-// The same with the mask already filled (bits over the matcher's vocabulary, grammar_vocab tokens).
-void ApplyMaskBits(const uint32_t* bits, int grammar_vocab, float* logits, int vocab);
 
 // The executor's own record of each token-table slot (the "device" view of committed lengths): a dynamic row
 // reads where its sequence really is from here, since the host may not have processed the previous step yet.

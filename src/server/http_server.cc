@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include "server/http_encoding.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -35,6 +37,22 @@ std::string ChunkOf(const std::string& data) {
 // Inserts header lines right after the status line of an answer's head.
 void AddHeaderLines(std::string& head, const std::string& lines) {
   if (!lines.empty()) head.insert(head.find("\r\n") + 2, lines);
+}
+
+// A whole answer (head + body) whose JSON body is worth compressing becomes its gzip encoding: only JSON (the
+// API's answers; metrics and streams are left alone), only past 1 KiB (below that the header costs more than it
+// saves), Content-Length rewritten.
+void GzipJsonAnswer(std::string& answer) {
+  const size_t end = answer.find("\r\n\r\n");
+  if (end == std::string::npos || answer.size() - end - 4 < 1024) return;
+  const std::string head = answer.substr(0, end + 2);
+  if (head.find("Content-Type: application/json") == std::string::npos || head.find("Content-Encoding:") != std::string::npos) return;
+  std::string body = Gzip(answer.substr(end + 4));
+  if (body.empty()) return;  // zlib failed: the plain answer is still right
+  const size_t cl = head.find("Content-Length: "), cl_end = head.find("\r\n", cl);
+  if (cl == std::string::npos) return;
+  answer = head.substr(0, cl) + "Content-Length: " + std::to_string(body.size()) + head.substr(cl_end) +
+           "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n\r\n" + body;
 }
 
 }  // namespace
@@ -80,7 +98,8 @@ struct HttpServer::Conn {
   bool peer_closed = false;
   Clock::time_point last_activity, request_start, last_write_progress;
   bool want_write = false;
-  std::string cors;  // Access-Control-* header lines for the current answer
+  std::string cors;  // header lines every answer to the current request carries: Access-Control-*, x-request-id
+  bool gzip_ok = false;  // the current request accepts a gzip-encoded answer
   explicit Conn(HttpLimits l) : parser(l) {}
 };
 
@@ -252,7 +271,9 @@ void HttpServer::TryParse(Conn& c) {
     c.keep_alive = c.parser.request().keep_alive && !stopping_;
     c.state = Conn::State::kHandling;
     HttpRequest& req = c.parser.request();
-    c.cors = CorsHeaders(&req);
+    c.cors = CorsHeaders(&req) + "x-request-id: " + RequestIdFor(req.Header("x-request-id")) + "\r\n";
+    const std::string* ae = req.Header("accept-encoding");
+    c.gzip_ok = ae && AcceptsGzip(*ae);
     on_request_(c.id, req);
     return;  // the next pipelined request waits until this answer is complete
   }
@@ -337,6 +358,7 @@ void HttpServer::ApplyOps(std::vector<Op>& ops) {
       case Op::kRespond: {
         if (c.state != Conn::State::kHandling) break;
         const bool keep = c.keep_alive && !stopping_;
+        if (c.gzip_ok) GzipJsonAnswer(op.bytes);
         if (!keep) op.bytes.insert(op.bytes.find("\r\n") + 2, "Connection: close\r\n");
         AddHeaderLines(op.bytes, c.cors);
         c.state = keep ? Conn::State::kReading : Conn::State::kClosing;

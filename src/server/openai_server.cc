@@ -13,6 +13,7 @@
 #include "server/openai_request.h"
 #include "grammar/compile.h"
 #include "server/responses.h"
+#include "kernels/ops.h"
 #include "server/tool_grammar.h"
 #include "server/tool_parse.h"
 #include "server/tool_stream.h"
@@ -242,6 +243,13 @@ bool OpenAiServer::Authorized(const HttpRequest& req) const {
 }
 
 void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
+  // llama-server's routes without the /v1 prefix, which its clients and docs use: the same handlers.
+  {
+    const std::string& q = req.path;
+    if (q == "/completions" || q == "/chat/completions" || q == "/models" || q == "/responses" ||
+        q.rfind("/models/", 0) == 0 || q.rfind("/responses/", 0) == 0)
+      req.path = "/v1" + q;
+  }
   const std::string& p = req.path;
   const bool is_post = req.method == "POST", is_get = req.method == "GET" || req.method == "HEAD";
   if (req.method == "OPTIONS") return Options(c, req);
@@ -255,6 +263,12 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
                                               " s (dead or hung); the job ends at --dist-timeout");
     metrics_.requests_ok++;
     return http_.Respond(c, 200, "application/json", "{\"status\":\"ok\"}\n");
+  }
+  if (p == "/version") {  // vLLM's route (no key needed, like /health): what is serving
+    if (!is_get) return Error(c, 405, "use GET");
+    metrics_.requests_ok++;
+    return http_.Respond(c, 200, "application/json", Dump(json{{"version", DEEPINFER_VERSION}, {"engine", "deepinfer"},
+                                                              {"kernels", OpsFor(Device::kCpu).kernels()}}) + "\n");
   }
   if (p == "/metrics") {
     if (!is_get) return Error(c, 405, "use GET");

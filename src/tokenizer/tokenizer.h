@@ -41,7 +41,7 @@ class Tokenizer {
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromGguf(const GgufFile& gguf);
 // tokenizer.json (+ tokenizer_config.json in the same directory when present).
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir);
-// A .gguf file (its embedded vocabulary) or a directory holding tokenizer.json.
+// A .gguf file (its embedded vocabulary), a tokenizer.json file, or a directory holding tokenizer.json.
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromPath(const std::string& path);
 // The GGUF `tokenizer.ggml.pre` name for a tokenizer.json byte-level pre-tokenizer: its Split regexes in order,
 // plus ByteLevel's own GPT-2 regex when use_regex is on. Unimplemented when no known name matches.

@@ -300,11 +300,20 @@ StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromHfDir(const std::string& dir) 
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> TokenizerFromPath(const std::string& path) {
+  namespace fs = std::filesystem;
   if (path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0) {
     DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
     return TokenizerFromGguf(*g);
   }
-  return TokenizerFromHfDir(path);
+  std::error_code ec;
+  if (fs::is_directory(path, ec)) return TokenizerFromHfDir(path);
+  // A tokenizer.json file itself (as HF tokenizers' Tokenizer.from_file takes it): its directory's
+  // tokenizer_config.json, when there is one, still gives BOS/EOS and the chat-template settings.
+  if (fs::is_regular_file(path, ec) && fs::path(path).filename() == "tokenizer.json")
+    return TokenizerFromHfDir(fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string());
+  if (fs::is_regular_file(path, ec))
+    return InvalidArgument(path + ": not a tokenizer: give a .gguf file, a tokenizer.json file or a directory holding one");
+  return NotFound(path + ": no such file or directory");
 }
 
 }  // namespace deepinfer

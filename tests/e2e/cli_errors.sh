@@ -52,6 +52,19 @@ expect_error serve-bad-host "--host" "$bin" serve -m "$tmp/m" --host 999.1.1.1 -
 expect_error bad-tokens "--tokens must be a non-empty JSON array" "$bin" logprobs -m "$tmp/m" --tokens "nope"
 expect_error token-out-of-range "outside the vocabulary" "$bin" logprobs -m "$tmp/m" --tokens "[1, 99999]"
 
+# tokenize --tokenizer takes a tokenizer.json file as well as its directory (as every other tool does), with the
+# same ids; a file that is neither a GGUF nor tokenizer.json is refused by name.
+dir_ids=$("$bin" tokenize --tokenizer "$tmp/m" -p "Hello tiny world" 2>&1)
+file_ids=$("$bin" tokenize --tokenizer "$tmp/m/tokenizer.json" -p "Hello tiny world" 2>&1)
+if [[ -n "$dir_ids" && "$dir_ids" == "$file_ids" && "$dir_ids" == *[0-9]* ]]; then
+  echo "ok   tokenize-json-file: the file gives the directory's ids ($dir_ids)"
+else
+  echo "FAIL tokenize-json-file: directory: $dir_ids / file: $file_ids"
+  fails=$((fails + 1))
+fi
+expect_error tokenize-not-a-tokenizer "config.json: not a tokenizer" "$bin" tokenize --tokenizer "$tmp/m/config.json" -p hi
+expect_error tokenize-missing "no such file" "$bin" tokenize --tokenizer "$tmp/nothing/tokenizer.json" -p hi
+
 # Help for every command mentions each of its flags.
 for c in generate serve pull make-tiny convert bench tokenize logprobs template; do
   "$bin" "$c" --help | grep -q -- "--" || { echo "FAIL help $c"; fails=$((fails + 1)); }

@@ -1,0 +1,41 @@
+// What an engine is configured with (EngineOptions) and what it reports (EngineStats).
+#pragma once
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "engine/speculative.h"
+#include "tensor/dtype.h"
+
+namespace deepinfer {
+
+struct EngineOptions {
+  int max_num_seqs = 64;            // concurrent sequences (token-table slots, rows per step)
+  int max_batched_tokens = 512;     // tokens per step
+  int max_model_len = 0;            // 0: the model's context length
+  int block_size = 16;              // tokens per KV block
+  int num_kv_blocks = 0;            // explicit pool size; 0: from kv_cache_bytes / kv_cache_fraction
+  size_t kv_cache_bytes = 0;        // 0: kv_cache_fraction of available RAM
+  double kv_cache_fraction = 0.25;  // of MemAvailable, capped by what max_num_seqs x max_model_len need
+  DType kv_dtype = DType::kF32;
+  bool prefix_caching = true;
+  bool overlap = true;              // depth 1 (true) or 0
+  double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
+  SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
+};
+
+struct EngineStats {
+  int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, ghost_rows = 0;
+  int64_t cached_prompt_tokens = 0, preemptions = 0, requests_finished = 0, requests_aborted = 0;
+  int waiting = 0, running = 0;
+  int kv_blocks_total = 0, kv_blocks_free = 0;
+  double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
+  double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
+  // Speculative decoding (vLLM's spec_decode metrics): verify rows with drafts, drafts proposed and accepted,
+  // rows by accepted length (0..kMaxSpecTokens), and how often the i-th draft of a row was accepted.
+  int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::array<int64_t, kMaxSpecTokens + 1> spec_accepted_len{};
+  std::array<int64_t, kMaxSpecTokens> spec_accepted_per_pos{};
+};
+
+}  // namespace deepinfer

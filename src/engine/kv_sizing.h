@@ -1,0 +1,18 @@
+// How many KV blocks an engine's pool gets: --num-kv-blocks when given, else the --kv-cache budget in bytes
+// (or --kv-cache-fraction of the available memory, capped by what max_num_seqs sequences at full length need),
+// divided by the bytes one block takes in every cache that shares the block tables (the model's, a draft
+// model's, the MTP modules'). Under mpirun every rank takes the smallest count of the job (control: the control
+// communicator), since a group's tensor-parallel ranks must schedule identically and rank 0 validates every
+// request against its own pool.
+#pragma once
+#include <cstddef>
+
+#include "deepinfer/status.h"
+#include "dist/communicator.h"
+#include "engine/engine_options.h"
+
+namespace deepinfer {
+
+StatusOr<int> KvPoolBlocks(const EngineOptions& opt, size_t bytes_per_token, int max_model_len, dist::Communicator* control);
+
+}  // namespace deepinfer
