@@ -18,16 +18,17 @@ StatusOr<std::shared_ptr<const Grammar>> CompileGbnf(const std::string& gbnf, st
   return Finish(gbnf, gbnf_out);
 }
 
-StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const nlohmann::json& schema, std::string* gbnf_out) {
-  DI_ASSIGN_OR_RETURN(std::string gbnf, JsonSchemaToGbnf(schema));
+StatusOr<std::shared_ptr<const Grammar>> CompileJsonSchema(const nlohmann::json& schema, std::string* gbnf_out,
+                                                           JsonWhitespace ws) {
+  DI_ASSIGN_OR_RETURN(std::string gbnf, JsonSchemaToGbnf(schema, ws));
   auto g = Finish(std::move(gbnf), gbnf_out);
   // The converter's output failing to parse is our bug, not the caller's: say so.
   if (!g.ok()) return Internal("json schema produced an invalid grammar: " + g.status().message());
   return g;
 }
 
-StatusOr<std::shared_ptr<const Grammar>> CompileJsonObject(std::string* gbnf_out) {
-  return Finish(JsonObjectGbnf(), gbnf_out);
+StatusOr<std::shared_ptr<const Grammar>> CompileJsonObject(std::string* gbnf_out, JsonWhitespace ws) {
+  return Finish(JsonObjectGbnf(ws), gbnf_out);
 }
 
 StatusOr<std::shared_ptr<const Grammar>> CompileRegex(const std::string& pattern, std::string* gbnf_out) {

@@ -14,7 +14,8 @@ using nlohmann::json;
 
 namespace {
 
-// The JSON building blocks, llama.cpp's json-schema-to-grammar spellings (bounded digits and whitespace).
+// The JSON building blocks, llama.cpp's json-schema-to-grammar spellings (bounded digits and whitespace); the
+// whitespace between tokens is PrimitiveBody's choice.
 const std::map<std::string, std::string>& Primitives() {
   static const std::map<std::string, std::string> p = {
       {"space", "| \" \" | \"\\n\" [ \\t]{0,20}"},
@@ -51,6 +52,14 @@ const std::set<std::string>& Unsupported() {
                                           "propertyNames", "unevaluatedProperties", "unevaluatedItems",
                                           "additionalItems", "$dynamicRef", "$recursiveRef"};
   return u;
+}
+
+// A primitive's body under the whitespace policy. Compact: at most one space where JSON allows whitespace (the
+// `{"a": 1, "b": [2, 3]}` that json.dumps writes, or none), so a model cannot spend its tokens on blanks.
+// Flexible: llama.cpp's json-schema-to-grammar rule, a space or a newline with up to 20 spaces/tabs of indent.
+std::string PrimitiveBody(const std::string& name, JsonWhitespace ws) {
+  if (name == "space") return ws == JsonWhitespace::kCompact ? "| \" \"" : "| \" \" | \"\\n\" [ \\t]{0,20}";
+  return Primitives().at(name);
 }
 
 std::string Digits(int64_t v) { return std::to_string(v); }
@@ -106,7 +115,7 @@ constexpr double kIntLimit = 1e15;
 
 class Converter {
  public:
-  Converter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
+  Converter(const json& root, std::string prefix, JsonWhitespace ws) : root_(root), prefix_(std::move(prefix)), ws_(ws) {}
 
   // The rules, the top one named `top`; empty bodies spelled "" (GBNF has no empty alternative on its own).
   StatusOr<std::map<std::string, std::string>> Rules(const std::string& top) {
@@ -125,7 +134,7 @@ class Converter {
   }
   std::string Prim(const std::string& name) {
     if (rules_.count(name)) return name;
-    rules_[name] = Primitives().at(name);
+    rules_[name] = PrimitiveBody(name, ws_);
     auto d = PrimitiveDeps().find(name);
     if (d != PrimitiveDeps().end())
       for (const auto& dep : d->second) Prim(dep);
@@ -382,6 +391,7 @@ class Converter {
 
   const json& root_;
   const std::string prefix_;  // on every rule name but the primitives'
+  const JsonWhitespace ws_;  // the whitespace the primitives allow
   Status err_;
   std::map<std::string, std::string> rules_;
   std::map<std::string, std::string> refs_;
@@ -389,8 +399,8 @@ class Converter {
 
 }  // namespace
 
-StatusOr<std::string> JsonSchemaToGbnf(const json& schema) {
-  DI_ASSIGN_OR_RETURN(auto rules, Converter(schema, "").Rules("root"));
+StatusOr<std::string> JsonSchemaToGbnf(const json& schema, JsonWhitespace ws) {
+  DI_ASSIGN_OR_RETURN(auto rules, Converter(schema, "", ws).Rules("root"));
   std::string out = "root ::= " + rules["root"] + "\n";
   for (const auto& [name, body] : rules)
     if (name != "root") out += name + " ::= " + body + "\n";
@@ -398,15 +408,15 @@ StatusOr<std::string> JsonSchemaToGbnf(const json& schema) {
 }
 
 StatusOr<std::map<std::string, std::string>> JsonSchemaRules(const json& schema, const std::string& prefix,
-                                                              const std::string& top) {
-  return Converter(schema, prefix).Rules(top);
+                                                              const std::string& top, JsonWhitespace ws) {
+  return Converter(schema, prefix, ws).Rules(top);
 }
 
-std::string JsonObjectGbnf() {
+std::string JsonObjectGbnf(JsonWhitespace ws) {
   std::string out = "root ::= object\n";
   for (const char* r : {"space", "boolean", "null", "integral-part", "decimal-part", "number", "char", "string",
                         "value", "object", "array"})
-    out += std::string(r) + " ::= " + Primitives().at(r) + "\n";
+    out += std::string(r) + " ::= " + PrimitiveBody(r, ws) + "\n";
   return out;
 }
 

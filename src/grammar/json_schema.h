@@ -20,14 +20,19 @@
 
 namespace deepinfer::grammar {
 
-StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::json& schema);
+// Whitespace the generated JSON may hold between tokens. kCompact (the default): at most one space where JSON
+// allows whitespace; kFlexible: llama.cpp's rule, a space or a newline plus up to 20 spaces/tabs.
+enum class JsonWhitespace { kCompact, kFlexible };
+
+StatusOr<std::string> JsonSchemaToGbnf(const nlohmann::json& schema, JsonWhitespace ws = JsonWhitespace::kCompact);
 // The same rules as name -> body, the top rule named `top` and every other rule the schema defines starting with
 // `prefix`; the JSON primitives (space, string, value, ...) keep their names and bodies, so the rule sets of
 // several schemas merge into one grammar (forced tool calls: one argument schema per function).
 StatusOr<std::map<std::string, std::string>> JsonSchemaRules(const nlohmann::json& schema, const std::string& prefix,
-                                                              const std::string& top);
+                                                              const std::string& top,
+                                                              JsonWhitespace ws = JsonWhitespace::kCompact);
 // Any JSON object (response_format json_object).
-std::string JsonObjectGbnf();
+std::string JsonObjectGbnf(JsonWhitespace ws = JsonWhitespace::kCompact);
 // One of the given strings, exactly.
 std::string ChoiceGbnf(const std::vector<std::string>& choices);
 

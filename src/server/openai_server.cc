@@ -13,6 +13,7 @@
 #include "server/openai_request.h"
 #include "grammar/compile.h"
 #include "server/responses.h"
+#include "server/structured_output.h"
 #include "kernels/ops.h"
 #include "server/tool_grammar.h"
 #include "server/tool_parse.h"
@@ -128,6 +129,7 @@ struct OpenAiServer::Call {
   bool chat = false, stream = false, include_usage = false, echo = false;
   bool parse_tools = false, parse_thinking = false;  // chat output parsed into tool_calls / reasoning_content
   bool single_call = false;                          // parallel_tool_calls false: at most one call
+  ToolFormat tool_format = ToolFormat::kNone;        // the call syntax the answer is parsed in (OutputParsing::format)
   bool opened = false;                               // the prompt ends inside an open <think>
   std::unique_ptr<ResponseBuilder> resp;             // a /v1/responses request: its answer's shape
   std::shared_ptr<const ResponsesRequest> resp_req;   // and its conversation (stored with the answer)
@@ -494,6 +496,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
   call->echo = echo;
   call->parse_tools = parse.tools;
   call->parse_thinking = parse.thinking;
+  call->tool_format = parse.format;
   call->single_call = parse.single_call;
   if (parse.responses) {
     call->resp = std::make_unique<ResponseBuilder>("resp_" + std::to_string(UnixNow()) + "_" + std::to_string(next_id_), UnixNow(),
@@ -515,7 +518,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, bool chat, bool stream, bool inc
     for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
   }
   if (chat && call->parse_tools)
-    for (auto& ch : call->choices) ch.tools = std::make_unique<ToolCallStreamer>(tool_format_, call->single_call ? 1 : 1 << 30);
+    for (auto& ch : call->choices) ch.tools = std::make_unique<ToolCallStreamer>(call->tool_format, call->single_call ? 1 : 1 << 30);
   for (size_t p = 0; p < checked.size(); ++p) {
     call->prompt_tokens += static_cast<int>(checked[p].prompt().size());
     if (echo) {
@@ -649,7 +652,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
     }
     if (ev.finished) {
-      const json message = AssistantMessage(ch.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
+      const json message = AssistantMessage(ch.text, k.tool_format, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
                                             "call_" + k.id + "_0_");
       const json u = WithReasoningTokens(usage, message, ch.reasoning_tokens);
       events += k.resp->Finish(message, ev.finish_reason, u, k.OutputTextLogprobs(tok_, ch, message));
@@ -744,7 +747,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<Call>& call, const RequestOutp
       }
       json choice = {{"index", i}, {"logprobs", lp}, {"finish_reason", x.finish_reason}};
       if (k.chat) {
-        choice["message"] = AssistantMessage(x.text, tool_format_, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
+        choice["message"] = AssistantMessage(x.text, k.tool_format, k.parse_tools, k.parse_thinking, k.single_call, k.opened,
                                              "call_" + k.id + "_" + std::to_string(i) + "_");
         if (choice["message"].contains("tool_calls") && x.finish_reason == "stop") choice["finish_reason"] = "tool_calls";
       }
@@ -795,8 +798,17 @@ StatusOr<OpenAiServer::OutputParsing> OpenAiServer::ChatOutputParsing(const json
   if (choice != "none" && choice != "auto" && choice != "required" && choice != "named") return InvalidArgument(kChoices);
   if (choice == "none") return parse;  // tools may be shown to the template, but calls are not parsed
   if (!has_tools) return InvalidArgument("'tool_choice' is \"" + choice + "\" but no 'tools' are given");
-  if (tool_format_ == ToolFormat::kNone)
-    return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+  parse.format = tool_format_;
+  if (tool_format_ == ToolFormat::kNone) {
+    // Forced calls need no parser of the template's: the grammar makes the model write them in a syntax deepinfer
+    // reads (the Llama-3.x JSON call, name as a literal, arguments from the schema), and they come back as
+    // tool_calls, as vLLM serves named and required tool choice on any model. "auto" would need the model to
+    // choose a syntax of its own: that needs the template's.
+    if (choice == "auto")
+      return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse (tool_choice "
+                             "\"required\" or a named function work on any model)");
+    parse.format = ToolFormat::kLlama3Json;
+  }
   parse.tools = true;
   // A named function is called once (as OpenAI and vLLM answer a forced function).
   if (choice == "named") parallel = false;
@@ -806,7 +818,8 @@ StatusOr<OpenAiServer::OutputParsing> OpenAiServer::ChatOutputParsing(const json
     if (params->grammar)
       return InvalidArgument("'tool_choice' \"" + choice + "\" constrains the output itself; it cannot be combined with "
                              "response_format / structured_outputs / guided_*");
-    auto gbnf = ToolCallGbnf(*tools, tool_format_, named, parallel);
+    DI_ASSIGN_OR_RETURN(const grammar::JsonWhitespace ws, JsonWhitespaceOf(body));
+    auto gbnf = ToolCallGbnf(*tools, parse.format, named, parallel, ws);
     if (!gbnf.ok()) return gbnf.status();  // it names the field: tools[i].function.parameters or tool_choice
     auto g = grammar::CompileGbnf(*gbnf);
     if (!g.ok()) return Internal("tool-call grammar failed to compile: " + g.status().message());

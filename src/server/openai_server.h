@@ -78,6 +78,9 @@ class OpenAiServer {
     bool tools = false;        // tool calls into tool_calls
     bool thinking = false;     // a <think> block into reasoning_content
     bool single_call = false;  // at most one call (parallel_tool_calls false, or a named tool)
+    // The call syntax the answer is written in: the template's, or (forced calls on a template without one) the
+    // Llama-3.x JSON call syntax the grammar makes the model write.
+    ToolFormat format = ToolFormat::kNone;
     std::shared_ptr<const ResponsesRequest> responses;  // a /v1/responses request
   };
   void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, OutputParsing parse,

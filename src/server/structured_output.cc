@@ -81,10 +81,20 @@ Status Collect(const json& b, std::vector<Constraint>* out) {
 
 }  // namespace
 
+StatusOr<grammar::JsonWhitespace> JsonWhitespaceOf(const json& b) {
+  auto so = b.is_object() ? b.find("structured_outputs") : b.end();
+  if (!b.is_object() || so == b.end() || !so->is_object()) return grammar::JsonWhitespace::kCompact;
+  auto d = so->find("disable_any_whitespace");
+  if (d == so->end() || d->is_null()) return grammar::JsonWhitespace::kCompact;
+  if (!d->is_boolean()) return InvalidArgument("'structured_outputs.disable_any_whitespace' must be true or false");
+  return d->get<bool>() ? grammar::JsonWhitespace::kCompact : grammar::JsonWhitespace::kFlexible;
+}
+
 Status ParseStructuredOutput(const json& b, RequestParams* p) {
   if (!b.is_object()) return Status::Ok();
   std::vector<Constraint> cs;
   DI_RETURN_IF_ERROR(Collect(b, &cs));
+  DI_ASSIGN_OR_RETURN(const grammar::JsonWhitespace ws, JsonWhitespaceOf(b));
   if (cs.empty()) return Status::Ok();
   if (cs.size() > 1)
     return InvalidArgument("only one structured output constraint per request: got '" + cs[0].field + "' and '" +
@@ -96,10 +106,10 @@ Status ParseStructuredOutput(const json& b, RequestParams* p) {
     case Constraint::kSchema: {
       auto schema = SchemaValue(c.value, c.field);
       if (!schema.ok()) return schema.status();
-      g = grammar::CompileJsonSchema(*schema, &gbnf);
+      g = grammar::CompileJsonSchema(*schema, &gbnf, ws);
       break;
     }
-    case Constraint::kObject: g = grammar::CompileJsonObject(&gbnf); break;
+    case Constraint::kObject: g = grammar::CompileJsonObject(&gbnf, ws); break;
     case Constraint::kRegex:
       if (!c.value.is_string()) return InvalidArgument("'" + c.field + "' must be a string");
       g = grammar::CompileRegex(c.value.get<std::string>(), &gbnf);

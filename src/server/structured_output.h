@@ -8,8 +8,14 @@
 
 #include "deepinfer/status.h"
 #include "engine/request.h"
+#include "grammar/json_schema.h"
 
 namespace deepinfer {
+
+// The JSON whitespace a request's schema and tool-argument grammars allow: compact (at most one space between
+// tokens) unless `structured_outputs.disable_any_whitespace` is false (vLLM's field; here it only opts back into
+// llama.cpp's bounded newline-and-indent rule). InvalidArgument when the field is not a boolean.
+StatusOr<grammar::JsonWhitespace> JsonWhitespaceOf(const nlohmann::json& body);
 
 Status ParseStructuredOutput(const nlohmann::json& body, RequestParams* p);
 

@@ -34,7 +34,8 @@ CallSyntax Syntax(ToolFormat f) {
 
 }  // namespace
 
-StatusOr<std::string> ToolCallGbnf(const json& tools, ToolFormat format, const std::string& only, bool parallel) {
+StatusOr<std::string> ToolCallGbnf(const json& tools, ToolFormat format, const std::string& only, bool parallel,
+                                   grammar::JsonWhitespace ws) {
   if (format == ToolFormat::kNone)
     return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
   if (!tools.is_array() || tools.empty()) return InvalidArgument("'tool_choice' needs a non-empty 'tools' list");
@@ -56,7 +57,7 @@ StatusOr<std::string> ToolCallGbnf(const json& tools, ToolFormat format, const s
     if (!schema.is_object()) return InvalidArgument("'" + field + ".function.parameters' must be a JSON Schema object");
     // Tool i's rules are tI-...; its arguments tI and its call cI, which no generated name can equal.
     const std::string id = std::to_string(i), prefix = "t" + id + "-";
-    auto r = grammar::JsonSchemaRules(schema, prefix, "t" + id);
+    auto r = grammar::JsonSchemaRules(schema, prefix, "t" + id, ws);
     if (!r.ok()) return InvalidArgument("'" + field + ".function.parameters': " + r.status().message());
     for (auto& [k, v] : *r) rules[k] = std::move(v);  // shared primitives have equal bodies
     // DeepSeek-V3 writes the name bare; the JSON formats as a JSON string.

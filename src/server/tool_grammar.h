@@ -9,14 +9,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "deepinfer/status.h"
+#include "grammar/json_schema.h"
 #include "server/tool_parse.h"
 
 namespace deepinfer {
 
 // `tools`: the request's list; `only`: the one function allowed (named tool_choice), empty for any of them;
-// `parallel`: one or more calls (else exactly one). InvalidArgument naming the field for a malformed tool, a
-// schema the compiler cannot enforce, or `only` not among the tools.
+// `parallel`: one or more calls (else exactly one); `ws`: the whitespace the arguments' JSON may hold.
+// InvalidArgument naming the field for a malformed tool, a schema the compiler cannot enforce, or `only` not
+// among the tools.
 StatusOr<std::string> ToolCallGbnf(const nlohmann::json& tools, ToolFormat format, const std::string& only,
-                                   bool parallel);
+                                   bool parallel, grammar::JsonWhitespace ws = grammar::JsonWhitespace::kCompact);
 
 }  // namespace deepinfer
