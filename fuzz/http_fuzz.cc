@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/http.h"
-#include "server/openai_request.h"
+#include "protocol/openai_request.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace deepinfer;

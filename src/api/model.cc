@@ -4,7 +4,7 @@
 #include "base/logging.h"
 #include "hub/hub.h"
 #include "kernels/ops.h"
-#include "server/chat.h"
+#include "protocol/chat.h"
 
 namespace deepinfer::api {
 namespace {

@@ -4,8 +4,8 @@
 
 #include "api/engine_impl.h"
 #include "api/model_impl.h"
-#include "server/chat.h"
-#include "server/openai_request.h"
+#include "protocol/chat.h"
+#include "protocol/openai_request.h"
 
 namespace deepinfer::api {
 

@@ -9,15 +9,15 @@
 
 #include "base/logging.h"
 #include "dist/communicator.h"
-#include "server/chat.h"
-#include "server/openai_request.h"
+#include "protocol/chat.h"
+#include "protocol/openai_request.h"
 #include "grammar/compile.h"
 #include "server/responses.h"
-#include "server/structured_output.h"
+#include "protocol/structured_output.h"
 #include "kernels/ops.h"
 #include "server/tool_grammar.h"
-#include "server/tool_parse.h"
-#include "server/tool_stream.h"
+#include "protocol/tool_parse.h"
+#include "protocol/tool_stream.h"
 
 namespace deepinfer {
 namespace {

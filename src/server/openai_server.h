@@ -24,8 +24,8 @@
 #include "server/http_server.h"
 #include "server/responses.h"
 #include "server/metrics.h"
-#include "server/chat.h"
-#include "server/tool_parse.h"
+#include "protocol/chat.h"
+#include "protocol/tool_parse.h"
 
 namespace deepinfer {
 

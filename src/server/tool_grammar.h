@@ -10,7 +10,7 @@
 
 #include "deepinfer/status.h"
 #include "grammar/json_schema.h"
-#include "server/tool_parse.h"
+#include "protocol/tool_parse.h"
 
 namespace deepinfer {
 

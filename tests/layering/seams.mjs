@@ -2,6 +2,7 @@
 // and the include paths they may not use; every offending line is printed.
 //   device seam  nothing in src/ outside src/kernels/ includes "kernels/cpu/..." (model code calls ops through
 //                kernels/ops.h, whose CPU implementation is kernels/cpu/cpu_ops.cc)
+//   api seam     the public API (src/api/, include/) does not include "server/..." (it shares src/protocol/)
 //
 //   node tests/layering/seams.mjs [REPO_ROOT]     exit 0: no violation; 1: violations printed
 //   node tests/layering/seams.mjs --self-test     feeds the checker a tree with known violations
@@ -15,6 +16,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 export const RULES = [
   {name: "device seam", files: f => f.startsWith("src/") && !f.startsWith("src/kernels/"), forbidden: /^kernels\/cpu\//,
    why: "call kernels through kernels/ops.h (Ops), not a device's kernels"},
+  {name: "api seam", files: f => f.startsWith("src/api/") || f.startsWith("include/"), forbidden: /^server\//,
+   why: "the public API speaks the request language of src/protocol/, it does not reach into the HTTP server"},
 ];
 
 function sourceFiles(root, dir) {
@@ -33,7 +36,7 @@ function sourceFiles(root, dir) {
 
 export function findViolations(root, rules = RULES) {
   const out = [];
-  const files = ["src", "apps"].flatMap(d => sourceFiles(root, d));
+  const files = ["src", "apps", "include"].flatMap(d => sourceFiles(root, d));
   for (const f of files) {
     const lines = fs.readFileSync(path.join(root, f), "utf8").split("\n");
     for (const rule of rules) {
@@ -55,13 +58,17 @@ if (process.argv.includes("--self-test")) {
   put("src/model/layer.cc", '#include "kernels/ops.h"\n#include <vector>\n  #include "kernels/cpu/gemm.h"\n');
   put("src/kernels/ops.cc", '#include "kernels/cpu/cpu_ops.h"\n');
   put("src/kernels/cpu/gemm.cc", '#include "kernels/cpu/gemm.h"\n');
+  put("src/api/model.cc", '#include "protocol/chat.h"\n#include "server/chat.h"\n');
+  put("src/server/http.cc", '#include "server/http.h"\n');
   let v = findViolations(dir);
-  const ok1 = v.length === 1 && v[0].includes("src/model/layer.cc:3") && v[0].startsWith("device seam");
+  const ok1 = v.length === 2 && v.some(x => x.includes("src/model/layer.cc:3") && x.startsWith("device seam")) &&
+              v.some(x => x.includes("src/api/model.cc:2") && x.startsWith("api seam"));
   put("src/model/layer.cc", '#include "kernels/ops.h"\n');
+  put("src/api/model.cc", '#include "protocol/chat.h"\n');
   v = findViolations(dir);
   const ok2 = v.length === 0;
   fs.rmSync(dir, {recursive: true, force: true});
-  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/ is reported with its line`);
+  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/ and an API file including server/ are reported with their lines`);
   console.log(`${ok2 ? "ok  " : "FAIL"} the same tree through kernels/ops.h passes`);
   process.exit(ok1 && ok2 ? 0 : 1);
 }

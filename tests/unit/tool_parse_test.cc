@@ -2,7 +2,7 @@
 // literal strings, not recomputed by the parser).
 #include <gtest/gtest.h>
 
-#include "server/tool_parse.h"
+#include "protocol/tool_parse.h"
 
 #include <nlohmann/json.hpp>
 

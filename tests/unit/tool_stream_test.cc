@@ -1,7 +1,7 @@
 // The streaming tool-call parser: what a stream sends, piece by piece, assembles into the non-streamed parse of
 // the same answer for every way of cutting the answer into pieces, and arguments go out before a call ends.
 // The expected calls are literal strings written out by hand.
-#include "server/tool_stream.h"
+#include "protocol/tool_stream.h"
 
 #include <random>
 

@@ -1,4 +1,4 @@
-#include "server/tool_stream.h"
+#include "protocol/tool_stream.h"
 
 #include <algorithm>
 

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "server/tool_parse.h"
+#include "protocol/tool_parse.h"
 
 namespace deepinfer {
 

@@ -1,4 +1,4 @@
-#include "server/chat.h"
+#include "protocol/chat.h"
 
 #include <filesystem>
 #include <fstream>
@@ -6,7 +6,7 @@
 
 #include "base/logging.h"
 #include "format/gguf.h"
-#include "server/tool_parse.h"
+#include "protocol/tool_parse.h"
 
 namespace deepinfer {
 namespace {

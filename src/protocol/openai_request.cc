@@ -1,11 +1,11 @@
-#include "server/openai_request.h"
+#include "protocol/openai_request.h"
 
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "engine/speculative.h"
-#include "server/structured_output.h"
+#include "protocol/structured_output.h"
 
 namespace deepinfer {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/structured_output.h"
+#include "protocol/structured_output.h"
 
 #include <nlohmann/json.hpp>
 

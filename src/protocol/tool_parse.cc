@@ -1,6 +1,6 @@
-#include "server/tool_parse.h"
+#include "protocol/tool_parse.h"
 
-#include "server/tool_stream.h"
+#include "protocol/tool_stream.h"
 
 #include <algorithm>
 
