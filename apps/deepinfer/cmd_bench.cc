@@ -185,7 +185,7 @@ int CmdBench(int argc, char** argv) {
                 {"peer", "", "", "", "also run llama.cpp through node-llama-cpp"},
                 {"peer-script", "", "FILE", "tools/ref/llama_bench.mjs", "peer runner script"},
                 {"out", "", "FILE", "", "write the results as JSON"},
-                {"tokenizer", "", "DIR|GGUF", "", "tokenize: tokenizer to measure (directory with tokenizer.json, or a GGUF)"},
+                {"tokenizer", "", "PATH", "", "tokenize: tokenizer to measure (a GGUF, a tokenizer.json file, or its directory)"},
                 {"input", "", "FILE", "", "tokenize: documents, one JSON string per line"},
                 DI_WEIGHT_FLAGS,
             },

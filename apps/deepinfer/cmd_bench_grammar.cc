@@ -37,7 +37,7 @@ int CmdBenchGrammar(int argc, char** argv) {
             "given vocabulary, single thread. The corpus is a JSONL file of schemas (one per line); tests/server/\n"
             "structured_output.mjs --dump-schemas FILE writes the e2e test's 201-schema corpus.",
             {
-                {"tokenizer", "", "LIST", "", "comma-separated tokenizers (directories with tokenizer.json, or GGUFs)"},
+                {"tokenizer", "", "LIST", "", "comma-separated tokenizers (GGUFs, tokenizer.json files, or their directories)"},
                 {"schemas", "", "FILE", "", "JSONL: one JSON Schema per line"},
                 {"steps", "", "N", "256", "tokens per schema at most"},
                 {"seed", "", "N", "1", "seed of the random walk"},

@@ -24,9 +24,11 @@ namespace deepinfer::cli {
 
 int CmdServe(int argc, char** argv) {
   Args args("serve",
-            "OpenAI-compatible API server: POST /v1/completions, /v1/chat/completions (SSE with \"stream\": true),\n"
-            "GET /v1/models, /health, /metrics (Prometheus), POST /tokenize, /detokenize. SIGTERM/SIGINT shut down\n"
-            "gracefully.",
+            "OpenAI-compatible API server: POST /v1/completions, /v1/chat/completions, /v1/responses (SSE with\n"
+            "\"stream\": true), GET /v1/models, /health, /version, /metrics (Prometheus), POST /tokenize, /detokenize.\n"
+            "The OpenAI routes also answer without /v1, as llama-server's do. Every answer carries x-request-id (the\n"
+            "client's X-Request-Id, else a fresh one); JSON answers are gzip-encoded for clients that accept it.\n"
+            "SIGTERM/SIGINT shut down gracefully.",
             {
                 {"model", "m", "MODEL", "", "GGUF file, HF model directory or hub reference owner/name[:file]"},
                 {"host", "", "ADDR", "127.0.0.1", "address to bind (0.0.0.0 for all interfaces)"},

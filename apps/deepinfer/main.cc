@@ -38,7 +38,7 @@ int Run(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) {
-    std::printf("deepinfer 0.1.0\n");
+    std::printf("deepinfer %s\n", DEEPINFER_VERSION);
     return 0;
   }
   const std::string cmd = argv[1];

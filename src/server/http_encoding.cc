@@ -16,11 +16,12 @@ bool AcceptsGzip(const std::string& v) {
     if (j == std::string::npos) j = v.size();
     std::string item = v.substr(i, j - i);
     i = j + 1;
+    // Codings and parameter names are case-insensitive (RFC 9110): "gzip;Q=0" refuses gzip as "gzip;q=0" does.
+    for (char& ch : item) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     std::string coding = item.substr(0, item.find(';'));
     auto trim = [](std::string s) {
       while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(0, 1);
       while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
-      for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
       return s;
     };
     coding = trim(coding);

@@ -79,11 +79,14 @@ bool HttpServer::OriginAllowed(const std::string& origin) const {
 }
 
 std::string HttpServer::CorsHeaders(const HttpRequest* req) const {
+  // A browser shows a cross-origin script only the CORS-safelisted answer headers: x-request-id must be exposed
+  // by name for a browser client (the openai SDK's `_request_id`) to read it.
+  static const std::string kExpose = "Access-Control-Expose-Headers: x-request-id\r\n";
   for (const auto& o : opt_.allowed_origins)
-    if (o == "*") return "Access-Control-Allow-Origin: *\r\n";
+    if (o == "*") return "Access-Control-Allow-Origin: *\r\n" + kExpose;
   const std::string* origin = req ? req->Header("origin") : nullptr;
   if (!origin || !OriginAllowed(*origin)) return opt_.allowed_origins.empty() ? "" : "Vary: Origin\r\n";
-  return "Access-Control-Allow-Origin: " + *origin + "\r\nVary: Origin\r\n";
+  return "Access-Control-Allow-Origin: " + *origin + "\r\nVary: Origin\r\n" + kExpose;
 }
 
 struct HttpServer::Conn {
@@ -213,11 +216,13 @@ void HttpServer::Accept() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;  // EAGAIN, or a transient error (EMFILE...): try again on the next event
     if (stopping_ || conns_.size() >= static_cast<size_t>(opt_.max_connections)) {
-      static const char kBusy[] =
-          "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-          "Connection: close\r\nContent-Length: 95\r\n\r\n"
+      // No request is read: the answer still carries an id of its own, as every answer does.
+      static const std::string kBody =
           "{\"error\":{\"message\":\"too many connections\",\"type\":\"server_error\",\"param\":null,\"code\":503}}\n";
-      if (::send(fd, kBusy, sizeof kBusy - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* best effort */ }
+      const std::string busy = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                               "Connection: close\r\nContent-Length: " + std::to_string(kBody.size()) +
+                               "\r\nx-request-id: " + RequestIdFor(nullptr) + "\r\n\r\n" + kBody;
+      if (::send(fd, busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* best effort */ }
       ::close(fd);
       continue;
     }
@@ -250,8 +255,11 @@ void HttpServer::QueueWrite(Conn& c, std::string bytes) {
 void HttpServer::ErrorResponse(Conn& c, int status, const std::string& msg) {
   std::string body = "{\"error\":{\"message\":\"" + msg + "\",\"type\":\"invalid_request_error\",\"param\":null,\"code\":" +
                      std::to_string(status) + "}}\n";
+  // The parser keeps the header lines it read before the error (all of them for 413 and a slow body's 408), so a
+  // client's X-Request-Id sent ahead of the problem is echoed; otherwise the answer gets a fresh id.
   std::string head = StatusLine(status) + "Content-Type: application/json\r\nConnection: close\r\nContent-Length: " +
-                     std::to_string(body.size()) + "\r\n" + CorsHeaders(nullptr) + "\r\n";
+                     std::to_string(body.size()) + "\r\n" + CorsHeaders(nullptr) + "x-request-id: " +
+                     RequestIdFor(c.parser.request().Header("x-request-id")) + "\r\n\r\n";
   c.state = Conn::State::kClosing;
   c.keep_alive = false;
   QueueWrite(c, head + body);

