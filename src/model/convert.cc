@@ -11,8 +11,7 @@
 #include "base/thread_pool.h"
 #include "format/gguf.h"
 #include "model/arch/arch.h"
-#include "model/arch/blocks.h"
-#include "model/arch/tensor_list.h"
+#include "model/arch/model_tensors.h"
 #include "model/layers/linear.h"
 #include "model/model.h"
 #include "tokenizer/gguf_vocab_export.h"
@@ -414,31 +413,20 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
                                      c.n_experts, c.tie_embeddings, n_gqa, ga == "llama" && c.n_layers == 80 && n_gqa > 1);
   }
   TensorEmitter emit(gw, opts.outtype, std::move(mix));
-  Model& model = *m;
-  TensorList embedding, head;
-  EmbeddingTensors(c, model, embedding);
-  HeadTensors(c, model, head);
-  WriteTensors(c, embedding, emit);
+  const ModelTensors t = DeclareModelTensors(c, *m);
+  WriteTensors(c, t.embedding, emit);
   if (!c.rope_freq_factors.empty()) emit.Vector(TensorName(arch, WeightFormat::kGguf, TensorId::kRopeFreqs), c.rope_freq_factors);
-  for (int l = 0; l < c.n_layers; ++l) {
-    TensorList layer(l);
-    arch.layer_tensors(c, l, model.layers[l], layer);
-    WriteTensors(c, layer, emit);
-  }
+  for (const TensorList& layer : t.layers) WriteTensors(c, layer, emit);
   for (int k = 0; k < n_mtp; ++k) {
-    const int l = c.n_layers + k;
-    TensorList layer(l), own(l);
-    arch.layer_tensors(c, l, model.mtp[k].layer, layer);
-    arch.mtp_tensors(c, model.mtp[k], model, own);
-    WriteTensors(c, layer, emit);
+    WriteTensors(c, t.mtp[k].layer, emit);
     // The module's own copies of the model's embedding and head go after the tensors every module has: the order
     // convert's GGUFs have always had (llama.cpp finds tensors by name).
-    for (const TensorDecl& d : own)
-      if (!d.fallback_matrix) WriteTensor(c, own, d, emit);
-    for (const TensorDecl& d : own)
-      if (d.fallback_matrix) WriteTensor(c, own, d, emit);
+    for (const TensorDecl& d : t.mtp[k].own)
+      if (!d.fallback_matrix) WriteTensor(c, t.mtp[k].own, d, emit);
+    for (const TensorDecl& d : t.mtp[k].own)
+      if (d.fallback_matrix) WriteTensor(c, t.mtp[k].own, d, emit);
   }
-  WriteTensors(c, head, emit);
+  WriteTensors(c, t.head, emit);
 
   DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
   DI_LOG_INFO("wrote %s (%s, %d layers%s)", out.c_str(), ga.c_str(), c.n_layers, n_mtp ? " + MTP" : "");

@@ -15,8 +15,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/arch/arch.h"
-#include "model/arch/blocks.h"
-#include "model/arch/tensor_list.h"
+#include "model/arch/model_tensors.h"
 #include "model/model.h"
 #include "model/shard.h"
 
@@ -188,39 +187,27 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
 
 Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format) {
   const ModelConfig& c = m.config;
-  const ArchSpec& arch = GetArch(c.arch);
-  const Names N{arch, format};
-  TensorList model_tensors;
-  EmbeddingTensors(c, m, model_tensors);
-  HeadTensors(c, m, model_tensors);
-  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, model_tensors));
+  const Names N{GetArch(c.arch), format};
+  ModelTensors t = DeclareModelTensors(c, m);
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.embedding));
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.head));
   if (m.lm_head.data == m.tok_embd.data) m.config.tie_embeddings = true;  // the checkpoint has no head of its own
-  m.layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    TensorList layer(l);
-    arch.layer_tensors(c, l, m.layers[l], layer);
-    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, layer));
-  }
+  for (const TensorList& layer : t.layers) DI_RETURN_IF_ERROR(LoadTensors(c, src, N, layer));
   // MTP modules follow the last layer. A GGUF converted without them ("trunk only") still loads, without MTP.
-  if (m.config.n_mtp > 0) {
-    MtpWeights probe;
-    TensorList first(c.n_layers);
-    if (arch.mtp_tensors) arch.mtp_tensors(c, probe, m, first);
-    auto d = std::find_if(first.begin(), first.end(), [](const TensorDecl& t) { return t.presence == Presence::kRequired; });
-    if (d == first.end() || !src.find(N(d->id, d->layer))) {
+  if (!t.mtp.empty()) {
+    const TensorList& own = t.mtp[0].own;
+    auto d = std::find_if(own.begin(), own.end(), [](const TensorDecl& x) { return x.presence == Presence::kRequired; });
+    if (d == own.end() || !src.find(N(d->id, d->layer))) {
       DI_LOG_INFO("%s: the config announces %d MTP module(s) but the weights hold none; loading without MTP",
                   src.file.c_str(), m.config.n_mtp);
+      t.mtp.clear();
+      m.mtp.clear();
       m.config.n_mtp = 0;
     }
   }
-  m.mtp.resize(m.config.n_mtp);
-  for (int k = 0; k < m.config.n_mtp; ++k) {
-    const int l = c.n_layers + k;
-    TensorList layer(l), own(l);
-    arch.layer_tensors(c, l, m.mtp[k].layer, layer);
-    arch.mtp_tensors(c, m.mtp[k], m, own);
-    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, layer));
-    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, own));
+  for (const ModelTensors::Mtp& p : t.mtp) {
+    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, p.layer));
+    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, p.own));
   }
   return Status::Ok();
 }

@@ -11,8 +11,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/arch/arch.h"
-#include "model/arch/blocks.h"
-#include "model/arch/tensor_list.h"
+#include "model/arch/model_tensors.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -250,21 +249,17 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   // File order: the embedding, each layer (an MTP module's own tensors before its decoder layer), final norm and
   // head. `scratch` only gives the declarations' members somewhere to point: make-tiny writes values, not views.
   Model scratch;
-  scratch.layers.resize(all_layers);
-  scratch.mtp.resize(c.n_mtp);
-  std::vector<TensorList> lists;
-  EmbeddingTensors(c, scratch, lists.emplace_back());
-  for (int l = 0; l < all_layers; ++l) {
-    if (l >= c.n_layers) family.mtp_tensors(c, scratch.mtp[l - c.n_layers], scratch, lists.emplace_back(l));
-    family.layer_tensors(c, l, scratch.layers[l], lists.emplace_back(l));
-  }
-  HeadTensors(c, scratch, lists.emplace_back());
+  const ModelTensors plan = DeclareModelTensors(c, scratch);
+  std::vector<const TensorList*> lists = {&plan.embedding};
+  for (const TensorList& layer : plan.layers) lists.push_back(&layer);
+  for (const ModelTensors::Mtp& p : plan.mtp) lists.insert(lists.end(), {&p.own, &p.layer});
+  lists.push_back(&plan.head);
 
   std::vector<SafetensorsEntry> st;
   GgufWriter gw;
   const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
   size_t n_tensors = 0, done = 0;
-  for (const TensorList& t : lists) n_tensors += t.size();
+  for (const TensorList* t : lists) n_tensors += t->size();
   if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
   ProgressBar bar("make-tiny", n_tensors, "tensors");
 
@@ -289,9 +284,9 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     }
     return v;
   };
-  for (const TensorList& list : lists) {
+  for (const TensorList* list : lists) {
     std::vector<float> kv_b;  // MLA: kv_b's values, which the GGUF may hold split (k_b, v_b follow it)
-    for (const TensorDecl& d : list) {
+    for (const TensorDecl& d : *list) {
       bar.Update(++done);
       if (d.presence == Presence::kNotStored || d.presence == Presence::kIfPresent) continue;
       const std::string hf = TensorName(family, WeightFormat::kHf, d.id, d.layer);

@@ -25,9 +25,7 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/eplb.h"
-#include "model/arch/arch.h"
-#include "model/arch/blocks.h"
-#include "model/arch/tensor_list.h"
+#include "model/arch/model_tensors.h"
 #include "model/layers/linear.h"
 
 namespace deepinfer {
@@ -164,23 +162,13 @@ class TpSharder {
     }
     // Views that share a tensor (a tied head, an MTP module's borrowed embedding and head) are equal, so their
     // row slices are equal too.
-    const ArchSpec& arch = GetArch(c_.arch);
-    TensorList model_tensors;
-    EmbeddingTensors(c_, m_, model_tensors);
-    HeadTensors(c_, m_, model_tensors);
-    DI_RETURN_IF_ERROR(Split(model_tensors, "model"));
-    for (size_t l = 0; l < m_.layers.size(); ++l) {
-      TensorList layer(static_cast<int>(l));
-      arch.layer_tensors(c_, static_cast<int>(l), m_.layers[l], layer);
-      DI_RETURN_IF_ERROR(Split(layer, "layer " + std::to_string(l)));
-    }
-    for (size_t k = 0; k < m_.mtp.size(); ++k) {
-      const int l = c_.n_layers + static_cast<int>(k);
-      TensorList layer(l), own(l);
-      arch.layer_tensors(c_, l, m_.mtp[k].layer, layer);
-      arch.mtp_tensors(c_, m_.mtp[k], m_, own);
-      DI_RETURN_IF_ERROR(Split(layer, "MTP module " + std::to_string(k)));
-      DI_RETURN_IF_ERROR(Split(own, "MTP module " + std::to_string(k)));
+    const ModelTensors t = DeclareModelTensors(c_, m_);
+    DI_RETURN_IF_ERROR(Split(t.embedding, "model"));
+    DI_RETURN_IF_ERROR(Split(t.head, "model"));
+    for (size_t l = 0; l < t.layers.size(); ++l) DI_RETURN_IF_ERROR(Split(t.layers[l], "layer " + std::to_string(l)));
+    for (size_t k = 0; k < t.mtp.size(); ++k) {
+      DI_RETURN_IF_ERROR(Split(t.mtp[k].layer, "MTP module " + std::to_string(k)));
+      DI_RETURN_IF_ERROR(Split(t.mtp[k].own, "MTP module " + std::to_string(k)));
     }
     return Finish();
   }

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "model/arch/arch.h"
+#include "model/arch/model_tensors.h"
 #include "model/arch/tensor_list.h"
 #include "model/model.h"
 
@@ -65,17 +66,32 @@ void MlaTensors(const ModelConfig& c, MlaWeights& w, TensorList& t) {
   t.Matrix(TensorId::kAttnOut, h, H * vd, &w.wo, 1.f / std::sqrt(H * vd)).RowParallel(TpBy::kHeads, vd);
 }
 
-void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
+namespace {
+
+// A SwiGLU of width ff (the dense MLP, the shared experts): gate and up column-parallel, down row-parallel.
+void SwiGluTensors(const ModelConfig& c, const TensorId (&ids)[3], int64_t ff, DenseMlpWeights& w, TpBy by, TensorList& t) {
   const int64_t h = c.hidden;
-  if (!c.IsMoeLayer(layer)) {
-    const int64_t ff = c.intermediate;
-    t.Matrix(TensorId::kFfnGate, ff, h, &w.mlp.gate, 1.f / std::sqrt(h)).ColumnParallel(TpBy::kFfn);
-    t.Matrix(TensorId::kFfnUp, ff, h, &w.mlp.up, 1.f / std::sqrt(h)).ColumnParallel(TpBy::kFfn);
-    t.Matrix(TensorId::kFfnDown, h, ff, &w.mlp.down, 1.f / std::sqrt(ff)).RowParallel(TpBy::kFfn);
-    return;
-  }
+  t.Matrix(ids[0], ff, h, &w.gate, 1.f / std::sqrt(h)).ColumnParallel(by);
+  t.Matrix(ids[1], ff, h, &w.up, 1.f / std::sqrt(h)).ColumnParallel(by);
+  t.Matrix(ids[2], h, ff, &w.down, 1.f / std::sqrt(ff)).RowParallel(by);
+}
+
+// attn_norm, the attention, ffn_norm, the MLP: every family's decoder layer.
+template <class Attention>
+void DecoderLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t, Attention attention) {
+  t.Norm(TensorId::kAttnNorm, c.hidden, &w.attn_norm);
+  attention();
+  t.Norm(TensorId::kFfnNorm, c.hidden, &w.ffn_norm);
+  FfnTensors(c, layer, w, t);
+}
+
+}  // namespace
+
+void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
+  if (!c.IsMoeLayer(layer))
+    return SwiGluTensors(c, {TensorId::kFfnGate, TensorId::kFfnUp, TensorId::kFfnDown}, c.intermediate, w.mlp, TpBy::kFfn, t);
+  const int64_t h = c.hidden, E = c.n_experts, ff = c.moe_intermediate;
   MoeWeights& m = w.moe;
-  const int64_t E = c.n_experts, ff = c.moe_intermediate;
   // The router (and its selection bias) stays whole, so every rank routes alike.
   t.Matrix(TensorId::kFfnRouter, E, h, &m.router, 2.f / std::sqrt(h));
   // Mostly negative in make-tiny, as trained V3 checkpoints have them: masking must use -inf, not 0.
@@ -84,19 +100,35 @@ void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t)
   t.Experts(TensorId::kFfnUpExps, E, ff, h, &m.up, 1.f / std::sqrt(static_cast<float>(h))).ColumnParallel(TpBy::kExpertFfn);
   t.Experts(TensorId::kFfnDownExps, E, h, ff, &m.down, 1.f / std::sqrt(static_cast<float>(ff))).RowParallel(TpBy::kExpertFfn);
   if (c.shared_ffn <= 0) return;
-  const int64_t sff = c.shared_ffn;
-  t.Matrix(TensorId::kFfnGateShexp, sff, h, &m.shared.gate, 1.f / std::sqrt(h)).ColumnParallel(TpBy::kSharedFfn);
-  t.Matrix(TensorId::kFfnUpShexp, sff, h, &m.shared.up, 1.f / std::sqrt(h)).ColumnParallel(TpBy::kSharedFfn);
-  t.Matrix(TensorId::kFfnDownShexp, h, sff, &m.shared.down, 1.f / std::sqrt(sff)).RowParallel(TpBy::kSharedFfn);
+  SwiGluTensors(c, {TensorId::kFfnGateShexp, TensorId::kFfnUpShexp, TensorId::kFfnDownShexp}, c.shared_ffn, m.shared,
+                TpBy::kSharedFfn, t);
   if (c.shared_expert_gate)
     t.Other(TensorId::kFfnShexpGate, TensorForm::kGateVector, {1, h}, &m.shared_gate, nullptr, 2.f / std::sqrt(h));
 }
 
 void GqaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
-  t.Norm(TensorId::kAttnNorm, c.hidden, &w.attn_norm);
-  GqaTensors(c, w.gqa, t);
-  t.Norm(TensorId::kFfnNorm, c.hidden, &w.ffn_norm);
-  FfnTensors(c, layer, w, t);
+  DecoderLayerTensors(c, layer, w, t, [&] { GqaTensors(c, w.gqa, t); });
+}
+
+void MlaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
+  DecoderLayerTensors(c, layer, w, t, [&] { MlaTensors(c, w.mla, t); });
+}
+
+ModelTensors DeclareModelTensors(const ModelConfig& c, Model& m) {
+  const ArchSpec& arch = GetArch(c.arch);
+  m.layers.resize(c.n_layers);
+  m.mtp.resize(c.n_mtp);
+  ModelTensors t;
+  EmbeddingTensors(c, m, t.embedding);
+  HeadTensors(c, m, t.head);
+  for (int l = 0; l < c.n_layers; ++l) arch.layer_tensors(c, l, m.layers[l], t.layers.emplace_back(l));
+  for (int k = 0; k < c.n_mtp; ++k) {
+    const int l = c.n_layers + k;
+    ModelTensors::Mtp& p = t.mtp.emplace_back(ModelTensors::Mtp{TensorList(l), TensorList(l)});
+    arch.layer_tensors(c, l, m.mtp[k].layer, p.layer);
+    if (arch.mtp_tensors) arch.mtp_tensors(c, m.mtp[k], m, p.own);
+  }
+  return t;
 }
 
 }  // namespace deepinfer

@@ -28,7 +28,8 @@ void MlaTensors(const ModelConfig& c, MlaWeights& w, TensorList& t);
 // noaux_tc), the routed experts, the shared experts and Qwen2-MoE's gate on them.
 void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t);
 
-// attn_norm, GQA attention, ffn_norm, MLP: the layer of every GQA family.
+// Decoder layers: attn_norm, the attention, ffn_norm, the MLP. GQA: the layer of every GQA family; MLA: DeepSeek's.
 void GqaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t);
+void MlaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t);
 
 }  // namespace deepinfer

@@ -224,15 +224,6 @@ void TinyGgufMetadata(const TinySpec& s, const std::string& p, GgufWriter& w) {
   WriteGgufExpertCounts(p, s.experts, s.experts_used, s.moe_intermediate, w);
 }
 
-// Per layer: attention norm, MLA, MLP norm, then a dense SwiGLU (the first first_k_dense layers) or DeepSeekMoE
-// (router with V3's selection bias, routed experts, shared experts).
-void LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
-  t.Norm(TensorId::kAttnNorm, c.hidden, &w.attn_norm);
-  MlaTensors(c, w.mla, t);
-  t.Norm(TensorId::kFfnNorm, c.hidden, &w.ffn_norm);
-  FfnTensors(c, layer, w, t);
-}
-
 // V3's MTP module, besides its decoder layer: the norms of the next token's embedding and of the model's hidden
 // state, their joint projection, and the module's own embedding, head norm and head, which a checkpoint may
 // leave to the model's (split by vocabulary rows like those).
@@ -269,7 +260,9 @@ const ArchSpec& DeepseekArch() {
       },
       .tiny_hf_config = TinyHfConfig,
       .tiny_gguf_metadata = TinyGgufMetadata,
-      .layer_tensors = LayerTensors,
+      // MLA attention; a dense SwiGLU in the first first_k_dense layers, else DeepSeekMoE: router (V3: with its
+      // selection bias), routed experts, shared experts.
+      .layer_tensors = MlaLayerTensors,
       .mtp_tensors = MtpTensors,
   };
   return kSpec;
