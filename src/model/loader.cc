@@ -250,26 +250,26 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   return m;
 }
 
-// Copies every weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and points
-// the model's views at the copies. Tied embeddings are copied once.
+// Copies every declared weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and
+// points the model's views at the copies. Views that stand in for another (a tied head, an MTP module's borrowed
+// embedding and head) are not copied again: they are pointed at their original's copy afterwards.
 Status CopyWeights(Model& m, const LoadOptions& opts) {
-  std::vector<TensorView*> views = {&m.tok_embd};
-  if (m.lm_head.data != m.tok_embd.data) views.push_back(&m.lm_head);
-  std::vector<LayerWeights*> all_layers;
-  for (auto& L : m.layers) all_layers.push_back(&L);
-  for (auto& P : m.mtp) {
-    all_layers.push_back(&P.layer);
-    views.push_back(&P.eh_proj);
-    if (P.embed.data != m.tok_embd.data) views.push_back(&P.embed);
-    if (P.head.data != m.lm_head.data) views.push_back(&P.head);
-  }
-  for (LayerWeights* Lp : all_layers) {
-    for (TensorView* t : Lp->MutableMatrices())
-      if (t->data) views.push_back(t);
-    for (std::vector<TensorView>* experts : {&Lp->moe.gate, &Lp->moe.up, &Lp->moe.down})
-      for (TensorView& t : *experts)  // expert parallelism: only the experts this rank holds have data
-        if (t.data) views.push_back(&t);
-  }
+  const ModelTensors plan = DeclareModelTensors(m.config, m);
+  std::vector<const TensorList*> lists = {&plan.embedding, &plan.head};  // a head before the MTP modules borrowing it
+  for (const TensorList& layer : plan.layers) lists.push_back(&layer);
+  for (const ModelTensors::Mtp& p : plan.mtp) lists.insert(lists.end(), {&p.layer, &p.own});
+  std::vector<TensorView*> views;
+  std::vector<const TensorDecl*> stand_ins;
+  for (const TensorList* list : lists)
+    for (const TensorDecl& d : *list) {
+      if (d.experts) {
+        for (TensorView& t : *d.experts)  // expert parallelism: only the experts this rank holds have data
+          if (t.data) views.push_back(&t);
+      } else if (d.matrix && d.matrix->data) {
+        if (d.fallback_matrix && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
+        else views.push_back(d.matrix);
+      }
+    }
   constexpr size_t kAlign = 4096;
   size_t total = 0;
   for (auto* t : views) total += (t->nbytes + kAlign - 1) / kAlign * kAlign;
@@ -281,10 +281,6 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     }
   }
   DI_ASSIGN_OR_RETURN(m.weights, HostBuffer::Allocate(total));
-  const bool tied = m.lm_head.data == m.tok_embd.data;
-  // MTP modules without their own embedding/head share the model's: re-point them after the copy.
-  std::vector<std::pair<bool, bool>> mtp_shares;
-  for (auto& P : m.mtp) mtp_shares.emplace_back(P.embed.data == m.tok_embd.data, P.head.data == m.lm_head.data);
   std::vector<size_t> offsets;
   size_t off = 0;
   for (auto* t : views) {
@@ -313,11 +309,7 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     bar->Finish();
   }
   for (size_t i = 0; i < views.size(); ++i) views[i]->data = m.weights->data() + offsets[i];
-  if (tied) m.lm_head = m.tok_embd;
-  for (size_t k = 0; k < m.mtp.size(); ++k) {
-    if (mtp_shares[k].first) m.mtp[k].embed = m.tok_embd;
-    if (mtp_shares[k].second) m.mtp[k].head = m.lm_head;
-  }
+  for (const TensorDecl* d : stand_ins) *d->matrix = *d->fallback_matrix;
   DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
   return Status::Ok();
 }

@@ -42,8 +42,6 @@ class TensorList {
     return d;
   }
 
-  int layer() const { return layer_; }
-  const std::vector<TensorDecl>& decls() const { return decls_; }
   std::vector<TensorDecl>::const_iterator begin() const { return decls_.begin(); }
   std::vector<TensorDecl>::const_iterator end() const { return decls_.end(); }
   size_t size() const { return decls_.size(); }
