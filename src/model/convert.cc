@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "format/gguf.h"
 #include "model/arch/arch.h"
+#include "model/arch/model_tensors.h"
 #include "model/layers/linear.h"
 #include "model/model.h"
 #include "tokenizer/gguf_vocab_export.h"
@@ -250,65 +251,47 @@ void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter
   if (c.n_mtp > 0 && blocks > c.n_layers) gw.SetU32(k("nextn_predict_layers"), blocks - c.n_layers);
 }
 
-void WriteLayer(const ModelConfig& c, const LayerWeights& L, int l, TensorEmitter& out) {
-  const ArchSpec& a = GetArch(c.arch);
-  auto N = [&](TensorId id) { return TensorName(a, WeightFormat::kGguf, id, l); };
-  out.Vector(N(TensorId::kAttnNorm), L.attn_norm);
-  if (c.mla) {
-    const MlaWeights& W = L.mla;
-    if (c.q_lora_rank > 0) {
-      out.Matrix(N(TensorId::kAttnQA), W.wq_a);
-      out.Vector(N(TensorId::kAttnQANorm), W.q_a_norm);
-      out.Matrix(N(TensorId::kAttnQB), W.wq_b);
-    } else {
-      out.Matrix(N(TensorId::kAttnQ), W.wq);
-    }
-    out.Matrix(N(TensorId::kAttnKvA), W.wkv_a);
-    out.Vector(N(TensorId::kAttnKvANorm), W.kv_a_norm);
-    // k_b = W_UK^T per head {H, kv_lora, nope} (the loader's uk_t), v_b = W_UV {H, v, kv_lora}.
-    const int64_t H = c.n_heads, kvl = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
-    out.F32Rows(N(TensorId::kAttnKB), W.uk_t, {H, kvl, nope}, W.wkv_b.data ? W.wkv_b.dtype : W.wv_b.dtype);
-    std::vector<TensorView> uv(static_cast<size_t>(H));
-    for (int64_t hh = 0; hh < H; ++hh)
-      uv[static_cast<size_t>(hh)] = W.wv_b.data ? RowSlice(W.wv_b, hh * vd, vd) : RowSlice(W.wkv_b, hh * (nope + vd) + nope, vd);
-    out.Stacked(N(TensorId::kAttnVB), uv);
-    out.Matrix(N(TensorId::kAttnOut), W.wo);
-  } else {
-    const GqaWeights& W = L.gqa;
-    const bool pairs = a.gguf_permutes_qk();  // GGUF llama: adjacent-pair RoPE rows
-    out.Matrix(N(TensorId::kAttnQ), W.wq, pairs ? c.n_heads : 0);
-    out.Matrix(N(TensorId::kAttnK), W.wk, pairs ? c.n_kv_heads : 0);
-    out.Matrix(N(TensorId::kAttnV), W.wv);
-    if (!W.bq.empty()) {
-      out.Vector(N(TensorId::kAttnQBias), W.bq);
-      out.Vector(N(TensorId::kAttnKBias), W.bk);
-      out.Vector(N(TensorId::kAttnVBias), W.bv);
-    }
-    if (!W.q_norm.empty()) {
-      out.Vector(N(TensorId::kAttnQNorm), W.q_norm);
-      out.Vector(N(TensorId::kAttnKNorm), W.k_norm);
-    }
-    out.Matrix(N(TensorId::kAttnOut), W.wo);
+// Whether the loaded model holds data of its own for `d`: not a stand-in (a tied head, an MTP module sharing the
+// model's embedding), not a tensor the checkpoint did not have.
+bool Holds(const TensorDecl& d) {
+  switch (d.form) {
+    case TensorForm::kVector:
+    case TensorForm::kMlaKB: return !d.vector->empty();
+    case TensorForm::kExperts: return !d.experts->empty();
+    case TensorForm::kMlaVB: return true;  // from the checkpoint's v_b, or out of its kv_b
+    default: return d.matrix->data && !(d.fallback_matrix && d.matrix->data == d.fallback_matrix->data);
   }
-  out.Vector(N(TensorId::kFfnNorm), L.ffn_norm);
-  if (!L.is_moe()) {
-    out.Matrix(N(TensorId::kFfnGate), L.mlp.gate);
-    out.Matrix(N(TensorId::kFfnUp), L.mlp.up);
-    out.Matrix(N(TensorId::kFfnDown), L.mlp.down);
-    return;
+}
+
+// One declared tensor (model/arch/tensor_decl.h) in GGUF's form; `list` is the declaration's own (the kv_b forms).
+void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl& d, TensorEmitter& out) {
+  if (!Holds(d)) return;
+  const std::string name = TensorName(GetArch(c.arch), WeightFormat::kGguf, d.id, d.layer);
+  switch (d.form) {
+    case TensorForm::kMatrix: out.Matrix(name, *d.matrix, d.gguf_permute_heads); break;
+    case TensorForm::kVector: out.Vector(name, *d.vector); break;
+    case TensorForm::kExperts: out.Stacked(name, *d.experts); break;
+    case TensorForm::kGateVector: out.VectorFrom(name, *d.matrix); break;
+    case TensorForm::kMlaKvB: break;  // written split, as llama.cpp's converter does: k_b and v_b
+    case TensorForm::kMlaKB: {        // W_UK^T per head {H, kv_lora, nope}: the loader's uk_t
+      const TensorView& kv_b = *list.Find(TensorForm::kMlaKvB)->matrix;
+      out.F32Rows(name, *d.vector, d.shape, kv_b.data ? kv_b.dtype : list.Find(TensorForm::kMlaVB)->matrix->dtype);
+      break;
+    }
+    case TensorForm::kMlaVB: {  // W_UV {H, v, kv_lora}: the checkpoint's v_b, or each head's W_UV rows of kv_b
+      const TensorView& kv_b = *list.Find(TensorForm::kMlaKvB)->matrix;
+      const int64_t H = d.shape[0], vd = d.shape[1], nope = c.qk_nope_dim;
+      std::vector<TensorView> uv(static_cast<size_t>(H));
+      for (int64_t hh = 0; hh < H; ++hh)
+        uv[static_cast<size_t>(hh)] = d.matrix->data ? RowSlice(*d.matrix, hh * vd, vd) : RowSlice(kv_b, hh * (nope + vd) + nope, vd);
+      out.Stacked(name, uv);
+      break;
+    }
   }
-  const MoeWeights& W = L.moe;
-  out.Matrix(N(TensorId::kFfnRouter), W.router);
-  if (!W.exp_probs_bias.empty()) out.Vector(N(TensorId::kFfnExpProbsBias), W.exp_probs_bias);
-  out.Stacked(N(TensorId::kFfnGateExps), W.gate);
-  out.Stacked(N(TensorId::kFfnUpExps), W.up);
-  out.Stacked(N(TensorId::kFfnDownExps), W.down);
-  if (!W.shared.empty()) {
-    out.Matrix(N(TensorId::kFfnGateShexp), W.shared.gate);
-    out.Matrix(N(TensorId::kFfnUpShexp), W.shared.up);
-    out.Matrix(N(TensorId::kFfnDownShexp), W.shared.down);
-  }
-  if (W.shared_gate.data) out.VectorFrom(N(TensorId::kFfnShexpGate), W.shared_gate);
+}
+
+void WriteTensors(const ModelConfig& c, const TensorList& list, TensorEmitter& out) {
+  for (const TensorDecl& d : list) WriteTensor(c, list, d, out);
 }
 
 }  // namespace
@@ -430,23 +413,20 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
                                      c.n_experts, c.tie_embeddings, n_gqa, ga == "llama" && c.n_layers == 80 && n_gqa > 1);
   }
   TensorEmitter emit(gw, opts.outtype, std::move(mix));
-  auto N = [&](TensorId id, int layer = -1) { return TensorName(arch, WeightFormat::kGguf, id, layer); };
-  emit.Matrix(N(TensorId::kTokEmbd), m->tok_embd);
-  if (!c.rope_freq_factors.empty()) emit.Vector(N(TensorId::kRopeFreqs), c.rope_freq_factors);
-  for (int l = 0; l < c.n_layers; ++l) WriteLayer(c, m->layers[l], l, emit);
+  const ModelTensors t = DeclareModelTensors(c, *m);
+  WriteTensors(c, t.embedding, emit);
+  if (!c.rope_freq_factors.empty()) emit.Vector(TensorName(arch, WeightFormat::kGguf, TensorId::kRopeFreqs), c.rope_freq_factors);
+  for (const TensorList& layer : t.layers) WriteTensors(c, layer, emit);
   for (int k = 0; k < n_mtp; ++k) {
-    const MtpWeights& P = m->mtp[k];
-    const int l = c.n_layers + k;
-    WriteLayer(c, P.layer, l, emit);
-    emit.Vector(N(TensorId::kMtpENorm, l), P.enorm);
-    emit.Vector(N(TensorId::kMtpHNorm, l), P.hnorm);
-    emit.Matrix(N(TensorId::kMtpEhProj, l), P.eh_proj);
-    emit.Vector(N(TensorId::kMtpHeadNorm, l), P.head_norm);
-    if (P.embed.data != m->tok_embd.data) emit.Matrix(N(TensorId::kMtpEmbd, l), P.embed);
-    if (P.head.data != m->lm_head.data) emit.Matrix(N(TensorId::kMtpHead, l), P.head);
+    WriteTensors(c, t.mtp[k].layer, emit);
+    // The module's own copies of the model's embedding and head go after the tensors every module has: the order
+    // convert's GGUFs have always had (llama.cpp finds tensors by name).
+    for (const TensorDecl& d : t.mtp[k].own)
+      if (!d.fallback_matrix) WriteTensor(c, t.mtp[k].own, d, emit);
+    for (const TensorDecl& d : t.mtp[k].own)
+      if (d.fallback_matrix) WriteTensor(c, t.mtp[k].own, d, emit);
   }
-  emit.Vector(N(TensorId::kOutputNorm), m->out_norm);
-  if (!c.tie_embeddings) emit.Matrix(N(TensorId::kOutput), m->lm_head);
+  WriteTensors(c, t.head, emit);
 
   DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
   DI_LOG_INFO("wrote %s (%s, %d layers%s)", out.c_str(), ga.c_str(), c.n_layers, n_mtp ? " + MTP" : "");

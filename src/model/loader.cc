@@ -15,6 +15,7 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/arch/arch.h"
+#include "model/arch/model_tensors.h"
 #include "model/model.h"
 #include "model/shard.h"
 
@@ -96,148 +97,117 @@ struct Names {
   std::string operator()(TensorId id, int layer = -1, int expert = -1) const { return TensorName(arch, format, id, layer, expert); }
 };
 
-Status LoadExperts(const ModelConfig& c, const TensorSource& src, const Names& N, int l, MoeWeights& W) {
-  const int64_t h = c.hidden, ff = c.moe_intermediate, E = c.n_experts;
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnRouter, l), {E, h}, &W.router));
-  if (c.router_bias) DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kFfnExpProbsBias, l), E, &W.exp_probs_bias));
-  if (c.shared_ffn > 0) {
-    const int64_t sff = c.shared_ffn;
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnGateShexp, l), {sff, h}, &W.shared.gate));
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnUpShexp, l), {sff, h}, &W.shared.up));
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnDownShexp, l), {h, sff}, &W.shared.down));
-    if (c.shared_expert_gate) {
-      DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnShexpGate, l), {1, h}, &W.shared_gate));
-      W.shared_gate.shape = {1, h};  // GGUF stores it as a vector {hidden}
-    }
-  }
-  W.gate.resize(E), W.up.resize(E), W.down.resize(E);
-  if (N.format == WeightFormat::kHf) {  // one tensor per expert
-    for (int e = 0; e < E; ++e) {
-      DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnGateExps, l, e), {ff, h}, &W.gate[e]));
-      DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnUpExps, l, e), {ff, h}, &W.up[e]));
-      DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnDownExps, l, e), {h, ff}, &W.down[e]));
-    }
-    return Status::Ok();
-  }
-  TensorView g, u, d;  // GGUF: stacked {n_expert, rows, cols}
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnGateExps, l), {E, ff, h}, &g));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnUpExps, l), {E, ff, h}, &u));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnDownExps, l), {E, h, ff}, &d));
-  for (int e = 0; e < E; ++e) {
-    W.gate[e] = ExpertSlice(g, e);
-    W.up[e] = ExpertSlice(u, e);
-    W.down[e] = ExpertSlice(d, e);
-  }
-  return Status::Ok();
-}
-
-Status LoadMla(const ModelConfig& c, const TensorSource& src, const Names& N, int l, MlaWeights& W) {
-  const int64_t h = c.hidden, H = c.n_heads, qk = c.qk_nope_dim + c.qk_rope_dim, kvl = c.kv_lora_rank;
-  if (c.q_lora_rank > 0) {
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnQA, l), {c.q_lora_rank, h}, &W.wq_a));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnQANorm, l), c.q_lora_rank, &W.q_a_norm));
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnQB, l), {H * qk, c.q_lora_rank}, &W.wq_b));
-  } else {
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnQ, l), {H * qk, h}, &W.wq));
-  }
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnKvA, l), {kvl + c.qk_rope_dim, h}, &W.wkv_a));
-  DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnKvANorm, l), kvl, &W.kv_a_norm));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnOut, l), {h, H * c.v_head_dim}, &W.wo));
-  const int nope = c.qk_nope_dim;
-  if (src.find(N(TensorId::kAttnKB, l))) {
+// MLA's key/value up-projection in whichever form the checkpoint holds: llama.cpp's split k_b / v_b, or kv_b (HF,
+// older GGUFs), from which W_UK^T (uk_t) is derived for the absorbed query.
+Status LoadMlaKvB(const ModelConfig& c, const TensorSource& src, const Names& N, const TensorDecl& kv_b,
+                  const TensorDecl& k_b, const TensorDecl& v_b) {
+  const int64_t H = c.n_heads, kvl = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
+  std::vector<float>& uk_t = *k_b.vector;
+  if (src.find(N(k_b.id, k_b.layer))) {
     // llama.cpp's layout: k_b = W_UK^T per head {H, kv_lora, nope} (already our uk_t layout), v_b {H, v, kv_lora}.
     TensorView kb;
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnKB, l), {H, kvl, nope}, &kb));
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnVB, l), {H, c.v_head_dim, kvl}, &W.wv_b));
-    for (TensorView* t : {&kb, &W.wv_b})
+    TensorView& vb = *v_b.matrix;
+    DI_RETURN_IF_ERROR(Expect(src, N(k_b.id, k_b.layer), k_b.shape, &kb));
+    DI_RETURN_IF_ERROR(Expect(src, N(v_b.id, v_b.layer), v_b.shape, &vb));
+    for (TensorView* t : {&kb, &vb})
       if (t->dtype == DType::kF8E4M3 || GetDTypeInfo(t->dtype).block_elems > t->shape.back() ||
           t->shape.back() % GetDTypeInfo(t->dtype).block_elems)
         return InvalidArgument(src.file + ": attn_k_b/attn_v_b have an unusable type");
     kb.shape = {H * kvl, nope};
-    W.wv_b.shape = {H * c.v_head_dim, kvl};
-    W.uk_t.resize(static_cast<size_t>(H) * kvl * nope);
-    for (int64_t r = 0; r < H * kvl; ++r) kb.RowToF32(r, W.uk_t.data() + r * nope);
+    vb.shape = {H * vd, kvl};
+    uk_t.resize(static_cast<size_t>(H) * kvl * nope);
+    for (int64_t r = 0; r < H * kvl; ++r) kb.RowToF32(r, uk_t.data() + r * nope);
     return Status::Ok();
   }
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnKvB, l), {H * (c.qk_nope_dim + c.v_head_dim), kvl}, &W.wkv_b));
+  TensorView& w = *kv_b.matrix;
+  DI_RETURN_IF_ERROR(Expect(src, N(kv_b.id, kv_b.layer), kv_b.shape, &w));
   // W_UK[h]^T for the absorbed query: rows [h*(nope+v), h*(nope+v)+nope) of kv_b, transposed, in f32.
-  if (GetDTypeInfo(W.wkv_b.dtype).block_elems != 1 && kvl % GetDTypeInfo(W.wkv_b.dtype).block_elems)
+  if (GetDTypeInfo(w.dtype).block_elems != 1 && kvl % GetDTypeInfo(w.dtype).block_elems)
     return InvalidArgument(src.file + ": kv_b has an unusable type");
-  W.uk_t.assign(static_cast<size_t>(H) * kvl * nope, 0.f);
+  uk_t.assign(static_cast<size_t>(H) * kvl * nope, 0.f);
   std::vector<float> row(kvl);
   for (int64_t hh = 0; hh < H; ++hh)
     for (int i = 0; i < nope; ++i) {
-      W.wkv_b.RowToF32(hh * (nope + c.v_head_dim) + i, row.data());
-      for (int64_t j = 0; j < kvl; ++j) W.uk_t[(hh * kvl + j) * nope + i] = row[j];
+      w.RowToF32(hh * (nope + vd) + i, row.data());
+      for (int64_t j = 0; j < kvl; ++j) uk_t[(hh * kvl + j) * nope + i] = row[j];
     }
   return Status::Ok();
 }
 
-Status LoadGqa(const ModelConfig& c, const TensorSource& src, const Names& N, int l, GqaWeights& W) {
-  const int64_t h = c.hidden, q_dim = int64_t{c.n_heads} * c.head_dim, kv_dim = int64_t{c.n_kv_heads} * c.head_dim;
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnQ, l), {q_dim, h}, &W.wq));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnK, l), {kv_dim, h}, &W.wk));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnV, l), {kv_dim, h}, &W.wv));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kAttnOut, l), {h, q_dim}, &W.wo));
-  if (c.attn_bias || src.find(N(TensorId::kAttnQBias, l))) {
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnQBias, l), q_dim, &W.bq));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnKBias, l), kv_dim, &W.bk));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnVBias, l), kv_dim, &W.bv));
+// Routed experts: one tensor per expert (HF), or one stacked {E, rows, cols} tensor (GGUF) viewed per expert.
+Status LoadExperts(const TensorSource& src, const Names& N, const TensorDecl& d) {
+  const int64_t E = d.shape[0];
+  std::vector<TensorView>& out = *d.experts;
+  out.resize(E);
+  if (N.format == WeightFormat::kHf) {
+    for (int e = 0; e < E; ++e) DI_RETURN_IF_ERROR(Expect(src, N(d.id, d.layer, e), {d.shape[1], d.shape[2]}, &out[e]));
+    return Status::Ok();
   }
-  if (c.qk_norm) {
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnQNorm, l), c.head_dim, &W.q_norm));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnKNorm, l), c.head_dim, &W.k_norm));
-  }
+  TensorView stacked;
+  DI_RETURN_IF_ERROR(Expect(src, N(d.id, d.layer), d.shape, &stacked));
+  for (int e = 0; e < E; ++e) out[e] = ExpertSlice(stacked, e);
   return Status::Ok();
 }
 
-Status LoadLayer(const ModelConfig& c, const TensorSource& src, const Names& N, int l, LayerWeights& L) {
-  const int64_t h = c.hidden;
-  DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kAttnNorm, l), h, &L.attn_norm));
-  DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kFfnNorm, l), h, &L.ffn_norm));
-  if (c.mla) DI_RETURN_IF_ERROR(LoadMla(c, src, N, l, L.mla));
-  else DI_RETURN_IF_ERROR(LoadGqa(c, src, N, l, L.gqa));
-  if (c.IsMoeLayer(l)) return LoadExperts(c, src, N, l, L.moe);
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnGate, l), {c.intermediate, h}, &L.mlp.gate));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnUp, l), {c.intermediate, h}, &L.mlp.up));
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kFfnDown, l), {h, c.intermediate}, &L.mlp.down));
+// Reads the tensors of one list (model/arch/tensor_decl.h) into the members they declare.
+Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N, const TensorList& list) {
+  bool previous = true;  // whether the declaration before this one was read
+  for (const TensorDecl& d : list) {
+    const std::string name = N(d.id, d.layer);
+    bool present = true;
+    switch (d.presence) {
+      case Presence::kRequired: break;
+      case Presence::kOptional: present = src.find(name) != nullptr; break;
+      case Presence::kIfPresent: present = d.with_previous ? previous : src.find(name) != nullptr; break;
+      case Presence::kNotStored: present = false; break;
+    }
+    previous = present;
+    if (!present) {  // the stand-in, else the member stays empty
+      if (d.fallback_matrix) *d.matrix = *d.fallback_matrix;
+      if (d.fallback_vector) *d.vector = *d.fallback_vector;
+      continue;
+    }
+    switch (d.form) {
+      case TensorForm::kMatrix: DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix)); break;
+      case TensorForm::kVector: DI_RETURN_IF_ERROR(ExpectVec(src, name, d.shape[0], d.vector)); break;
+      case TensorForm::kGateVector:
+        DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix));
+        d.matrix->shape = d.shape;  // GGUF stores it as a vector {n}
+        break;
+      case TensorForm::kExperts: DI_RETURN_IF_ERROR(LoadExperts(src, N, d)); break;
+      case TensorForm::kMlaKvB:
+        DI_RETURN_IF_ERROR(LoadMlaKvB(c, src, N, d, *list.Find(TensorForm::kMlaKB), *list.Find(TensorForm::kMlaVB)));
+        break;
+      case TensorForm::kMlaKB:
+      case TensorForm::kMlaVB: break;  // read with kv_b, in whichever form the file has
+    }
+  }
   return Status::Ok();
 }
 
 Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format) {
   const ModelConfig& c = m.config;
   const Names N{GetArch(c.arch), format};
-  const int64_t h = c.hidden;
-  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kTokEmbd), {c.vocab_size, h}, &m.tok_embd));
-  DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kOutputNorm), h, &m.out_norm));
-  if (src.find(N(TensorId::kOutput)) && !m.config.tie_embeddings) {
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kOutput), {c.vocab_size, h}, &m.lm_head));
-  } else {
-    m.config.tie_embeddings = true;
-    m.lm_head = m.tok_embd;
-  }
-  m.layers.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) DI_RETURN_IF_ERROR(LoadLayer(c, src, N, l, m.layers[l]));
+  ModelTensors t = DeclareModelTensors(c, m);
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.embedding));
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.head));
+  if (m.lm_head.data == m.tok_embd.data) m.config.tie_embeddings = true;  // the checkpoint has no head of its own
+  for (const TensorList& layer : t.layers) DI_RETURN_IF_ERROR(LoadTensors(c, src, N, layer));
   // MTP modules follow the last layer. A GGUF converted without them ("trunk only") still loads, without MTP.
-  if (m.config.n_mtp > 0 && !src.find(N(TensorId::kMtpEhProj, c.n_layers))) {
-    DI_LOG_INFO("%s: the config announces %d MTP module(s) but the weights hold none; loading without MTP",
-                src.file.c_str(), m.config.n_mtp);
-    m.config.n_mtp = 0;
+  if (!t.mtp.empty()) {
+    const TensorList& own = t.mtp[0].own;
+    auto d = std::find_if(own.begin(), own.end(), [](const TensorDecl& x) { return x.presence == Presence::kRequired; });
+    if (d == own.end() || !src.find(N(d->id, d->layer))) {
+      DI_LOG_INFO("%s: the config announces %d MTP module(s) but the weights hold none; loading without MTP",
+                  src.file.c_str(), m.config.n_mtp);
+      t.mtp.clear();
+      m.mtp.clear();
+      m.config.n_mtp = 0;
+    }
   }
-  m.mtp.resize(m.config.n_mtp);
-  for (int k = 0; k < m.config.n_mtp; ++k) {
-    const int l = c.n_layers + k;
-    MtpWeights& P = m.mtp[k];
-    DI_RETURN_IF_ERROR(LoadLayer(c, src, N, l, P.layer));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kMtpENorm, l), h, &P.enorm));
-    DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kMtpHNorm, l), h, &P.hnorm));
-    DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpEhProj, l), {h, 2 * h}, &P.eh_proj));
-    P.embed = m.tok_embd;
-    P.head = m.lm_head;
-    P.head_norm = m.out_norm;
-    if (src.find(N(TensorId::kMtpEmbd, l))) DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpEmbd, l), {c.vocab_size, h}, &P.embed));
-    if (src.find(N(TensorId::kMtpHead, l))) DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpHead, l), {c.vocab_size, h}, &P.head));
-    if (src.find(N(TensorId::kMtpHeadNorm, l))) DI_RETURN_IF_ERROR(ExpectVec(src, N(TensorId::kMtpHeadNorm, l), h, &P.head_norm));
+  for (const ModelTensors::Mtp& p : t.mtp) {
+    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, p.layer));
+    DI_RETURN_IF_ERROR(LoadTensors(c, src, N, p.own));
   }
   return Status::Ok();
 }
@@ -280,26 +250,26 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   return m;
 }
 
-// Copies every weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and points
-// the model's views at the copies. Tied embeddings are copied once.
+// Copies every declared weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and
+// points the model's views at the copies. Views that stand in for another (a tied head, an MTP module's borrowed
+// embedding and head) are not copied again: they are pointed at their original's copy afterwards.
 Status CopyWeights(Model& m, const LoadOptions& opts) {
-  std::vector<TensorView*> views = {&m.tok_embd};
-  if (m.lm_head.data != m.tok_embd.data) views.push_back(&m.lm_head);
-  std::vector<LayerWeights*> all_layers;
-  for (auto& L : m.layers) all_layers.push_back(&L);
-  for (auto& P : m.mtp) {
-    all_layers.push_back(&P.layer);
-    views.push_back(&P.eh_proj);
-    if (P.embed.data != m.tok_embd.data) views.push_back(&P.embed);
-    if (P.head.data != m.lm_head.data) views.push_back(&P.head);
-  }
-  for (LayerWeights* Lp : all_layers) {
-    for (TensorView* t : Lp->MutableMatrices())
-      if (t->data) views.push_back(t);
-    for (std::vector<TensorView>* experts : {&Lp->moe.gate, &Lp->moe.up, &Lp->moe.down})
-      for (TensorView& t : *experts)  // expert parallelism: only the experts this rank holds have data
-        if (t.data) views.push_back(&t);
-  }
+  const ModelTensors plan = DeclareModelTensors(m.config, m);
+  std::vector<const TensorList*> lists = {&plan.embedding, &plan.head};  // a head before the MTP modules borrowing it
+  for (const TensorList& layer : plan.layers) lists.push_back(&layer);
+  for (const ModelTensors::Mtp& p : plan.mtp) lists.insert(lists.end(), {&p.layer, &p.own});
+  std::vector<TensorView*> views;
+  std::vector<const TensorDecl*> stand_ins;
+  for (const TensorList* list : lists)
+    for (const TensorDecl& d : *list) {
+      if (d.experts) {
+        for (TensorView& t : *d.experts)  // expert parallelism: only the experts this rank holds have data
+          if (t.data) views.push_back(&t);
+      } else if (d.matrix && d.matrix->data) {
+        if (d.fallback_matrix && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
+        else views.push_back(d.matrix);
+      }
+    }
   constexpr size_t kAlign = 4096;
   size_t total = 0;
   for (auto* t : views) total += (t->nbytes + kAlign - 1) / kAlign * kAlign;
@@ -311,10 +281,6 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     }
   }
   DI_ASSIGN_OR_RETURN(m.weights, HostBuffer::Allocate(total));
-  const bool tied = m.lm_head.data == m.tok_embd.data;
-  // MTP modules without their own embedding/head share the model's: re-point them after the copy.
-  std::vector<std::pair<bool, bool>> mtp_shares;
-  for (auto& P : m.mtp) mtp_shares.emplace_back(P.embed.data == m.tok_embd.data, P.head.data == m.lm_head.data);
   std::vector<size_t> offsets;
   size_t off = 0;
   for (auto* t : views) {
@@ -343,11 +309,7 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     bar->Finish();
   }
   for (size_t i = 0; i < views.size(); ++i) views[i]->data = m.weights->data() + offsets[i];
-  if (tied) m.lm_head = m.tok_embd;
-  for (size_t k = 0; k < m.mtp.size(); ++k) {
-    if (mtp_shares[k].first) m.mtp[k].embed = m.tok_embd;
-    if (mtp_shares[k].second) m.mtp[k].head = m.lm_head;
-  }
+  for (const TensorDecl* d : stand_ins) *d->matrix = *d->fallback_matrix;
   DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
   return Status::Ok();
 }

@@ -11,6 +11,8 @@
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/arch/arch.h"
+#include "model/arch/model_tensors.h"
+#include "model/model.h"
 
 namespace deepinfer {
 namespace fs = std::filesystem;
@@ -166,6 +168,29 @@ std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector
   return {std::move(q), std::move(scales)};
 }
 
+// DeepSeek's FP8 checkpoints keep the embeddings, heads and routers in full precision; every other linear weight
+// is e4m3 with block scales.
+bool KeepsFullPrecision(TensorId id) {
+  return id == TensorId::kTokEmbd || id == TensorId::kOutput || id == TensorId::kMtpEmbd || id == TensorId::kMtpHead ||
+         id == TensorId::kFfnRouter;
+}
+
+// llama.cpp's split of MLA's kv_b {H (nope + v), kv_lora}: k_b[h][c][d] = W_UK[h][d][c] ({H, kv_lora, nope}) or
+// v_b[h][d][c] = W_UV[h][d][c] ({H, v, kv_lora}).
+std::vector<float> SplitKvB(const ModelConfig& cfg, const std::vector<float>& kv_b, TensorForm part) {
+  const int64_t H = cfg.n_heads, nope = cfg.qk_nope_dim, vh = cfg.v_head_dim, kvl = cfg.kv_lora_rank;
+  const bool k = part == TensorForm::kMlaKB;
+  std::vector<float> out(static_cast<size_t>(H * kvl * (k ? nope : vh)));
+  for (int64_t hh = 0; hh < H; ++hh)
+    for (int64_t c = 0; c < kvl; ++c) {
+      if (k)
+        for (int64_t d = 0; d < nope; ++d) out[(hh * kvl + c) * nope + d] = kv_b[(hh * (nope + vh) + d) * kvl + c];
+      else
+        for (int64_t d = 0; d < vh; ++d) out[(hh * vh + d) * kvl + c] = kv_b[(hh * (nope + vh) + nope + d) * kvl + c];
+    }
+  return out;
+}
+
 Status WriteText(const fs::path& p, const std::string& s) {
   std::ofstream out(p);
   out << s;
@@ -195,9 +220,6 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
   const bool ds = family.mla;  // MLA attention and DeepSeekMoE layers
   const bool moe = family.moe;
-  const bool permute_qk = family.gguf_permutes_qk();
-  const bool qk_norm = family.qk_norm;
-  const bool shared_gate = family.shared_expert_gate;
   const std::string arch = family.name;
   const std::string gguf_arch = family.gguf_arch;
   if (ds && (s.kv_lora <= 0 || s.qk_nope <= 0 || s.qk_rope <= 0 || s.qk_rope % 2 || s.v_head <= 0 || s.q_lora < 0 ||
@@ -206,177 +228,107 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   if (family.tiny_adjust) family.tiny_adjust(&s);
   if (moe && (s.experts < 1 || s.experts_used < 1 || s.experts_used > s.experts || s.moe_intermediate % blk))
     return InvalidArgument("make-tiny: experts_used must be in [1, experts] and the expert FFN a multiple of the block");
-  const int64_t h = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
-  const bool is_moe_layer_0 = !ds;  // qwen3_moe routes every layer; deepseek keeps first_dense dense layers
-  (void)is_moe_layer_0;
+
+  const TinyVocab vocab = MakeVocab(s.vocab, s.vocab_seed ? s.vocab_seed : s.seed);
+  const bool add_bos = family.adds_bos;
+  nlohmann::json cfg = {
+      {"architectures", {family.hf_class}}, {"model_type", arch}, {"vocab_size", s.vocab},
+      {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
+      {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"intermediate_size", s.intermediate},
+      {"max_position_embeddings", s.ctx}, {"rms_norm_eps", 1e-5}, {"rope_theta", s.rope_theta},
+      {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
+      {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
+  if (family.tiny_hf_config) family.tiny_hf_config(s, &cfg);
+  if (s.llama3_rope_scaling)
+    cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 8192}};
+  // The tensors follow from the configuration the loader will read back (in either format), declared by the
+  // family (model/arch/): make-tiny writes exactly what the loader asks for.
+  DI_ASSIGN_OR_RETURN(const ModelConfig c, ParseHfConfig(cfg.dump(), "make-tiny: " + arch + " config.json"));
+  const int all_layers = c.n_layers + c.n_mtp;
+  // File order: the embedding, each layer (an MTP module's own tensors before its decoder layer), final norm and
+  // head. `scratch` only gives the declarations' members somewhere to point: make-tiny writes values, not views.
+  Model scratch;
+  const ModelTensors plan = DeclareModelTensors(c, scratch);
+  std::vector<const TensorList*> lists = {&plan.embedding};
+  for (const TensorList& layer : plan.layers) lists.push_back(&layer);
+  for (const ModelTensors::Mtp& p : plan.mtp) lists.insert(lists.end(), {&p.own, &p.layer});
+  lists.push_back(&plan.head);
 
   std::vector<SafetensorsEntry> st;
   GgufWriter gw;
   const bool want_hf = format != TinyFormat::kGguf, want_gguf = format != TinyFormat::kHf;
-  size_t n_tensors = 3 + 6 * s.mtp + (s.layers + s.mtp) * (9 + (family.attn_bias ? 3 : 0) + (qk_norm ? 2 : 0) + (moe ? 1 : 0) + (ds ? 6 : 0) + (shared_gate ? 4 : 0)), done = 0;
+  size_t n_tensors = 0, done = 0;
+  for (const TensorList* t : lists) n_tensors += t->size();
   if (quiet) setenv("DEEPINFER_NO_PROGRESS", "1", 0);
   ProgressBar bar("make-tiny", n_tensors, "tensors");
 
-  // One tensor: generate, round to the stored type, emit to both formats.
-  // An empty gguf_name leaves the tensor out of the GGUF (the caller writes it in another layout); returns the
-  // values both files represent.
-  auto add = [&](const std::string& hf_name, const std::string& gguf_name, std::vector<int64_t> shape, float std,
-                 float center, bool is_vector, int permute_heads) -> std::vector<float> {
+  // One tensor of the HF directory: drawn (seeded by its name), rounded to the stored type and written; returns
+  // the values both files hold (FP8: what e4m3 and the block scales represent).
+  auto hf_tensor = [&](const TensorDecl& d, const std::string& name, const std::vector<int64_t>& shape) {
+    const bool is_vector = d.form == TensorForm::kVector;
     size_t n = 1;
-    for (auto d : shape) n *= static_cast<size_t>(d);
-    std::vector<float> v = RandomTensor(s.seed, hf_name, n, std, center);
-    const DType gguf_t = is_vector ? DType::kF32 : store_dtype;
-    v = RoundTrip(is_vector ? vec_dtype : store_dtype, v);  // both files hold exactly these values
-    const bool as_fp8 = fp8 && !is_vector && shape.size() == 2 && hf_name.find("embed_tokens") == std::string::npos &&
-                        hf_name.find("lm_head") == std::string::npos && hf_name.find("mlp.gate.weight") == std::string::npos &&
-                        hf_name.find("shared_head.head") == std::string::npos;
-    if (as_fp8) {
+    for (auto dim : shape) n *= static_cast<size_t>(dim);
+    std::vector<float> v = RoundTrip(is_vector ? vec_dtype : store_dtype, RandomTensor(s.seed, name, n, d.tiny_std, d.tiny_center));
+    if (fp8 && !is_vector && shape.size() == 2 && !KeepsFullPrecision(d.id)) {
       auto [bytes, scales] = Fp8BlockQuantize(&v, shape[0], shape[1]);
       if (want_hf) {
-        st.push_back({hf_name, DType::kF8E4M3, shape, std::move(bytes)});
+        st.push_back({name, DType::kF8E4M3, shape, std::move(bytes)});
         const int64_t B = TensorView::kFp8Block;
         std::vector<uint8_t> sb(scales.size() * 4);
         std::memcpy(sb.data(), scales.data(), sb.size());
-        st.push_back({hf_name + "_scale_inv", DType::kF32, {(shape[0] + B - 1) / B, (shape[1] + B - 1) / B}, std::move(sb)});
+        st.push_back({name + "_scale_inv", DType::kF32, {(shape[0] + B - 1) / B, (shape[1] + B - 1) / B}, std::move(sb)});
       }
     } else if (want_hf) {
-      st.push_back({hf_name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
+      st.push_back({name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
     }
-    if (want_gguf && !gguf_name.empty())
-      gw.AddTensor(gguf_name, gguf_t, shape, Encode(gguf_t, permute_heads ? PermuteQK(v, permute_heads, shape.back()) : v));
-    bar.Update(++done);
     return v;
   };
-  // Names from the family's table (model/arch/): HF and GGUF spellings of tensor `id` of layer `l`.
-  auto HfName = [&](TensorId id, int l = -1, int e = -1) { return TensorName(family, WeightFormat::kHf, id, l, e); };
-  auto GgufName = [&](TensorId id, int l = -1) { return TensorName(family, WeightFormat::kGguf, id, l); };
-  auto add_t = [&](TensorId id, int l, std::vector<int64_t> shape, float std, float center, bool is_vector, int permute_heads) {
-    return add(HfName(id, l), GgufName(id, l), std::move(shape), std, center, is_vector, permute_heads);
-  };
-  const float lin = 1.0f;  // weights scaled 1/sqrt(fan_in): activations stay O(1), logits spread over several nats
-  // Routed experts: HF keeps one tensor per expert; GGUF stacks them into {experts, rows, cols}, same values.
-  auto add_experts = [&](int l) {
-    const int64_t ff = s.moe_intermediate;
-    struct Proj { TensorId id; int64_t rows, cols; };
-    for (const Proj& pr : {Proj{TensorId::kFfnGateExps, ff, h}, Proj{TensorId::kFfnUpExps, ff, h}, Proj{TensorId::kFfnDownExps, h, ff}}) {
-      std::vector<float> stacked;
-      for (int e = 0; e < s.experts; ++e) {
-        const std::string name = HfName(pr.id, l, e);
-        std::vector<float> v = RoundTrip(store_dtype, RandomTensor(s.seed, name, static_cast<size_t>(pr.rows * pr.cols),
-                                                                   lin / std::sqrt(static_cast<float>(pr.cols)), 0.f));
-        if (fp8) {
-          auto [bytes, scales] = Fp8BlockQuantize(&v, pr.rows, pr.cols);
-          if (want_hf) {
-            const int64_t B = TensorView::kFp8Block;
-            std::vector<uint8_t> sb(scales.size() * 4);
-            std::memcpy(sb.data(), scales.data(), sb.size());
-            st.push_back({name, DType::kF8E4M3, {pr.rows, pr.cols}, std::move(bytes)});
-            st.push_back({name + "_scale_inv", DType::kF32, {(pr.rows + B - 1) / B, (pr.cols + B - 1) / B}, std::move(sb)});
-          }
-        } else if (want_hf) {
-          st.push_back({name, hf_dtype, {pr.rows, pr.cols}, Encode(hf_dtype, v)});
+  for (const TensorList* list : lists) {
+    std::vector<float> kv_b;  // MLA: kv_b's values, which the GGUF may hold split (k_b, v_b follow it)
+    for (const TensorDecl& d : *list) {
+      bar.Update(++done);
+      if (d.presence == Presence::kNotStored || d.presence == Presence::kIfPresent) continue;
+      const std::string hf = TensorName(family, WeightFormat::kHf, d.id, d.layer);
+      const std::string gg = TensorName(family, WeightFormat::kGguf, d.id, d.layer);
+      switch (d.form) {
+        case TensorForm::kMatrix:
+        case TensorForm::kVector: {
+          const std::vector<float> v = hf_tensor(d, hf, d.shape);
+          const DType t = d.form == TensorForm::kVector ? DType::kF32 : store_dtype;
+          if (want_gguf)
+            gw.AddTensor(gg, t, d.shape, Encode(t, d.gguf_permute_heads ? PermuteQK(v, d.gguf_permute_heads, d.shape.back()) : v));
+          break;
         }
-        stacked.insert(stacked.end(), v.begin(), v.end());
-      }
-      if (want_gguf) gw.AddTensor(GgufName(pr.id, l), store_dtype, {s.experts, pr.rows, pr.cols}, Encode(store_dtype, stacked));
-    }
-  };
-  add_t(TensorId::kTokEmbd, -1, {s.vocab, h}, 1.0f, 0.f, false, 0);
-  const int all_layers = s.layers + (ds && s.mtp ? 1 : 0);
-  for (int l = 0; l < all_layers; ++l) {
-    if (l == s.layers) {  // the MTP module's own tensors (its decoder layer follows, as any MoE layer)
-      add_t(TensorId::kMtpENorm, l, {h}, 0.1f, 1.f, true, 0);
-      add_t(TensorId::kMtpHNorm, l, {h}, 0.1f, 1.f, true, 0);
-      add_t(TensorId::kMtpEhProj, l, {h, 2 * h}, lin / std::sqrt(2.f * h), 0.f, false, 0);
-      add_t(TensorId::kMtpEmbd, l, {s.vocab, h}, 1.0f, 0.f, false, 0);
-      add_t(TensorId::kMtpHeadNorm, l, {h}, 0.1f, 1.f, true, 0);
-      add_t(TensorId::kMtpHead, l, {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
-    }
-    add_t(TensorId::kAttnNorm, l, {h}, 0.1f, 1.f, true, 0);
-    if (ds) {
-      const int64_t H = s.heads, qk = s.qk_nope + s.qk_rope;
-      if (s.q_lora > 0) {
-        add_t(TensorId::kAttnQA, l, {s.q_lora, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kAttnQANorm, l, {s.q_lora}, 0.1f, 1.f, true, 0);
-        add_t(TensorId::kAttnQB, l, {H * qk, s.q_lora}, 2.f / std::sqrt(s.q_lora), 0.f, false, 0);
-      } else {
-        add_t(TensorId::kAttnQ, l, {H * qk, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      }
-      add_t(TensorId::kAttnKvA, l, {s.kv_lora + s.qk_rope, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      add_t(TensorId::kAttnKvANorm, l, {s.kv_lora}, 0.1f, 1.f, true, 0);
-      const int64_t nope = s.qk_nope, vh = s.v_head, kvl = s.kv_lora;
-      const std::vector<float> kv_b = add(HfName(TensorId::kAttnKvB, l), s.split_kv_b ? "" : GgufName(TensorId::kAttnKvB, l),
-                                          {H * (nope + vh), kvl}, 1.f / std::sqrt(s.kv_lora), 0.f, false, 0);
-      if (s.split_kv_b && want_gguf) {  // k_b[h][c][d] = W_UK[h][d][c]; v_b[h][d][c] = W_UV[h][d][c]
-        std::vector<float> k_b(static_cast<size_t>(H * kvl * nope)), v_b(static_cast<size_t>(H * vh * kvl));
-        for (int64_t hh = 0; hh < H; ++hh)
-          for (int64_t c = 0; c < kvl; ++c) {
-            for (int64_t d = 0; d < nope; ++d) k_b[(hh * kvl + c) * nope + d] = kv_b[(hh * (nope + vh) + d) * kvl + c];
-            for (int64_t d = 0; d < vh; ++d) v_b[(hh * vh + d) * kvl + c] = kv_b[(hh * (nope + vh) + nope + d) * kvl + c];
+        case TensorForm::kGateVector: {  // HF a {1, n} linear, GGUF an f32 vector {n}
+          const std::vector<float> v = hf_tensor(d, hf, d.shape);
+          if (want_gguf) gw.AddTensor(gg, DType::kF32, {d.shape.back()}, Encode(DType::kF32, v));
+          break;
+        }
+        case TensorForm::kExperts: {  // HF one tensor per expert, GGUF them stacked: the same values
+          std::vector<float> stacked;
+          for (int e = 0; e < d.shape[0]; ++e) {
+            const std::vector<float> v = hf_tensor(d, TensorName(family, WeightFormat::kHf, d.id, d.layer, e), {d.shape[1], d.shape[2]});
+            stacked.insert(stacked.end(), v.begin(), v.end());
           }
-        gw.AddTensor(GgufName(TensorId::kAttnKB, l), store_dtype, {H, kvl, nope}, Encode(store_dtype, k_b));
-        gw.AddTensor(GgufName(TensorId::kAttnVB, l), store_dtype, {H, vh, kvl}, Encode(store_dtype, v_b));
+          if (want_gguf) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, stacked));
+          break;
+        }
+        case TensorForm::kMlaKvB:
+          kv_b = hf_tensor(d, hf, d.shape);
+          if (want_gguf && !s.split_kv_b) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, kv_b));
+          break;
+        case TensorForm::kMlaKB:
+        case TensorForm::kMlaVB:
+          if (want_gguf && s.split_kv_b) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, SplitKvB(c, kv_b, d.form)));
+          break;
       }
-      add_t(TensorId::kAttnOut, l, {h, H * s.v_head}, lin / std::sqrt(H * s.v_head), 0.f, false, 0);
-      add_t(TensorId::kFfnNorm, l, {h}, 0.1f, 1.f, true, 0);
-      if (l < s.first_dense) {
-        add_t(TensorId::kFfnGate, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kFfnUp, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kFfnDown, l, {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
-        continue;
-      }
-      add_t(TensorId::kFfnRouter, l, {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      // Mostly negative selection biases (as trained V3 checkpoints have): masking must use -inf, not 0.
-      add_t(TensorId::kFfnExpProbsBias, l, {s.experts}, 0.3f, -0.2f, true, 0);
-      add_experts(l);
-      const int64_t sff = int64_t{s.moe_intermediate} * s.shared_experts;
-      if (sff > 0) {
-        add_t(TensorId::kFfnGateShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kFfnUpShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kFfnDownShexp, l, {h, sff}, lin / std::sqrt(sff), 0.f, false, 0);
-      }
-      continue;
-    }
-    add_t(TensorId::kAttnQ, l, {qd, h}, lin / std::sqrt(h) * 2, 0.f, false, permute_qk ? s.heads : 0);
-    add_t(TensorId::kAttnK, l, {kvd, h}, lin / std::sqrt(h) * 2, 0.f, false, permute_qk ? s.kv_heads : 0);
-    add_t(TensorId::kAttnV, l, {kvd, h}, lin / std::sqrt(h), 0.f, false, 0);
-    if (family.attn_bias) {
-      add_t(TensorId::kAttnQBias, l, {qd}, 0.1f, 0.f, true, 0);
-      add_t(TensorId::kAttnKBias, l, {kvd}, 0.1f, 0.f, true, 0);
-      add_t(TensorId::kAttnVBias, l, {kvd}, 0.1f, 0.f, true, 0);
-    }
-    if (qk_norm) {
-      add_t(TensorId::kAttnQNorm, l, {s.head_dim}, 0.1f, 1.f, true, 0);
-      add_t(TensorId::kAttnKNorm, l, {s.head_dim}, 0.1f, 1.f, true, 0);
-    }
-    add_t(TensorId::kAttnOut, l, {h, qd}, lin / std::sqrt(qd), 0.f, false, 0);
-    add_t(TensorId::kFfnNorm, l, {h}, 0.1f, 1.f, true, 0);
-    if (moe) {
-      add_t(TensorId::kFfnRouter, l, {s.experts, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-      add_experts(l);
-      if (shared_gate) {  // Qwen2-MoE: one shared expert behind a sigmoid gate
-        const int64_t sff = int64_t{s.moe_intermediate} * s.shared_experts;
-        add_t(TensorId::kFfnGateShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kFfnUpShexp, l, {sff, h}, lin / std::sqrt(h), 0.f, false, 0);
-        add_t(TensorId::kFfnDownShexp, l, {h, sff}, lin / std::sqrt(sff), 0.f, false, 0);
-        // GGUF keeps the gate as a vector {hidden}; HF as a {1, hidden} linear.
-        const std::vector<float> gv = add(HfName(TensorId::kFfnShexpGate, l), "", {1, h}, 2.f / std::sqrt(h), 0.f, false, 0);
-        if (want_gguf) gw.AddTensor(GgufName(TensorId::kFfnShexpGate, l), DType::kF32, {h}, Encode(DType::kF32, gv));
-      }
-    } else {
-      add_t(TensorId::kFfnGate, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-      add_t(TensorId::kFfnUp, l, {s.intermediate, h}, lin / std::sqrt(h), 0.f, false, 0);
-      add_t(TensorId::kFfnDown, l, {h, s.intermediate}, lin / std::sqrt(s.intermediate), 0.f, false, 0);
     }
   }
-  add_t(TensorId::kOutputNorm, -1, {h}, 0.1f, 1.f, true, 0);
-  if (!s.tie_embeddings) add_t(TensorId::kOutput, -1, {s.vocab, h}, 3.f / std::sqrt(h), 0.f, false, 0);
   bar.Finish();
 
   std::vector<float> freq_factors;
   if (s.llama3_rope_scaling) freq_factors = Llama3FreqFactors(s.head_dim, s.rope_theta, 32.0, 1.0, 4.0, 8192.0);
-  const TinyVocab vocab = MakeVocab(s.vocab, s.vocab_seed ? s.vocab_seed : s.seed);
-  const bool add_bos = family.adds_bos;
 
   if (want_gguf) {
     gw.SetString("general.architecture", gguf_arch);
@@ -407,7 +359,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     if (!freq_factors.empty()) {
       std::vector<uint8_t> b(freq_factors.size() * 4);
       std::memcpy(b.data(), freq_factors.data(), b.size());
-      gw.AddTensor(GgufName(TensorId::kRopeFreqs), DType::kF32, {static_cast<int64_t>(freq_factors.size())}, std::move(b));
+      gw.AddTensor(TensorName(family, WeightFormat::kGguf, TensorId::kRopeFreqs), DType::kF32, {static_cast<int64_t>(freq_factors.size())}, std::move(b));
     }
     gw.SetString("tokenizer.ggml.model", "gpt2");
     gw.SetString("tokenizer.ggml.pre", "gpt-2");
@@ -426,17 +378,6 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     fs::create_directories(out, ec);
     if (ec) return IoError(out + ": cannot create directory: " + ec.message());
     DI_RETURN_IF_ERROR(WriteSafetensors((fs::path(out) / "model.safetensors").string(), st));
-    nlohmann::json cfg = {
-        {"architectures", {family.hf_class}}, {"model_type", arch}, {"vocab_size", s.vocab},
-        {"hidden_size", s.hidden}, {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads},
-        {"num_key_value_heads", s.kv_heads}, {"head_dim", s.head_dim}, {"intermediate_size", s.intermediate},
-        {"max_position_embeddings", s.ctx}, {"rms_norm_eps", 1e-5}, {"rope_theta", s.rope_theta},
-        {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
-        {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
-    if (family.tiny_hf_config) family.tiny_hf_config(s, &cfg);
-    if (s.llama3_rope_scaling)
-      cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                             {"original_max_position_embeddings", 8192}};
     DI_RETURN_IF_ERROR(WriteText(fs::path(out) / "config.json", cfg.dump(2)));
     nlohmann::json vocab_json = nlohmann::json::object();
     for (size_t i = 0; i + 2 < vocab.tokens.size(); ++i) vocab_json[vocab.tokens[i]] = i;

@@ -25,6 +25,7 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/eplb.h"
+#include "model/arch/model_tensors.h"
 #include "model/layers/linear.h"
 
 namespace deepinfer {
@@ -111,14 +112,26 @@ std::vector<float> VecSlice(const std::vector<float>& v, size_t first, size_t n)
   return std::vector<float>(v.begin() + first, v.begin() + first + n);
 }
 
-// Tensor parallelism over one attention group: column-parallel matrices become row views, row-parallel ones
-// are collected (ColumnSlice) and copied out together at the end (Finish).
+// How errors name a row-parallel matrix.
+const char* RowParallelName(TensorId id) {
+  switch (id) {
+    case TensorId::kAttnOut: return "attention output";
+    case TensorId::kFfnDown: return "MLP down";
+    case TensorId::kFfnDownShexp: return "shared expert down";
+    default: return "row-parallel matrix";
+  }
+}
+
+// Tensor parallelism over one attention group, by the split each tensor's declaration gives (model/arch/):
+// column-parallel tensors become row views, row-parallel ones are collected (ColumnSlice) and copied out
+// together at the end (Finish).
 class TpSharder {
  public:
   TpSharder(Model& m, const dist::ParallelConfig& pc)
       : m_(m), c_(m.config), pc_(pc), T_(pc.tp), r_(pc.tp_rank()),
         expert_ways_(m.config.n_experts == 0 ? 1 : pc.expert_dispatch() ? pc.moe_tp() : pc.tp),
-        expert_rank_(pc.expert_dispatch() ? pc.moe_tp_rank() : pc.tp_rank()) {}
+        expert_rank_(pc.expert_dispatch() ? pc.moe_tp_rank() : pc.tp_rank()),
+        split_shared_(m.config.n_experts > 0 && !pc.expert_dispatch()) {}
 
   // Whether this rank splits anything: attention TP, or experts split inside their groups.
   bool needed() const { return T_ > 1 || expert_ways_ > 1; }
@@ -127,43 +140,35 @@ class TpSharder {
     ModelShard& s = m_.shard;
     s.expert_tp = expert_ways_;
     s.moe_intermediate = c_.moe_intermediate / expert_ways_;
-    if (T_ == 1) {  // experts only: attention, dense layers and the vocabulary stay whole
-      for (size_t l = 0; l < m_.layers.size(); ++l) DI_RETURN_IF_ERROR(Experts(m_.layers[l], "layer " + std::to_string(l)));
-      for (size_t k = 0; k < m_.mtp.size(); ++k) DI_RETURN_IF_ERROR(Experts(m_.mtp[k].layer, "MTP module " + std::to_string(k)));
-      return Finish();
-    }
-    s.tp = T_;
-    s.tp_rank = r_;
-    s.n_heads = c_.n_heads / T_;
-    s.head0 = r_ * s.n_heads;
-    if (!c_.mla) {
-      if (c_.n_kv_heads % T_ == 0) {
-        s.n_kv_heads = c_.n_kv_heads / T_;
-        s.kv_head0 = r_ * s.n_kv_heads;
-      } else {  // T = n_kv * g: ranks r with the same r / g share the KV head their q heads read
-        s.n_kv_heads = 1;
-        s.kv_head0 = r_ / (T_ / c_.n_kv_heads);
+    if (T_ > 1) {  // else experts only: attention, dense layers and the vocabulary stay whole
+      s.tp = T_;
+      s.tp_rank = r_;
+      s.n_heads = c_.n_heads / T_;
+      s.head0 = r_ * s.n_heads;
+      if (!c_.mla) {
+        if (c_.n_kv_heads % T_ == 0) {
+          s.n_kv_heads = c_.n_kv_heads / T_;
+          s.kv_head0 = r_ * s.n_kv_heads;
+        } else {  // T = n_kv * g: ranks r with the same r / g share the KV head their q heads read
+          s.n_kv_heads = 1;
+          s.kv_head0 = r_ / (T_ / c_.n_kv_heads);
+        }
       }
+      s.intermediate = c_.intermediate / T_;
+      s.shared_ffn = split_shared_ ? c_.shared_ffn / T_ : c_.shared_ffn;
+      s.vocab_stride = (c_.vocab_size + T_ - 1) / T_;
+      s.vocab_begin = std::min(c_.vocab_size, r_ * s.vocab_stride);
+      s.vocab_rows = std::min(s.vocab_stride, c_.vocab_size - s.vocab_begin);
     }
-    s.intermediate = c_.intermediate / T_;
-    const bool split_shared = c_.n_experts > 0 && !pc_.expert_dispatch();
-    s.shared_ffn = split_shared ? c_.shared_ffn / T_ : c_.shared_ffn;
-    s.vocab_stride = (c_.vocab_size + T_ - 1) / T_;
-    s.vocab_begin = std::min(c_.vocab_size, r_ * s.vocab_stride);
-    s.vocab_rows = std::min(s.vocab_stride, c_.vocab_size - s.vocab_begin);
-
-    const void* embd0 = m_.tok_embd.data;
-    const void* head0 = m_.lm_head.data;
-    const bool tied = head0 == embd0;
-    m_.tok_embd = VocabSlice(m_.tok_embd);
-    m_.lm_head = tied ? m_.tok_embd : VocabSlice(m_.lm_head);
-    for (size_t l = 0; l < m_.layers.size(); ++l)
-      DI_RETURN_IF_ERROR(Layer(m_.layers[l], "layer " + std::to_string(l), split_shared));
-    for (size_t k = 0; k < m_.mtp.size(); ++k) {
-      MtpWeights& P = m_.mtp[k];
-      DI_RETURN_IF_ERROR(Layer(P.layer, "MTP module " + std::to_string(k), split_shared));
-      P.embed = P.embed.data == embd0 ? m_.tok_embd : VocabSlice(P.embed);
-      P.head = P.head.data == head0 ? m_.lm_head : VocabSlice(P.head);
+    // Views that share a tensor (a tied head, an MTP module's borrowed embedding and head) are equal, so their
+    // row slices are equal too.
+    const ModelTensors t = DeclareModelTensors(c_, m_);
+    DI_RETURN_IF_ERROR(Split(t.embedding, "model"));
+    DI_RETURN_IF_ERROR(Split(t.head, "model"));
+    for (size_t l = 0; l < t.layers.size(); ++l) DI_RETURN_IF_ERROR(Split(t.layers[l], "layer " + std::to_string(l)));
+    for (size_t k = 0; k < t.mtp.size(); ++k) {
+      DI_RETURN_IF_ERROR(Split(t.mtp[k].layer, "MTP module " + std::to_string(k)));
+      DI_RETURN_IF_ERROR(Split(t.mtp[k].own, "MTP module " + std::to_string(k)));
     }
     return Finish();
   }
@@ -173,14 +178,63 @@ class TpSharder {
     TensorView* t;
     int64_t c0, n;
   };
+  // This rank's part of a dimension split `ways` ways, in declaration units: [first, first + count).
+  struct Part {
+    int64_t first = 0, count = 0;
+    int ways = 1;  // 1: whole
+  };
 
-  TensorView VocabSlice(const TensorView& w) { return RowSlice(w, m_.shard.vocab_begin, m_.shard.vocab_rows); }
+  static Part Even(int64_t n, int ways, int rank) { return {rank * (n / ways), n / ways, ways}; }
+
+  Part PartOf(TpBy by) const {
+    const ModelShard& s = m_.shard;
+    switch (by) {
+      case TpBy::kHeads: return {s.head0, s.n_heads, T_};
+      case TpBy::kKvHeads: return {s.kv_head0, s.n_kv_heads, T_};
+      case TpBy::kFfn: return Even(c_.intermediate, T_, r_);
+      // Under expert parallelism the shared expert stays whole: each rank runs it over its own rows.
+      case TpBy::kSharedFfn: return split_shared_ ? Even(c_.shared_ffn, T_, r_) : Part{};
+      // Pure TP: by tp_rank; dispatch: by moe_tp_rank inside the group.
+      case TpBy::kExpertFfn: return Even(c_.moe_intermediate, expert_ways_, expert_rank_);
+      case TpBy::kVocab: return {s.vocab_begin, s.vocab_rows, T_};
+    }
+    return {};
+  }
+
+  // The flag that asked for a split, for errors.
+  std::string SplitFlag(TpBy by) const {
+    if (by == TpBy::kExpertFfn && pc_.expert_dispatch())
+      return "--ep " + std::to_string(pc_.ep) + " (experts split " + std::to_string(expert_ways_) + " ways)";
+    return "--tp " + std::to_string(T_);
+  }
+
+  // Every tensor of one list to this rank's part of it.
+  Status Split(const TensorList& list, const std::string& where) {
+    for (const TensorDecl& d : list) {
+      if (d.tp_split == TpSplit::kReplicated) continue;
+      const Part p = PartOf(d.tp_by);
+      if (p.ways == 1) continue;
+      const int64_t first = p.first * d.tp_unit, n = p.count * d.tp_unit;
+      const bool rows = d.tp_split == TpSplit::kColumn;
+      if (d.vector) {  // biases, W_UK^T: the rank's elements
+        *d.vector = VecSlice(*d.vector, static_cast<size_t>(first), static_cast<size_t>(n));
+      } else if (d.experts) {
+        for (size_t e = 0; e < d.experts->size(); ++e) {
+          TensorView& t = (*d.experts)[e];
+          if (!t.data) continue;  // an expert another group holds (ShardModel dropped it)
+          if (rows) t = RowSlice(t, first, n);
+          else DI_RETURN_IF_ERROR(ColumnSlice(t, first, n, where + " expert " + std::to_string(e) + " down", SplitFlag(d.tp_by)));
+        }
+      } else if (d.matrix->data) {  // (MLA holds one of kv_b and v_b)
+        if (rows) *d.matrix = RowSlice(*d.matrix, first, n);
+        else DI_RETURN_IF_ERROR(ColumnSlice(*d.matrix, first, n, where + " " + RowParallelName(d.id), SplitFlag(d.tp_by)));
+      }
+    }
+    return Status::Ok();
+  }
 
   // Queues input columns [c0, c0 + n) of every row of t for copying (row-parallel weights). split: the flag
   // that asked for the split, for errors.
-  Status ColumnSlice(TensorView& t, int64_t c0, int64_t n, const std::string& what) {
-    return ColumnSlice(t, c0, n, what, "--tp " + std::to_string(T_));
-  }
   Status ColumnSlice(TensorView& t, int64_t c0, int64_t n, const std::string& what, const std::string& split) {
     const DTypeInfo& info = GetDTypeInfo(t.dtype);
     if (c0 % info.block_elems != 0 || n % info.block_elems != 0)
@@ -191,64 +245,6 @@ class TpSharder {
       return Unimplemented(split + ": " + what + " (FP8 " + t.ShapeString() +
                            ") would split inside its 128-column scale blocks (" + std::to_string(n) + " input columns per rank)");
     cuts_.push_back({&t, c0, n});
-    return Status::Ok();
-  }
-
-  Status Attention(LayerWeights& L, const std::string& where) {
-    const ModelShard& s = m_.shard;
-    if (c_.mla) {
-      MlaWeights& w = L.mla;
-      const int64_t nope = c_.qk_nope_dim, qk = nope + c_.qk_rope_dim, vd = c_.v_head_dim, kvl = c_.kv_lora_rank;
-      const int64_t h0 = s.head0, hn = s.n_heads;
-      if (w.wq.data) w.wq = RowSlice(w.wq, h0 * qk, hn * qk);
-      if (w.wq_b.data) w.wq_b = RowSlice(w.wq_b, h0 * qk, hn * qk);
-      if (w.wkv_b.data) w.wkv_b = RowSlice(w.wkv_b, h0 * (nope + vd), hn * (nope + vd));
-      if (w.wv_b.data) w.wv_b = RowSlice(w.wv_b, h0 * vd, hn * vd);
-      w.uk_t = VecSlice(w.uk_t, static_cast<size_t>(h0 * kvl * nope), static_cast<size_t>(hn * kvl * nope));
-      return ColumnSlice(w.wo, h0 * vd, hn * vd, where + " attention output");
-    }
-    GqaWeights& w = L.gqa;
-    const int64_t hd = c_.head_dim, q0 = s.head0 * hd, qn = s.n_heads * hd, k0 = s.kv_head0 * hd, kn = s.n_kv_heads * hd;
-    w.wq = RowSlice(w.wq, q0, qn);
-    w.wk = RowSlice(w.wk, k0, kn);
-    w.wv = RowSlice(w.wv, k0, kn);
-    w.bq = VecSlice(w.bq, q0, qn);
-    w.bk = VecSlice(w.bk, k0, kn);
-    w.bv = VecSlice(w.bv, k0, kn);
-    return ColumnSlice(w.wo, q0, qn, where + " attention output");
-  }
-
-  // A SwiGLU of width ff: rows [r ff/T, ...) of gate and up, the same input columns of down.
-  Status Mlp(DenseMlpWeights& w, int64_t ff, const std::string& what) {
-    if (w.empty()) return Status::Ok();
-    const int64_t f = ff / T_, f0 = r_ * f;
-    w.gate = RowSlice(w.gate, f0, f);
-    w.up = RowSlice(w.up, f0, f);
-    return ColumnSlice(w.down, f0, f, what);
-  }
-
-  Status Layer(LayerWeights& L, const std::string& where, bool split_shared) {
-    DI_RETURN_IF_ERROR(Attention(L, where));
-    DI_RETURN_IF_ERROR(Mlp(L.mlp, c_.intermediate, where + " MLP down"));
-    if (!L.is_moe()) return Status::Ok();
-    DI_RETURN_IF_ERROR(Experts(L, where));
-    return split_shared ? Mlp(L.moe.shared, c_.shared_ffn, where + " shared expert down") : Status::Ok();
-  }
-
-  // Routed experts split expert_ways_ ways (pure TP: by tp_rank; dispatch: by moe_tp_rank inside the group).
-  Status Experts(LayerWeights& L, const std::string& where) {
-    if (!L.is_moe() || expert_ways_ == 1) return Status::Ok();
-    MoeWeights& w = L.moe;
-    const int64_t f = c_.moe_intermediate / expert_ways_, f0 = expert_rank_ * f;
-    const std::string split = pc_.expert_dispatch() ? "--ep " + std::to_string(pc_.ep) + " (experts split " +
-                                                          std::to_string(expert_ways_) + " ways)"
-                                                    : "--tp " + std::to_string(T_);
-    for (size_t e = 0; e < w.gate.size(); ++e) {
-      if (!w.gate[e].data) continue;  // an expert another group holds (ShardModel dropped it)
-      w.gate[e] = RowSlice(w.gate[e], f0, f);
-      w.up[e] = RowSlice(w.up[e], f0, f);
-      DI_RETURN_IF_ERROR(ColumnSlice(w.down[e], f0, f, where + " expert " + std::to_string(e) + " down", split));
-    }
     return Status::Ok();
   }
 
@@ -296,6 +292,7 @@ class TpSharder {
   const ModelConfig& c_;
   const dist::ParallelConfig& pc_;
   const int T_, r_, expert_ways_, expert_rank_;
+  const bool split_shared_;  // pure tensor parallelism over a MoE model: the shared expert splits as the dense MLP
   std::vector<Cut> cuts_;
 };
 

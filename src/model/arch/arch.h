@@ -1,6 +1,7 @@
 // A model family, declared once: the names it goes by in Hugging Face configs and GGUF files, the rules that
 // set its configuration (the shared fields are read by model/hf_config.cc and model/gguf_config.cc; a family
-// adds its own), its tensor spellings, and what `make-tiny` writes for it. Each family lives in one file of
+// adds its own), its tensors (model/arch/tensor_decl.h: which, their shapes and spellings, how they shard), and
+// what `make-tiny` writes for it. Each family lives in one file of
 // model/arch/ and is listed once in registry.cc; nothing else in the tree switches on the family to find names
 // or rules. How to add one: docs/architecture.md ("Adding a model family", worked on Mixtral).
 #pragma once
@@ -18,6 +19,10 @@ namespace deepinfer {
 
 class GgufFile;
 class GgufWriter;
+class TensorList;
+struct LayerWeights;
+struct Model;
+struct MtpWeights;
 struct TinySpec;
 
 // Typed reads of an HF config.json whose errors name the file and the key.
@@ -98,6 +103,12 @@ struct ArchSpec {
   // The family's forward (model/models/<family>.cc); nullptr: LlamaForward, the pre-norm decoder the families
   // built like Llama share.
   FamilyForward forward = nullptr;
+  // The tensors of decoder layer `layer` in file order, landing in `w` (shared blocks: model/arch/blocks.h). The
+  // loader, `convert`, `make-tiny` and the sharder all read this one list.
+  void (*layer_tensors)(const ModelConfig& c, int layer, LayerWeights& w, TensorList& out) = nullptr;
+  // Families with multi-token prediction: an MTP module's own tensors (its decoder layer is layer_tensors' of
+  // layer n_layers + k), landing in `w`; those it may share with the model fall back to m's.
+  void (*mtp_tensors)(const ModelConfig& c, MtpWeights& w, const Model& m, TensorList& out) = nullptr;
 };
 
 // The registry (registry.cc).

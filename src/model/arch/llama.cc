@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/arch/arch.h"
+#include "model/arch/blocks.h"
 
 namespace deepinfer {
 
@@ -16,6 +17,8 @@ const ArchSpec& LlamaArch() {
       .gguf_arch = "llama",
       .adds_bos = true,
       .gguf_rope = RopeStyle::kAdjacentPairs,
+      // GQA attention (GGUF q/k rows in adjacent-pair order), dense SwiGLU MLP.
+      .layer_tensors = GqaLayerTensors,
   };
   return kSpec;
 }
@@ -30,6 +33,7 @@ const ArchSpec& MistralArch() {
       .adds_bos = true,
       .gguf_rope = RopeStyle::kAdjacentPairs,
       .tiny_hf_config = [](const TinySpec&, nlohmann::json* cfg) { (*cfg)["sliding_window"] = nullptr; },
+      .layer_tensors = GqaLayerTensors,  // Llama's
   };
   return kSpec;
 }

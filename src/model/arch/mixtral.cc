@@ -7,6 +7,7 @@
 
 #include "format/gguf.h"
 #include "model/arch/arch.h"
+#include "model/arch/blocks.h"
 #include "model/make_tiny.h"
 
 namespace deepinfer {
@@ -70,6 +71,8 @@ const ArchSpec& MixtralArch() {
           {TensorId::kFfnUpExps, WeightFormat::kHf, "block_sparse_moe.experts.{e}.w3.weight"},
           {TensorId::kFfnDownExps, WeightFormat::kHf, "block_sparse_moe.experts.{e}.w2.weight"},
       },
+      // GQA attention (GGUF q/k rows in adjacent-pair order); router and routed experts.
+      .layer_tensors = GqaLayerTensors,
   };
   return kSpec;
 }

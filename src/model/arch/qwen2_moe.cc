@@ -6,6 +6,7 @@
 
 #include "format/gguf.h"
 #include "model/arch/arch.h"
+#include "model/arch/blocks.h"
 #include "model/make_tiny.h"
 
 namespace deepinfer {
@@ -66,6 +67,8 @@ const ArchSpec& Qwen2MoeArch() {
           {TensorId::kFfnUpShexp, WeightFormat::kHf, "mlp.shared_expert.up_proj.weight"},
           {TensorId::kFfnDownShexp, WeightFormat::kHf, "mlp.shared_expert.down_proj.weight"},
       },
+      // GQA attention with q/k/v biases; router, routed experts, the shared expert and its sigmoid gate.
+      .layer_tensors = GqaLayerTensors,
   };
   return kSpec;
 }

@@ -1,5 +1,6 @@
 // Qwen3 (dense): Llama's network with a per-head RMSNorm on q and k before RoPE, NeoX RoPE, no biases.
 #include "model/arch/arch.h"
+#include "model/arch/blocks.h"
 
 namespace deepinfer {
 
@@ -11,6 +12,8 @@ const ArchSpec& Qwen3Arch() {
       .hf_class = "Qwen3ForCausalLM",
       .gguf_arch = "qwen3",
       .qk_norm = true,
+      // GQA attention with per-head q/k norms, dense SwiGLU MLP.
+      .layer_tensors = GqaLayerTensors,
   };
   return kSpec;
 }

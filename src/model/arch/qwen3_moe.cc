@@ -5,6 +5,7 @@
 
 #include "format/gguf.h"
 #include "model/arch/arch.h"
+#include "model/arch/blocks.h"
 #include "model/make_tiny.h"
 
 namespace deepinfer {
@@ -63,6 +64,8 @@ const ArchSpec& Qwen3MoeArch() {
       .tiny_gguf_metadata = [](const TinySpec& s, const std::string& p, GgufWriter& w) {
         WriteGgufExpertCounts(p, s.experts, s.experts_used, s.moe_intermediate, w);
       },
+      // GQA attention with per-head q/k norms; router and routed experts (a dense SwiGLU in mlp_only_layers).
+      .layer_tensors = GqaLayerTensors,
   };
   return kSpec;
 }

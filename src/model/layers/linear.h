@@ -1,6 +1,6 @@
 // Linear layers as the model holds them: a weight {out_features, in_features} in its stored type (rows
 // contiguous) and an optional f32 bias. How each one may be split over tensor-parallel ranks is part of its
-// role, written next to it in each layer's weights struct:
+// role, declared with the tensor (model/arch/tensor_decl.h) and applied by model/shard.cc:
 //   column-parallel  output rows split across ranks, no reduction (q/k/v, gate/up, router): RowSlice(w, r0, n)
 //   row-parallel     input columns split across ranks, partial sums all-reduced (o_proj, down)
 // Routed experts are one TensorView per expert, so an expert placement is a choice of which views a rank holds.
