@@ -12,8 +12,8 @@ int CmdConvert(int argc, char** argv) {
   Args args("convert",
             "Convert a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) to one GGUF file\n"
             "in the layout llama.cpp's converter writes, so the same weights run in llama.cpp. Architectures: llama,\n"
-            "mistral, qwen2, qwen3, qwen3_moe, deepseek_v2/v3 (MLA as split attn_k_b/attn_v_b, MTP modules as\n"
-            "blk.N.nextn.*). Tokenizers: byte-level BPE (Llama 3, Qwen, DeepSeek).",
+            "mistral, mixtral, qwen2, qwen3, qwen2_moe, qwen3_moe, olmo2, smollm3, deepseek_v2/v3 (MLA as split\n"
+            "attn_k_b/attn_v_b, MTP modules as blk.N.nextn.*). Tokenizers: byte-level BPE (Llama 3, Qwen, DeepSeek).",
             {
                 {"model", "m", "DIR", "", "Hugging Face model directory, or an f32/f16/bf16 .gguf to re-type (needs --outtype)"},
                 {"out", "o", "FILE", "", "output .gguf file (written atomically)"},

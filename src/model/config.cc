@@ -18,6 +18,9 @@ Status ValidateConfig(const ModelConfig& c, const std::string& file) {
                           c.decoder_sparse_step <= 0))
     return bad("experts used per token must be in [1, n_experts] and the expert FFN size positive");
   if (c.shared_ffn < 0) return bad("shared expert size must not be negative");
+  for (int l : c.nope_layers)
+    if (l < 0 || l >= c.n_layers) return bad("a layer without RoPE is out of range: " + std::to_string(l));
+  if (!c.nope_layers.empty() && c.mla) return bad("MLA layers always apply RoPE");
   return Status::Ok();
 }
 
@@ -27,8 +30,10 @@ std::string ModelConfig::Summary() const {
                 "arch=%s vocab=%d hidden=%d layers=%d heads=%d kv_heads=%d head_dim=%d ffn=%d ctx=%d rope_theta=%g%s%s%s%s",
                 ArchName(arch), vocab_size, hidden, n_layers, n_heads, n_kv_heads, head_dim, intermediate, max_ctx,
                 rope_theta, rope_freq_factors.empty() ? "" : " rope_scaling=llama3", tie_embeddings ? " tied" : "",
-                attn_bias ? " qkv_bias" : "", qk_norm ? " qk_norm" : "");
+                attn_bias ? " qkv_bias" : "",
+                qk_norm == QkNorm::kPerHead ? " qk_norm" : qk_norm == QkNorm::kWhole ? " qk_norm=whole" : "");
   std::string out = buf;
+  if (!nope_layers.empty()) out += " nope_layers=" + std::to_string(nope_layers.size());
   if (n_experts > 0)
     out += " experts=" + std::to_string(n_experts) + " used=" + std::to_string(n_experts_used) +
            " expert_ffn=" + std::to_string(moe_intermediate) + (norm_topk_prob ? " norm_topk" : "") +

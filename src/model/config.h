@@ -10,9 +10,13 @@
 namespace deepinfer {
 
 // Model families; each is declared once in model/arch/ (names, config rules, tensor spellings).
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe };
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3 };
 const char* ArchName(Arch a);
 bool ArchFromName(const std::string& name, Arch* out);  // deepinfer, HF model_type/class or GGUF architecture names
+
+// RMSNorm of q and k after their projections, before RoPE: none, per head (Qwen3: one head_dim weight shared by
+// every head) or over the whole projection (OLMo 2: heads * head_dim weights, the statistic over all heads).
+enum class QkNorm { kNone, kPerHead, kWhole };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -30,7 +34,14 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;  // llama3-style scaling: inv_freq[i] /= factor[i]; empty = none
   bool tie_embeddings = false;
   bool attn_bias = false;  // q/k/v projection biases (qwen2)
-  bool qk_norm = false;    // per-head RMSNorm on q and k before RoPE (qwen3)
+  QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE
+  // Layers that skip RoPE (SmolLM3's every fourth: no positional signal but the causal mask); empty: none.
+  std::vector<int> nope_layers;
+  bool LayerUsesRope(int l) const {
+    for (int n : nope_layers)
+      if (n == l) return false;
+    return true;
+  }
   // Mixture of experts (qwen3_moe): layers whose MLP is routed over n_experts, n_experts_used per token.
   int n_experts = 0, n_experts_used = 0, moe_intermediate = 0;
   bool norm_topk_prob = true;

@@ -179,13 +179,23 @@ void ForwardPass::Norm(const std::vector<float>& w, Rows rows) {
   if (rows.b->n > 0) ops_.RmsNorm(x_.data() + off, w.data(), c_.rms_eps, rows.b->n, c_.hidden, xn_.data() + off);
 }
 
+void ForwardPass::Input(Rows rows) {
+  const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
+  std::copy_n(x_.data() + off, static_cast<size_t>(rows.b->n) * c_.hidden, xn_.data() + off);
+}
+
+void ForwardPass::NormOutput(const std::vector<float>& w, Rows rows) {
+  const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
+  if (rows.b->n > 0) ops_.RmsNorm(y_.data() + off, w.data(), c_.rms_eps, rows.b->n, c_.hidden, y_.data() + off);
+}
+
 void ForwardPass::AddResidual(Rows rows) {
   const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
   float *x = x_.data() + off, *y = y_.data() + off;
   for (size_t i = 0; i < static_cast<size_t>(rows.b->n) * c_.hidden; ++i) x[i] += y[i];
 }
 
-Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Rows rows) {
+Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Rows rows, bool rope) {
   const BatchView& b = *rows.b;
   const int n = b.n;
   if (n == 0) {
@@ -196,7 +206,7 @@ Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Ro
   }
   const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
   if (mla_) DI_RETURN_IF_ERROR(mla_->Forward(L.mla, b, l, kv, xn_.data() + off, y_.data() + off));
-  else DI_RETURN_IF_ERROR(gqa_->Forward(L.gqa, b, l, kv, xn_.data() + off, y_.data() + off));
+  else DI_RETURN_IF_ERROR(gqa_->Forward(L.gqa, b, l, kv, rope, xn_.data() + off, y_.data() + off));
   return TpAllReduce(y_.data() + off, n);  // tensor parallel: each rank's o_proj covers its heads
 }
 

@@ -52,8 +52,13 @@ class ForwardPass {
   Status Embed(const TensorView& embd);
   // xn = RMSNorm(x) with weight w, over `rows`.
   void Norm(const std::vector<float>& w, Rows rows);
+  // xn = x over `rows` (a block fed the residual stream itself: OLMo 2's post-norm layer).
+  void Input(Rows rows);
+  // y = RMSNorm(y) with weight w, over `rows` (a block's output normed before it joins the residual).
+  void NormOutput(const std::vector<float>& w, Rows rows);
   // y = attention(xn) of layer kv_layer (GQA or MLA, by the model), its K/V written to kv; tensor-parallel reduced.
-  Status Attention(const LayerWeights& L, int kv_layer, PagedKvCache& kv, Rows rows);
+  // rope false: a NoPE layer (GQA only; MLA's rope key is part of its cache).
+  Status Attention(const LayerWeights& L, int kv_layer, PagedKvCache& kv, Rows rows, bool rope = true);
   // y = the layer's MLP of xn over the whole batch: dense SwiGLU or routed experts (moe_layer: the main layer's
   // index, for its live expert placement; -1 for an MTP module); tensor/expert-parallel as the model is split.
   Status Mlp(const LayerWeights& L, int moe_layer);

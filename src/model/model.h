@@ -25,6 +25,8 @@ class SafetensorsModel;
 // (config.mla, config.IsMoeLayer(l)); the other structs stay empty.
 struct LayerWeights {
   std::vector<float> attn_norm, ffn_norm;  // small vectors are kept in f32
+  // Norms of the attention and MLP outputs before they join the residual (OLMo 2's post-norm layer).
+  std::vector<float> attn_post_norm, ffn_post_norm;
   GqaWeights gqa;
   MlaWeights mla;
   DenseMlpWeights mlp;

@@ -21,6 +21,7 @@
 #include "base/work_queue.h"
 #include "engine/engine.h"
 #include "model/model.h"
+#include "server/api_call.h"
 #include "server/http_server.h"
 #include "server/responses.h"
 #include "server/metrics.h"
@@ -62,7 +63,6 @@ class OpenAiServer {
   const std::string& model_name() const { return name_; }
 
  private:
-  struct Call;
   void Handle(HttpServer::ConnId c, HttpRequest& req);
   void OnClose(HttpServer::ConnId c);
   void Error(HttpServer::ConnId c, int status, const std::string& message, const std::string& type = "",
@@ -71,20 +71,8 @@ class OpenAiServer {
   // On a prep worker. resp: a /v1/responses request (its conversation and whether to store the answer).
   void Generate(HttpServer::ConnId c, const HttpRequest& req, bool chat, std::shared_ptr<const ResponsesRequest> resp = nullptr);
   void Responses(HttpServer::ConnId c, HttpRequest& req);  // /v1/responses, as a chat request (prep worker)
-  // A finished /v1/responses answer into responses_ (unless its request said store: false).
-  void StoreResponse(const Call& k, const nlohmann::json& message, const std::string& finish_reason, const nlohmann::json& usage);
-  // What a chat answer is parsed into (ChatOutputParsing) and which API shapes it.
-  struct OutputParsing {
-    bool tools = false;        // tool calls into tool_calls
-    bool thinking = false;     // a <think> block into reasoning_content
-    bool single_call = false;  // at most one call (parallel_tool_calls false, or a named tool)
-    // The call syntax the answer is written in: the template's, or (forced calls on a template without one) the
-    // Llama-3.x JSON call syntax the grammar makes the model write.
-    ToolFormat format = ToolFormat::kNone;
-    std::shared_ptr<const ResponsesRequest> responses;  // a /v1/responses request
-  };
-  void Submit(HttpServer::ConnId c, bool chat, bool stream, bool include_usage, bool echo, OutputParsing parse,
-              const RequestParams& params, std::vector<ValidatedRequest> checked);  // back on the loop
+  // Back on the loop: the call is accepted (or refused at the queue limit) and its prompts go to the engine.
+  void Submit(HttpServer::ConnId c, const AnswerShape& shape, const RequestParams& params, std::vector<ValidatedRequest> checked);
   // What a chat answer is parsed into, from `tools` / `tool_choice` / `parallel_tool_calls` and the template;
   // for tool_choice "required" or named, the grammar that forces the calls goes into params.
   StatusOr<OutputParsing> ChatOutputParsing(const nlohmann::json& body, bool chat, RequestParams* params) const;
@@ -92,13 +80,13 @@ class OpenAiServer {
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
   struct PendingOutput {
-    std::shared_ptr<Call> call;
+    std::shared_ptr<ApiCall> call;
     int choice_offset;
     RequestOutput event;
   };
-  void HandOff(std::shared_ptr<Call> call, int choice_offset, const RequestOutput& ev);
+  void HandOff(std::shared_ptr<ApiCall> call, int choice_offset, const RequestOutput& ev);
   void DrainOutputs();
-  void OnOutput(const std::shared_ptr<Call>& call, const RequestOutput& ev, int choice_offset);
+  void OnOutput(const std::shared_ptr<ApiCall>& call, const RequestOutput& ev, int choice_offset);
   void Tokenize(HttpServer::ConnId c, const HttpRequest& req);
   void Detokenize(HttpServer::ConnId c, const HttpRequest& req);
   bool Authorized(const HttpRequest& req) const;
@@ -112,7 +100,7 @@ class OpenAiServer {
   ServerMetrics metrics_;
   HttpServer http_;
   // Requests in the engine, by connection (HTTP thread only).
-  std::unordered_map<HttpServer::ConnId, std::shared_ptr<Call>> calls_;
+  std::unordered_map<HttpServer::ConnId, std::shared_ptr<ApiCall>> calls_;
   std::mutex outputs_mu_;
   std::vector<PendingOutput> outputs_;   // engine events not yet handled, in order (guarded by outputs_mu_)
   std::vector<PendingOutput> draining_;  // the batch DrainOutputs is handling (HTTP thread only)

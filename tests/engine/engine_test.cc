@@ -1,6 +1,6 @@
 // The engine's contract: overlap on/off bit-identity, batch invariance, preemption and prefix-cache
 // transparency, refusal of bad requests, and no leaks. Runs on stories260K (a real trained model) and on a
-// tiny random qwen3-layout model (GQA, q/k norm, untied head).
+// tiny random qwen3-layout model (GQA, q/k norm, untied head), and tiny models of every other family.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -66,6 +66,23 @@ const Model& TinyQwen2Moe() {
   return *m;
 }
 
+// The families that differ from Llama in composition only: OLMo 2's post-norm layers (whole-projection q/k
+// norms), SmolLM3's NoPE layers (layer 3 of 4 skips RoPE).
+const Model& TinyOlmo2() {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kOlmo2), "olmo2");
+  return *m;
+}
+
+const Model& TinySmolLM3() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kSmolLM3);
+    s.layers = 4;
+    s.tie_embeddings = true;  // as SmolLM3-3B
+    return MakeTiny(s, "smollm3");
+  }();
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -90,7 +107,9 @@ class EngineEquivalence : public ::testing::TestWithParam<int> {
       case 2: return Case{"tiny-qwen3-moe", TinyMoe, {"a", "e ", "\n"}};
       case 3: return Case{"tiny-deepseek-v3", TinyDeepseek, {"a", "e ", "\n"}};
       case 4: return Case{"tiny-mixtral", TinyMixtral, {"a", "e ", "\n"}};
-      default: return Case{"tiny-qwen2-moe", TinyQwen2Moe, {"a", "e ", "\n"}};
+      case 5: return Case{"tiny-qwen2-moe", TinyQwen2Moe, {"a", "e ", "\n"}};
+      case 6: return Case{"tiny-olmo2", TinyOlmo2, {"a", "e ", "\n"}};
+      default: return Case{"tiny-smollm3", TinySmolLM3, {"a", "e ", "\n"}};
     }
   }
 };
@@ -174,10 +193,11 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
 }
 
 std::string ModelName(const ::testing::TestParamInfo<int>& info) {
-  static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3", "TinyMixtral", "TinyQwen2Moe"};
+  static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3", "TinyMixtral", "TinyQwen2Moe",
+                                 "TinyOlmo2", "TinySmolLM3"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5), ModelName);
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7), ModelName);
 
 // Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
 TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {

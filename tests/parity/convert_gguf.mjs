@@ -11,7 +11,7 @@
 //    llama.cpp, does not parse special tokens out of plain text) and, for Qwen, that NFC leaves unchanged (GGUF
 //    has no normalizer; llama.cpp does not apply Qwen's NFC). (c) llama.cpp loads every converted vocabulary.
 // 3. Refusals: a GGUF input without --outtype, a directory without tokenizer.json, a SentencePiece tokenizer, an unsupported MoE
-//    layout: clear error, non-zero exit, no output file.
+//    layout, a SmolLM3 NoPE pattern llama.cpp cannot express: clear error, non-zero exit, no output file.
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import {createRequire} from "node:module";
@@ -37,6 +37,8 @@ const cases = [
   {arch: "qwen2", flags: []},
   {arch: "qwen3", flags: ["--head-dim", "32", "--tie"]},
   {arch: "qwen3_moe", flags: ["--experts", "8", "--experts-used", "2", "--layers", "3"]},
+  {arch: "olmo2", flags: ["--heads", "8", "--kv-heads", "2", "--layers", "3"]},
+  {arch: "smollm3", flags: ["--layers", "4", "--rope-theta", "5000000"]},
   {arch: "mixtral", flags: ["--experts", "4", "--experts-used", "2", "--expert-ffn", "64", "--heads", "8", "--kv-heads", "2"]},
   {arch: "qwen2_moe", flags: ["--experts", "8", "--experts-used", "2", "--shared-experts", "2", "--layers", "3"]},
   {arch: "deepseek_v3", flags: ["--experts", "16", "--experts-used", "4", "--layers", "3", "--mtp"]},
@@ -141,6 +143,13 @@ const cfg2 = JSON.parse(fs.readFileSync(path.join(q2moe, "config.json"), "utf8")
 cfg2.norm_topk_prob = true;
 fs.writeFileSync(path.join(q2moe, "config.json"), JSON.stringify(cfg2));
 expectRefusal("qwen2_moe with norm_topk_prob", ["-m", q2moe], /norm_topk_prob/);
+// llama.cpp's smollm3 knows only RoPE-less every fourth layer; another no_rope_layers has no faithful GGUF.
+const smol = path.join(tmp, "smol");
+runDeepinfer(bin, ["make-tiny", "--arch", "smollm3", "--layers", "4", "--format", "hf", "-q", "--out", smol]);
+const cfg3 = JSON.parse(fs.readFileSync(path.join(smol, "config.json"), "utf8"));
+cfg3.no_rope_layers = [1, 0, 1, 1];
+fs.writeFileSync(path.join(smol, "config.json"), JSON.stringify(cfg3));
+expectRefusal("smollm3 with NoPE on layer 1", ["-m", smol], /every fourth layer/);
 
 fs.rmSync(tmp, {recursive: true, force: true});
 process.exit(process.exitCode ?? 0);

@@ -121,7 +121,7 @@ TEST(HfConfigTest, Qwen3MoE30BA3B) {
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->arch, Arch::kQwen3Moe);
   EXPECT_FALSE(c->mla);
-  EXPECT_TRUE(c->qk_norm);
+  EXPECT_EQ(c->qk_norm, QkNorm::kPerHead);
   EXPECT_EQ(c->head_dim, 128);  // explicit, not hidden / heads (= 64)
   EXPECT_EQ(c->n_kv_heads, 4);
   EXPECT_EQ(c->kv_k_elems(), 512);
@@ -209,7 +209,7 @@ TEST(HfConfig, Qwen15MoeA27B) {
   EXPECT_EQ(c->shared_ffn, 5632);
   EXPECT_TRUE(c->shared_expert_gate);
   EXPECT_TRUE(c->attn_bias);  // qwen2 attention: q/k/v biases
-  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->qk_norm, QkNorm::kNone);
   EXPECT_EQ(c->intermediate, 5632);
   EXPECT_EQ(PagedKvCache::BytesPerToken(c->kv_layout(), DType::kBF16), 196608u);  // 24 x 2 x 2048 x 2
 }

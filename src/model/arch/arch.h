@@ -77,7 +77,7 @@ struct ArchSpec {
   // is GGUF "llama" with expert_count).
   const char* gguf_arch_with_experts = nullptr;
   // Family rules, each written once.
-  bool qk_norm = false;    // per-head RMSNorm of q and k before RoPE
+  QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE (config.h)
   bool attn_bias = false;  // q/k/v projection biases
   bool mla = false;        // multi-head latent attention (else GQA)
   bool moe = false;        // routed experts (make-tiny writes MoE layers)
@@ -132,6 +132,8 @@ const ArchSpec& Qwen3MoeArch();
 const ArchSpec& DeepseekArch();
 const ArchSpec& MixtralArch();
 const ArchSpec& Qwen2MoeArch();
+const ArchSpec& Olmo2Arch();
+const ArchSpec& SmolLM3Arch();
 
 // Shared by the MoE families: GGUF expert metadata (expert_count, expert_used_count, expert_feed_forward_length)
 // written for convert and make-tiny.

@@ -39,9 +39,12 @@ void GqaTensors(const ModelConfig& c, GqaWeights& w, TensorList& t) {
   bias(TensorId::kAttnQBias, qd, &w.bq, TpBy::kHeads, false);
   bias(TensorId::kAttnKBias, kvd, &w.bk, TpBy::kKvHeads, true);
   bias(TensorId::kAttnVBias, kvd, &w.bv, TpBy::kKvHeads, true);
-  if (c.qk_norm) {  // one head's weights, shared by every head: whole on every rank
+  if (c.qk_norm == QkNorm::kPerHead) {  // one head's weights, shared by every head: whole on every rank
     t.Norm(TensorId::kAttnQNorm, hd, &w.q_norm);
     t.Norm(TensorId::kAttnKNorm, hd, &w.k_norm);
+  } else if (c.qk_norm == QkNorm::kWhole) {  // one weight per projection row (tensor parallelism refuses these)
+    t.Norm(TensorId::kAttnQNorm, qd, &w.q_norm);
+    t.Norm(TensorId::kAttnKNorm, kvd, &w.k_norm);
   }
   t.Matrix(TensorId::kAttnOut, h, qd, &w.wo, 1.f / std::sqrt(qd)).RowParallel(TpBy::kHeads, hd);
 }

@@ -11,7 +11,7 @@ const ArchSpec& Qwen3Arch() {
       .hf_names = {"qwen3", "Qwen3ForCausalLM"},
       .hf_class = "Qwen3ForCausalLM",
       .gguf_arch = "qwen3",
-      .qk_norm = true,
+      .qk_norm = QkNorm::kPerHead,
       // GQA attention with per-head q/k norms, dense SwiGLU MLP.
       .layer_tensors = GqaLayerTensors,
   };

@@ -44,7 +44,7 @@ const ArchSpec& Qwen3MoeArch() {
       .hf_names = {"qwen3_moe", "Qwen3MoeForCausalLM"},
       .hf_class = "Qwen3MoeForCausalLM",
       .gguf_arch = "qwen3moe",
-      .qk_norm = true,
+      .qk_norm = QkNorm::kPerHead,
       .moe = true,
       .hf_config = [](const HfConfigReader& j, ModelConfig* c) { return ReadQwenMoeHfConfig(j, true, c); },
       // llama.cpp's qwen3moe always renormalizes the top-k weights (the shared GGUF reader's default).

@@ -28,6 +28,7 @@ constexpr SharedName kShared[] = {
     {"attn_v.bias", "self_attn.v_proj.bias"},
     {"attn_q_norm.weight", "self_attn.q_norm.weight"},
     {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},  // OLMo 2 and Gemma 3 spell it so
     {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
     {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
     {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
@@ -49,6 +50,7 @@ constexpr SharedName kShared[] = {
     {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
     {"ffn_gate_inp_shexp.weight", "mlp.shared_expert_gate.weight"},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
     {"nextn.enorm.weight", "enorm.weight"},
     {"nextn.hnorm.weight", "hnorm.weight"},
     {"nextn.eh_proj.weight", "eh_proj.weight"},

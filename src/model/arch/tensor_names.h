@@ -13,12 +13,14 @@ enum class TensorId {
   kTokEmbd, kOutputNorm, kOutput, kRopeFreqs,
   // Attention (per layer). GQA:
   kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQBias, kAttnKBias, kAttnVBias, kAttnQNorm, kAttnKNorm,
+  // Norms of a block's output before it joins the residual (OLMo 2, Gemma 3).
+  kAttnPostNorm,
   // MLA (DeepSeek): low-rank q, the shared latent + rope key, its up-projection (whole, or split into k_b / v_b).
   kAttnQA, kAttnQANorm, kAttnQB, kAttnKvA, kAttnKvANorm, kAttnKvB, kAttnKB, kAttnVB,
   // MLP (per layer): dense, router, routed experts (GGUF stacks them; HF has one tensor per expert), shared
   // experts and Qwen2-MoE's sigmoid gate on the shared expert.
   kFfnNorm, kFfnGate, kFfnUp, kFfnDown, kFfnRouter, kFfnExpProbsBias, kFfnGateExps, kFfnUpExps, kFfnDownExps,
-  kFfnGateShexp, kFfnUpShexp, kFfnDownShexp, kFfnShexpGate,
+  kFfnGateShexp, kFfnUpShexp, kFfnDownShexp, kFfnShexpGate, kFfnPostNorm,
   // DeepSeek-V3 MTP module (stored as layer n_layers + k).
   kMtpENorm, kMtpHNorm, kMtpEhProj, kMtpEmbd, kMtpHeadNorm, kMtpHead,
   kCount

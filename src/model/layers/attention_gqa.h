@@ -1,5 +1,5 @@
 // Grouped-query attention (llama, mistral, qwen2/3 and their MoE variants): q/k/v projections (optional biases),
-// optional per-head RMSNorm of q and k, RoPE, K/V appended to the paged cache, causal attention over each
+// optional RMSNorm of q and k (per head or whole), RoPE (skipped on NoPE layers), K/V appended to the paged cache, causal attention over each
 // sequence's cached rows, output projection.
 #pragma once
 #include <vector>
@@ -16,21 +16,22 @@ struct GqaWeights {
   TensorView wq, wk, wv;              // {heads * head_dim | kv_heads * head_dim, hidden}, column-parallel by head
   TensorView wo;                      // {hidden, heads * head_dim}, row-parallel
   std::vector<float> bq, bk, bv;      // qwen2: projection biases (split with their rows)
-  std::vector<float> q_norm, k_norm;  // qwen3: per-head RMSNorm weights {head_dim} (replicated)
+  std::vector<float> q_norm, k_norm;  // q/k RMSNorm weights: {head_dim} per head (qwen3), or whole (OLMo 2)
 };
 
 class GqaAttention {
  public:
   // ops: the device's ops (kernels/ops.h) the layer runs on.
   GqaAttention(const Ops& ops, const ModelConfig& c, int max_tokens);
-  // out (n rows of hidden) = wo(attention(xn)); the batch's K/V rows go to layer kv_layer of kv.
-  // A failed K/V exchange (context parallelism) is returned.
-  Status Forward(const GqaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, const float* xn, float* out);
+  // out (n rows of hidden) = wo(attention(xn)); the batch's K/V rows go to layer kv_layer of kv. rope false:
+  // q and k keep no position (SmolLM3's NoPE layers). A failed K/V exchange (context parallelism) is returned.
+  Status Forward(const GqaWeights& w, const BatchView& b, int kv_layer, PagedKvCache& kv, bool rope, const float* xn,
+                 float* out);
 
  private:
   const Ops& ops_;
   int n_heads_, n_kv_, head_dim_;
-  bool qk_norm_;
+  QkNorm qk_norm_;
   float eps_;
   RopeTable rope_;
   std::vector<float> q_, k_, v_, attn_;

@@ -16,11 +16,13 @@ struct LayerWeights;
 using FamilyForward = Status (*)(ForwardPass& f, PagedKvCache& kv);
 
 Status LlamaForward(ForwardPass& f, PagedKvCache& kv);
+Status Olmo2Forward(ForwardPass& f, PagedKvCache& kv);    // post-norm layers (models/olmo2.cc)
+Status SmolLM3Forward(ForwardPass& f, PagedKvCache& kv);  // NoPE layers (models/smollm3.cc)
 
 // The pre-norm residual layer over the whole batch:  x += attention(norm(x));  x += mlp(norm(x)).
 // kv_layer: the layer's index in kv; moe_layer: the main layer's index for its live expert placement (-1: an
-// MTP module's layer).
-Status PreNormLayer(ForwardPass& f, const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer);
+// MTP module's layer); rope false: attention without RoPE (a NoPE layer).
+Status PreNormLayer(ForwardPass& f, const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer, bool rope = true);
 // The model's main layers as pre-norm layers under two-batch overlap (two_batch_overlap.cc).
 Status PreNormLayersOverlapped(ForwardPass& f, PagedKvCache& kv);
 

@@ -8,10 +8,10 @@
 
 namespace deepinfer {
 
-Status PreNormLayer(ForwardPass& f, const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer) {
+Status PreNormLayer(ForwardPass& f, const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer, bool rope) {
   const Rows all = f.all();
   f.Norm(L.attn_norm, all);
-  DI_RETURN_IF_ERROR(f.Attention(L, kv_layer, kv, all));
+  DI_RETURN_IF_ERROR(f.Attention(L, kv_layer, kv, all, rope));
   f.AddResidual(all);
   f.Norm(L.ffn_norm, all);
   DI_RETURN_IF_ERROR(f.Mlp(L, moe_layer));
