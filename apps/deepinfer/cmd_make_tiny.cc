@@ -17,7 +17,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b (sets arch and sizes)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
-                {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 (GGUF; the HF copy holds the dequantized values)"},
+                {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K..q6_K | mxfp4 (quantized types: every matrix in the GGUF; the HF copy holds the dequantized values)"},
                 {"seed", "", "N", "1", "random seed"},
                 {"vocab-seed", "", "N", "--seed", "tokenizer seed: models made with the same --vocab-seed and --vocab share a vocabulary (a target and its draft)"},
                 {"vocab", "", "N", "512", "vocabulary size"},

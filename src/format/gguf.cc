@@ -39,6 +39,7 @@ DType DTypeFromGgml(uint32_t t) {
     case 15: return DType::kQ8_K;
     case 20: return DType::kIQ4_NL;
     case 23: return DType::kIQ4_XS;
+    case 39: return DType::kMXFP4;
     case 26: return DType::kI32;
     case 30: return DType::kBF16;
     default: return DType::kInvalid;
@@ -63,6 +64,7 @@ uint32_t GgmlFromDType(DType t) {
     case DType::kQ8_K: return 15;
     case DType::kIQ4_NL: return 20;
     case DType::kIQ4_XS: return 23;
+    case DType::kMXFP4: return 39;
     case DType::kI32: return 26;
     case DType::kBF16: return 30;
     default: return 0xffffffffu;
@@ -272,7 +274,7 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Parse(const uint8_t* data, size_t 
       return Unimplemented(name + ": tensor '" + info.name + "' has unsupported ggml type " + std::to_string(type) +
                            (tn ? std::string(" (") + tn + ")" : std::string(" (unknown)")) +
                            "; supported: f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_K, q3_K, q4_K, q5_K, q6_K, "
-                           "iq4_nl, iq4_xs");
+                           "iq4_nl, iq4_xs, mxfp4");
     }
     const auto& ti = GetDTypeInfo(info.dtype);
     if (ne[0] % ti.block_elems)

@@ -37,6 +37,8 @@ class LlamaMix {
     int layer = 0;
     std::sscanf(name.c_str(), "blk.%d.", &layer);
     auto more_bits = [](int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; };
+    // MXFP4_MOE: the stacked experts in MXFP4, every other matrix (head and embedding included) in q8_0.
+    if (ftype_ == kMXFP4_MOE) return Fallback(name.find("_exps.") != std::string::npos ? DType::kMXFP4 : DType::kQ8_0, cols);
     const bool km = ftype_ == kQ4_K_M || ftype_ == kQ5_K_M;
     DType t = base_;
     if (name == "output.weight" || (tied_ && name == "token_embd.weight")) {
@@ -96,7 +98,7 @@ class LlamaMix {
   }
 
   static constexpr int kQ2_K = 10, kQ3_K_S = 11, kQ3_K_M = 12, kQ3_K_L = 13, kQ4_K_S = 14, kQ4_K_M = 15, kQ5_K_S = 16,
-                       kQ5_K_M = 17;
+                       kQ5_K_M = 17, kMXFP4_MOE = 38;
 
  private:
   int ftype_;
@@ -308,6 +310,7 @@ bool ParseOutType(const std::string& name, ConvertOptions* opts) {
       {"q3_k_m", DType::kQ3_K, 12}, {"q3_k_l", DType::kQ3_K, 13},
       // llama-quantize's aliases: Q3_K = Q3_K_M, Q4_K = Q4_K_M, Q5_K = Q5_K_M.
       {"q3_k", DType::kQ3_K, 12},  {"q4_k", DType::kQ4_K, 15},  {"q5_k", DType::kQ5_K, 17},
+      {"mxfp4_moe", DType::kMXFP4, 38},
   };
   std::string lower = name;
   for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

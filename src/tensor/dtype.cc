@@ -17,7 +17,8 @@ const DTypeInfo& GetDTypeInfo(DType t) {
       {"f32", 1, 4},      {"f16", 1, 2},     {"bf16", 1, 2},    {"q8_0", 32, 34},  {"q4_0", 32, 18},
       {"i32", 1, 4},      {"f8_e4m3", 1, 1}, {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},
       {"q8_1", 32, 36},   {"q2_K", 256, 84}, {"q3_K", 256, 110}, {"q4_K", 256, 144}, {"q5_K", 256, 176},
-      {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"invalid", 1, 0},
+      {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"mxfp4", 32, 17},
+      {"invalid", 1, 0},
   };
   static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kInvalid) + 1);
   return kInfo[static_cast<int>(t)];
@@ -224,6 +225,7 @@ void QuantizeRow(DType t, const float* src, void* dst, size_t n) {
     case DType::kQ4_K: return QuantizeRowQ4_K(src, static_cast<BlockQ4_K*>(dst), n);
     case DType::kQ5_K: return QuantizeRowQ5_K(src, static_cast<BlockQ5_K*>(dst), n);
     case DType::kQ6_K: return QuantizeRowQ6_K(src, static_cast<BlockQ6_K*>(dst), n);
+    case DType::kMXFP4: return QuantizeRowMXFP4(src, static_cast<BlockMXFP4*>(dst), n);
     case DType::kI32: {
       auto* d = static_cast<int32_t*>(dst);
       for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(src[i]);
@@ -251,6 +253,7 @@ bool CanQuantizeRow(DType t) {
     case DType::kQ4_K:
     case DType::kQ5_K:
     case DType::kQ6_K:
+    case DType::kMXFP4:
     case DType::kI32: return true;
     default: return false;
   }

@@ -12,6 +12,8 @@ enum class DType : uint8_t {
   kF32, kF16, kBF16, kQ8_0, kQ4_0, kI32, kF8E4M3,
   // ggml's k-quants (256-element super-blocks) and the other GGUF block types users download.
   kQ4_1, kQ5_0, kQ5_1, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K, kIQ4_NL, kIQ4_XS,
+  // OCP microscaling FP4 (gpt-oss and DeepSeek-V4 experts): 32 e2m1 values sharing a power-of-two scale.
+  kMXFP4,
   kInvalid
 };
 
@@ -104,6 +106,23 @@ struct BlockIQ4_XS {
   uint8_t scales_l[4]; // 4 low bits
   uint8_t qs[128];     // 4-bit indices into kIQ4NLValues
 };
+// MXFP4 (ggml's block_mxfp4, GGUF type 39): value = 2^(e - 128) * kMXFP4Values[q], the e2m1 grid doubled (so the
+// scale is halved), nibbles laid out as BlockQ4_0's (low nibbles elements 0..15, high nibbles 16..31).
+struct BlockMXFP4 {
+  uint8_t e;        // E8M0 shared exponent
+  uint8_t qs[16];
+};
+static_assert(sizeof(BlockMXFP4) == 17);
+// The e2m1 values doubled (ggml's kvalues_mxfp4): 0, 1, 2, 3, 4, 6, 8, 12 and their negatives.
+extern const int8_t kMXFP4Values[16];
+// An E8M0 exponent byte as 2^(e - 128), half its value, matching the doubled grid (ggml's
+// GGML_E8M0_TO_FP32_HALF: e = 0 and 1 give the subnormals 2^-128 and 2^-127).
+inline float E8M0HalfToF32(uint8_t e) {
+  const uint32_t bits = e < 2 ? 0x00200000u << e : static_cast<uint32_t>(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ5_1) == 24 &&
               sizeof(BlockQ8_1) == 36 && sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 &&

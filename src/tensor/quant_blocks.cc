@@ -11,6 +11,7 @@
 namespace deepinfer {
 
 const int8_t kIQ4NLValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+const int8_t kMXFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 void KQuantScaleMin(int j, const uint8_t* q, uint8_t* sc, uint8_t* mn) {
   if (j < 4) {
@@ -62,6 +63,17 @@ void DequantQ5(const B* b, float* y, size_t nb) {
         y[j] = (((b[i].qs[j] & 0x0F) | xh0) - 16) * d;
         y[j + 16] = (((b[i].qs[j] >> 4) | xh1) - 16) * d;
       }
+    }
+  }
+}
+
+// ggml's dequantize_row_mxfp4: the int8 grid value times the scale, one rounding (exact unless it overflows).
+void DequantMXFP4(const BlockMXFP4* b, float* y, size_t nb) {
+  for (size_t i = 0; i < nb; ++i, y += 32) {
+    const float d = E8M0HalfToF32(b[i].e);
+    for (int j = 0; j < 16; ++j) {
+      y[j] = kMXFP4Values[b[i].qs[j] & 0xf] * d;
+      y[j + 16] = kMXFP4Values[b[i].qs[j] >> 4] * d;
     }
   }
 }
@@ -214,6 +226,7 @@ bool DequantizeBlocks(DType t, const void* src, float* dst, size_t n) {
     case DType::kQ5_1: DequantQ5<BlockQ5_1, true>(static_cast<const BlockQ5_1*>(src), dst, n / 32); return true;
     case DType::kQ8_1: DequantQ8_1(static_cast<const BlockQ8_1*>(src), dst, n / 32); return true;
     case DType::kIQ4_NL: DequantIQ4NL(static_cast<const BlockIQ4_NL*>(src), dst, n / 32); return true;
+    case DType::kMXFP4: DequantMXFP4(static_cast<const BlockMXFP4*>(src), dst, n / 32); return true;
     case DType::kQ2_K: DequantQ2K(static_cast<const BlockQ2_K*>(src), dst, n / kQK_K); return true;
     case DType::kQ3_K: DequantQ3K(static_cast<const BlockQ3_K*>(src), dst, n / kQK_K); return true;
     case DType::kQ4_K: DequantQ4K(static_cast<const BlockQ4_K*>(src), dst, n / kQK_K); return true;
@@ -286,7 +299,8 @@ DType ActivationDotType(DType weight) {
     case DType::kQ8_0:
     case DType::kQ4_0:
     case DType::kQ5_0:
-    case DType::kIQ4_NL: return DType::kQ8_0;
+    case DType::kIQ4_NL:
+    case DType::kMXFP4: return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1: return DType::kQ8_1;
     case DType::kQ2_K:

@@ -261,6 +261,30 @@ void QuantizeRowQ4_1(const float* x, BlockQ4_1* y, size_t n) {
   }
 }
 
+// ggml's quantize_row_mxfp4_ref: the shared exponent puts the block's largest magnitude in the grid's top
+// binade (e = floor(log2(amax)) - 2 + 127, read as the halved scale 2^(e - 128)); each value takes the nearest
+// grid point, the first (lowest index) on ties, as ggml's linear search does.
+void QuantizeRowMXFP4(const float* x, BlockMXFP4* y, size_t n) {
+  for (size_t i = 0; i < n / 32; ++i, x += 32) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]);
+    const uint8_t e = amax > 0.0f ? static_cast<uint8_t>(std::floor(std::log2(amax)) - 2 + 127) : 0;
+    const float d = E8M0HalfToF32(e);
+    y[i].e = e;
+    auto best = [d](float v) {
+      int index = 0;
+      float err = std::fabs(kMXFP4Values[0] * d - v);
+      for (int q = 1; q < 16; ++q) {
+        const float e2 = std::fabs(kMXFP4Values[q] * d - v);
+        if (e2 < err) index = q, err = e2;
+      }
+      return static_cast<uint8_t>(index);
+    };
+    for (int j = 0; j < 16; ++j) y[i].qs[j] = static_cast<uint8_t>(best(x[j]) | best(x[j + 16]) << 4);
+  }
+}
+
 void QuantizeRowQ5_0(const float* x, BlockQ5_0* y, size_t n) {
   for (size_t b = 0; b < n / 32; ++b, x += 32) {
     float amax;

@@ -21,5 +21,6 @@ void QuantizeRowQ3_K(const float* x, BlockQ3_K* y, size_t n);
 void QuantizeRowQ4_K(const float* x, BlockQ4_K* y, size_t n);
 void QuantizeRowQ5_K(const float* x, BlockQ5_K* y, size_t n);
 void QuantizeRowQ6_K(const float* x, BlockQ6_K* y, size_t n);
+void QuantizeRowMXFP4(const float* x, BlockMXFP4* y, size_t n);
 
 }  // namespace deepinfer

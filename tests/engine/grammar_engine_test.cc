@@ -66,7 +66,9 @@ TEST(GrammarEngine, ConstrainedRowsInTheMixedWorkload) {
       ExpectSameResults(ref, RunRequests(m, spec, reqs, &sst),
                         std::string("grammar rows, speculative ") + SpecMethodName(method) + (preempt ? ", preempted" : ""));
       EXPECT_GT(sst.spec_accepted_tokens, 100);
-      if (preempt) EXPECT_GT(sst.preemptions, 20);
+      if (preempt) {
+        EXPECT_GT(sst.preemptions, 20);
+      }
     }
   }
   // One constrained request alone equals the same request inside the batch.

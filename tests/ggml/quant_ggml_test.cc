@@ -172,7 +172,7 @@ TEST_F(GgmlTest, WeightQuantizationIsBitwiseGgmls) {
     rows.push_back(v);
   }
   for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
-                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kMXFP4}) {
     ASSERT_TRUE(CanQuantizeRow(t)) << DTypeName(t);
     for (size_t r = 0; r < rows.size(); ++r) {
       const auto& x = rows[r];

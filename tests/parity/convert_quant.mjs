@@ -4,7 +4,7 @@
 // one case uses hidden 288, a row length that is no multiple of 256, to exercise the fallbacks) is converted from
 // its HF directory by deepinfer, and its GGUF copy (same f32 weights) is quantized by llama.cpp's own quantizer
 // (tools/ref/llama_quantize_ref.cc: llama_model_quantize, what llama-quantize runs, no imatrix). Also: the pure
-// types (--pure), an 8-expert qwen3_moe (stacked experts, llama.cpp's 8-expert rules), a DeepSeek-V3 GGUF
+// types (--pure), an 8-expert qwen3_moe (stacked experts, llama.cpp's 8-expert rules; mxfp4_moe), a DeepSeek-V3 GGUF
 // (attn_kv_b) and f32/f16 GGUF inputs. Checks:
 //   1. the same tensors, the same per-tensor types (llama.cpp's mix rules) and bitwise the same tensor bytes
 //      (deepinfer's quantizers and ggml's reference search), and general.file_type as llama.cpp writes it;
@@ -33,9 +33,10 @@ const {readGgufFileInfo} = await import(require.resolve("node-llama-cpp"));
 
 // ggml type id -> [block bytes, block elements] (ggml-common.h).
 const kBlock = {0: [4, 1], 1: [2, 1], 2: [18, 32], 3: [20, 32], 6: [22, 32], 7: [24, 32], 8: [34, 32],
-                10: [84, 256], 11: [110, 256], 12: [144, 256], 13: [176, 256], 14: [210, 256], 30: [2, 1]};
+                10: [84, 256], 11: [110, 256], 12: [144, 256], 13: [176, 256], 14: [210, 256], 30: [2, 1],
+                39: [17, 32]};
 const kFtype = {q4_0: 2, q4_1: 3, q8_0: 7, q5_0: 8, q5_1: 9, q2_k: 10, q3_k_s: 11, q3_k_m: 12, q3_k_l: 13, q4_k_s: 14,
-               q4_k_m: 15, q5_k_s: 16, q5_k_m: 17, q6_k: 18, q3_k: 12, q4_k: 15, q5_k: 17};
+               q4_k_m: 15, q5_k_s: 16, q5_k_m: 17, q6_k: 18, q3_k: 12, q4_k: 15, q5_k: 17, mxfp4_moe: 38};
 // --pure (one type for every matrix) against llama-quantize --pure with the same file type.
 const kPure = {q2_k: 10, q3_k: 12, q4_k: 15, q5_k: 17};
 
@@ -82,6 +83,8 @@ const cases = [
   ...Object.keys(kPure).map(t => ({dir: big, outtype: t, pure: true})),
   // MoE with 8 experts (llama.cpp's q8_0 attn_k/attn_v and q5_K attn_output rules), stacked expert tensors.
   {dir: moe, outtype: "q4_k_m"},
+  // MXFP4_MOE (gpt-oss's file type): stacked experts in MXFP4, every other matrix in q8_0.
+  {dir: moe, outtype: "mxfp4_moe"},
   // GGUF inputs (f32, and f16 from make-tiny --dtype f16): deepinfer re-types the same file llama.cpp quantizes.
   {dir: big, outtype: "q4_k_m", gguf: true},
   {dir: f16, outtype: "q5_k_m", gguf: true},

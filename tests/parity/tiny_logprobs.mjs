@@ -10,7 +10,7 @@
 //        host, with the pre-restructuring binary as well: 60 positions within 3e-6, 4 isolated ones at 6e-3..2.4e-2;
 //        mean 2.7e-4. The mean (1e-3) and argmax still hold everywhere.
 //   f16  1e-2: both round activations to f16; f16's 10-bit mantissa makes the leftover larger (seen: 2.5e-3)
-//   q8_0, q4_0: mean |delta| <= 2e-2 and max <= 0.5. Activations are quantized to 8-bit blocks exactly as
+//   q8_0, q4_0, mxfp4: mean |delta| <= 2e-2 and max <= 0.5. Activations are quantized to 8-bit blocks exactly as
 //        llama.cpp's x86 kernels do (scale 127/amax, round half even), and most prompts agree to ~3e-6. But the
 //        computation is discontinuous: a last-ulp difference upstream (llama.cpp's repacked q4_0 GEMM sums in
 //        another order) can flip one activation's rounding, a jump of a whole quantization step, and through the
@@ -28,12 +28,12 @@ import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "deepinfer-parity-"));
-const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5, f8_e4m3: 1e-4};
-const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2, bf16: 1e-3};
+const TOL = {f32: 1e-4, bf16: 1e-3, f16: 1e-2, q8_0: 0.5, q4_0: 0.5, mxfp4: 0.5, f8_e4m3: 1e-4};
+const MEAN_TOL = {q8_0: 2e-2, q4_0: 2e-2, mxfp4: 2e-2, bf16: 1e-3};
 const FLIPS = {bf16: {tol: 5e-2, max: 6}};
 // Types whose HF directory holds dequantized f32 weights (not compared with llama.cpp, see above); every other
 // type, bf16 and f16 included, is compared from the HF directory and from the GGUF with the same bars.
-const HF_DEQUANTIZED = new Set(["q8_0", "q4_0"]);
+const HF_DEQUANTIZED = new Set(["q8_0", "q4_0", "mxfp4"]);
 
 const only = process.argv[3];  // optional: run the cases whose name starts with this
 const cases = [
@@ -88,6 +88,11 @@ const cases = [
   {arch: "qwen2", dtype: "q8_0", flags: []},
   {arch: "llama", dtype: "q4_0", flags: []},
   {arch: "qwen2", dtype: "q4_0", flags: []},
+  // MXFP4 (GGUF type 39: gpt-oss's and DeepSeek-V4's expert format), every matrix, dense and MoE; activations
+  // q8_0-quantized as llama.cpp's vec_dot_type for it. The q8_0/q4_0 bars: measured 2.9e-6 max (llama) and, on
+  // the MoE, 0.15 max / 1.3e-2 mean (a routing or q8 rounding step crossed, as q8_0 MoE crosses one at 0.09).
+  {arch: "llama", dtype: "mxfp4", flags: []},
+  {arch: "qwen3_moe", dtype: "mxfp4", flags: []},
 ];
 
 // 64 ids below 510 (make-tiny's bos/eos are 510/511 of 512), odd and even, the top 10% included (checked).

@@ -76,7 +76,7 @@ TEST(CrossIsaTest, MatMulOfEveryWeightTypeIsBitwiseTheSameOnEveryIsa) {
   SetComputeThreads(2);
   const DType types[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
                          DType::kQ5_0, DType::kQ5_1, DType::kIQ4_NL, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K,
-                         DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS};
+                         DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS, DType::kMXFP4};
   int compared = 0;
   for (DType t : types) {
     const int blk = GetDTypeInfo(t).block_elems;

@@ -77,7 +77,7 @@ TEST(GgufTest, QuantizedTensorsAndTheirErrors) {
   };
   auto parse = [](const std::vector<uint8_t>& b) { return GgufFile::Parse(b.data(), b.size(), "q.gguf"); };
   for (DType t : {DType::kQ4_K, DType::kQ5_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS, DType::kQ4_1, DType::kQ5_0,
-                  DType::kQ5_1, DType::kIQ4_NL}) {
+                  DType::kQ5_1, DType::kIQ4_NL, DType::kMXFP4}) {
     auto ok = write(t, 512, 0);
     auto g = parse(ok);
     ASSERT_TRUE(g.ok()) << DTypeName(t) << ": " << g.status().ToString();

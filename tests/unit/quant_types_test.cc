@@ -32,7 +32,8 @@ TEST(QuantTypesTest, BlockSizesAreGgmls) {
       {DType::kQ4_1, 32, 20, "q4_1"},   {DType::kQ5_0, 32, 22, "q5_0"},   {DType::kQ5_1, 32, 24, "q5_1"},
       {DType::kQ8_1, 32, 36, "q8_1"},   {DType::kIQ4_NL, 32, 18, "iq4_nl"}, {DType::kQ2_K, 256, 84, "q2_K"},
       {DType::kQ3_K, 256, 110, "q3_K"}, {DType::kQ4_K, 256, 144, "q4_K"}, {DType::kQ5_K, 256, 176, "q5_K"},
-      {DType::kQ6_K, 256, 210, "q6_K"}, {DType::kQ8_K, 256, 292, "q8_K"}, {DType::kIQ4_XS, 256, 136, "iq4_xs"}};
+      {DType::kQ6_K, 256, 210, "q6_K"}, {DType::kQ8_K, 256, 292, "q8_K"}, {DType::kIQ4_XS, 256, 136, "iq4_xs"},
+      {DType::kMXFP4, 32, 17, "mxfp4"}};
   for (const auto& w : kWant) {
     EXPECT_EQ(GetDTypeInfo(w.t).block_elems, w.elems) << w.name;
     EXPECT_EQ(GetDTypeInfo(w.t).block_bytes, w.bytes) << w.name;
@@ -75,6 +76,26 @@ TEST(QuantTypesTest, Q6KHandBuiltBlock) {
   DequantizeRow(DType::kQ6_K, &b, y, 256);
   EXPECT_EQ(y[81], 0.125f * (5 - 8) * 31);
   EXPECT_EQ(y[0], 0.125f * (0 - 8) * -32);  // all-zero bits: q = -32
+}
+
+// MXFP4 from the OCP microscaling spec (not from the code under test): e2m1 codes 0..7 are 0, 0.5, 1, 1.5, 2, 3,
+// 4, 6 (bit 3 the sign), times the block scale 2^(e - 127).
+TEST(QuantTypesTest, MXFP4HandBuiltBlock) {
+  BlockMXFP4 b{};
+  b.e = 127 + 3;      // scale 8
+  b.qs[0] = 0xf5;     // element 0: code 5 = 3 -> 24; element 16: code 15 = -6 -> -48
+  b.qs[7] = 0x9a;     // element 7: code 10 = -1 -> -8; element 23: code 9 = -0.5 -> -4
+  float y[32];
+  DequantizeRow(DType::kMXFP4, &b, y, 32);
+  EXPECT_EQ(y[0], 24.f);
+  EXPECT_EQ(y[16], -48.f);
+  EXPECT_EQ(y[7], -8.f);
+  EXPECT_EQ(y[23], -4.f);
+  EXPECT_EQ(y[1], 0.f);
+  b.e = 0;            // scale 2^-127, a subnormal: code 1 -> 2^-128
+  b.qs[1] = 0x01;
+  DequantizeRow(DType::kMXFP4, &b, y, 32);
+  EXPECT_EQ(y[1], std::ldexp(1.f, -128));
 }
 
 // Reference: W dequantized, x quantized to the weight type's vec_dot_type and dequantized (so the reference sees
