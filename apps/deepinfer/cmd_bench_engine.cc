@@ -226,6 +226,7 @@ int BenchThroughput(int argc, char** argv) {
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   EngineOptions base;
+  base.dist = dist::Context();  // under mpirun, the process's communicators
   if (Status s = EngineOptionsFromArgs(args, &base); !s.ok()) return Fail(s);
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
   SetComputeThreads(threads);

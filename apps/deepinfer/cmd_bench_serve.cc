@@ -138,6 +138,7 @@ int CmdBenchServe(int argc, char** argv) {
     return 0;
   }
   EngineOptions eo;
+  eo.dist = dist::Context();  // under mpirun, the process's communicators
   if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
   const int conc = static_cast<int>(std::max<long long>(1, args.GetInt("concurrency")));
   const int nreq = args.Has("num-requests") ? static_cast<int>(args.GetInt("num-requests")) : 4 * conc;

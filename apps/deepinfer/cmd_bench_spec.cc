@@ -107,6 +107,7 @@ int CmdBenchSpec(int argc, char** argv) {
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
   EngineOptions base;
+  base.dist = dist::Context();  // under mpirun, the process's communicators (speculation refuses them)
   if (Status s = EngineOptionsFromArgs(args, &base); !s.ok()) return Fail(s);
   if (base.speculative.method == SpecMethod::kNone) return Fail(InvalidArgument("bench spec needs --speculative"));
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();

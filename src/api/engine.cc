@@ -69,6 +69,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   e.speculative.ngram_max = o.ngram_max;
   e.speculative.verify = o.spec_verify == SpeculativeVerify::kExact ? SpecVerify::kExact : SpecVerify::kRejection;
   if (o.draft_model) e.speculative.draft_model = &InternalModel(*o.draft_model);
+  e.dist = dist::Context();  // the top level: the process's communicators under mpirun
   return e;
 }
 

@@ -25,6 +25,8 @@ LoadOptions ToInternal(const ModelOptions& options) {
     case WeightPlacement::kCopy: o.placement = deepinfer::WeightPlacement::kCopy; break;
   }
   o.progress = options.progress;
+  // The top level: under mpirun each rank loads its shard.
+  if (const dist::DistContext* d = dist::Context()) o.split = &d->pc;
   return o;
 }
 

@@ -70,7 +70,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   const SpeculativeOptions& spec = opt.speculative;
   const bool speculating = spec.method != SpecMethod::kNone;
   if (speculating || spec.draft_model) DI_RETURN_IF_ERROR(ValidateSpeculative(spec, model));
-  dist::DistContext* dctx = dist::Context();
+  dist::DistContext* dctx = opt.dist;
   if (dctx && dctx->pc.single()) dctx = nullptr;
   if (dctx && speculating)
     return InvalidArgument("--speculative is not supported in multi-process runs yet (run one process)");

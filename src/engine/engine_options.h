@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dist/parallel.h"
 #include "engine/speculative.h"
 #include "tensor/dtype.h"
 
@@ -22,6 +23,9 @@ struct EngineOptions {
   bool overlap = true;              // depth 1 (true) or 0
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
+  // The process's communicators and parallel plan under mpirun, from the top level (apps, the public API);
+  // nullptr: one process. The engine reads no global.
+  dist::DistContext* dist = nullptr;
 };
 
 struct EngineStats {

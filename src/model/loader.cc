@@ -212,13 +212,13 @@ Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format) {
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
+StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path, const dist::ParallelConfig* split) {
   DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
   auto m = std::make_unique<Model>();
   m->source = path;
   m->format = "gguf";
   DI_ASSIGN_OR_RETURN(m->config, ParseGgufConfig(*g));
-  if (const dist::DistContext* d = dist::Context()) DI_RETURN_IF_ERROR(CheckModelSplit(d->pc, m->config));
+  if (split) DI_RETURN_IF_ERROR(CheckModelSplit(*split, m->config));
   GgufFile* gp = g.get();
   TensorSource src{path, [gp](const std::string& n) { return gp->FindTensor(n); }};
   DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kGguf));
@@ -229,7 +229,7 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path) {
   return m;
 }
 
-StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
+StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::ParallelConfig* split) {
   namespace fs = std::filesystem;
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
   std::ifstream in(cfg_path);
@@ -240,7 +240,7 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir) {
   m->source = dir;
   m->format = "hf";
   DI_ASSIGN_OR_RETURN(m->config, ParseHfConfig(ss.str(), cfg_path));
-  if (const dist::DistContext* d = dist::Context()) DI_RETURN_IF_ERROR(CheckModelSplit(d->pc, m->config));
+  if (split) DI_RETURN_IF_ERROR(CheckModelSplit(*split, m->config));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
   SafetensorsModel* sp = st.get();
   TensorSource src{dir, [sp](const std::string& n) { return sp->Find(n); }};
@@ -320,10 +320,10 @@ StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, cons
   namespace fs = std::filesystem;
   std::error_code ec;
   StatusOr<std::unique_ptr<Model>> m = Status(StatusCode::kNotFound, path + ": no such file or directory");
-  if (fs::is_directory(path, ec)) m = LoadHf(path);
-  else if (fs::exists(path, ec)) m = LoadGguf(path);
+  if (fs::is_directory(path, ec)) m = LoadHf(path, opts.split);
+  else if (fs::exists(path, ec)) m = LoadGguf(path, opts.split);
   if (!m.ok()) return m;
-  if (const dist::DistContext* d = dist::Context(); d && !d->pc.single()) DI_RETURN_IF_ERROR(ShardModel(**m, d->pc));
+  if (opts.split && !opts.split->single()) DI_RETURN_IF_ERROR(ShardModel(**m, *opts.split));
   if (opts.placement == WeightPlacement::kMmap) return m;
   DI_RETURN_IF_ERROR(CopyWeights(**m, opts));
   if ((*m)->weights) (*m)->shard_buffers.clear();  // the tensor-parallel slices were copied again with the rest

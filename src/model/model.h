@@ -103,6 +103,10 @@ enum class WeightPlacement {
 struct LoadOptions {
   WeightPlacement placement = WeightPlacement::kAuto;
   bool progress = true;
+  // The process's parallel plan under mpirun (from the top level: apps, the public API); nullptr or a single
+  // rank: the whole model. The split is checked against the configuration before any weight is read, and the
+  // model keeps only this rank's shard (ShardModel).
+  const dist::ParallelConfig* split = nullptr;
 };
 
 // The configuration an HF config.json describes (architecture, shapes, MoE/MLA/YaRN settings), validated;
@@ -113,9 +117,7 @@ StatusOr<ModelConfig> ParseGgufConfig(const GgufFile& g);
 
 // Loads a GGUF file or an HF directory (config.json + safetensors + tokenizer.json). Every problem is reported
 // with the file and tensor it concerns.
-
-// Under mpirun (dist::Context() set) the split is checked against the configuration before any weight is read,
-// and the model keeps only this rank's shard (ShardModel).
+// Under mpirun (opts.split) the model keeps only this rank's shard.
 StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, const LoadOptions& opts = {});
 
 // Narrows a fully loaded (still mmapped) model to one rank's shard: expert parallelism keeps only the experts of
