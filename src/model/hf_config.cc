@@ -1,6 +1,7 @@
 // config.json -> ModelConfig: the fields every family shares, then the family's own (model/arch/).
 #include <nlohmann/json.hpp>
 
+#include "base/logging.h"
 #include "model/arch/arch.h"
 #include "model/model.h"
 
@@ -60,6 +61,18 @@ StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::str
       // read by the family (DeepSeek), the only one that ships YaRN
     } else if (!type.empty() && type != "default") {
       return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet");
+    }
+  }
+  // Sliding-window attention (Mistral 7B v0.1's 4096; Qwen2's when use_sliding_window) is not implemented yet
+  // (issue 32). Within the window it is exactly full attention, so the context is capped at the window rather
+  // than computing something else past it.
+  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() && r.BoolOr("use_sliding_window", true)) {
+    const int64_t window = j["sliding_window"].get<int64_t>();
+    if (window > 0 && window < c.max_ctx) {
+      DI_LOG_WARN("%s: sliding_window %lld: sliding-window attention is not supported yet; the context is capped at "
+                  "the window (%lld tokens), where full attention computes the same", cfg_path.c_str(),
+                  static_cast<long long>(window), static_cast<long long>(window));
+      c.max_ctx = static_cast<int>(window);
     }
   }
   DI_RETURN_IF_ERROR(ValidateConfig(c, cfg_path));

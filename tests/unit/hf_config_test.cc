@@ -230,5 +230,73 @@ TEST(HfConfig, MixtralWithoutExpertCountIsAnError) {
   EXPECT_NE(c.status().message().find("num_local_experts"), std::string::npos) << c.status().message();
 }
 
+// OLMo 2 (allenai/OLMo-2-0425-1B's config.json, trimmed): the whole-projection q/k norm is the family's rule.
+constexpr const char* kOlmo2_1B = R"({
+  "architectures": ["Olmo2ForCausalLM"], "attention_bias": false, "hidden_size": 2048, "intermediate_size": 8192,
+  "max_position_embeddings": 4096, "model_type": "olmo2", "num_attention_heads": 16, "num_hidden_layers": 16,
+  "num_key_value_heads": 16, "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 500000,
+  "tie_word_embeddings": false, "vocab_size": 100352})";
+
+TEST(HfConfig, Olmo2) {
+  auto c = ParseHfConfig(kOlmo2_1B, "OLMo-2-0425-1B/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kOlmo2);
+  EXPECT_EQ(c->qk_norm, QkNorm::kWhole);
+  EXPECT_EQ(c->rope_style, RopeStyle::kHalves);  // NeoX, as the HF checkpoint computes it
+  EXPECT_TRUE(c->nope_layers.empty());
+  EXPECT_EQ(c->max_ctx, 4096);
+}
+
+// SmolLM3 (HuggingFaceTB/SmolLM3-3B's config.json, trimmed): no_rope_layers marks every fourth layer 0.
+constexpr const char* kSmolLM3_3B = R"({
+  "architectures": ["SmolLM3ForCausalLM"], "attention_bias": false, "hidden_size": 2048, "intermediate_size": 11008,
+  "max_position_embeddings": 65536, "model_type": "smollm3", "num_attention_heads": 16, "num_hidden_layers": 36,
+  "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_theta": 5000000.0, "tie_word_embeddings": true,
+  "no_rope_layer_interval": 4, "use_sliding_window": false, "sliding_window": null, "vocab_size": 128256,
+  "no_rope_layers": [1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0,1,1,1,0]})";
+
+TEST(HfConfig, SmolLM3) {
+  auto c = ParseHfConfig(kSmolLM3_3B, "SmolLM3-3B/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kSmolLM3);
+  EXPECT_EQ(c->nope_layers, (std::vector<int>{3, 7, 11, 15, 19, 23, 27, 31, 35}));
+  EXPECT_TRUE(c->LayerUsesRope(0));
+  EXPECT_FALSE(c->LayerUsesRope(35));
+  EXPECT_EQ(c->max_ctx, 65536);  // sliding_window null: no cap
+  // Without the list, no_rope_layer_interval decides; a list of the wrong length is an error naming the field.
+  std::string text = kSmolLM3_3B;
+  text.replace(text.find("\"no_rope_layers\""), 16, "\"unused\"");
+  auto d = ParseHfConfig(text, "config.json");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->nope_layers, c->nope_layers);
+  text = kSmolLM3_3B;
+  text.replace(text.find("[1,1,1,0,"), 9, "[1,1,0,");
+  auto e = ParseHfConfig(text, "config.json");
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("no_rope_layers has 35 entries for 36 layers"), std::string::npos) << e.status().message();
+}
+
+// Mistral 7B v0.1 has a 4096-token sliding window; until windows are implemented (issue 32) the context is capped
+// at the window, where full attention is exact. Qwen2's window applies only with use_sliding_window.
+TEST(HfConfig, SlidingWindowCapsTheContext) {
+  const std::string mistral = R"({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
+    "max_position_embeddings": 32768, "sliding_window": 4096})";
+  auto c = ParseHfConfig(mistral, "Mistral-7B-v0.1/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->max_ctx, 4096);
+  std::string v02 = mistral;
+  v02.replace(v02.find("4096}"), 4, "null");
+  c = ParseHfConfig(v02, "Mistral-7B-v0.2/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->max_ctx, 32768);
+  std::string qwen2 = mistral;
+  qwen2.replace(qwen2.find("\"mistral\""), 9, "\"qwen2\"");
+  qwen2.replace(qwen2.find("\"sliding_window\""), 0, "\"use_sliding_window\": false, ");
+  c = ParseHfConfig(qwen2, "Qwen2/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->max_ctx, 32768);
+}
+
 }  // namespace
 }  // namespace deepinfer
