@@ -13,7 +13,7 @@ ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_toke
   const size_t m = static_cast<size_t>(max_tokens_);
   // The layers run with this rank's shapes (tensor parallelism: its heads and FFN slices).
   if (c_.mla) mla_ = std::make_unique<MlaAttention>(ops_, lc, max_tokens_);
-  else gqa_ = std::make_unique<GqaAttention>(ops_, lc, max_tokens_);
+  else gqa_ = std::make_unique<GqaAttention>(ops_, lc, max_tokens_, WholeNormSplitFor());
   bool any_dense = false;
   for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
   if (any_dense) mlp_ = std::make_unique<DenseMlp>(ops_, max_tokens_, lc.intermediate);
@@ -25,6 +25,17 @@ ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_toke
   y_.resize(m * c_.hidden);
   pos_.resize(m);
   slot_of_token_.resize(m);
+}
+
+WholeNormSplit ForwardPass::WholeNormSplitFor() const {
+  WholeNormSplit s;
+  if (c_.qk_norm != QkNorm::kWhole || !dist_ || dist_->pc.tp == 1) return s;
+  s.tp = dist_->tp.get();
+  s.q_width = c_.n_heads * c_.head_dim;
+  s.k_width = c_.n_kv_heads * c_.head_dim;
+  // tp > kv heads: each KV head is held by tp / kv heads ranks (one each), and summed that many times.
+  s.k_replicas = dist_->pc.tp > c_.n_kv_heads ? dist_->pc.tp / c_.n_kv_heads : 1;
+  return s;
 }
 
 Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, int bs, int* total_out) {

@@ -104,6 +104,8 @@ class ForwardPass {
 
  private:
   Status TpAllReduce(float* data, int rows);
+  // What a GQA layer needs to complete whole-projection q/k norms across the tensor-parallel group.
+  WholeNormSplit WholeNormSplitFor() const;
 
   const Ops& ops_;  // the device the weights live on
   const Model& model_;

@@ -45,8 +45,6 @@ int EplbGroups(int n_experts, int n_group) { return n_group > 1 && n_experts % n
 Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
   if (pc.tp > 1) {
     const std::string t = std::to_string(pc.tp);
-    if (c.qk_norm == QkNorm::kWhole)  // the statistic spans every head; a rank holds only its own
-      return Unimplemented("--tp " + t + ": " + ArchName(c.arch) + "'s q/k norm spans all heads; tensor parallelism does not split it yet");
     if (c.n_heads % pc.tp != 0)
       return InvalidArgument("--tp " + t + ": the model's " + std::to_string(c.n_heads) + " attention heads do not split " + t + " ways");
     if (!c.mla && c.n_kv_heads % pc.tp != 0 && pc.tp % c.n_kv_heads != 0)

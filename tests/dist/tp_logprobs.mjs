@@ -17,8 +17,7 @@
 //   - two runs of the same split print the same JSON text (the all-reduces sum in rank order);
 //   - TP x EP mixes on the MoE models, experts split inside expert-parallel groups (1 < E < N and E = 1 with DP), a vocabulary not divisible by T (510 over 4 ranks), KV-head replication
 //     (4 heads, 2 KV heads at --tp 4), DeepSeek's MTP module (--mtp);
-//   - a split the model cannot take (--tp 3 with 4 heads; OLMo 2's whole-projection q/k norms) exits non-zero
-//     with the error on every rank.
+//   - a split the model cannot take (--tp 3 with 4 heads) exits non-zero with the error on every rank.
 //   node tests/dist/tp_logprobs.mjs BIN [case-prefix]
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
@@ -110,6 +109,9 @@ const cases = [
   {name: "qwen2", make: ["--arch", "qwen2"], splits: DENSE},                // q/k/v biases
   {name: "qwen3", make: ["--arch", "qwen3"], splits: DENSE},                // q/k norms
   {name: "smollm3", make: ["--arch", "smollm3", "--layers", "4"], splits: DENSE},  // a NoPE layer (layer 3)
+  // Post-norm layers; q/k norms over the whole projection, their sums of squares completed across the group
+  // (2 KV heads: --tp 4 replicates each on two ranks).
+  {name: "olmo2", make: ["--arch", "olmo2", "--heads", "8", "--kv-heads", "2"], splits: DENSE},
   {name: "qwen3_moe", make: ["--arch", "qwen3_moe"], splits: MOE},
   {name: "mixtral", make: ["--arch", "mixtral", "--layers", "2"], splits: MOE},
   {name: "qwen2_moe", make: ["--arch", "qwen2_moe"], splits: MOE},          // gated shared expert
@@ -156,16 +158,6 @@ if (!only || "refusal".startsWith(only)) {
   const said = r.stderr.split("\n").filter(l => /--tp 3: the model's 4 attention heads/.test(l)).length;
   if (r.status === 0 || said !== 3) fail(`--tp 3 with 4 heads: exit ${r.status}, the heads error on ${said} of 3 ranks:\n${r.stderr.slice(-800)}`);
   else console.log("ok   --tp 3 with 4 heads: refused on all 3 ranks");
-}
-
-// Refusal: OLMo 2's q/k norms span every head, so a rank's heads cannot be normed alone (not split yet).
-if (!only || "refusal".startsWith(only)) {
-  const dir = path.join(tmp, "olmo2");
-  if (!fs.existsSync(dir)) deepinfer(["make-tiny", "--out", dir, "-q", "--arch", "olmo2"]);
-  const r = mpirun(2, ["logprobs", "-m", dir, ...tokens, "--tp", "2"]);
-  const said = r.stderr.split("\n").filter(l => /--tp 2: olmo2's q\/k norm spans all heads/.test(l)).length;
-  if (r.status === 0 || said !== 2) fail(`olmo2 at --tp 2: exit ${r.status}, the error on ${said} of 2 ranks:\n${r.stderr.slice(-800)}`);
-  else console.log("ok   olmo2 at --tp 2: refused on both ranks (whole-projection q/k norms)");
 }
 
 // Refusal: q8_0 o_proj at --tp 4 would cut its 32-element blocks (16 input columns per rank).

@@ -42,9 +42,9 @@ void GqaTensors(const ModelConfig& c, GqaWeights& w, TensorList& t) {
   if (c.qk_norm == QkNorm::kPerHead) {  // one head's weights, shared by every head: whole on every rank
     t.Norm(TensorId::kAttnQNorm, hd, &w.q_norm);
     t.Norm(TensorId::kAttnKNorm, hd, &w.k_norm);
-  } else if (c.qk_norm == QkNorm::kWhole) {  // one weight per projection row (tensor parallelism refuses these)
-    t.Norm(TensorId::kAttnQNorm, qd, &w.q_norm);
-    t.Norm(TensorId::kAttnKNorm, kvd, &w.k_norm);
+  } else if (c.qk_norm == QkNorm::kWhole) {  // one weight per projection row: split with the heads
+    t.Norm(TensorId::kAttnQNorm, qd, &w.q_norm).ColumnParallel(TpBy::kHeads, hd);
+    t.Norm(TensorId::kAttnKNorm, kvd, &w.k_norm).ColumnParallel(TpBy::kKvHeads, hd);
   }
   t.Matrix(TensorId::kAttnOut, h, qd, &w.wo, 1.f / std::sqrt(qd)).RowParallel(TpBy::kHeads, hd);
 }

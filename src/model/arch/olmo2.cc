@@ -4,8 +4,9 @@
 // (weights of heads * head_dim and kv_heads * head_dim), then NeoX RoPE (GGUF keeps HF's row order). Its forward:
 // model/models/olmo2.cc.
 //
-// Not here: OLMo 3's sliding-window layers (GGUF `olmo2` with attention.sliding_window; HF `olmo3`) and tensor
-// parallelism (the q/k statistic spans every head, so a rank's slice would need the others' partial sums).
+// Under tensor parallelism the q/k norms split with the heads and GqaAttention completes each row's statistic
+// across the group (WholeNormSplit). Not here: OLMo 3's sliding-window layers (GGUF `olmo2` with
+// attention.sliding_window; HF `olmo3`).
 #include "format/gguf.h"
 #include "model/arch/arch.h"
 #include "model/arch/blocks.h"

@@ -5,8 +5,9 @@
 
 namespace deepinfer {
 
-GqaAttention::GqaAttention(const Ops& ops, const ModelConfig& c, int max_tokens)
-    : ops_(ops), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim), qk_norm_(c.qk_norm), eps_(c.rms_eps) {
+GqaAttention::GqaAttention(const Ops& ops, const ModelConfig& c, int max_tokens, WholeNormSplit split)
+    : ops_(ops), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim), qk_norm_(c.qk_norm), split_(split),
+      eps_(c.rms_eps) {
   rope_ = RopeTable::Make(c.rope_style, c.head_dim, c.rope_theta, c.rope_freq_factors, c.yarn);
   const size_t m = static_cast<size_t>(max_tokens);
   q_.resize(m * n_heads_ * head_dim_);
@@ -24,6 +25,8 @@ Status GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Pag
   if (qk_norm_ == QkNorm::kPerHead) {
     ops_.RmsNorm(q_.data(), w.q_norm.data(), eps_, n * nh, hd, q_.data());
     ops_.RmsNorm(k_.data(), w.k_norm.data(), eps_, n * nkv, hd, k_.data());
+  } else if (qk_norm_ == QkNorm::kWhole && split_.tp) {
+    DI_RETURN_IF_ERROR(SplitWholeNorm(w, n));
   } else if (qk_norm_ == QkNorm::kWhole) {
     ops_.RmsNorm(q_.data(), w.q_norm.data(), eps_, n, nh * hd, q_.data());
     ops_.RmsNorm(k_.data(), w.k_norm.data(), eps_, n, nkv * hd, k_.data());
@@ -36,6 +39,32 @@ Status GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Pag
   ops_.PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd},
                  1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
   ops_.MatMul(w.wo, attn_.data(), n, out);
+  return Status::Ok();
+}
+
+Status GqaAttention::SplitWholeNorm(const GqaWeights& w, int n) {
+  const int qd = n_heads_ * head_dim_, kd = n_kv_ * head_dim_;
+  ss_.assign(static_cast<size_t>(2) * n, 0.0);
+  for (int r = 0; r < n; ++r) {
+    double sq = 0, sk = 0;  // in double, as ggml's rms_norm sums
+    for (int j = 0; j < qd; ++j) sq += static_cast<double>(q_[static_cast<size_t>(r) * qd + j]) * q_[static_cast<size_t>(r) * qd + j];
+    for (int j = 0; j < kd; ++j) sk += static_cast<double>(k_[static_cast<size_t>(r) * kd + j]) * k_[static_cast<size_t>(r) * kd + j];
+    ss_[r] = sq;
+    ss_[n + r] = sk;
+  }
+  // The communicator sums floats: each rank's partial sum (accumulated in double) is rounded once to f32.
+  std::vector<float> partial(ss_.begin(), ss_.end());
+  const Status s = split_.tp->AllReduceSum(partial.data(), partial.size());
+  if (!s.ok()) return Status(s.code(), "tensor-parallel q/k norm all-reduce: " + s.message());
+  for (int r = 0; r < n; ++r) {
+    const float mean_q = partial[r] / static_cast<float>(split_.q_width);
+    const float mean_k = partial[n + r] / static_cast<float>(split_.k_replicas) / static_cast<float>(split_.k_width);
+    const float sq = 1.0f / std::sqrt(mean_q + eps_), sk = 1.0f / std::sqrt(mean_k + eps_);
+    float* q = q_.data() + static_cast<size_t>(r) * qd;
+    float* k = k_.data() + static_cast<size_t>(r) * kd;
+    for (int j = 0; j < qd; ++j) q[j] = q[j] * sq * w.q_norm[j];
+    for (int j = 0; j < kd; ++j) k[j] = k[j] * sk * w.k_norm[j];
+  }
   return Status::Ok();
 }
 
