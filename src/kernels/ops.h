@@ -76,9 +76,16 @@ struct AttnSeq {
 // kv_head * hd_k within a K row of k_row_elems, its V hd_v elements at kv_head * hd_v within a V row. Standard
 // attention: hd_k = hd_v = head_dim, rows of n_kv * head_dim. MLA (absorbed): n_kv = 1, K row = [latent, rope
 // key] (hd_k = kv_lora + rope), V = the latent inside the same row (hd_v = kv_lora, v_base = k_base).
+// Two options change which positions a row sees and how its softmax sums:
+//   window > 0: sliding-window attention, row at position q sees [max(0, q + 1 - window), q] (llama.cpp's
+//     LLAMA_SWA_TYPE_STANDARD: a key is masked when q - p >= window); 0: every position up to q.
+//   sinks: one learned logit per query head (n_heads floats, gpt-oss), an extra term exp(sink - max) in the
+//     softmax's denominator that no value is weighted by; nullptr: none.
 struct AttnShape {
   int n_heads, n_kv, hd_k, hd_v;
   int k_row_elems, v_row_elems;
+  int window = 0;
+  const float* sinks = nullptr;
 };
 class Ops {
  public:
@@ -100,7 +107,7 @@ class Ops {
   // out[i] = silu(gate[i]) * up[i]
   virtual void SwiGLU(const float* gate, const float* up, float* out, int64_t n) const = 0;
   // Causal attention over paged K/V (kv_type f32, bf16 or f16) for several sequences at once; row i of a
-  // sequence sees positions [0, start + i]. q: rows of n_heads * hd_k; out: rows of n_heads * hd_v.
+  // sequence sees positions [0, start + i], or the last shape.window of them. q: rows of n_heads * hd_k; out: rows of n_heads * hd_v.
   virtual void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,
                               DType kv_type, const AttnShape& shape, float scale, float* out) const = 0;
   // n values of row `src` (stored type t) as f32 (embedding lookups, small f32 copies of weights).
