@@ -13,7 +13,7 @@ int CmdMakeTiny(int argc, char** argv) {
             "(default) OUT becomes an HF directory (config.json, model.safetensors, tokenizer.json) that also holds\n"
             "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
             {
-                {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3"},
+                {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3 | olmo2 | smollm3 | gemma3"},
                 {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b (sets arch and sizes)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
@@ -42,9 +42,11 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
                 {"mtp", "", "", "", "deepseek_v3: add one MTP (next-token prediction) module after the last layer"},
                 {"split-kv-b", "", "", "", "deepseek_v3 GGUF: store kv_b pre-split as attn_k_b/attn_v_b (llama.cpp's current layout)"},
+                {"window", "", "N", "16", "gemma3: sliding window of the local layers"},
+                {"swa-pattern", "", "N", "min(6, layers)", "gemma3: every N-th layer attends globally, the others within --window"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},
-                {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32); yarn (deepseek_v3): factor 4, original context 32"},
+                {"rope-scaling", "", "TYPE", "", "llama3: llama-3.1-style frequency scaling (factor 32); linear: positions divided by 8 (gemma3: its global layers); yarn (deepseek_v3): factor 4, original context 32"},
                 {"quiet", "q", "", "", "no progress output"},
             });
   if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
@@ -78,6 +80,9 @@ int CmdMakeTiny(int argc, char** argv) {
     s.first_dense = static_cast<int>(args.GetInt("first-dense"));
     s.n_group = static_cast<int>(args.GetInt("groups"));
     s.topk_group = static_cast<int>(args.GetInt("groups-used"));
+    if (args.Has("window")) s.window = static_cast<int>(args.GetInt("window"));
+    if (args.Has("swa-pattern")) s.swa_period = static_cast<int>(args.GetInt("swa-pattern"));
+    if (s.window < 0 || s.swa_period < 0) return Fail(InvalidArgument("--window and --swa-pattern must not be negative"));
     s.mtp = args.Has("mtp");
     s.split_kv_b = args.Has("split-kv-b");
     if ((s.mtp || s.split_kv_b) && s.arch != Arch::kDeepseekV3)
@@ -85,8 +90,9 @@ int CmdMakeTiny(int argc, char** argv) {
     if (args.Has("rope-scaling")) {
       const std::string rs = args.Get("rope-scaling");
       if (rs == "llama3") s.llama3_rope_scaling = true;
+      else if (rs == "linear") s.rope_linear = 8.0;
       else if (rs == "yarn" && s.arch == Arch::kDeepseekV3) s.yarn = true;
-      else return Fail(InvalidArgument("--rope-scaling supports llama3, and yarn for deepseek_v3"));
+      else return Fail(InvalidArgument("--rope-scaling supports llama3, linear, and yarn for deepseek_v3"));
     }
     if (s.vocab <= 0 || s.hidden <= 0 || s.layers <= 0 || s.heads <= 0 || s.kv_heads <= 0 || s.intermediate <= 0 || s.ctx <= 0)
       return Fail(InvalidArgument("sizes must be positive"));

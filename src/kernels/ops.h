@@ -106,6 +106,8 @@ class Ops {
   virtual void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, const int32_t* pos) const = 0;
   // out[i] = silu(gate[i]) * up[i]
   virtual void SwiGLU(const float* gate, const float* up, float* out, int64_t n) const = 0;
+  // out[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void GeGLU(const float* gate, const float* up, float* out, int64_t n) const = 0;
   // Causal attention over paged K/V (kv_type f32, bf16 or f16) for several sequences at once; row i of a
   // sequence sees positions [0, start + i], or the last shape.window of them. q: rows of n_heads * hd_k; out: rows of n_heads * hd_v.
   virtual void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,

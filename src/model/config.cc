@@ -21,6 +21,13 @@ Status ValidateConfig(const ModelConfig& c, const std::string& file) {
   for (int l : c.nope_layers)
     if (l < 0 || l >= c.n_layers) return bad("a layer without RoPE is out of range: " + std::to_string(l));
   if (!c.nope_layers.empty() && c.mla) return bad("MLA layers always apply RoPE");
+  if (c.sliding_window < 0) return bad("sliding window must not be negative");
+  if (!c.swa_layers.empty() && static_cast<int>(c.swa_layers.size()) != c.n_layers)
+    return bad("the sliding-window layer pattern has " + std::to_string(c.swa_layers.size()) + " entries for " +
+               std::to_string(c.n_layers) + " layers");
+  if (c.sliding_window > 0 && c.mla) return bad("sliding-window attention is not supported with MLA");
+  if (!(c.rope_linear_factor >= 1.0) || !(c.rope_theta_swa >= 0) || !(c.query_pre_attn_scalar >= 0.f))
+    return bad("RoPE linear factor must be >= 1, local RoPE base and query_pre_attn_scalar not negative");
   return Status::Ok();
 }
 
@@ -34,6 +41,14 @@ std::string ModelConfig::Summary() const {
                 qk_norm == QkNorm::kPerHead ? " qk_norm" : qk_norm == QkNorm::kWhole ? " qk_norm=whole" : "");
   std::string out = buf;
   if (!nope_layers.empty()) out += " nope_layers=" + std::to_string(nope_layers.size());
+  if (sliding_window > 0) {
+    int windowed = 0;
+    for (int l = 0; l < n_layers; ++l) windowed += LayerWindow(l) > 0;
+    out += " window=" + std::to_string(sliding_window) + " swa_layers=" + std::to_string(windowed) + "/" + std::to_string(n_layers);
+    if (rope_theta_swa > 0) out += " rope_theta_swa=" + std::to_string(static_cast<long long>(rope_theta_swa));
+  }
+  if (rope_linear_factor != 1.0) out += " rope_linear=" + std::to_string(rope_linear_factor);
+  if (ffn_act == FfnAct::kGeluTanh) out += " geglu";
   if (n_experts > 0)
     out += " experts=" + std::to_string(n_experts) + " used=" + std::to_string(n_experts_used) +
            " expert_ffn=" + std::to_string(moe_intermediate) + (norm_topk_prob ? " norm_topk" : "") +

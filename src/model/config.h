@@ -10,13 +10,17 @@
 namespace deepinfer {
 
 // Model families; each is declared once in model/arch/ (names, config rules, tensor spellings).
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3, kGemma3 };
 const char* ArchName(Arch a);
 bool ArchFromName(const std::string& name, Arch* out);  // deepinfer, HF model_type/class or GGUF architecture names
 
 // RMSNorm of q and k after their projections, before RoPE: none, per head (Qwen3: one head_dim weight shared by
 // every head) or over the whole projection (OLMo 2: heads * head_dim weights, the statistic over all heads).
 enum class QkNorm { kNone, kPerHead, kWhole };
+
+// The gated MLP's activation: act(gate(x)) * up(x). SiLU (SwiGLU: Llama and most families) or GELU's tanh
+// approximation (GeGLU: Gemma).
+enum class FfnAct { kSilu, kGeluTanh };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -42,6 +46,23 @@ struct ModelConfig {
       if (n == l) return false;
     return true;
   }
+  // Sliding-window attention: a windowed layer's row at position q attends to [q + 1 - sliding_window, q].
+  // swa_layers[l] says which layers are windowed (Gemma 3: five of every six); empty with a window: all of them
+  // (Mistral 7B v0.1). Windowed layers rotate with rope_theta_swa (Gemma 3's local base; 0: rope_theta) and,
+  // unless swa_rope_scaled, without the full layers' linear scaling.
+  int sliding_window = 0;
+  std::vector<bool> swa_layers;
+  double rope_theta_swa = 0;
+  bool swa_rope_scaled = true;
+  int LayerWindow(int l) const {
+    if (sliding_window <= 0 || l < 0 || l >= n_layers) return 0;
+    return swa_layers.empty() || swa_layers[static_cast<size_t>(l)] ? sliding_window : 0;
+  }
+  // Linear RoPE scaling (rope_scaling type "linear"): positions divided by this factor (1: none).
+  double rope_linear_factor = 1.0;
+  // The softmax scale is 1/sqrt(query_pre_attn_scalar) (Gemma 3's; 0: head_dim).
+  float query_pre_attn_scalar = 0.f;
+  FfnAct ffn_act = FfnAct::kSilu;
   // Mixture of experts (qwen3_moe): layers whose MLP is routed over n_experts, n_experts_used per token.
   int n_experts = 0, n_experts_used = 0, moe_intermediate = 0;
   bool norm_topk_prob = true;

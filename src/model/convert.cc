@@ -222,6 +222,9 @@ class TensorEmitter {
 
 Status CheckConvertible(const ModelConfig& c, const std::string& dir) {
   const ArchSpec& a = GetArch(c.arch);
+  // A per-layer window pattern has a GGUF form only where the family writes one (gemma3).
+  if (!c.swa_layers.empty() && !a.gguf_metadata)
+    return Unimplemented(dir + ": cannot convert to GGUF: llama.cpp's " + a.gguf_arch + " has no per-layer sliding-window pattern");
   if (!a.gguf_convertible) return Status::Ok();
   Status s = a.gguf_convertible(c);
   if (s.ok()) return s;
@@ -241,6 +244,10 @@ void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter
   gw.SetU32(k("feed_forward_length"), c.intermediate);
   gw.SetU32(k("attention.head_count"), c.n_heads);
   gw.SetF32(k("rope.freq_base"), static_cast<float>(c.rope_theta));
+  if (c.rope_linear_factor != 1.0) {
+    gw.SetString(k("rope.scaling.type"), "linear");
+    gw.SetF32(k("rope.scaling.factor"), static_cast<float>(c.rope_linear_factor));
+  }
   gw.SetF32(k("attention.layer_norm_rms_epsilon"), c.rms_eps);
   gw.SetU32(k("vocab_size"), c.vocab_size);
   if (!c.mla) {  // MLA families write their attention keys themselves
@@ -249,6 +256,7 @@ void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter
     gw.SetU32(k("attention.value_length"), c.head_dim);
     gw.SetU32(k("rope.dimension_count"), c.head_dim);
   }
+  if (c.sliding_window > 0 && c.swa_layers.empty()) gw.SetU32(k("attention.sliding_window"), c.sliding_window);
   if (a.gguf_metadata) a.gguf_metadata(c, ga + ".", gw);
   if (c.n_mtp > 0 && blocks > c.n_layers) gw.SetU32(k("nextn_predict_layers"), blocks - c.n_layers);
 }

@@ -16,7 +16,7 @@ ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_toke
   else gqa_ = std::make_unique<GqaAttention>(ops_, lc, max_tokens_, WholeNormSplitFor());
   bool any_dense = false;
   for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
-  if (any_dense) mlp_ = std::make_unique<DenseMlp>(ops_, max_tokens_, lc.intermediate);
+  if (any_dense) mlp_ = std::make_unique<DenseMlp>(ops_, max_tokens_, lc.intermediate, lc.ffn_act);
   if (dist_ && dist_->pc.cp > 1)
     cp_ = std::make_unique<ContextParallel>(dist_->cp.get(), dist_->pc.cp_contiguous ? CpSplit::kContiguous : CpSplit::kBalanced);
   if (c_.n_experts > 0) moe_ = std::make_unique<MoeLayer>(ops_, model_, lc, max_tokens_, dist_);
@@ -188,6 +188,11 @@ Status ForwardPass::TpAllReduce(float* data, int rows) {
 void ForwardPass::Norm(const std::vector<float>& w, Rows rows) {
   const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
   if (rows.b->n > 0) ops_.RmsNorm(x_.data() + off, w.data(), c_.rms_eps, rows.b->n, c_.hidden, xn_.data() + off);
+}
+
+void ForwardPass::Scale(float s, Rows rows) {
+  float* x = x_.data() + static_cast<size_t>(rows.row0) * c_.hidden;
+  for (size_t i = 0; i < static_cast<size_t>(rows.b->n) * c_.hidden; ++i) x[i] *= s;
 }
 
 void ForwardPass::Input(Rows rows) {

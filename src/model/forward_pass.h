@@ -50,6 +50,8 @@ class ForwardPass {
   // x = the embedding rows of the batch's tokens (tensor parallel: each rank fills the rows of its vocabulary
   // slice and the all-reduce completes them exactly).
   Status Embed(const TensorView& embd);
+  // x *= s over `rows` (Gemma scales its embeddings by sqrt(hidden)).
+  void Scale(float s, Rows rows);
   // xn = RMSNorm(x) with weight w, over `rows`.
   void Norm(const std::vector<float>& w, Rows rows);
   // xn = x over `rows` (a block fed the residual stream itself: OLMo 2's post-norm layer).

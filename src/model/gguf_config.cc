@@ -51,6 +51,18 @@ StatusOr<ModelConfig> ParseGgufConfig(const GgufFile& g) {
   if (auto v = r.Float("attention.layer_norm_rms_epsilon"); v.ok()) c.rms_eps = static_cast<float>(*v);
   if (auto v = r.Float("rope.freq_base"); v.ok()) c.rope_theta = *v;
   c.rope_style = spec->gguf_rope;
+  if (auto type = r.String("rope.scaling.type"); type.ok() && *type == "linear") {
+    for (const char* key : {"rope.scaling.factor", "rope.scale_linear"})
+      if (auto f = r.Float(key); f.ok()) {
+        if (*f != 0) c.rope_linear_factor = *f;
+        break;
+      }
+  }
+  // A window on every layer (what `convert` writes for Mistral 7B v0.1; llama.cpp's llama ignores the key and
+  // attends fully, the same within the window). Families with a pattern read theirs in gguf_config.
+  DI_ASSIGN_OR_RETURN(int64_t window, r.Int("attention.sliding_window", 0, false));
+  if (window < 0 || window > (int64_t{1} << 30)) return InvalidArgument(path + ": attention.sliding_window out of range");
+  c.sliding_window = static_cast<int>(window);
   if (spec->gguf_config) DI_RETURN_IF_ERROR(spec->gguf_config(r, &c));
   c.qk_norm = spec->qk_norm;
   c.attn_bias = spec->attn_bias;

@@ -1,7 +1,6 @@
 // config.json -> ModelConfig: the fields every family shares, then the family's own (model/arch/).
 #include <nlohmann/json.hpp>
 
-#include "base/logging.h"
 #include "model/arch/arch.h"
 #include "model/model.h"
 
@@ -57,22 +56,27 @@ StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::str
     if (type == "llama3") {
       c.rope_freq_factors = Llama3FreqFactors(c.head_dim, theta, rs.value("factor", 8.0), rs.value("low_freq_factor", 1.0),
                                               rs.value("high_freq_factor", 4.0), rs.value("original_max_position_embeddings", 8192.0));
+    } else if (type == "linear") {
+      c.rope_linear_factor = rs.value("factor", 1.0);
     } else if (type == "yarn" && c.yarn.factor > 0) {
       // read by the family (DeepSeek), the only one that ships YaRN
     } else if (!type.empty() && type != "default") {
       return Unimplemented(cfg_path + ": rope_scaling type '" + type + "' is not supported yet");
     }
   }
-  // Sliding-window attention (Mistral 7B v0.1's 4096; Qwen2's when use_sliding_window) is not implemented yet
-  // (issue 32). Within the window it is exactly full attention, so the context is capped at the window rather
-  // than computing something else past it.
-  if (j.contains("sliding_window") && j["sliding_window"].is_number_integer() && r.BoolOr("use_sliding_window", true)) {
+  // Sliding-window attention declared the generic way (Mistral 7B v0.1's 4096 on every layer; Qwen2's on the
+  // layers from max_window_layers when use_sliding_window), for families that do not set windows themselves.
+  if (c.sliding_window == 0 && j.contains("sliding_window") && j["sliding_window"].is_number_integer() &&
+      r.BoolOr("use_sliding_window", true)) {
     const int64_t window = j["sliding_window"].get<int64_t>();
+    if (window < 0 || window > (int64_t{1} << 30)) return r.Invalid("sliding_window out of range");
     if (window > 0 && window < c.max_ctx) {
-      DI_LOG_WARN("%s: sliding_window %lld: sliding-window attention is not supported yet; the context is capped at "
-                  "the window (%lld tokens), where full attention computes the same", cfg_path.c_str(),
-                  static_cast<long long>(window), static_cast<long long>(window));
-      c.max_ctx = static_cast<int>(window);
+      c.sliding_window = static_cast<int>(window);
+      if (j.contains("max_window_layers")) {
+        DI_ASSIGN_OR_RETURN(int64_t first, r.Int("max_window_layers", 0));
+        c.swa_layers.assign(static_cast<size_t>(c.n_layers), false);
+        for (int64_t l = std::max<int64_t>(first, 0); l < c.n_layers; ++l) c.swa_layers[static_cast<size_t>(l)] = true;
+      }
     }
   }
   DI_RETURN_IF_ERROR(ValidateConfig(c, cfg_path));

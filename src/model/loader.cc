@@ -169,7 +169,11 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
     }
     switch (d.form) {
       case TensorForm::kMatrix: DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix)); break;
-      case TensorForm::kVector: DI_RETURN_IF_ERROR(ExpectVec(src, name, d.shape[0], d.vector)); break;
+      case TensorForm::kVector:
+        DI_RETURN_IF_ERROR(ExpectVec(src, name, d.shape[0], d.vector));
+        if (d.norm && N.format == WeightFormat::kHf && N.arch.hf_norm_offset != 0.f)
+          for (float& x : *d.vector) x += N.arch.hf_norm_offset;  // in f32, as llama.cpp's converter adds it
+        break;
       case TensorForm::kGateVector:
         DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix));
         d.matrix->shape = d.shape;  // GGUF stores it as a vector {n}

@@ -239,6 +239,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
       {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
   if (family.tiny_hf_config) family.tiny_hf_config(s, &cfg);
+  if (s.rope_linear != 1.0) cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.rope_linear}};
   if (s.llama3_rope_scaling)
     cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
                            {"original_max_position_embeddings", 8192}};
@@ -269,7 +270,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     const bool is_vector = d.form == TensorForm::kVector;
     size_t n = 1;
     for (auto dim : shape) n *= static_cast<size_t>(dim);
-    std::vector<float> v = RoundTrip(is_vector ? vec_dtype : store_dtype, RandomTensor(s.seed, name, n, d.tiny_std, d.tiny_center));
+    std::vector<float> v = RoundTrip(is_vector ? vec_dtype : store_dtype, RandomTensor(s.seed, name, n, d.tiny_std, d.tiny_center - (d.norm ? family.hf_norm_offset : 0.f)));
     if (fp8 && !is_vector && shape.size() == 2 && !KeepsFullPrecision(d.id)) {
       auto [bytes, scales] = Fp8BlockQuantize(&v, shape[0], shape[1]);
       if (want_hf) {
@@ -294,7 +295,9 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       switch (d.form) {
         case TensorForm::kMatrix:
         case TensorForm::kVector: {
-          const std::vector<float> v = hf_tensor(d, hf, d.shape);
+          std::vector<float> v = hf_tensor(d, hf, d.shape);
+          if (d.norm && family.hf_norm_offset != 0.f)  // HF holds the offset from it (drawn around 0), GGUF the weight
+            for (float& x : v) x += family.hf_norm_offset;
           const DType t = d.form == TensorForm::kVector ? DType::kF32 : store_dtype;
           if (want_gguf)
             gw.AddTensor(gg, t, d.shape, Encode(t, d.gguf_permute_heads ? PermuteQK(v, d.gguf_permute_heads, d.shape.back()) : v));
@@ -355,6 +358,10 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
     gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     gw.SetU32(gguf_arch + ".vocab_size", s.vocab);
+    if (s.rope_linear != 1.0) {
+      gw.SetString(gguf_arch + ".rope.scaling.type", "linear");
+      gw.SetF32(gguf_arch + ".rope.scaling.factor", static_cast<float>(s.rope_linear));
+    }
     if (family.tiny_gguf_metadata) family.tiny_gguf_metadata(s, gguf_arch + ".", gw);
     if (!freq_factors.empty()) {
       std::vector<uint8_t> b(freq_factors.size() * 4);

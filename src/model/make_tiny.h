@@ -24,6 +24,7 @@ struct TinySpec {
   double rope_theta = 10000.0;
   bool tie_embeddings = false;
   bool llama3_rope_scaling = false;
+  double rope_linear = 1.0;  // rope_scaling linear with this factor (1: none)
   DType dtype = DType::kF32;
   // qwen3_moe: every layer routes over `experts` experts (moe_intermediate each), experts_used per token.
   int experts = 8, experts_used = 2, moe_intermediate = 32;
@@ -39,6 +40,8 @@ struct TinySpec {
   // deepseek_v3 GGUF: write kv_b pre-split as attn_k_b (W_UK transposed) / attn_v_b, as llama.cpp's converter
   // does today (MQA form: key_length = kv_lora + rope, head_count_kv = 1). The HF directory keeps kv_b_proj.
   bool split_kv_b = false;
+  // Sliding-window families (gemma3): the window and its layer pattern (0: the family's tiny default).
+  int window = 0, swa_period = 0;
   uint64_t seed = 1;
   // The tokenizer's seed (0: seed). Two models with the same vocab_seed and vocab share a vocabulary whatever
   // their weights: a target and its draft for speculative decoding.

@@ -83,6 +83,19 @@ const Model& TinySmolLM3() {
   return *m;
 }
 
+// Gemma 3 with a window of 12 on two layers of three (prompts of 20..120 tokens, chunks of 64, blocks of 8: the
+// window edge falls inside blocks, chunks and attention tiles alike).
+const Model& TinyGemma3() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kGemma3);
+    s.layers = 3;
+    s.window = 12;
+    s.swa_period = 3;
+    return MakeTiny(s, "gemma3");
+  }();
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -109,7 +122,8 @@ class EngineEquivalence : public ::testing::TestWithParam<int> {
       case 4: return Case{"tiny-mixtral", TinyMixtral, {"a", "e ", "\n"}};
       case 5: return Case{"tiny-qwen2-moe", TinyQwen2Moe, {"a", "e ", "\n"}};
       case 6: return Case{"tiny-olmo2", TinyOlmo2, {"a", "e ", "\n"}};
-      default: return Case{"tiny-smollm3", TinySmolLM3, {"a", "e ", "\n"}};
+      case 7: return Case{"tiny-smollm3", TinySmolLM3, {"a", "e ", "\n"}};
+      default: return Case{"tiny-gemma3", TinyGemma3, {"a", "e ", "\n"}};
     }
   }
 };
@@ -194,10 +208,10 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
 
 std::string ModelName(const ::testing::TestParamInfo<int>& info) {
   static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3", "TinyMixtral", "TinyQwen2Moe",
-                                 "TinyOlmo2", "TinySmolLM3"};
+                                 "TinyOlmo2", "TinySmolLM3", "TinyGemma3"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7), ModelName);
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8), ModelName);
 
 // Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
 TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {

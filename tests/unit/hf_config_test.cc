@@ -278,24 +278,69 @@ TEST(HfConfig, SmolLM3) {
 
 // Mistral 7B v0.1 has a 4096-token sliding window; until windows are implemented (issue 32) the context is capped
 // at the window, where full attention is exact. Qwen2's window applies only with use_sliding_window.
-TEST(HfConfig, SlidingWindowCapsTheContext) {
+// A config's sliding_window becomes the model's window: on every layer (Mistral 7B v0.1), none when null (v0.2)
+// or disabled (Qwen2's use_sliding_window false), the layers from max_window_layers when Qwen2 enables it.
+TEST(HfConfig, SlidingWindowIsRead) {
   const std::string mistral = R"({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "vocab_size": 32000,
     "max_position_embeddings": 32768, "sliding_window": 4096})";
   auto c = ParseHfConfig(mistral, "Mistral-7B-v0.1/config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->max_ctx, 4096);
+  EXPECT_EQ(c->max_ctx, 32768);
+  EXPECT_EQ(c->sliding_window, 4096);
+  EXPECT_EQ(c->LayerWindow(0), 4096);
+  EXPECT_EQ(c->LayerWindow(31), 4096);
+  EXPECT_EQ(c->LayerWindow(32), 0);  // past the decoder layers (an MTP layer)
   std::string v02 = mistral;
   v02.replace(v02.find("4096}"), 4, "null");
   c = ParseHfConfig(v02, "Mistral-7B-v0.2/config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->max_ctx, 32768);
+  EXPECT_EQ(c->sliding_window, 0);
+  EXPECT_EQ(c->LayerWindow(0), 0);
   std::string qwen2 = mistral;
   qwen2.replace(qwen2.find("\"mistral\""), 9, "\"qwen2\"");
   qwen2.replace(qwen2.find("\"sliding_window\""), 0, "\"use_sliding_window\": false, ");
   c = ParseHfConfig(qwen2, "Qwen2/config.json");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->max_ctx, 32768);
+  EXPECT_EQ(c->LayerWindow(0), 0);
+  std::string qwen2_swa = qwen2;
+  qwen2_swa.replace(qwen2_swa.find("false"), 5, "true, \"max_window_layers\": 28");
+  c = ParseHfConfig(qwen2_swa, "Qwen2-swa/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->LayerWindow(27), 0);
+  EXPECT_EQ(c->LayerWindow(28), 4096);
+  std::string bad = mistral;
+  bad.replace(bad.find("4096}"), 4, "-3");
+  EXPECT_FALSE(ParseHfConfig(bad, "bad/config.json").ok());
+}
+
+// Gemma 3: the local/global pattern from layer_types or sliding_window_pattern, the local RoPE base, the softmax
+// scale, GeGLU; soft-capping (Gemma 2's) refused.
+TEST(HfConfig, Gemma3) {
+  const std::string g = R"({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", "hidden_size": 2560,
+    "intermediate_size": 10240, "num_attention_heads": 8, "num_hidden_layers": 34, "num_key_value_heads": 4,
+    "head_dim": 256, "vocab_size": 262208, "max_position_embeddings": 131072, "query_pre_attn_scalar": 256,
+    "rope_local_base_freq": 10000.0, "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "rope_theta": 1000000.0,
+    "sliding_window": 1024, "sliding_window_pattern": 6, "final_logit_softcapping": null,
+    "attn_logit_softcapping": null, "hidden_activation": "gelu_pytorch_tanh"})";
+  auto c = ParseHfConfig(g, "gemma-3-4b/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->arch, Arch::kGemma3);
+  EXPECT_EQ(c->ffn_act, FfnAct::kGeluTanh);
+  EXPECT_TRUE(c->tie_embeddings);
+  EXPECT_EQ(c->qk_norm, QkNorm::kPerHead);
+  for (int l = 0; l < 34; ++l) EXPECT_EQ(c->LayerWindow(l), l % 6 == 5 ? 0 : 1024) << l;
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_theta_swa, 1e4);
+  EXPECT_FALSE(c->swa_rope_scaled);
+  EXPECT_EQ(c->rope_linear_factor, 8.0);
+  EXPECT_EQ(c->query_pre_attn_scalar, 256.f);
+  std::string capped = g;
+  capped.replace(capped.find("\"final_logit_softcapping\": null"), 31, "\"final_logit_softcapping\": 30.0");
+  EXPECT_FALSE(ParseHfConfig(capped, "capped/config.json").ok());
+  std::string types = g;
+  types.replace(types.find("\"sliding_window_pattern\": 6"), 27, "\"layer_types\": [\"full_attention\"]");
+  EXPECT_FALSE(ParseHfConfig(types, "types/config.json").ok());  // one entry for 34 layers
 }
 
 }  // namespace

@@ -71,6 +71,16 @@ void SwiGLU(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
 }
 
+void GeGLU(const float* gate, const float* up, float* out, int64_t n) {
+  // ggml_gelu_f32's expression (HF's gelu_pytorch_tanh), computed exactly rather than through llama.cpp's f16
+  // lookup table (which rounds the input and the result to f16: ~2^-11 relative).
+  constexpr float kSqrt2OverPi = 0.79788456080286535587989211986876f, kCoefA = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * up[i];
+  }
+}
+
 void Softmax(float* x, int n) {
   float mx = -std::numeric_limits<float>::infinity();
   for (int i = 0; i < n; ++i) mx = std::max(mx, x[i]);

@@ -16,6 +16,7 @@ void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, c
 
 // out[i] = silu(gate[i]) * up[i]
 void SwiGLU(const float* gate, const float* up, float* out, int64_t n);
+void GeGLU(const float* gate, const float* up, float* out, int64_t n);  // out = gelu_tanh(gate) * up
 // In-place softmax over n values; returns nothing, handles -inf.
 void Softmax(float* x, int n);
 // log-softmax into out.

@@ -83,6 +83,10 @@ struct ArchSpec {
   bool moe = false;        // routed experts (make-tiny writes MoE layers)
   bool adds_bos = false;   // the family's tokenizer prepends BOS (make-tiny's vocabulary)
   bool shared_expert_gate = false;  // MoE layers add one shared expert scaled by a sigmoid gate (make-tiny)
+  // HF checkpoints store RMSNorm weights as offsets from this (Gemma: x * (1 + w), offset 1). GGUF stores the
+  // whole weight (llama.cpp's converter adds the offset in f32); the loader adds it to what it reads from HF, and
+  // make-tiny writes HF the weight minus it.
+  float hf_norm_offset = 0.f;
   // RoPE as stored in GGUF files. kAdjacentPairs for llama-style families: llama.cpp's converter permutes the
   // q/k rows of HF checkpoints (rotate-half) into adjacent pairs, and `convert`/`make-tiny` do the same.
   RopeStyle gguf_rope = RopeStyle::kHalves;
@@ -134,6 +138,7 @@ const ArchSpec& MixtralArch();
 const ArchSpec& Qwen2MoeArch();
 const ArchSpec& Olmo2Arch();
 const ArchSpec& SmolLM3Arch();
+const ArchSpec& Gemma3Arch();
 
 // Shared by the MoE families: GGUF expert metadata (expert_count, expert_used_count, expert_feed_forward_length)
 // written for convert and make-tiny.

@@ -11,7 +11,7 @@ const std::vector<const ArchSpec*>& AllArchs() {
   // One line per family. Order matters only for lookups by a shared name (first match wins).
   static const std::vector<const ArchSpec*> kAll = {
       &LlamaArch(), &MistralArch(), &Qwen2Arch(), &Qwen3Arch(), &Qwen3MoeArch(), &DeepseekArch(),
-      &MixtralArch(), &Qwen2MoeArch(), &Olmo2Arch(), &SmolLM3Arch(),
+      &MixtralArch(), &Qwen2MoeArch(), &Olmo2Arch(), &SmolLM3Arch(), &Gemma3Arch(),
   };
   return kAll;
 }

@@ -72,6 +72,7 @@ struct TensorDecl {
   TpBy tp_by = TpBy::kHeads;
   int64_t tp_unit = 1;
 
+  bool norm = false;  // an RMSNorm weight (ArchSpec::hf_norm_offset applies to HF's)
   // make-tiny: values uniform around tiny_center with standard deviation tiny_std (seeded by the HF name).
   float tiny_std = 0.f, tiny_center = 0.f;
   // GGUF of llama-style RoPE families: the rows of each of this many heads reordered from rotate-half to

@@ -20,7 +20,11 @@ class TensorList {
     return d;
   }
   // An RMSNorm weight {n}; make-tiny draws it around 1.
-  TensorDecl& Norm(TensorId id, int64_t n, std::vector<float>* dst) { return Vector(id, n, dst, 0.1f, 1.f); }
+  TensorDecl& Norm(TensorId id, int64_t n, std::vector<float>* dst) {
+    TensorDecl& d = Vector(id, n, dst, 0.1f, 1.f);
+    d.norm = true;
+    return d;
+  }
   // Any other vector {n} (biases), held in f32.
   TensorDecl& Vector(TensorId id, int64_t n, std::vector<float>* dst, float std, float center) {
     TensorDecl& d = Add(id, TensorForm::kVector, {n}, std, center);

@@ -8,7 +8,19 @@ namespace deepinfer {
 GqaAttention::GqaAttention(const Ops& ops, const ModelConfig& c, int max_tokens, WholeNormSplit split)
     : ops_(ops), n_heads_(c.n_heads), n_kv_(c.n_kv_heads), head_dim_(c.head_dim), qk_norm_(c.qk_norm), split_(split),
       eps_(c.rms_eps) {
-  rope_ = RopeTable::Make(c.rope_style, c.head_dim, c.rope_theta, c.rope_freq_factors, c.yarn);
+  const float qpas = c.query_pre_attn_scalar > 0 ? c.query_pre_attn_scalar : static_cast<float>(c.head_dim);
+  scale_ = 1.f / std::sqrt(qpas);
+  // Linear RoPE scaling divides every frequency by the factor (rotation by pos / factor).
+  std::vector<float> factors = c.rope_freq_factors;
+  if (c.rope_linear_factor != 1.0) {
+    if (factors.empty()) factors.assign(static_cast<size_t>(c.head_dim / 2), 1.f);
+    for (float& f : factors) f = static_cast<float>(f * c.rope_linear_factor);
+  }
+  rope_ = RopeTable::Make(c.rope_style, c.head_dim, c.rope_theta, factors, c.yarn);
+  const double theta_swa = c.rope_theta_swa > 0 ? c.rope_theta_swa : c.rope_theta;
+  rope_swa_ = c.swa_rope_scaled ? RopeTable::Make(c.rope_style, c.head_dim, theta_swa, factors, c.yarn)
+                                : RopeTable::Make(c.rope_style, c.head_dim, theta_swa, {});
+  for (int l = 0; l < c.n_layers + c.n_mtp; ++l) window_.push_back(c.LayerWindow(l));
   const size_t m = static_cast<size_t>(max_tokens);
   q_.resize(m * n_heads_ * head_dim_);
   k_.resize(m * n_kv_ * head_dim_);
@@ -31,13 +43,16 @@ Status GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Pag
     ops_.RmsNorm(q_.data(), w.q_norm.data(), eps_, n, nh * hd, q_.data());
     ops_.RmsNorm(k_.data(), w.k_norm.data(), eps_, n, nkv * hd, k_.data());
   }
+  const int window = l < static_cast<int>(window_.size()) ? window_[static_cast<size_t>(l)] : 0;
   if (rope) {
-    ops_.ApplyRope(rope_, q_.data(), n, nh, hd, b.pos);
-    ops_.ApplyRope(rope_, k_.data(), n, nkv, hd, b.pos);
+    const RopeTable& table = window > 0 ? rope_swa_ : rope_;
+    ops_.ApplyRope(table, q_.data(), n, nh, hd, b.pos);
+    ops_.ApplyRope(table, k_.data(), n, nkv, hd, b.pos);
   }
   DI_RETURN_IF_ERROR(WriteBatchKv(b, kv, l, k_.data(), v_.data()));
-  ops_.PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), AttnShape{nh, nkv, hd, hd, nkv * hd, nkv * hd},
-                 1.f / std::sqrt(static_cast<float>(hd)), attn_.data());
+  AttnShape shape{nh, nkv, hd, hd, nkv * hd, nkv * hd};
+  shape.window = window;
+  ops_.PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), shape, scale_, attn_.data());
   ops_.MatMul(w.wo, attn_.data(), n, out);
   return Status::Ok();
 }

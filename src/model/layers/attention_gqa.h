@@ -1,6 +1,6 @@
 // Grouped-query attention (llama, mistral, qwen2/3 and their MoE variants): q/k/v projections (optional biases),
 // optional RMSNorm of q and k (per head or whole), RoPE (skipped on NoPE layers), K/V appended to the paged cache, causal attention over each
-// sequence's cached rows, output projection.
+// sequence's cached rows (or, on a sliding-window layer, its last `window` of them), output projection.
 #pragma once
 #include <vector>
 
@@ -48,7 +48,10 @@ class GqaAttention {
   WholeNormSplit split_;
   std::vector<double> ss_;
   float eps_;
-  RopeTable rope_;
+  float scale_;  // the softmax scale
+  // Per layer: its window (0: full attention). Windowed layers rotate with rope_swa_, the others with rope_.
+  std::vector<int> window_;
+  RopeTable rope_, rope_swa_;
   std::vector<float> q_, k_, v_, attn_;
 };
 
