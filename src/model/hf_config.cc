@@ -9,8 +9,17 @@ namespace deepinfer {
 StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::string& cfg_path) {
   auto j = nlohmann::json::parse(json_text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return DataLoss(cfg_path + ": not valid JSON");
-  const HfConfigReader r(j, cfg_path);
-  std::string arch_name = r.StringOr("model_type", "");
+  // A multimodal checkpoint (Gemma3ForConditionalGeneration) wraps its language model's config in text_config;
+  // the text model is what runs (the loader finds its weights under the wrapper's prefix, the vision tower is
+  // not read).
+  if (!j.contains("hidden_size") && j.contains("text_config") && j["text_config"].is_object() &&
+      j["text_config"].contains("model_type")) {
+    nlohmann::json text = j["text_config"];
+    for (const char* k : {"tie_word_embeddings", "torch_dtype", "bos_token_id", "eos_token_id"})
+      if (j.contains(k) && !text.contains(k)) text[k] = j[k];
+    j = std::move(text);
+  }
+  std::string arch_name = j.contains("model_type") && j["model_type"].is_string() ? j["model_type"].get<std::string>() : "";
   const ArchSpec* spec = FindArchByHfName(arch_name);
   if (!spec && arch_name.empty() && j.contains("architectures") && j["architectures"].is_array() &&
       !j["architectures"].empty() && j["architectures"][0].is_string()) {
@@ -19,6 +28,13 @@ StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::str
   }
   if (!spec)
     return Unimplemented(cfg_path + ": unknown architecture '" + arch_name + "' (supported: " + SupportedArchNames(false) + ")");
+  // The family's config class defaults, for the keys a checkpoint leaves out (Gemma 3's text_config is sparse).
+  if (spec->hf_defaults) {
+    const auto defaults = nlohmann::json::parse(spec->hf_defaults);
+    for (auto it = defaults.begin(); it != defaults.end(); ++it)
+      if (!j.contains(it.key())) j[it.key()] = it.value();
+  }
+  const HfConfigReader r(j, cfg_path);
   ModelConfig c;
   c.arch = spec->arch;
   DI_ASSIGN_OR_RETURN(int64_t hidden, r.Int("hidden_size", -1));

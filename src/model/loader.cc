@@ -247,7 +247,21 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
   if (split) DI_RETURN_IF_ERROR(CheckModelSplit(*split, m->config));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
   SafetensorsModel* sp = st.get();
-  TensorSource src{dir, [sp](const std::string& n) { return sp->Find(n); }};
+  // A multimodal checkpoint holds its language model under a prefix: model.language_model.* (transformers 4.52+)
+  // or language_model.model.* with language_model.lm_head (before). The names the families declare are the text
+  // model's own ("model.", "lm_head."), so they are rewritten to the wrapper's.
+  std::string body = "model.", head = "lm_head.";
+  const std::string embd = TensorName(GetArch(m->config.arch), WeightFormat::kHf, TensorId::kTokEmbd);
+  if (!sp->Find(embd) && embd.rfind("model.", 0) == 0) {
+    if (sp->Find("model.language_model." + embd.substr(6))) body = "model.language_model.";
+    else if (sp->Find("language_model." + embd)) body = "language_model.model.", head = "language_model.lm_head.";
+    if (body != "model.") DI_LOG_INFO("%s: the language model of a multimodal checkpoint (%s*)", dir.c_str(), body.c_str());
+  }
+  TensorSource src{dir, [sp, body, head](const std::string& n) {
+                     if (body != "model." && n.rfind("model.", 0) == 0) return sp->Find(body + n.substr(6));
+                     if (head != "lm_head." && n.rfind("lm_head.", 0) == 0) return sp->Find(head + n.substr(8));
+                     return sp->Find(n);
+                   }};
   DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kHf));
   DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromHfDir(dir));
   m->safetensors = std::move(st);

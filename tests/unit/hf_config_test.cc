@@ -341,6 +341,15 @@ TEST(HfConfig, Gemma3) {
   std::string types = g;
   types.replace(types.find("\"sliding_window_pattern\": 6"), 27, "\"layer_types\": [\"full_attention\"]");
   EXPECT_FALSE(ParseHfConfig(types, "types/config.json").ok());  // one entry for 34 layers
+  // gemma-3-4b-it's own config.json: the text model wrapped, its text_config naming only what differs from
+  // transformers' Gemma3TextConfig defaults.
+  const std::string wrapped = R"({"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+    "boi_token_index": 255999, "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+    "model_type": "gemma3_text", "num_hidden_layers": 34, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "sliding_window": 1024}, "vision_config": {"model_type": "siglip_vision_model"}, "torch_dtype": "bfloat16"})";
+  auto w = ParseHfConfig(wrapped, "gemma-3-4b-it/config.json");
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  EXPECT_EQ(w->Summary(), c->Summary());
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "format/gguf.h"
+#include "format/safetensors.h"
 #include "model/make_tiny.h"
 #include "model/model.h"
 #include "model/transformer.h"
@@ -188,6 +189,71 @@ TEST(MlaTest, AbsorbedAndDecompressedAttentionAgreeAndTheCacheHoldsOnlyTheLatent
   std::printf("MLA absorbed vs decompressed: max relative %.3g, max abs %.3g\n", worst, worst_abs);
   SequenceKvCache bf16(c.kv_layout(), 16, DType::kBF16);
   EXPECT_EQ(bf16.paged().bytes_per_token_per_layer(), static_cast<size_t>(c.kv_lora_rank + c.qk_rope_dim) * 2);
+}
+
+// A multimodal Gemma 3 checkpoint (Gemma3ForConditionalGeneration, 4B and up) loads as its text model: the
+// config's sparse text_config (the family's defaults fill the rest) and the weights under the wrapper's prefix,
+// in both layouts transformers has written; the vision tower's tensors are not read. Logits bitwise those of the
+// plain text checkpoint with the same weights.
+TEST(LoaderWrapped, Gemma3ConditionalGenerationLoadsItsTextModel) {
+  const fs::path base = fs::temp_directory_path() / ("deepinfer_gemma3_wrap_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  TinySpec s;
+  s.arch = Arch::kGemma3;
+  s.vocab = 300;
+  s.layers = 3;
+  s.window = 5;
+  s.swa_period = 3;
+  const fs::path plain = base / "plain";
+  ASSERT_TRUE(MakeTinyModel(s, TinyFormat::kHf, plain.string(), true).ok());
+  std::ifstream cin(plain / "config.json");
+  const nlohmann::json text = nlohmann::json::parse(cin);
+  auto st = SafetensorsModel::OpenDir(plain.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  const std::vector<int32_t> toks = {1, 17, 250, 3, 99, 42, 7, 8, 9, 10, 11, 12};
+  const int n = static_cast<int>(toks.size());
+  auto logits = [&](const fs::path& dir) {
+    auto m = LoadModelFromPath(dir.string());
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    std::vector<float> out(static_cast<size_t>(n) * 300);
+    if (!m.ok()) return out;
+    Transformer t(**m, 64, nullptr);
+    SequenceKvCache kv((*m)->config.kv_layout(), 32);
+    EXPECT_TRUE(t.Forward(toks.data(), n, 0, kv, out.data(), true).ok());
+    return out;
+  };
+  const std::vector<float> want = logits(plain);
+  for (const std::string layout : {"model.language_model.", "language_model.model."}) {
+    const fs::path dir = base / layout;
+    fs::create_directories(dir);
+    std::vector<SafetensorsEntry> entries;
+    for (const auto& [name, v] : (*st)->tensors()) {
+      std::string renamed = name.rfind("model.", 0) == 0 ? layout + name.substr(6)
+                            : layout == "language_model.model." ? "language_model." + name : name;
+      const uint8_t* p = static_cast<const uint8_t*>(v.data);
+      entries.push_back({renamed, v.dtype, v.shape, std::vector<uint8_t>(p, p + v.nbytes)});
+    }
+    entries.push_back({"model.vision_tower.patch_embedding.weight", DType::kF32, {2, 2}, std::vector<uint8_t>(16, 0)});
+    ASSERT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), entries).ok());
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      if (fs::exists(plain / f)) fs::copy_file(plain / f, dir / f, fs::copy_options::overwrite_existing);
+    nlohmann::json tc = text;
+    tc.erase("architectures");
+    tc.erase("num_attention_heads");  // left to the family's defaults: 8 would not fit this model
+    nlohmann::json cfg = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+                          {"text_config", tc}, {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+    std::ofstream(dir / "config.json") << cfg.dump();
+    // Without num_attention_heads the default (8 heads of 16 over hidden 64) gives another q shape: refused.
+    auto bad = LoadModelFromPath(dir.string());
+    ASSERT_FALSE(bad.ok()) << layout;
+    EXPECT_NE(bad.status().message().find("self_attn.q_proj.weight"), std::string::npos) << bad.status().message();
+    cfg["text_config"]["num_attention_heads"] = text["num_attention_heads"];
+    std::ofstream(dir / "config.json") << cfg.dump();
+    const std::vector<float> got = logits(dir);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << layout << " logit " << i;
+  }
+  fs::remove_all(base);
 }
 
 }  // namespace

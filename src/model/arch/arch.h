@@ -87,6 +87,8 @@ struct ArchSpec {
   // whole weight (llama.cpp's converter adds the offset in f32); the loader adds it to what it reads from HF, and
   // make-tiny writes HF the weight minus it.
   float hf_norm_offset = 0.f;
+  // config.json defaults of the family's HF config class (a JSON object), for keys a checkpoint leaves out.
+  const char* hf_defaults = nullptr;
   // RoPE as stored in GGUF files. kAdjacentPairs for llama-style families: llama.cpp's converter permutes the
   // q/k rows of HF checkpoints (rotate-half) into adjacent pairs, and `convert`/`make-tiny` do the same.
   RopeStyle gguf_rope = RopeStyle::kHalves;

@@ -9,8 +9,10 @@
 // attend to everything with rope_theta (1M) and the checkpoint's linear rope_scaling (factor 8 on 4B+).
 // HF RMSNorm weights are offsets from one (x * (1 + w)): ArchSpec::hf_norm_offset. Its forward: model/models/gemma3.cc.
 //
-// Not here: Gemma3ForConditionalGeneration checkpoints (the text weights under language_model.* with a nested
-// text_config), the vision tower, final/attention logit soft-capping (Gemma 2's; null in every Gemma 3 config).
+// Gemma3ForConditionalGeneration checkpoints (4B and up) load as their text model: config.json's text_config
+// (sparse: transformers' defaults fill it, hf_defaults) and the weights under model.language_model.* or
+// language_model.model.* (the loader finds the prefix). Not here: the vision tower, final/attention logit
+// soft-capping (Gemma 2's; null in every Gemma 3 config).
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -124,12 +126,17 @@ const ArchSpec& Gemma3Arch() {
   static const ArchSpec kSpec{
       .arch = Arch::kGemma3,
       .name = "gemma3",
-      .hf_names = {"gemma3_text", "Gemma3ForCausalLM"},
+      .hf_names = {"gemma3_text", "Gemma3ForCausalLM", "Gemma3ForConditionalGeneration"},
       .hf_class = "Gemma3ForCausalLM",
       .gguf_arch = "gemma3",
       .qk_norm = QkNorm::kPerHead,
       .adds_bos = true,
       .hf_norm_offset = 1.f,
+      // transformers' Gemma3TextConfig: the 4B/12B text_config names only what differs from these.
+      .hf_defaults = R"({"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+          "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
+          "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
+          "rope_local_base_freq": 10000.0, "tie_word_embeddings": true})",
       .hf_config = ReadHfConfig,
       .gguf_config = ReadGgufConfig,
       .gguf_convertible = [](const ModelConfig& c) -> Status {

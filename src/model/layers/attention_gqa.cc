@@ -68,7 +68,8 @@ Status GqaAttention::SplitWholeNorm(const GqaWeights& w, int n) {
     ss_[n + r] = sk;
   }
   // The communicator sums floats: each rank's partial sum (accumulated in double) is rounded once to f32.
-  std::vector<float> partial(ss_.begin(), ss_.end());
+  std::vector<float>& partial = partial_;
+  partial.assign(ss_.begin(), ss_.end());
   const Status s = split_.tp->AllReduceSum(partial.data(), partial.size());
   if (!s.ok()) return Status(s.code(), "tensor-parallel q/k norm all-reduce: " + s.message());
   for (int r = 0; r < n; ++r) {

@@ -47,6 +47,7 @@ class GqaAttention {
   QkNorm qk_norm_;
   WholeNormSplit split_;
   std::vector<double> ss_;
+  std::vector<float> partial_;  // ss_ rounded to f32 for the all-reduce (kept: no allocation per call)
   float eps_;
   float scale_;  // the softmax scale
   // Per layer: its window (0: full attention). Windowed layers rotate with rope_swa_, the others with rope_.
