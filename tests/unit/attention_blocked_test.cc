@@ -89,13 +89,21 @@ std::vector<double> Reference(const Cache& c, int n_heads, const float* q, int p
   return out;
 }
 
+// The shape of n_heads query heads over the cache's K/V heads, with a sliding window and sinks (0 / nullptr: none).
+AttnShape Shape(const Cache& c, int n_heads, int n_kv, int window, const float* sinks) {
+  AttnShape shape{n_heads, n_kv, c.hd, c.hd, static_cast<int>(c.kv_dim()), static_cast<int>(c.kv_dim())};
+  shape.window = window;
+  shape.sinks = sinks;
+  return shape;
+}
+
 // PagedAttention for the sequence's rows [r0, r0 + m) (absolute positions start + r0 ...), q rows of n_heads * hd.
-std::vector<float> Attend(const Cache& c, int n_heads, const std::vector<float>& q, int start, int r0, int m, float scale) {
+std::vector<float> Attend(const Cache& c, int n_heads, const std::vector<float>& q, int start, int r0, int m, float scale,
+                          int window = 0, const float* sinks = nullptr) {
   const int64_t stride = static_cast<int64_t>(n_heads) * c.hd;
   std::vector<float> out(m * stride, -7.f);
   const AttnSeq seq{0, m, start + r0, c.rows.data()};
-  PagedAttention(q.data() + r0 * stride, &seq, 1, c.k.data(), c.v.data(), c.dt,
-                 AttnShape{n_heads, c.n_kv, c.hd, c.hd, static_cast<int>(c.kv_dim()), static_cast<int>(c.kv_dim())}, scale,
+  PagedAttention(q.data() + r0 * stride, &seq, 1, c.k.data(), c.v.data(), c.dt, Shape(c, n_heads, c.n_kv, window, sinks), scale,
                  out.data());
   return out;
 }
@@ -132,10 +140,12 @@ TEST(AttentionBlockedTest, MatchesDoubleReferenceAtOddSizes) {
 
 // Every output row is bitwise the same however the rows are blocked and whatever runs beside it: the whole
 // prompt in one call, chunked prefill (chunks of 1, 5, 64), each row alone (decode), one head alone, at 1, 2, 3
-// and 7 threads, and next to another sequence in the same batch.
-TEST(AttentionBlockedTest, RowsAreBitwiseInvariantToBlockingHeadsAndThreads) {
-  const int n_kv = 2, ratio = 4, n_heads = n_kv * ratio, hd = 64, start = 21, m = 70;
+// and 7 threads, and next to another sequence in the same batch; with a sliding window and sinks (0 / nullptr:
+// none) as given.
+void ExpectRowsBitwiseInvariant(int start, int m, int window, const float* sinks) {
+  const int n_kv = 2, ratio = 4, n_heads = n_kv * ratio, hd = 64;
   const float scale = 0.125f;
+  SCOPED_TRACE(::testing::Message() << "start " << start << " m " << m << " window " << window << (sinks ? " sinks" : ""));
   IsaGuard guard;
   for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
     const Cache c(dt, n_kv, hd, start + m, 300);
@@ -144,16 +154,17 @@ TEST(AttentionBlockedTest, RowsAreBitwiseInvariantToBlockingHeadsAndThreads) {
     for (Isa isa : AvailableIsas()) {
       SetIsa(isa);
       SetComputeThreads(2);
-      const auto whole = Attend(c, n_heads, q, start, 0, m, scale);
+      const auto whole = Attend(c, n_heads, q, start, 0, m, scale, window, sinks);
       auto expect_same = [&](const std::vector<float>& got, int r0, const char* what, int arg) {
         ASSERT_EQ(0, std::memcmp(got.data(), whole.data() + r0 * stride, got.size() * sizeof(float)))
             << what << " " << arg << " rows from " << r0 << " " << IsaName(isa) << " " << Name(dt);
       };
       for (int chunk : {1, 5, 64})
-        for (int r0 = 0; r0 < m; r0 += chunk) expect_same(Attend(c, n_heads, q, start, r0, std::min(chunk, m - r0), scale), r0, "chunk", chunk);
+        for (int r0 = 0; r0 < m; r0 += chunk)
+          expect_same(Attend(c, n_heads, q, start, r0, std::min(chunk, m - r0), scale, window, sinks), r0, "chunk", chunk);
       for (int threads : {1, 3, 7}) {
         SetComputeThreads(threads);
-        expect_same(Attend(c, n_heads, q, start, 0, m, scale), 0, "threads", threads);
+        expect_same(Attend(c, n_heads, q, start, 0, m, scale, window, sinks), 0, "threads", threads);
       }
       SetComputeThreads(2);
       // Another sequence (3 rows over its own 9 positions of the same storage) in the same call.
@@ -164,8 +175,7 @@ TEST(AttentionBlockedTest, RowsAreBitwiseInvariantToBlockingHeadsAndThreads) {
         qq.insert(qq.end(), q_other.begin(), q_other.end());
         const AttnSeq seqs[2] = {{0, m, start, c.rows.data()}, {m, 3, 6, other_rows.data()}};
         std::vector<float> out((m + 3) * stride);
-        PagedAttention(qq.data(), seqs, 2, c.k.data(), c.v.data(), dt,
-                       AttnShape{n_heads, n_kv, hd, hd, static_cast<int>(c.kv_dim()), static_cast<int>(c.kv_dim())}, scale, out.data());
+        PagedAttention(qq.data(), seqs, 2, c.k.data(), c.v.data(), dt, Shape(c, n_heads, n_kv, window, sinks), scale, out.data());
         out.resize(m * stride);
         expect_same(out, 0, "batched with another sequence", 2);
       }
@@ -177,13 +187,27 @@ TEST(AttentionBlockedTest, RowsAreBitwiseInvariantToBlockingHeadsAndThreads) {
         for (int i = 0; i < m; ++i) std::memcpy(&qh[i * hd], &q[i * stride + h * hd], hd * sizeof(float));
         const AttnSeq seq{0, m, start, c.rows.data()};
         PagedAttention(qh.data(), &seq, 1, c.k.data() + kvh * hd * es, c.v.data() + kvh * hd * es, dt,
-                       AttnShape{1, 1, hd, hd, static_cast<int>(c.kv_dim()), static_cast<int>(c.kv_dim())}, scale, oh.data());
+                       Shape(c, 1, 1, window, sinks ? sinks + h : nullptr), scale, oh.data());
         for (int i = 0; i < m; ++i)
           ASSERT_EQ(0, std::memcmp(&oh[i * hd], &whole[i * stride + h * hd], hd * sizeof(float)))
               << "head alone, row " << i << " " << IsaName(isa) << " " << Name(dt);
       }
     }
   }
+}
+
+TEST(AttentionBlockedTest, RowsAreBitwiseInvariantToBlockingHeadsAndThreads) { ExpectRowsBitwiseInvariant(21, 70, 0, nullptr); }
+
+// The same with sliding windows and sinks over 190 positions (three 64-position tiles): windows of one position,
+// 5, one tile, a tile + 1 and 100, so rows of one task start their windows in different tiles (and chunks of rows
+// start past the first rows' windows); each row alone (chunks of 1) is the decode step at its position.
+TEST(AttentionBlockedTest, WindowedRowsWithSinksAreBitwiseInvariantToBlockingHeadsAndThreads) {
+  const auto sinks = RandomVec(8, 303, 4.f);  // one per query head, some above every score
+  for (int window : {1, 5, 64, 65, 100}) {
+    ExpectRowsBitwiseInvariant(100, 90, window, nullptr);
+    ExpectRowsBitwiseInvariant(100, 90, window, sinks.data());
+  }
+  ExpectRowsBitwiseInvariant(21, 70, 0, sinks.data());
 }
 
 }  // namespace

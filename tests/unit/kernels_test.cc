@@ -2,8 +2,13 @@
 // AVX2, AVX-512; one the CPU lacks fails unless declared, isa_test_util.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
+#include <random>
+#include <utility>
+#include <vector>
 
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
@@ -522,6 +527,173 @@ TEST(DispatchTest, SetIsaSwitchesTheKernelTable) {
   EXPECT_EQ(Kernels().attend_rows, &isa_scalar::AttendRows);
   SetIsa(Isa::kAvx512);  // clamped to what the CPU has
   EXPECT_EQ(ActiveIsa(), BestIsa());
+}
+
+}  // namespace
+}  // namespace deepinfer
+
+namespace deepinfer {
+namespace {
+
+// A paged cache for the window tests: position p in row rows[p], blocks of 16 rows shuffled, n_kv heads of hd
+// elements per row; ks/vs the values as stored. kGuardRows rows of NaN sit in front of row 0 (k() and v() point
+// past them): a kernel that reads a row index below 0 then turns its output into NaN instead of reading nothing.
+struct WindowCache {
+  static constexpr int kGuardRows = 8;
+  DType dt;
+  int n_kv, hd, kvdim;
+  size_t es;
+  std::vector<int32_t> rows;
+  std::vector<uint8_t> kb, vb;
+  std::vector<double> ks, vs;
+  WindowCache(DType t, int n_kv_heads, int head_dim, int positions, uint32_t seed)
+      : dt(t), n_kv(n_kv_heads), hd(head_dim), kvdim(n_kv_heads * head_dim), es(t == DType::kF32 ? 4 : 2) {
+    const int nblocks = (positions + 15) / 16;
+    std::vector<int> perm(nblocks);
+    for (int b = 0; b < nblocks; ++b) perm[b] = b;
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(seed));
+    for (int p = 0; p < positions; ++p) rows.push_back(perm[p / 16] * 16 + p % 16);
+    const int64_t n = static_cast<int64_t>(nblocks) * 16 * kvdim, guard = static_cast<int64_t>(kGuardRows) * kvdim;
+    const auto kf = RandomVec(n, seed + 1), vf = RandomVec(n, seed + 2);
+    kb.resize((guard + n) * es), vb.resize((guard + n) * es), ks.resize(n), vs.resize(n);
+    for (int64_t i = 0; i < guard; ++i) {
+      Store(std::nanf(""), &kb[i * es], nullptr);
+      Store(std::nanf(""), &vb[i * es], nullptr);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      Store(kf[i], &kb[(guard + i) * es], &ks[i]);
+      Store(vf[i], &vb[(guard + i) * es], &vs[i]);
+    }
+  }
+  void Store(float x, uint8_t* dst, double* stored) const {
+    if (dt == DType::kF32) {
+      std::memcpy(dst, &x, 4);
+      if (stored) *stored = x;
+      return;
+    }
+    const uint16_t h = dt == DType::kBF16 ? F32ToBF16(x) : F32ToF16(x);
+    std::memcpy(dst, &h, 2);
+    if (stored) *stored = dt == DType::kBF16 ? BF16ToF32(h) : F16ToF32(h);
+  }
+  const uint8_t* k() const { return kb.data() + static_cast<size_t>(kGuardRows) * kvdim * es; }
+  const uint8_t* v() const { return vb.data() + static_cast<size_t>(kGuardRows) * kvdim * es; }
+};
+
+// Double-precision attention of query row q (n_heads * hd) at position pos over positions
+// [max(0, pos + 1 - window), pos] (all of [0, pos] for window 0), with sinks[h] as one more logit of the softmax's
+// denominator when sinks is given. A bf16 cache is dotted with q rounded to bf16 (PagedAttention's dot-type rule).
+std::vector<double> WindowReference(const WindowCache& c, int n_heads, const float* q, int pos, int window,
+                                    const float* sinks, double scale) {
+  std::vector<double> out(static_cast<size_t>(n_heads) * c.hd);
+  const int group = n_heads / c.n_kv, lo = window > 0 ? std::max(0, pos + 1 - window) : 0;
+  std::vector<double> s(pos + 1 - lo);
+  for (int h = 0; h < n_heads; ++h) {
+    const int kvh = h / group;
+    double mx = sinks ? sinks[h] : -1e300, z = 0;
+    for (int p = lo; p <= pos; ++p) {
+      double d = 0;
+      for (int e = 0; e < c.hd; ++e) {
+        const float qe = q[h * c.hd + e];
+        const double k = c.ks[static_cast<int64_t>(c.rows[p]) * c.kvdim + kvh * c.hd + e];
+        d += (c.dt == DType::kBF16 ? BF16ToF32(F32ToBF16(qe)) : qe) * k;
+      }
+      mx = std::max(mx, s[p - lo] = d * scale);
+    }
+    for (double& e : s) z += (e = std::exp(e - mx));
+    if (sinks) z += std::exp(sinks[h] - mx);
+    for (int p = lo; p <= pos; ++p)
+      for (int e = 0; e < c.hd; ++e)
+        out[h * c.hd + e] += s[p - lo] / z * c.vs[static_cast<int64_t>(c.rows[p]) * c.kvdim + kvh * c.hd + e];
+  }
+  return out;
+}
+
+// PagedAttention of m query rows at positions start .. start + m - 1 of one sequence whose positions live in rows.
+std::vector<float> AttendWindow(const WindowCache& c, const int32_t* rows, int n_heads, const std::vector<float>& q, int start,
+                                int m, int window, const float* sinks, float scale) {
+  std::vector<float> out(static_cast<size_t>(m) * n_heads * c.hd, -7.f);
+  const AttnSeq seq{0, m, start, rows};
+  AttnShape shape{n_heads, c.n_kv, c.hd, c.hd, c.kvdim, c.kvdim};
+  shape.window = window;
+  shape.sinks = sinks;
+  PagedAttention(q.data(), &seq, 1, c.k(), c.v(), c.dt, shape, scale, out.data());
+  return out;
+}
+
+// Sliding windows (1, 3, one tile, a tile + 1, 100, longer than the context) and sinks (per head: dominating +8,
+// moderate, negative and negligible), alone and together, against a double-precision reference on every ISA and
+// cache type: prefill rows late in a context that crosses four 64-position tiles (rows whose windows start in
+// different tiles share the task), prefill rows from position 0 (windows cut at 0) and a decode row; GQA 4.
+// A window at least as long as the context gives bitwise the output of no window.
+TEST(OpsTest, SlidingWindowAndSinksMatchDoubleReference) {
+  const int n_kv = 2, n_heads = 8, hd = 40, positions = 260;  // hd 40: masked tails of the 16/64-element steps
+  const float scale = 1.f / std::sqrt(static_cast<float>(hd));
+  const float sinks[n_heads] = {8.f, -3.f, 0.5f, -20.f, 8.f, 1.5f, -1.f, 4.f};
+  const std::pair<int, int> row_sets[] = {{150, 110}, {0, 70}, {259, 1}};  // (start, m)
+  IsaGuard guard;
+  SetComputeThreads(2);
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const WindowCache c(dt, n_kv, hd, positions, 500 + static_cast<uint32_t>(dt));
+    for (auto [start, m] : row_sets) {
+      const auto q = RandomVec(static_cast<size_t>(m) * n_heads * hd, 510 + start);
+      for (int window : {1, 3, 64, 65, 100, 1000})
+        for (const float* sk : {static_cast<const float*>(nullptr), sinks}) {
+          std::vector<std::vector<double>> ref(m);
+          for (int i = 0; i < m; ++i)
+            ref[i] = WindowReference(c, n_heads, &q[static_cast<size_t>(i) * n_heads * hd], start + i, window, sk, scale);
+          for (Isa isa : AvailableIsas()) {
+            SetIsa(isa);
+            const auto out = AttendWindow(c, c.rows.data(), n_heads, q, start, m, window, sk, scale);
+            double worst = 0;
+            for (int i = 0; i < m; ++i)
+              for (int e = 0; e < n_heads * hd; ++e)
+                worst = std::max(worst, std::abs(out[static_cast<size_t>(i) * n_heads * hd + e] - ref[i][e]));
+            EXPECT_LT(worst, 2e-5) << IsaName(isa) << " " << DTypeName(dt) << " start " << start << " m " << m << " window "
+                                   << window << (sk ? " sinks" : "");
+            if (window == 1000) {
+              const auto full = AttendWindow(c, c.rows.data(), n_heads, q, start, m, 0, sk, scale);
+              EXPECT_EQ(0, std::memcmp(full.data(), out.data(), out.size() * sizeof(float)))
+                  << "window past the context differs from none: " << IsaName(isa) << " " << DTypeName(dt) << " start " << start;
+            }
+          }
+        }
+    }
+  }
+  SetComputeThreads(0);
+}
+
+// rows[p] of positions below the first query row's window are never read (a later change frees those KV blocks):
+// set to -1 (a row of NaN in front of the cache, which would poison the output) or to INT32_MIN / 2 (far outside
+// any mapping, which would crash), the output is bitwise what valid rows give. Windows whose first row starts
+// inside a tile (3, 65, 100), on a tile boundary (64) or that hold one position, at 1 and 3 threads (which block
+// the rows differently), prefill and decode, with sinks.
+TEST(OpsTest, RowsBelowTheWindowAreNeverRead) {
+  const int n_kv = 2, n_heads = 8, hd = 32, positions = 260;
+  const float sinks[n_heads] = {0.5f, -2.f, 3.f, 0.f, 1.f, -1.f, 2.f, -4.f};
+  IsaGuard guard;
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kF16}) {
+    const WindowCache c(dt, n_kv, hd, positions, 600 + static_cast<uint32_t>(dt));
+    for (auto [start, m] : {std::pair{150, 110}, std::pair{259, 1}, std::pair{200, 5}}) {
+      const auto q = RandomVec(static_cast<size_t>(m) * n_heads * hd, 610 + m);
+      for (int window : {1, 3, 64, 65, 100})
+        for (int32_t garbage : {-1, INT32_MIN / 2}) {
+          std::vector<int32_t> rows = c.rows;
+          for (int p = 0; p < start + 1 - window; ++p) rows[p] = garbage;
+          for (Isa isa : AvailableIsas()) {
+            SetIsa(isa);
+            for (int threads : {1, 3}) {
+              SetComputeThreads(threads);
+              const auto valid = AttendWindow(c, c.rows.data(), n_heads, q, start, m, window, sinks, 0.2f);
+              const auto got = AttendWindow(c, rows.data(), n_heads, q, start, m, window, sinks, 0.2f);
+              ASSERT_EQ(0, std::memcmp(valid.data(), got.data(), got.size() * sizeof(float)))
+                  << IsaName(isa) << " " << DTypeName(dt) << " start " << start << " m " << m << " window " << window
+                  << " rows below it " << garbage << " threads " << threads;
+            }
+          }
+        }
+    }
+  }
+  SetComputeThreads(0);
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
   // Tasks in order (sequence, K/V head, row block, head block): a thread's consecutive tasks stream the same K/V
   // head's rows (one head's K and V of an 8k context are ~2 MiB in bf16), not every head's in turn. cost[t] =
   // work up to task t (slots x positions), so each thread takes an equal share of the work: causal rows late in
-  // a prompt see more positions.
+  // a prompt see more positions; a windowed row reads about min(len, window) of them.
   std::vector<int64_t> first_task(static_cast<size_t>(num_seqs) + 1, 0);
   for (int s = 0; s < num_seqs; ++s)
     first_task[s + 1] = first_task[s] + static_cast<int64_t>((seqs[s].m + rb - 1) / rb) * per_rb;
@@ -52,7 +52,8 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
       for (int kvh = 0; kvh < sh.n_kv; ++kvh)
         for (int r0 = 0; r0 < seqs[s].m; r0 += rb) {
           const int nr = std::min(rb, seqs[s].m - r0);
-          const int64_t w = static_cast<int64_t>(nr) * (seqs[s].start + r0 + nr) + 64;
+          const int len = seqs[s].start + r0 + nr;
+          const int64_t w = static_cast<int64_t>(nr) * (sh.window > 0 ? std::min(len, sh.window) : len) + 64;
           for (int b = 0; b < blocks; ++b) {
             acc += w * std::min(hb, group - b * hb);
             cost_end[t++] = acc;
@@ -103,6 +104,8 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
       args.hd_k = sh.hd_k;
       args.hd_v = sh.hd_v;
       args.scale = scale;
+      args.window = sh.window;
+      args.sinks = sh.sinks ? sh.sinks + h : nullptr;  // slot s: head h + s % nh
       args.scratch = scratch.data();
       attend(args);
     }

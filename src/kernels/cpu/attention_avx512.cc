@@ -8,8 +8,15 @@
 // half of the slot lanes) score with the positions in the lanes instead (ScoreByPosition, on a transposed K tile):
 // the same products in the same order per (slot, position), so the same bits.
 // Nothing grows with the context (no per-position scores), and every slot's arithmetic (the order of its dot, of
-// its tiles, of its positions inside a tile) depends only on its own row length, never on which slots share the
-// task: results are bitwise independent of row blocking, head grouping and thread count (tests).
+// its tiles, of its positions inside a tile) depends only on its own range of positions, never on which slots
+// share the task: results are bitwise independent of row blocking, head grouping and thread count (tests).
+// Sliding windows: slot s sees [lo, len), lo = max(0, len - window); tiles stay at absolute multiples of
+// kAttendTile and the task starts at the tile holding the first row's lo; a tile's active slots are [sa, sb)
+// (len > the tile's start, lo < its end), the others untouched; scores outside [lo, len) are -inf (P = 0).
+// Positions of that first tile below the first row's lo are zero K and V rows, never read (their cache blocks may
+// have been freed). Sinks, per slot after the last tile: m' = max(m, sink), alpha = exp(m - m'),
+// l = fma(l, alpha, exp(sink - m')), out = (o * alpha) * (1 / l); without one out = o * (1 / l)
+// (attention_portable.inc computes the same, lane for lane).
 // A bf16 cache on AVX512-BF16 runs both products on vdpbf16ps: q is already rounded to bf16 (PagedAttention's
 // dot-type rule), K pairs are used as stored; P is split into two bf16 parts, hi = bf16(P) and
 // lo = bf16(P - hi), so P's representation error is ~2^-17 relative (an f32 path's order of error, not bf16's
@@ -66,12 +73,13 @@ struct Flash {
   float* l;
   float* alpha;
   float* tmax;                  // [nsp] this tile's largest score per slot (ScoreTile keeps it)
-  int32_t* len;                 // [nsp] positions each slot sees (0 for padding lanes)
+  int32_t* len;                 // [nsp] positions each slot sees: [lo, len) (0 for padding lanes)
+  int32_t* lo;
 };
 
 // S[i][v0 .. v0 + NV) for positions p .. p + NP, whose K rows start at k0, k_stride bytes apart (rows past
 // np_store repeat the last one and are not stored): words j in order, one vdpbf16ps / FMA each. Scores of
-// positions a slot does not see (p >= len) are -inf.
+// positions a slot does not see (p >= len or p < lo) are -inf.
 template <bool kPair, int NV, int NP>
 void ScoreTile(const Flash& f, int v0, const uint8_t* k0, int64_t k_stride, int p, int np_store, float scale, float* s_row) {
   const uint8_t* kr[NP];
@@ -99,10 +107,11 @@ void ScoreTile(const Flash& f, int v0, const uint8_t* k0, int64_t k_stride, int 
   }
   const __m512 scl = _mm512_set1_ps(scale), ninf = _mm512_set1_ps(-__builtin_inff());
   for (int v = 0; v < NV; ++v) {
-    const __m512i len = _mm512_loadu_si512(f.len + kVec * (v0 + v));
+    const __m512i len = _mm512_loadu_si512(f.len + kVec * (v0 + v)), lo = _mm512_loadu_si512(f.lo + kVec * (v0 + v));
     __m512 mx = _mm512_loadu_ps(f.tmax + kVec * (v0 + v));
     for (int i = 0; i < NP && i < np_store; ++i) {
-      const __mmask16 sees = _mm512_cmpgt_epi32_mask(len, _mm512_set1_epi32(p + i));
+      const __m512i pos = _mm512_set1_epi32(p + i);
+      const __mmask16 sees = _mm512_mask_cmple_epi32_mask(_mm512_cmpgt_epi32_mask(len, pos), lo, pos);
       const __m512 sc = _mm512_mask_mul_ps(ninf, sees, acc[v][i], scl);
       mx = _mm512_max_ps(mx, sc);
       _mm512_storeu_ps(s_row + static_cast<int64_t>(i) * f.nsp + kVec * (v0 + v), sc);
@@ -139,7 +148,8 @@ void ScoreByPosition(const Flash& f, int s0, const uint32_t* kt, int p, int np, 
     const __m512i pos = _mm512_add_epi32(lane, _mm512_set1_epi32(p + g));
     const int n = np - g < kVec ? np - g : kVec;
     for (int s = 0; s < NS; ++s) {
-      const __mmask16 sees = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(f.len[s0 + s]), pos);
+      const __mmask16 before_len = _mm512_cmpgt_epi32_mask(_mm512_set1_epi32(f.len[s0 + s]), pos);
+      const __mmask16 sees = _mm512_mask_cmple_epi32_mask(before_len, _mm512_set1_epi32(f.lo[s0 + s]), pos);
       const __m512 sc = _mm512_mask_mul_ps(ninf, sees, acc[s], scl);
       f.tmax[s0 + s] = __builtin_fmaxf(f.tmax[s0 + s], _mm512_reduce_max_ps(sc));
       alignas(64) float tmp[kVec];
@@ -223,12 +233,14 @@ void AttendFlash(const AttendArgs& a) {
   f.alpha = take(f.nsp);
   f.tmax = take(f.nsp);
   f.len = reinterpret_cast<int32_t*>(take(f.nsp));
+  f.lo = reinterpret_cast<int32_t*>(take(f.nsp));
 
   const int hd_k = a.hd_k, nh = a.nh;
   // Few slots (decode rows: 4 or 8 heads per K/V head) score with the positions in the lanes instead.
   const bool by_position = f.ns <= kMaxByPosition;
   for (int s = 0; s < f.nsp; ++s) {
     f.len[s] = s < f.ns ? a.len0 + s / nh : 0;
+    f.lo[s] = a.window > 0 && f.len[s] > a.window ? f.len[s] - a.window : 0;
     f.m[s] = -__builtin_inff();
     f.l[s] = 0.f;
   }
@@ -250,12 +262,21 @@ void AttendFlash(const AttendArgs& a) {
     }
   }
   const int64_t esize = a.kv_type == DType::kF32 ? 4 : 2;
+  const int lo0 = f.lo[0];  // no row reads below it
 
-  for (int p0 = 0; p0 < len_max; p0 += kAttendTile) {
+  for (int p0 = lo0 / kAttendTile * kAttendTile; p0 < len_max; p0 += kAttendTile) {
     const int np = len_max - p0 < kAttendTile ? len_max - p0 : kAttendTile;
-    // Slots that see position p0 (the rest are done): s >= sa, as lengths grow with the row.
+    const int first = lo0 - p0 > 0 ? lo0 - p0 : 0;  // positions [p0, p0 + first): zero rows, not read
+    // Active slots [sa, sb), as lengths and window starts grow with the row: s >= sa see position p0 or later
+    // (the rest are done), s < sb start before the tile's end (the rest have not started: untouched).
     const int sa = p0 < a.len0 ? 0 : (p0 - a.len0 + 1) * nh;
-    const int va = sa / kVec;
+    int sb = f.ns;
+    if (a.window > 0) {
+      const int64_t rows_started = static_cast<int64_t>(p0) + np + a.window - a.len0;  // rows with len0 + r - window < p0 + np
+      sb = rows_started < a.nr ? (rows_started > 0 ? static_cast<int>(rows_started) : 0) * nh : f.ns;
+      sb = sb > sa ? sb : sa;
+    }
+    const int va = sa / kVec, vb = (sb + kVec - 1) / kVec;
     // The tile's rows copied (bf16 pairs) or converted (f32, f16, or bf16 without AVX512-BF16) next to each
     // other: the score tiles then read one contiguous, L1-resident block instead of NP scattered cache rows.
     const int64_t kt_stride = kPair ? 2 * hd_k : 4 * hd_k;  // bytes per copied row
@@ -267,7 +288,7 @@ void AttendFlash(const AttendArgs& a) {
           const int nw = f.nk - j0 < kVec ? f.nk - j0 : kVec;
           __m512i r[kVec];
           for (int i = 0; i < kVec; ++i) {
-            if (i0 + i >= np) {
+            if (i0 + i >= np || i0 + i < first) {
               r[i] = _mm512_setzero_si512();
               continue;
             }
@@ -280,6 +301,10 @@ void AttendFlash(const AttendArgs& a) {
         }
     }
     for (int i = 0; i < np && !by_position; ++i) {
+      if (i < first) {
+        memset(reinterpret_cast<uint8_t*>(f.kt) + i * kt_stride, 0, static_cast<size_t>(kt_stride));
+        continue;
+      }
       const uint8_t* src = a.k + a.rows[p0 + i] * a.k_row_bytes;
       if (kPair) {
         uint16_t* dst = reinterpret_cast<uint16_t*>(f.kt) + static_cast<int64_t>(i) * hd_k;
@@ -326,20 +351,20 @@ void AttendFlash(const AttendArgs& a) {
           ScoreTile<kPair, NV, NP>(f, v, kt + i * kt_stride, kt_stride, p0 + i, np - i, a.scale, f.s + static_cast<int64_t>(i) * f.nsp);
       };
       using std::integral_constant;
-      for (; f.nv - v >= 4; v += 4) run(integral_constant<int, 4>{}, integral_constant<int, 6>{});
-      if (f.nv - v == 3) run(integral_constant<int, 3>{}, integral_constant<int, 8>{});
-      else if (f.nv - v == 2) run(integral_constant<int, 2>{}, integral_constant<int, 12>{});
-      else if (f.nv - v == 1) run(integral_constant<int, 1>{}, integral_constant<int, 12>{});
+      for (; vb - v >= 4; v += 4) run(integral_constant<int, 4>{}, integral_constant<int, 6>{});
+      if (vb - v == 3) run(integral_constant<int, 3>{}, integral_constant<int, 8>{});
+      else if (vb - v == 2) run(integral_constant<int, 2>{}, integral_constant<int, 12>{});
+      else if (vb - v == 1) run(integral_constant<int, 1>{}, integral_constant<int, 12>{});
     }
     // Online softmax, vectorized over slots: new max, rescale, P = exp(S - m), sums in order of position.
     // pair_idx interleaves a vector of 32 bf16 [a0..a15, b0..b15] into pairs (a_i, b_i).
     const __m512i pair_idx = _mm512_setr_epi32(0x00100000, 0x00110001, 0x00120002, 0x00130003, 0x00140004, 0x00150005, 0x00160006,
                                                0x00170007, 0x00180008, 0x00190009, 0x001a000a, 0x001b000b, 0x001c000c, 0x001d000d,
                                                0x001e000e, 0x001f000f);
-    for (int v = va; v < f.nv; ++v) {
+    for (int v = va; v < vb; ++v) {
       const int base = kVec * v;
       const __m512i lane = _mm512_add_epi32(_mm512_set1_epi32(base), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-      const __mmask16 act = _mm512_cmpge_epi32_mask(lane, _mm512_set1_epi32(sa)) & _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(f.ns));
+      const __mmask16 act = _mm512_cmpge_epi32_mask(lane, _mm512_set1_epi32(sa)) & _mm512_cmplt_epi32_mask(lane, _mm512_set1_epi32(sb));
       float* sv = f.s + base;
       const __m512 mt = _mm512_loadu_ps(f.tmax + base);
       const __m512 m_old = _mm512_loadu_ps(f.m + base), m_new = _mm512_max_ps(m_old, mt);
@@ -381,13 +406,16 @@ void AttendFlash(const AttendArgs& a) {
                                              0x002e000e, 0x002f000f);
       const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(16));
       for (int j = 0; j < (np + 1) / 2; ++j) {
-        const uint16_t* r0 = reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j] * a.v_row_bytes);
-        const uint16_t* r1 = 2 * j + 1 < np ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j + 1] * a.v_row_bytes) : nullptr;
+        const uint16_t* r0 =
+            2 * j >= first ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j] * a.v_row_bytes) : nullptr;
+        const uint16_t* r1 = 2 * j + 1 < np && 2 * j + 1 >= first
+                                 ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j + 1] * a.v_row_bytes)
+                                 : nullptr;
         uint32_t* dst = f.vt + static_cast<int64_t>(j) * f.hdvp;
         for (int d = 0; d < f.hdvp; d += 32) {
           const int left = a.hd_v - d;
           const __mmask32 m = left >= 32 ? ~static_cast<__mmask32>(0) : left <= 0 ? 0 : static_cast<__mmask32>((1u << left) - 1);
-          const __m512i x0 = _mm512_maskz_loadu_epi16(m, r0 + d);
+          const __m512i x0 = r0 ? _mm512_maskz_loadu_epi16(m, r0 + d) : _mm512_setzero_si512();
           const __m512i x1 = r1 ? _mm512_maskz_loadu_epi16(m, r1 + d) : _mm512_setzero_si512();
           _mm512_storeu_si512(dst + d, _mm512_permutex2var_epi16(x0, even, x1));
           _mm512_storeu_si512(dst + d + 16, _mm512_permutex2var_epi16(x0, odd, x1));
@@ -396,16 +424,20 @@ void AttendFlash(const AttendArgs& a) {
     } else {
       float* vt = reinterpret_cast<float*>(f.vt);
       for (int i = 0; i < np; ++i) {
-        const uint8_t* vr = a.v + a.rows[p0 + i] * a.v_row_bytes;
         float* dst = vt + static_cast<int64_t>(i) * f.hdvp;
+        if (i < first) {
+          memset(dst, 0, sizeof(float) * static_cast<size_t>(f.hdvp));
+          continue;
+        }
+        const uint8_t* vr = a.v + a.rows[p0 + i] * a.v_row_bytes;
         for (int d = 0; d < f.hdvp; d += kVec) _mm512_storeu_ps(dst + d, Load16(vr, a.kv_type, d, Mask16(a.hd_v - d)));
       }
     }
     // Values for the active slots, blocks of up to kMaxSlotBlock slots x 64 outputs.
     for (int c0 = 0; c0 < f.hdvp; c0 += kDvChunk) {
       int s = sa;
-      for (; f.ns - s >= kMaxSlotBlock; s += kMaxSlotBlock) ValueTile<kPair, kMaxSlotBlock>(f, s, c0, np);
-      switch (f.ns - s) {
+      for (; sb - s >= kMaxSlotBlock; s += kMaxSlotBlock) ValueTile<kPair, kMaxSlotBlock>(f, s, c0, np);
+      switch (sb - s) {
         case 4: ValueTile<kPair, 4>(f, s, c0, np); break;
         case 3: ValueTile<kPair, 3>(f, s, c0, np); break;
         case 2: ValueTile<kPair, 2>(f, s, c0, np); break;
@@ -415,11 +447,22 @@ void AttendFlash(const AttendArgs& a) {
     }
   }
   for (int s = 0; s < f.ns; ++s) {
-    const float inv = 1.f / f.l[s];
     float* out = a.out + (s / nh) * a.o_stride + static_cast<int64_t>(s % nh) * a.hd_v;
     const float* o = f.o + static_cast<int64_t>(s) * f.hdvp;
+    if (!a.sinks) {
+      const float inv = 1.f / f.l[s];
+      for (int d = 0; d < a.hd_v; d += kVec)
+        _mm512_mask_storeu_ps(out + d, Mask16(a.hd_v - d), _mm512_mul_ps(_mm512_loadu_ps(o + d), _mm512_set1_ps(inv)));
+      continue;
+    }
+    // The sink: one more term of the denominator, exp(sink - m') after the rescale to the new max m' (computed in
+    // broadcast lanes, so bitwise the portable kernel's scalar ExpNonPositive).
+    const __m512 m = _mm512_set1_ps(f.m[s]), sink = _mm512_set1_ps(a.sinks[s % nh]), m_new = _mm512_max_ps(m, sink);
+    const __m512 al = ExpNonPositive(_mm512_sub_ps(m, m_new));
+    const __m512 l = _mm512_fmadd_ps(_mm512_set1_ps(f.l[s]), al, ExpNonPositive(_mm512_sub_ps(sink, m_new)));
+    const __m512 inv = _mm512_set1_ps(1.f / _mm512_cvtss_f32(l));
     for (int d = 0; d < a.hd_v; d += kVec)
-      _mm512_mask_storeu_ps(out + d, Mask16(a.hd_v - d), _mm512_mul_ps(_mm512_loadu_ps(o + d), _mm512_set1_ps(inv)));
+      _mm512_mask_storeu_ps(out + d, Mask16(a.hd_v - d), _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(o + d), al), inv));
   }
 }
 

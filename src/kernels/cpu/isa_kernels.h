@@ -40,14 +40,17 @@ using GemmSliceFn = void (*)(const GemmWeights& w, const float* x, const void* x
 
 // AttendRows: a block of nr consecutive query rows of one sequence times nh query heads that share one K/V head
 // (GQA group, or all heads for absorbed MLA); each (row, head) pair is a "slot". Row r sees the keys/values of
-// positions [0, len0 + r): position p lives in row rows[p] of the K and V storage (rows k_row_bytes / v_row_bytes
-// apart, elements of kv_type f32/bf16/f16; k and v already point at the K/V head's first element). Row r, head h:
-// query q + r * q_stride + h * hd_k, output out + r * o_stride + h * hd_v; scores = q.k (hd_k) * scale, softmax,
+// positions [lo_r, len_r), len_r = len0 + r, lo_r = window > 0 ? max(0, len_r - window) : 0: position p lives in
+// row rows[p] of the K and V storage (rows k_row_bytes / v_row_bytes apart, elements of kv_type f32/bf16/f16; k
+// and v already point at the K/V head's first element). rows[p] for p < lo_0 is never read (those blocks may
+// have been freed). Row r, head h: query q + r * q_stride + h * hd_k, output out + r * o_stride + h * hd_v;
+// scores = q.k (hd_k) * scale, softmax (with sinks[h] as one more logit in the denominator when sinks is set),
 // out = sum scores * v (hd_v). K and V may be the same storage (MLA: the latent is both). K and V are read in
-// tiles of kAttendTile positions, each used by every slot, with an online softmax per tile (`scratch` holds
-// AttendOnlineScratchFloats(...) floats). Each slot's result is bitwise independent of nr, nh and the slot's place
-// in the block, and the same on every ISA (attention_portable.inc computes the AVX-512 kernel's arithmetic),
-// except the AVX-512 vdpbf16ps path for bf16 caches, whose products and P rounding are its own.
+// tiles of kAttendTile positions at absolute multiples of it, each used by every slot whose range meets it, with
+// an online softmax per tile (`scratch` holds AttendOnlineScratchFloats(...) floats). Each slot's result is
+// bitwise independent of nr, nh and the slot's place in the block, and the same on every ISA
+// (attention_portable.inc computes the AVX-512 kernel's arithmetic), except the AVX-512 vdpbf16ps path for bf16
+// caches, whose products and P rounding are its own.
 struct AttendArgs {
   const float* q;
   int64_t q_stride;
@@ -62,6 +65,8 @@ struct AttendArgs {
   int64_t k_row_bytes, v_row_bytes;
   int hd_k, hd_v;
   float scale;
+  int window;          // 0: every position up to the row's own
+  const float* sinks;  // nh logits (head h: sinks[h]), or nullptr
   float* scratch;
 };
 constexpr int kAttendTile = 64;        // positions per K/V tile
@@ -69,7 +74,7 @@ constexpr int kMaxAttendSlots = 128;   // nr * nh at most
 // Every kernel runs an online softmax and keeps no per-position scores: the scratch does not grow with the context.
 constexpr int64_t AttendOnlineScratchFloats(int slots, int hd_k, int hd_v) {
   const int64_t padded = (slots + 15) / 16 * 16, hdvp = (hd_v + 63) / 64 * 64;
-  return padded * (hd_k + 2 * kAttendTile + 5) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 12;
+  return padded * (hd_k + 2 * kAttendTile + 6) + static_cast<int64_t>(kAttendTile) * (hdvp + hd_k) + slots * hdvp + 16 * 13;
 }
 using AttendRowsFn = void (*)(const AttendArgs& a);
 // Activations to the dot type of quantized weights, n elements (whole blocks): bitwise QuantizeActivationsQ8_0 /
