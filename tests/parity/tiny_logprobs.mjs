@@ -74,20 +74,21 @@ const cases = [
   // SmolLM3: Llama with no RoPE on every fourth layer (layer 3 of 4 is NoPE), SmolLM3-3B's rope_theta.
   {arch: "smollm3", dtype: "f32", flags: ["--layers", "4", "--rope-theta", "5000000"]},
   // Gemma 3: sandwich norms (HF weights offsets from 1), embeddings scaled by sqrt(hidden), GeGLU, per-head q/k
-  // norms, five local layers of six with window 16 and their own RoPE base (10k; the global layer's 1M scaled
-  // linearly by 8, as Gemma 3 4B+), over a 160-token prompt so the
-  // window slides across ten windows. Tolerance: llama.cpp's CPU GELU reads an f16 table (input and output
-  // rounded to f16, ~2^-11 relative) where deepinfer computes HF's tanh-GELU in f32. Measured on this model:
-  // max 1.1e-3, mean 2.2e-4 with a full window; emulating the table in deepinfer brings the mean to 4.6e-6 but
-  // the max only to 2.4e-4 (an f16 rounding step crossed), so the table is not reproduced: held to max 3e-3,
-  // mean 5e-4, argmax equal; a window ignored or off by one moves log-probs by whole nats (seen: 4.95 max).
-  // The HF directory and the GGUF must give the same bits (the loader adds HF's norm offset in f32 exactly as
-  // llama.cpp's converter does).
+  // norms, local layers with their own RoPE base (10k; the global layers' 1M scaled linearly by 8 in the first
+  // case, as Gemma 3 4B+) and windows of 16 and 23 over prompts of 160 and 130 tokens, so the window slides
+  // across many tiles and blocks. Tolerance: llama.cpp's CPU GELU reads an f16 table (input and output rounded
+  // to f16, ~2^-11 relative) where deepinfer computes HF's tanh-GELU in f32. Measured: max 1.4e-3 / 3.7e-3, mean
+  // 2.3e-4 / 5.1e-4. Emulating the table in deepinfer (a trial build, not kept) brings the means to 8.9e-6 /
+  // 8.0e-6, so everything else agrees at f32 precision, but not the max (1.1e-3 / 4.1e-3): a last-ulp difference
+  // moves a GELU input across an f16 rounding step. Held to max 1e-2, mean 1e-3, argmax equal; a window ignored
+  // moves log-probs by whole nats (seen: 4.95 max, 0.63 mean). The windows themselves are checked exactly
+  // against a double reference in kernels_test. The HF directory and the GGUF must give the same bits (the
+  // loader adds HF's norm offset in f32 exactly as llama.cpp's converter does).
   {arch: "gemma3", dtype: "f32", flags: ["--layers", "6", "--window", "16", "--heads", "4", "--kv-heads", "1", "--head-dim", "32",
                                          "--rope-theta", "1000000", "--rope-scaling", "linear"],
-   promptLen: 160, tol: 3e-3, meanTol: 5e-4, formatsBitwise: true},
+   promptLen: 160, tol: 1e-2, meanTol: 1e-3, formatsBitwise: true},
   {arch: "gemma3", dtype: "f32", flags: ["--layers", "4", "--swa-pattern", "2", "--window", "23", "--seed", "3", "--tie", "--rope-theta", "1000000"],
-   name: "gemma3-w23-alt", promptLen: 130, tol: 3e-3, meanTol: 5e-4, formatsBitwise: true},
+   name: "gemma3-w23-alt", promptLen: 130, tol: 1e-2, meanTol: 1e-3, formatsBitwise: true},
   {arch: "llama", dtype: "bf16", flags: []},
   // MoE in bf16: top-k routing is discontinuous. When two experts' router scores tie to within bf16 summation
   // noise, the engines may pick different experts for that token (seen: one position of 64, max 1.5e-2), so
