@@ -30,6 +30,16 @@ bool TinyPreset(const std::string& name, TinySpec* s) {
     s->arch = Arch::kQwen2;
     s->vocab = 151936; s->hidden = 896; s->layers = 24; s->heads = 14; s->kv_heads = 2; s->head_dim = 64;
     s->intermediate = 4864; s->ctx = 32768; s->rope_theta = 1000000; s->tie_embeddings = true;
+  } else if (name == "gemma-3-1b") {  // Gemma3ForCausalLM: MQA, window 512, no RoPE scaling
+    s->arch = Arch::kGemma3;
+    s->vocab = 262144; s->hidden = 1152; s->layers = 26; s->heads = 4; s->kv_heads = 1; s->head_dim = 256;
+    s->intermediate = 6912; s->ctx = 32768; s->rope_theta = 1000000; s->tie_embeddings = true;
+    s->window = 512; s->swa_period = 6;
+  } else if (name == "gemma-3-4b") {  // the text model of Gemma3ForConditionalGeneration 4B
+    s->arch = Arch::kGemma3;
+    s->vocab = 262208; s->hidden = 2560; s->layers = 34; s->heads = 8; s->kv_heads = 4; s->head_dim = 256;
+    s->intermediate = 10240; s->ctx = 131072; s->rope_theta = 1000000; s->tie_embeddings = true;
+    s->window = 1024; s->swa_period = 6; s->rope_linear = 8.0;
   } else {
     return false;
   }

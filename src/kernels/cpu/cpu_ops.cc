@@ -1,5 +1,6 @@
 #include "kernels/cpu/cpu_ops.h"
 
+#include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
@@ -7,6 +8,18 @@
 
 namespace deepinfer {
 namespace {
+
+// A gated activation over n elements, split over the compute pool when large (a prefill chunk's MLP: millions of
+// exp/tanh). Each element is computed alone, so the split changes no bit.
+void Elementwise(void (*fn)(const float*, const float*, float*, int64_t), const float* gate, const float* up, float* out,
+                 int64_t n) {
+  constexpr int64_t kMinParallel = 1 << 15;
+  if (n < kMinParallel || ComputePool().size() == 1) return fn(gate, up, out, n);
+  ComputePool().Run([&](int tid, int nt) {
+    const auto [b, e] = ThreadPool::Range(static_cast<size_t>(n), tid, nt, 64);
+    if (e > b) fn(gate + b, up + b, out + b, static_cast<int64_t>(e - b));
+  });
+}
 
 // Forwards to the free kernels (qualified: the members share their names).
 class CpuOpsImpl final : public Ops {
@@ -24,8 +37,12 @@ class CpuOpsImpl final : public Ops {
   void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, const int32_t* pos) const override {
     deepinfer::ApplyRope(t, x, m, n_heads, head_dim, pos);
   }
-  void SwiGLU(const float* gate, const float* up, float* out, int64_t n) const override { deepinfer::SwiGLU(gate, up, out, n); }
-  void GeGLU(const float* gate, const float* up, float* out, int64_t n) const override { deepinfer::GeGLU(gate, up, out, n); }
+  void SwiGLU(const float* gate, const float* up, float* out, int64_t n) const override {
+    Elementwise(deepinfer::SwiGLU, gate, up, out, n);
+  }
+  void GeGLU(const float* gate, const float* up, float* out, int64_t n) const override {
+    Elementwise(deepinfer::GeGLU, gate, up, out, n);
+  }
   void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base, DType kv_type,
                       const AttnShape& shape, float scale, float* out) const override {
     deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);
