@@ -60,6 +60,8 @@ const models = [
   {name: "llama", make: ["--arch", "llama"]},
   {name: "deepseek_v3", make: ["--arch", "deepseek_v3", "--mtp", "--experts", "16", "--experts-used", "4", "--layers", "3"], extra: ["--mtp"],
    chunks: ["512"]},
+  // Sliding windows of 100 on two layers of three: a rank's rows read only their window of the K/V everyone wrote.
+  {name: "gemma3", make: ["--arch", "gemma3", "--layers", "3", "--swa-pattern", "3", "--window", "100"], chunks: ["512"]},
 ];
 for (const m of models) {
   const dir = path.join(tmp, m.name);

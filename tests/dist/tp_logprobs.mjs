@@ -112,6 +112,9 @@ const cases = [
   // Post-norm layers; q/k norms over the whole projection, their sums of squares completed across the group
   // (2 KV heads: --tp 4 replicates each on two ranks).
   {name: "olmo2", make: ["--arch", "olmo2", "--heads", "8", "--kv-heads", "2"], splits: DENSE},
+  // Sliding windows (5 positions on layers 0 and 1 of 3: the 16-token prompt slides past them), GeGLU, sandwich
+  // norms, scaled embeddings.
+  {name: "gemma3", make: ["--arch", "gemma3", "--layers", "3", "--swa-pattern", "3", "--window", "5"], splits: DENSE},
   {name: "qwen3_moe", make: ["--arch", "qwen3_moe"], splits: MOE},
   {name: "mixtral", make: ["--arch", "mixtral", "--layers", "2"], splits: MOE},
   {name: "qwen2_moe", make: ["--arch", "qwen2_moe"], splits: MOE},          // gated shared expert
