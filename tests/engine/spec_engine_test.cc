@@ -56,6 +56,18 @@ const Model& TinyDeepseekMtp() {
   return *m;
 }
 
+// Sliding windows of 10 on two layers of three: verification rows and rejected drafts at the window's edge.
+const Model& TinyGemma3Windowed() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kGemma3);
+    s.layers = 3;
+    s.window = 10;
+    s.swa_period = 3;
+    return MakeTiny(s, "spec_gemma3");
+  }();
+  return *m;
+}
+
 // The mixed workload, with per-request speculation varied inside one batch: some requests off, some with
 // k = 1 or 5, some switched to the n-gram proposer whatever the engine's method.
 std::vector<TestRequest> SpecWorkload(const Model& m, int count, uint32_t seed, const std::vector<std::string>& stops) {
@@ -88,6 +100,7 @@ struct SpecCase {
 const Model* NoDraft() { return nullptr; }
 const Model* StoriesSelf() { return &Stories(); }
 const Model* OtherDraft() { return &TinyOtherDraft(); }
+const Model* Gemma3Self() { return &TinyGemma3Windowed(); }
 
 class SpecEquivalence : public ::testing::TestWithParam<int> {
  protected:
@@ -97,7 +110,8 @@ class SpecEquivalence : public ::testing::TestWithParam<int> {
       case 0: return {"stories260K ngram", Stories, SpecMethod::kNgram, NoDraft, story_stops, true};
       case 1: return {"stories260K self-draft", Stories, SpecMethod::kDraft, StoriesSelf, story_stops, true};
       case 2: return {"tiny-qwen3 other-weights draft", TinyTarget, SpecMethod::kDraft, OtherDraft, tiny_stops, false};
-      default: return {"tiny-deepseek-v3 mtp", TinyDeepseekMtp, SpecMethod::kMtp, NoDraft, tiny_stops, false};
+      case 3: return {"tiny-deepseek-v3 mtp", TinyDeepseekMtp, SpecMethod::kMtp, NoDraft, tiny_stops, false};
+      default: return {"tiny-gemma3 windowed self-draft", TinyGemma3Windowed, SpecMethod::kDraft, Gemma3Self, tiny_stops, true};
     }
   }
 };
@@ -130,10 +144,11 @@ TEST_P(SpecEquivalence, SameOutputsAsPlainDecoding) {
 }
 
 std::string SpecName(const ::testing::TestParamInfo<int>& info) {
-  static const char* kNames[] = {"Stories260KNgram", "Stories260KSelfDraft", "TinyQwen3OtherDraft", "TinyDeepseekV3Mtp"};
+  static const char* kNames[] = {"Stories260KNgram", "Stories260KSelfDraft", "TinyQwen3OtherDraft", "TinyDeepseekV3Mtp",
+                                 "TinyGemma3WindowedSelfDraft"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Methods, SpecEquivalence, ::testing::Values(0, 1, 2, 3), SpecName);
+INSTANTIATE_TEST_SUITE_P(Methods, SpecEquivalence, ::testing::Values(0, 1, 2, 3, 4), SpecName);
 
 // Must-show 2: the target as its own draft proposes exactly the target's tokens (its logits are bitwise the
 // target's and it draws with the same keyed randomness), so every draft is accepted, sampled or greedy; a
