@@ -87,6 +87,9 @@ struct GenerationParams {
   std::string grammar;
   // Speculative decoding for this request: -1 uses the engine's num_speculative_tokens, 0 turns it off.
   int num_speculative_tokens = -1;
+  // Scheduling priority (vLLM's): lower values are admitted and prefilled first and may preempt running
+  // requests of a higher value; equal values run in arrival order. Outputs do not depend on it.
+  int priority = 0;
 
   // The sampling ranges (an error names the parameter); vocab_size > 0 also checks logit_bias ids. Engine::Add
   // checks this too, with the prompt; calling it first reports bad parameters before any engine exists.

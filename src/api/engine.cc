@@ -93,6 +93,7 @@ RequestParams ToInternal(const GenerationParams& g) {
   p.logprobs = g.logprobs;
   p.include_stop_str_in_output = g.include_stop_str_in_output;
   p.speculative.num_tokens = g.num_speculative_tokens;
+  p.priority = g.priority;
   if (!g.grammar.empty()) {  // an invalid grammar leaves p.grammar unset; Engine::Validate reports why
     p.grammar_source = g.grammar;
     if (auto gr = grammar::ParseGbnf(g.grammar); gr.ok()) p.grammar = *gr;
@@ -120,6 +121,7 @@ GenerationParams FromInternal(const RequestParams& p) {
   g.include_stop_str_in_output = p.include_stop_str_in_output;
   g.grammar = p.grammar ? p.grammar_source : std::string();
   g.num_speculative_tokens = p.speculative.num_tokens;
+  g.priority = p.priority;
   return g;
 }
 

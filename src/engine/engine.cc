@@ -302,6 +302,7 @@ void Engine::StepOnce() {
   stats_.host_seconds += Seconds(Clock::now() - t0) - waited;
   // Snapshot scheduler state for readers on other threads (metrics).
   stats_.preemptions = sched_->preemptions();
+  stats_.priority_preemptions = sched_->priority_preemptions();
   stats_.cached_prompt_tokens = sched_->cached_tokens();
   stats_.waiting = sched_->num_waiting();
   stats_.running = sched_->num_running();

@@ -31,6 +31,7 @@ struct EngineOptions {
 struct EngineStats {
   int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, ghost_rows = 0;
   int64_t cached_prompt_tokens = 0, preemptions = 0, requests_finished = 0, requests_aborted = 0;
+  int64_t priority_preemptions = 0;  // preemptions that made room for a more urgent (lower priority value) request
   int waiting = 0, running = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;
   double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream

@@ -38,6 +38,10 @@ struct RequestParams {
   std::shared_ptr<const grammar::Grammar> grammar;
   std::string grammar_source;
   SpecParams speculative;
+  // Scheduling priority, vLLM's semantics: lower values are admitted and prefilled first, and a waiting request
+  // may preempt a running one of a strictly higher value; equal values keep arrival order. Outputs never depend
+  // on it (scheduling does not change a bit).
+  int priority = 0;
 };
 
 // One streamed event for one sample of a request: what is new since the previous event. The last event of a

@@ -11,7 +11,10 @@ Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool* pool, TokenTable* ta
 
 void Scheduler::AddWaiting(Sequence* s) {
   DI_SEQ_CHECK(s->status() == SeqStatus::kWaiting);
-  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) { return w->arrival() > s->arrival(); });
+  // By priority (lower first), then arrival: a preempted sequence goes back to its place among its peers.
+  auto it = std::find_if(waiting_.begin(), waiting_.end(), [&](Sequence* w) {
+    return w->priority() > s->priority() || (w->priority() == s->priority() && w->arrival() > s->arrival());
+  });
   waiting_.insert(it, s);
 }
 
@@ -51,6 +54,35 @@ Sequence* Scheduler::PickVictim(const Sequence* requester, uint64_t step) const 
     if (s->status() == SeqStatus::kRunning && s->inflight() == 0 && s->last_step() != step) return s;
   }
   return nullptr;
+}
+
+uint64_t Scheduler::PreemptForPriority(uint64_t step) {
+  if (!free_slots_.empty() || !pending_slots_.empty()) return 0;  // a slot is free or on its way back
+  auto head = std::find_if(waiting_.begin(), waiting_.end(), [](const Sequence* s) { return !s->held(); });
+  if (head == waiting_.end()) return 0;
+  Sequence* victim = nullptr;  // the least urgent running sequence, youngest among equals
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if ((*it)->status() == SeqStatus::kRunning && (*it)->priority() > (*head)->priority() &&
+        (!victim || (*it)->priority() > victim->priority()))
+      victim = *it;
+  if (!victim) return 0;
+  if (victim->inflight() > 0 || victim->last_step() == step) return victim->id();
+  Preempt(victim);
+  ++priority_preemptions_;
+  return 0;
+}
+
+Sequence* Scheduler::PickPriorityVictim(const Sequence* requester, uint64_t step) const {
+  // The running sequence of the highest priority value (the least urgent), youngest among equals, strictly less
+  // urgent than the requester; idle and not in the step being built, as PickVictim.
+  Sequence* best = nullptr;
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence* s = *it;
+    if (s->status() != SeqStatus::kRunning || s->inflight() != 0 || s->last_step() == step) continue;
+    if (s->priority() <= requester->priority()) continue;
+    if (!best || s->priority() > best->priority()) best = s;
+  }
+  return best;
 }
 
 bool Scheduler::GrowOrPreempt(Sequence* s, int positions, uint64_t step) {
@@ -136,6 +168,10 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   int budget = cfg_.max_batched_tokens;
   const int max_rows = cfg_.max_num_seqs;
   auto full = [&] { return budget < 1 || static_cast<int>(out->rows.size()) >= max_rows; };
+  // 0. Priority: when the most urgent waiting request finds every sequence slot taken, the least urgent running
+  //    sequence of a strictly higher priority value gives up its place. An idle one is preempted now; one with a
+  //    step in flight gets no row in this step, so it is idle (and preempted) at the next.
+  const uint64_t held_back = PreemptForPriority(out->step);
   // 1. Decode rows, oldest first. When the pool is short, younger idle sequences are preempted; if none is
   //    idle, the requester preempts itself when it is idle, else it (and everyone younger) waits one step:
   //    the step in flight is processed meanwhile, which makes them idle. Never a deadlock.
@@ -143,6 +179,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   bool blocked = false;
   for (Sequence* s : order) {
     if (s->status() != SeqStatus::kRunning || s->length_capped() || s->sched() < s->prefill_end()) continue;
+    if (s->id() == held_back) continue;
     if (full()) break;
     // A speculating sequence reserves room for its drafts: 1 + k positions past the upper bound of where its
     // in-flight steps may have taken it (the executor settles the real start and proposes at most k).
@@ -177,27 +214,49 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
     budget -= 1 + k;
   }
   if (blocked) return;
-  // 2. Continue chunked prefills, oldest first (they may preempt younger idle sequences, so two half-prefilled
-  //    prompts can never hold each other's blocks forever).
-  order = running_;
-  for (Sequence* s : order) {
-    if (s->status() != SeqStatus::kRunning || s->sched() >= s->prefill_end()) continue;
-    if (full()) break;
-    const int chunk = std::min(budget, s->prefill_end() - s->sched());
-    if (!GrowOrPreempt(s, s->sched() + chunk, out->step)) continue;
-    EmitRow(s, chunk, out);
-    budget -= chunk;
-  }
-  // 3. Admit waiting sequences in arrival order (held samples wait for their sibling's prompt).
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (full()) break;
-    Sequence* s = *it;
-    if (s->held()) {
-      ++it;
-      continue;
+  // 2 and 3, one priority level at a time (lower values first; with one level, as everyone has by default, this
+  // is exactly: every running prefill, then admissions).
+  std::vector<int> levels;
+  for (const Sequence* s : running_)
+    if (s->status() == SeqStatus::kRunning && s->sched() < s->prefill_end()) levels.push_back(s->priority());
+  for (const Sequence* s : waiting_) levels.push_back(s->priority());
+  std::sort(levels.begin(), levels.end());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  bool admitting = true;
+  for (const int level : levels) {
+    // 2. Continue chunked prefills, oldest first (they may preempt younger idle sequences, so two half-prefilled
+    //    prompts can never hold each other's blocks forever).
+    order = running_;
+    for (Sequence* s : order) {
+      if (s->status() != SeqStatus::kRunning || s->sched() >= s->prefill_end() || s->priority() != level) continue;
+      if (s->id() == held_back) continue;
+      if (full()) break;
+      const int chunk = std::min(budget, s->prefill_end() - s->sched());
+      if (!GrowOrPreempt(s, s->sched() + chunk, out->step)) continue;
+      EmitRow(s, chunk, out);
+      budget -= chunk;
     }
-    if (!Admit(s, &budget, out)) break;  // strict arrival order: nobody overtakes a request that does not fit
-    it = waiting_.erase(it);
+    // 3. Admit this level's waiting sequences in arrival order (held samples wait for their sibling's prompt).
+    for (auto it = waiting_.begin(); admitting && it != waiting_.end();) {
+      if (full()) break;
+      Sequence* s = *it;
+      if (s->priority() != level || s->held()) {
+        ++it;
+        continue;
+      }
+      if (Admit(s, &budget, out)) {
+        it = waiting_.erase(it);
+        continue;
+      }
+      // Strict order: nobody overtakes a request that does not fit. It may take the place of a less urgent
+      // running sequence (its slot and blocks return after that sequence's last step, so it is admitted a step
+      // later, in front of everyone less urgent).
+      if (Sequence* victim = PickPriorityVictim(s, out->step)) {
+        Preempt(victim);
+        ++priority_preemptions_;
+      }
+      admitting = false;
+    }
   }
 }
 

@@ -1,6 +1,8 @@
 // Continuous batching on the device view: which sequences run in the next step and which positions each runs.
 // Policy (vLLM v1-like): decode rows first (one token each, oldest first), then continuing prefill chunks, then
-// admission of waiting sequences in arrival order, all under a per-step token budget and a row limit. KV blocks
+// admission of waiting sequences in arrival order, all under a per-step token budget and a row limit. Requests
+// with a priority (RequestParams::priority, lower first) take prefill and admission one level at a time, and a
+// waiting one that does not fit preempts a less urgent running sequence (vLLM's priority policy). KV blocks
 // are allocated on demand; when a decode row cannot get a block the youngest running sequence that has nothing
 // in flight is preempted (its blocks freed, to be recomputed later from its known tokens; the recompute is
 // bit-identical because the forward is chunk-invariant and sampling is keyed by position).
@@ -34,7 +36,7 @@ class Scheduler {
   // sequence it schedules.
   void Schedule(SchedulerOutputs* out);
 
-  void AddWaiting(Sequence* s);     // by arrival order
+  void AddWaiting(Sequence* s);     // by priority, then arrival order
   void RemoveWaiting(Sequence* s);  // a queued sequence was aborted
   // Returns a finished sequence's slot and blocks (publishing its full blocks to the prefix cache first).
   // Requires nothing in flight to use them (inflight == 0); gated on the fence of its last step anyway.
@@ -48,6 +50,7 @@ class Scheduler {
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_free_slots() const { return static_cast<int>(free_slots_.size()); }
   int64_t preemptions() const { return preemptions_; }
+  int64_t priority_preemptions() const { return priority_preemptions_; }  // of those, for a more urgent request
   int64_t cached_tokens() const { return cached_tokens_; }
   const BlockPool& pool() const { return *pool_; }
   const SchedulerConfig& config() const { return cfg_; }
@@ -59,6 +62,11 @@ class Scheduler {
   bool AllocateBlocks(std::vector<int32_t>* blocks, int positions);
   bool EnsureBlocks(Sequence* s, int positions);  // the same for a running sequence's block table
   Sequence* PickVictim(const Sequence* requester, uint64_t step) const;
+  // For a waiting sequence that does not fit: a running one of strictly lower priority to preempt (none: null).
+  Sequence* PickPriorityVictim(const Sequence* requester, uint64_t step) const;
+  // Step 0 of Schedule: makes a sequence slot for the most urgent waiting request when all are taken by less
+  // urgent ones. Returns the id of a victim that is still busy (to get no row in this step), else 0.
+  uint64_t PreemptForPriority(uint64_t step);
   bool GrowOrPreempt(Sequence* s, int positions, uint64_t step);
   void Preempt(Sequence* s);
   bool Admit(Sequence* s, int* budget, SchedulerOutputs* out);
@@ -73,7 +81,7 @@ class Scheduler {
   std::vector<uint32_t> slot_gen_;
   struct Pending { Fence fence; int32_t slot; };
   std::deque<Pending> pending_slots_;
-  int64_t preemptions_ = 0, cached_tokens_ = 0;
+  int64_t preemptions_ = 0, priority_preemptions_ = 0, cached_tokens_ = 0;
 };
 
 }  // namespace deepinfer

@@ -71,7 +71,8 @@ class Sequence {
 
   // Identity.
   uint64_t id() const { return id_; }
-  uint64_t arrival() const { return arrival_; }  // admission priority: lower is older
+  uint64_t arrival() const { return arrival_; }  // admission order within a priority: lower is older
+  int priority() const { return req_->params.priority; }
   Request* req() const { return req_; }
   int index() const { return index_; }           // sample index within the request (RNG sub-stream)
 

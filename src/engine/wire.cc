@@ -12,6 +12,7 @@ void PutParams(Writer& w, const RequestParams& p) {
   for (const std::string& x : p.stop) w.PutString(x);
   w.PutVector(p.stop_token_ids);
   w.Put(p.ignore_eos), w.Put(p.logprobs), w.Put(p.include_stop_str_in_output);
+  w.Put(p.priority);  // every rank's scheduler must order the same way
   w.PutString(p.grammar ? p.grammar_source : std::string());
 }
 
@@ -27,6 +28,7 @@ RequestParams GetParams(Reader& r) {
   for (uint64_t i = 0; i < stops && r.ok(); ++i) p.stop.push_back(r.GetString());
   p.stop_token_ids = r.GetVector<int32_t>();
   p.ignore_eos = r.Get<bool>(), p.logprobs = r.Get<int>(), p.include_stop_str_in_output = r.Get<bool>();
+  p.priority = r.Get<int>();
   // The grammar travels as its GBNF source; it compiled on rank 0, so it compiles here too.
   p.grammar_source = r.GetString();
   if (r.ok() && !p.grammar_source.empty()) {

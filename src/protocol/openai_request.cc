@@ -142,6 +142,11 @@ StatusOr<RequestParams> ParseRequestParams(const json& b, const RequestParams& d
     }
   }
   DI_RETURN_IF_ERROR(GetBool(b, "ignore_eos", &p.ignore_eos));
+  if (auto it = b.find("priority"); it != b.end() && !it->is_null()) {  // vLLM's extension: lower runs first
+    int64_t prio = 0;
+    DI_RETURN_IF_ERROR(GetInt(b, "priority", &prio));
+    DI_RETURN_IF_ERROR(ToInt32("priority", prio, -1000000, 1000000, &p.priority));
+  }
   DI_RETURN_IF_ERROR(GetBool(b, "include_stop_str_in_output", &p.include_stop_str_in_output));
   if (auto it = b.find("num_speculative_tokens"); it != b.end() && !it->is_null()) {
     // deepinfer's extension: drafts per step for this request (0 turns speculative decoding off for it).

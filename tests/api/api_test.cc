@@ -190,6 +190,14 @@ TEST_F(ApiTest, OpenAiJsonRequests) {
   auto bad = di::RequestFromOpenAiJson(*model_, R"({"prompt": "x", "top_p": 0})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("top_p"), std::string::npos);
+  // vLLM's priority field: an integer, lower first; default 0.
+  EXPECT_EQ(r->params.priority, 0);
+  auto urgent = di::RequestFromOpenAiJson(*model_, R"({"prompt": "x", "priority": -5})");
+  ASSERT_TRUE(urgent.ok()) << urgent.status().ToString();
+  EXPECT_EQ(urgent->params.priority, -5);
+  auto bad_prio = di::RequestFromOpenAiJson(*model_, R"({"prompt": "x", "priority": "high"})");
+  ASSERT_FALSE(bad_prio.ok());
+  EXPECT_NE(bad_prio.status().message().find("priority"), std::string::npos);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <thread>
 
 #include "engine_harness.h"
@@ -212,6 +213,101 @@ std::string ModelName(const ::testing::TestParamInfo<int>& info) {
   return kNames[info.param];
 }
 INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8), ModelName);
+
+// Issue 37, must-show 2: priority (vLLM's semantics: lower first). 30 long prompts, then an urgent short one:
+// added behind them it still gets its first token before any of them, both when everything is queued at once and
+// when it arrives while the long ones run and hold every sequence slot (it then preempts the least urgent idle
+// one). Outputs are bitwise those of the run without priorities.
+struct PriorityRun {
+  std::vector<RequestResult> results;
+  std::vector<int> first_token_rank;  // per request: the order in which its first token arrived
+  std::vector<bool> had_token_at_arrival;  // per request: whether it had a token when the urgent one arrived
+  int finished_before_urgent_token = 0;    // long requests finished before the urgent one's first token
+  EngineStats stats;
+};
+
+PriorityRun RunWithLateArrival(const Model& m, EngineOptions opt, std::vector<TestRequest> reqs, bool arrive_late,
+                               int late_after) {
+  PriorityRun r;
+  auto eng = Engine::Create(m, opt);
+  EXPECT_TRUE(eng.ok()) << eng.status().ToString();
+  if (!eng.ok()) return r;
+  Engine& e = **eng;
+  const size_t n = reqs.size(), urgent = n - 1;  // the last request is the urgent one
+  r.results.resize(n);
+  r.first_token_rank.assign(n, -1);
+  r.had_token_at_arrival.assign(n, false);
+  int next_rank = 0;
+  bool urgent_added = false;
+  std::function<void(size_t)> add;
+  add = [&](size_t i) {
+    r.results[i].samples.resize(1);
+    auto id = e.Add(reqs[i].prompt, reqs[i].params, [&, i](const RequestOutput& ev) {
+      SampleResult& s = r.results[i].samples[0];
+      if (!ev.token_ids.empty() && r.first_token_rank[i] < 0) r.first_token_rank[i] = next_rank++;
+      if (ev.finished && i != urgent && r.first_token_rank[urgent] < 0) ++r.finished_before_urgent_token;
+      s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      s.text += ev.text;
+      if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+      // Late arrival: the urgent request comes in once `late_after` long ones have produced a token (every
+      // sequence slot is then held by a long request that keeps decoding; the rest are queued).
+      if (arrive_late && !urgent_added && next_rank >= late_after) {
+        urgent_added = true;
+        for (size_t j = 0; j < urgent; ++j) r.had_token_at_arrival[j] = r.first_token_rank[j] >= 0;
+        add(urgent);
+      }
+    });
+    EXPECT_TRUE(id.ok()) << id.status().ToString();
+  };
+  for (size_t i = 0; i < urgent; ++i) add(i);
+  if (!arrive_late) add(urgent);
+  EXPECT_TRUE(e.RunUntilIdle().ok());
+  EXPECT_TRUE(urgent_added || !arrive_late);
+  EXPECT_TRUE(e.CheckNoLeaks().ok());
+  r.stats = e.Stats();
+  return r;
+}
+
+TEST(EngineTest, UrgentRequestOvertakesLongPromptsAndChangesNoOutput) {
+  const Model& m = Tiny();
+  std::mt19937 rng(37);
+  std::vector<TestRequest> reqs(31);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    const bool last = i + 1 == reqs.size();  // 30 long prompts with long answers, then a short urgent one
+    const int len = last ? 6 : 150;
+    for (int t = 0; t < len; ++t) reqs[i].prompt.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
+    reqs[i].params.max_tokens = last ? 6 : 40;
+    reqs[i].params.ignore_eos = true;
+  }
+  for (const bool late : {false, true}) {
+    EngineOptions opt = SmallEngine();
+    opt.max_num_seqs = 4;  // four slots: once four long requests answer, every slot is held by one
+    std::vector<TestRequest> plain = reqs, urgent = reqs;
+    urgent.back().params.priority = -1;
+    const PriorityRun ref = RunWithLateArrival(m, opt, plain, late, opt.max_num_seqs);
+    const PriorityRun got = RunWithLateArrival(m, opt, urgent, late, opt.max_num_seqs);
+    ExpectSameResults(ref.results, got.results, late ? "late urgent request" : "queued urgent request");
+    const int u = got.first_token_rank.back();
+    int overtaken = 0, ref_overtaken = 0;
+    for (size_t i = 0; i + 1 < reqs.size(); ++i) {
+      if (late && got.had_token_at_arrival[i]) continue;  // already answered before it arrived
+      EXPECT_LT(u, got.first_token_rank[i]) << (late ? "late" : "queued") << ": long request " << i << " answered first";
+      ++overtaken;
+      ref_overtaken += ref.first_token_rank.back() < ref.first_token_rank[i];
+    }
+    EXPECT_GT(overtaken, 20) << "most long requests were still waiting";
+    // Without the priority it waits its turn: most long requests answer first (the test can tell the two apart).
+    EXPECT_LT(ref_overtaken, overtaken / 2) << (late ? "late" : "queued");
+    if (late) {
+      // Every slot was held by a long request with 40 tokens to go: without taking one it would wait for one to
+      // finish.
+      EXPECT_GT(got.stats.priority_preemptions, 0) << "all slots were busy: the urgent request must preempt";
+      EXPECT_EQ(got.finished_before_urgent_token, 0);
+      EXPECT_GT(ref.finished_before_urgent_token, 0);
+    }
+    EXPECT_EQ(ref.stats.priority_preemptions, 0);
+  }
+}
 
 // Must-show 5: a prefix-cache hit gives the cold run's output and skips the cached prefill.
 TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {
