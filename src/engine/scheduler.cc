@@ -60,11 +60,7 @@ uint64_t Scheduler::PreemptForPriority(uint64_t step) {
   if (!free_slots_.empty() || !pending_slots_.empty()) return 0;  // a slot is free or on its way back
   auto head = std::find_if(waiting_.begin(), waiting_.end(), [](const Sequence* s) { return !s->held(); });
   if (head == waiting_.end()) return 0;
-  Sequence* victim = nullptr;  // the least urgent running sequence, youngest among equals
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
-    if ((*it)->status() == SeqStatus::kRunning && (*it)->priority() > (*head)->priority() &&
-        (!victim || (*it)->priority() > victim->priority()))
-      victim = *it;
+  Sequence* victim = LeastUrgentRunning((*head)->priority(), /*idle_only=*/false, step);
   if (!victim) return 0;
   if (victim->inflight() > 0 || victim->last_step() == step) return victim->id();
   Preempt(victim);
@@ -72,14 +68,12 @@ uint64_t Scheduler::PreemptForPriority(uint64_t step) {
   return 0;
 }
 
-Sequence* Scheduler::PickPriorityVictim(const Sequence* requester, uint64_t step) const {
-  // The running sequence of the highest priority value (the least urgent), youngest among equals, strictly less
-  // urgent than the requester; idle and not in the step being built, as PickVictim.
+Sequence* Scheduler::LeastUrgentRunning(int than, bool idle_only, uint64_t step) const {
   Sequence* best = nullptr;
-  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {  // youngest first: it wins among equals
     Sequence* s = *it;
-    if (s->status() != SeqStatus::kRunning || s->inflight() != 0 || s->last_step() == step) continue;
-    if (s->priority() <= requester->priority()) continue;
+    if (s->status() != SeqStatus::kRunning || s->priority() <= than) continue;
+    if (idle_only && (s->inflight() != 0 || s->last_step() == step)) continue;
     if (!best || s->priority() > best->priority()) best = s;
   }
   return best;
@@ -251,7 +245,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
       // Strict order: nobody overtakes a request that does not fit. It may take the place of a less urgent
       // running sequence (its slot and blocks return after that sequence's last step, so it is admitted a step
       // later, in front of everyone less urgent).
-      if (Sequence* victim = PickPriorityVictim(s, out->step)) {
+      if (Sequence* victim = LeastUrgentRunning(s->priority(), /*idle_only=*/true, out->step)) {
         Preempt(victim);
         ++priority_preemptions_;
       }

@@ -62,8 +62,10 @@ class Scheduler {
   bool AllocateBlocks(std::vector<int32_t>* blocks, int positions);
   bool EnsureBlocks(Sequence* s, int positions);  // the same for a running sequence's block table
   Sequence* PickVictim(const Sequence* requester, uint64_t step) const;
-  // For a waiting sequence that does not fit: a running one of strictly lower priority to preempt (none: null).
-  Sequence* PickPriorityVictim(const Sequence* requester, uint64_t step) const;
+  // The least urgent running sequence (the highest priority value, youngest among equals) strictly less urgent
+  // than priority `than`; idle_only: only one that can be preempted now (idle, not in the step being built, as
+  // PickVictim). Null when none.
+  Sequence* LeastUrgentRunning(int than, bool idle_only, uint64_t step) const;
   // Step 0 of Schedule: makes a sequence slot for the most urgent waiting request when all are taken by less
   // urgent ones. Returns the id of a victim that is still busy (to get no row in this step), else 0.
   uint64_t PreemptForPriority(uint64_t step);
