@@ -165,6 +165,7 @@ int CmdBench(int argc, char** argv) {
   if (argc >= 1 && std::string(argv[0]) == "layers") return CmdBenchLayers(argc - 1, argv + 1);
   if (argc >= 1 && std::string(argv[0]) == "grammar") return CmdBenchGrammar(argc - 1, argv + 1);
   if (argc >= 1 && std::string(argv[0]) == "spec") return CmdBenchSpec(argc - 1, argv + 1);
+  if (argc >= 1 && std::string(argv[0]) == "kv") return CmdBenchKv(argc - 1, argv + 1);
   if (argc >= 1 && (std::string(argv[0]) == "sim" || std::string(argv[0]) == "throughput"))
     return CmdBenchEngine(argv[0], argc - 1, argv + 1);
   Args args("bench",
@@ -174,7 +175,8 @@ int CmdBench(int argc, char** argv) {
             "deepinfer bench sim --help, deepinfer bench throughput --help, deepinfer bench serve --help); layers runs\n"
             "MoE-layer and attention/MLA-decode microbenchmarks (deepinfer bench layers --help); grammar measures\n"
             "structured-output mask and compile times (deepinfer bench grammar --help); spec compares speculative decoding\n"
-            "with plain decoding and llama.cpp's (deepinfer bench spec --help).",
+            "with plain decoding and llama.cpp's (deepinfer bench spec --help); kv prints KV bytes per sequence and\n"
+            "concurrency, hybrid vs --swa-full (deepinfer bench kv --help).",
             {
                 {"model", "m", "MODEL", "", "model (GGUF for a llama.cpp comparison)"},
                 {"threads", "t", "N", "all cores", "compute threads (also the peer's)"},

@@ -16,6 +16,7 @@ int CmdBench(int argc, char** argv);
 int CmdBenchServe(int argc, char** argv);
 int CmdBenchLayers(int argc, char** argv);
 int CmdBenchGrammar(int argc, char** argv);
+int CmdBenchKv(int argc, char** argv);
 int CmdBenchSpec(int argc, char** argv);
 int CmdBenchEngine(const std::string& mode, int argc, char** argv);  // sim, throughput
 int CmdLogprobs(int argc, char** argv);

@@ -16,9 +16,7 @@
 #include "engine_flags.h"
 
 namespace deepinfer::cli {
-namespace {
 
-// "4GiB", "512MiB", "1.5G", "1000000" -> bytes; "0.25" (< 1) -> a fraction, returned through *fraction.
 Status ParseSize(const std::string& s, size_t* bytes, double* fraction) {
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
@@ -44,8 +42,6 @@ Status ParseSize(const std::string& s, size_t* bytes, double* fraction) {
   *bytes = static_cast<size_t>(v * mult);
   return Status::Ok();
 }
-
-}  // namespace
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
@@ -85,6 +81,7 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
   opt->max_num_seqs = static_cast<int>(args.GetInt("max-num-seqs"));
   opt->max_batched_tokens = static_cast<int>(args.GetInt("max-batched-tokens"));
   opt->prefix_caching = !args.Has("no-prefix-cache");
+  opt->swa_full = args.Has("swa-full");
   opt->overlap = !args.Has("no-overlap");
   if (args.Has("speculative")) {
     const std::string m = args.Get("speculative");

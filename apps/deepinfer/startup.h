@@ -15,6 +15,10 @@
 
 namespace deepinfer::cli {
 
+// "4GiB", "512MiB", "1.5G", "1000000" -> bytes; "0.25" (< 1) -> a fraction, returned through *fraction.
+Status ParseSize(const std::string& s, size_t* bytes, double* fraction);
+
+
 #define DI_ENGINE_FLAGS                                                                                                 \
   {"ctx-size", "c", "N", "model's", "max tokens per sequence, prompt + generated (capped at the model's context)"},    \
       {"kv-cache", "", "SIZE", "0.25", "KV cache size: bytes with a unit (4GiB, 512MiB) or a fraction of available RAM (0.25); never more than --max-num-seqs full-length sequences need"}, \
@@ -23,6 +27,7 @@ namespace deepinfer::cli {
       {"max-num-seqs", "", "N", "64", "concurrent sequences (rows per step; each of n samples counts)"},                \
       {"max-batched-tokens", "", "N", "512", "tokens per engine step (prefill chunk budget plus decode rows)"},          \
       {"no-prefix-cache", "", "", "", "do not reuse K/V of earlier prompts with the same prefix"},                      \
+      {"swa-full", "", "", "", "keep every layer's K/V for every position, sliding-window layers too (llama.cpp's flag): more memory; by default a windowed layer's blocks are released once they leave its window"}, \
       {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \
       {"threads", "t", "N", "all cores", "compute threads"},                                                             \
       {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's MTP module); outputs stay those of plain decoding"}, \

@@ -53,6 +53,7 @@ struct EngineOptions {
   double kv_cache_fraction = 0.25;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
+  bool swa_full = false;            // keep sliding-window layers' K/V for every position (no hybrid KV cache)
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
   int threads = 0;                  // > 0: resize the process-wide compute pool (see SetComputeThreads)
   SpeculativeMethod speculative = SpeculativeMethod::kNone;

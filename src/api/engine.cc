@@ -62,6 +62,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
     case KvCacheDtype::kF16: e.kv_dtype = DType::kF16; break;
   }
   e.prefix_caching = o.prefix_caching;
+  e.swa_full = o.swa_full;
   e.overlap = o.overlap;
   e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
   e.speculative.num_tokens = o.num_speculative_tokens;

@@ -8,6 +8,7 @@
 #include "base/logging.h"
 #include "engine/kv_sizing.h"
 #include "engine/model_executor.h"
+#include "kv/kv_groups.h"
 #include "kv/paged_kv_cache.h"
 
 namespace deepinfer {
@@ -51,8 +52,10 @@ Status ValidateOptions(const EngineOptions& opt) {
 
 }  // namespace
 
-Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks)
-    : config_(config), tok_(tok), grammars_(tok), opt_(opt) {
+Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks,
+               const KvLayout& layout)
+    : config_(config), tok_(tok), grammars_(tok), opt_(opt), kv_layout_(layout) {
+  sched_cfg_.group_window = layout.group_window;
   sched_cfg_.max_num_seqs = opt.max_num_seqs;
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
@@ -74,20 +77,53 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (dctx && dctx->pc.single()) dctx = nullptr;
   if (dctx && speculating)
     return InvalidArgument("--speculative is not supported in multi-process runs yet (run one process)");
-  // The proposers' caches share the target's block tables: a block holds its positions in every cache.
+  // Sliding-window layers get KV groups of their own, whose blocks are released as the window moves on (a
+  // hybrid cache); --swa-full keeps every layer's K/V for every position, as llama.cpp's flag of that name.
+  KvLayout layout = RankKvLayout(model);
+  if (!opt.swa_full && !c.mla) {
+    std::vector<int> windows(c.n_layers);
+    for (int l = 0; l < c.n_layers; ++l) windows[l] = c.LayerWindow(l);
+    layout = GroupKvLayout(layout, windows);
+  }
+  if (!layout.has_anchor() && (spec.draft_model || spec.method == SpecMethod::kMtp))
+    return InvalidArgument("--speculative draft/mtp keeps its K/V in the blocks of the model's full-attention "
+                           "layers, and every layer of this model has a sliding window: add --swa-full");
+  // The proposers' caches share the target's block tables (group 0's): a block holds its positions in every cache.
   KvLayout mtp_layout;
   if (spec.method == SpecMethod::kMtp) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
-  size_t bytes_per_token = PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype);
+  size_t bytes_per_token = PagedKvCache::BytesPerToken(layout, opt.kv_dtype);
   if (spec.draft_model) bytes_per_token += PagedKvCache::BytesPerToken(RankKvLayout(*spec.draft_model), opt.kv_dtype);
   if (spec.method == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
-  DI_ASSIGN_OR_RETURN(const int blocks, KvPoolBlocks(opt, bytes_per_token, max_len, dctx ? dctx->control.get() : nullptr));
-  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(RankKvLayout(model), blocks, opt.block_size, opt.kv_dtype));
+  const size_t block_bytes = bytes_per_token * opt.block_size;
+  // No point holding more than every slot at full length needs.
+  const int64_t seq_blocks = MaxSeqBlocks(
+      layout, opt.block_size, max_len,
+      (opt.overlap ? 2 : 1) * static_cast<int64_t>(opt.max_batched_tokens) + 2 * (speculating ? spec.num_tokens + 1 : 0));
+  const size_t most = layout.num_groups() == 1 && layout.window(0) == 0
+                          ? bytes_per_token * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size)
+                          : block_bytes * opt.max_num_seqs * static_cast<size_t>(seq_blocks + layout.num_groups());
+  DI_ASSIGN_OR_RETURN(const int blocks, KvPoolBlocks(opt, block_bytes, most, dctx ? dctx->control.get() : nullptr));
+  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(layout, blocks, opt.block_size, opt.kv_dtype));
   DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
               "max_batched_tokens %d, prefix caching %s, overlap %s",
               blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype),
               kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
-  std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks));
+  if (layout.num_groups() > 1 || layout.window(0) > 0) {
+    const int64_t full_blocks = MaxSeqBlocks(RankKvLayout(model), opt.block_size, max_len, 0);
+    DI_LOG_INFO("KV cache: hybrid, %d groups of %d layers (windows:%s; %d padding planes); a sequence of %d tokens "
+                "holds at most %.1f MiB (%.1f MiB with --swa-full)",
+                layout.num_groups(), layout.num_planes(),
+                [&] {
+                  std::string w;
+                  for (int g = 0; g < layout.num_groups(); ++g) w += " " + std::to_string(layout.window(g));
+                  return w;
+                }().c_str(),
+                PaddingPlanes(layout), max_len,
+                seq_blocks * PagedKvCache::BytesPerToken(layout, opt.kv_dtype) * opt.block_size / 1048576.0,
+                full_blocks * PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype) * opt.block_size / 1048576.0);
+  }
+  std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks, layout));
   std::unique_ptr<PagedKvCache> draft_kv, mtp_kv;
   if (spec.draft_model) {
     DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*spec.draft_model), blocks, opt.block_size, opt.kv_dtype));
@@ -153,7 +189,7 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   }
   if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
-  const int64_t blocks = (longest + opt_.block_size - 1) / opt_.block_size;
+  const int64_t blocks = MaxSeqBlocks(kv_layout_, opt_.block_size, longest, KvAhead());
   if (blocks > pool_->num_blocks())
     return InvalidArgument("the request needs up to " + std::to_string(longest) + " tokens of KV cache (" +
                            std::to_string(blocks) + " blocks) but the whole pool has " +
@@ -310,6 +346,14 @@ void Engine::StepOnce() {
   stats_.kv_blocks_free = pool_->num_available();
 }
 
+int64_t Engine::KvAhead() const {
+  // A chunk (two with the overlap scheduler: the one in flight and the next), and a speculative row's drafts
+  // (whose floor may lag the device's real start by a row).
+  const int64_t rows = opt_.overlap ? 2 : 1;
+  const int64_t spec = opt_.speculative.method != SpecMethod::kNone ? opt_.speculative.num_tokens + 1 : 0;
+  return rows * opt_.max_batched_tokens + 2 * spec;
+}
+
 Fence Engine::CompletedFence() const {
   // Multi-process: the tensor-parallel ranks of a group must free slots and blocks at the same iteration (their
   // schedulers stay identical only on identical inputs), so they go by the last step this loop processed, which
@@ -360,6 +404,7 @@ void Engine::Process(WorkerStepState& st) {
     } else {
       sched_->Publish(s);
     }
+    sched_->Slide(s);  // after Publish: a block is offered to the prefix cache before it leaves the window
     MaybeRelease(s);
   }
   st.phase = WorkerStepState::Phase::kFree;

@@ -30,6 +30,7 @@
 #include "engine/stream.h"
 #include "engine/token_table.h"
 #include "kv/block_pool.h"
+#include "kv/kv_layout.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -96,9 +97,17 @@ class Engine {
   const EngineOptions& options() const { return opt_; }
   int max_model_len() const { return sched_cfg_.max_model_len; }
   int num_kv_blocks() const { return pool_->num_blocks(); }
+  // The KV layout the pool pages (its groups: kv/kv_layout.h), and blocks of group g in use now and at most
+  // since the engine started (read on the engine thread, from an output callback, or when idle).
+  const KvLayout& kv_layout() const { return kv_layout_; }
+  int kv_group_in_use(int g) const { return pool_->in_use(g); }
+  int kv_group_peak(int g) const { return pool_->peak(g); }
 
  private:
-  Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks);
+  Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks,
+         const KvLayout& layout = {});
+  // The most positions past a sequence's read floor its blocks reach (MaxSeqBlocks' `ahead`).
+  int64_t KvAhead() const;
   bool HasWork();
   void StepOnce();
   void Ingest();
@@ -122,6 +131,7 @@ class Engine {
   GrammarCache grammars_;
   EngineOptions opt_;
   SchedulerConfig sched_cfg_;
+  KvLayout kv_layout_;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<TokenTable> table_;
   std::unique_ptr<Scheduler> sched_;

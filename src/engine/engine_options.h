@@ -20,6 +20,9 @@ struct EngineOptions {
   double kv_cache_fraction = 0.25;  // of MemAvailable, capped by what max_num_seqs x max_model_len need
   DType kv_dtype = DType::kF32;
   bool prefix_caching = true;
+  // Keep every layer's K/V for every position even where a layer attends only to a sliding window (llama.cpp's
+  // --swa-full): one KV group, nothing released early. Off: a hybrid cache (kv/kv_layout.h).
+  bool swa_full = false;
   bool overlap = true;              // depth 1 (true) or 0
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default

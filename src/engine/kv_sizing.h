@@ -1,5 +1,5 @@
 // How many KV blocks an engine's pool gets: --num-kv-blocks when given, else the --kv-cache budget in bytes
-// (or --kv-cache-fraction of the available memory, capped by what max_num_seqs sequences at full length need),
+// (or --kv-cache-fraction of the available memory, capped by what max_num_seqs sequences at full length hold),
 // divided by the bytes one block takes in every cache that shares the block tables (the model's, a draft
 // model's, the MTP modules'). Under mpirun every rank takes the smallest count of the job (control: the control
 // communicator), since a group's tensor-parallel ranks must schedule identically and rank 0 validates every
@@ -13,6 +13,8 @@
 
 namespace deepinfer {
 
-StatusOr<int> KvPoolBlocks(const EngineOptions& opt, size_t bytes_per_token, int max_model_len, dist::Communicator* control);
+// block_bytes: one block in every cache that shares the block tables; most_bytes: what max_num_seqs sequences at
+// full length can hold at once (the cap on a budget taken from --kv-cache-fraction).
+StatusOr<int> KvPoolBlocks(const EngineOptions& opt, size_t block_bytes, size_t most_bytes, dist::Communicator* control);
 
 }  // namespace deepinfer

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kv/kv_groups.h"
+
 namespace deepinfer {
 
 Scheduler::Scheduler(const SchedulerConfig& cfg, BlockPool* pool, TokenTable* table)
@@ -27,21 +29,22 @@ int Scheduler::BlocksMissing(size_t have, int positions) const {
   return (positions + bs - 1) / bs - static_cast<int>(have);
 }
 
-bool Scheduler::AllocateBlocks(std::vector<int32_t>* blocks, int positions) {
-  const int need = BlocksMissing(blocks->size(), positions);
+bool Scheduler::AllocateBlocks(std::vector<std::vector<int32_t>>* tables, int positions) {
+  const int need = BlocksMissing((*tables)[0].size(), positions);
   if (need <= 0) return true;
-  auto got = pool_->Allocate(need);
-  if (!got.ok()) return false;
-  blocks->insert(blocks->end(), got->begin(), got->end());
+  if (static_cast<int64_t>(need) * num_groups() > pool_->num_available()) return false;
+  for (int g = 0; g < num_groups(); ++g) {
+    auto got = pool_->Allocate(need, g);  // cannot fail: checked above
+    (*tables)[g].insert((*tables)[g].end(), got->begin(), got->end());
+  }
   return true;
 }
 
 bool Scheduler::EnsureBlocks(Sequence* s, int positions) {
-  const int need = BlocksMissing(s->blocks().size(), positions);
+  const int need = BlocksMissing(s->num_blocks(), positions);
   if (need <= 0) return true;
-  auto got = pool_->Allocate(need);
-  if (!got.ok()) return false;
-  s->AddBlocks(*got);
+  if (static_cast<int64_t>(need) * num_groups() > pool_->num_available()) return false;
+  for (int g = 0; g < num_groups(); ++g) s->AddBlocks(g, *pool_->Allocate(need, g));
   return true;
 }
 
@@ -98,7 +101,7 @@ void Scheduler::Preempt(Sequence* s) {
   AddWaiting(s);
 }
 
-void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
+void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dynamic) {
   SequenceMetadata r;
   r.seq_id = s->id();
   r.slot = s->slot();
@@ -110,7 +113,12 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
   const int bs = pool_->block_size();
   r.num_blocks = static_cast<uint32_t>((s->sched() + q_len + bs - 1) / bs);
   r.block_table_off = static_cast<uint32_t>(out->block_tables.size());
-  out->block_tables.insert(out->block_tables.end(), s->blocks().begin(), s->blocks().begin() + r.num_blocks);
+  for (int g = 0; g < num_groups(); ++g) {
+    const std::vector<int32_t>& t = s->table(g);
+    const int first = std::min(s->first(g), static_cast<int>(r.num_blocks));
+    out->block_tables.insert(out->block_tables.end(), first, -1);  // released: never read
+    out->block_tables.insert(out->block_tables.end(), t.begin() + first, t.begin() + r.num_blocks);
+  }
   r.sampling = &s->req()->params.sampling;
   r.sample_index = static_cast<uint32_t>(s->index());
   r.logprobs = s->req()->params.logprobs;
@@ -118,7 +126,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
   r.spec_method = static_cast<uint8_t>(s->req()->spec_method);  // prefill rows too: proposers keep their caches
   r.spec_k = s->req()->spec_k;
   // Length limits are known now, so the row that produces the last allowed token is the last one scheduled.
-  s->RowScheduled(q_len, out->step, cfg_.max_model_len);
+  s->RowScheduled(q_len, out->step, cfg_.max_model_len, dynamic);
   out->rows.push_back(r);
   out->num_tokens += q_len;
 }
@@ -126,32 +134,45 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out) {
 bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   if (free_slots_.empty()) return false;
   const int known = static_cast<int>(s->tokens().size());
-  std::vector<int32_t> hit;
+  const int G = num_groups(), bs = pool_->block_size();
+  std::vector<std::vector<int32_t>> tables(G);
+  int hit = 0;
   if (cfg_.prefix_caching) {
-    hit = pool_->MatchPrefix(s->tokens().data(), known);
-    // At least one token must run to produce logits: drop a hit that covers everything.
-    const int bs = pool_->block_size();
-    while (!hit.empty() && static_cast<int>(hit.size()) * bs >= known) {
-      pool_->Release({hit.back()});
-      hit.pop_back();
+    // A prefix is reusable as far as every KV group holds it.
+    hit = INT32_MAX;
+    for (int g = 0; g < G; ++g) {
+      tables[g] = pool_->MatchPrefix(s->tokens().data(), known, g);
+      hit = std::min(hit, static_cast<int>(tables[g].size()));
     }
-    if (cfg_.prefix_drop_last_block && !hit.empty()) {
-      pool_->Release({hit.back()});
-      hit.pop_back();
+    // At least one token must run to produce logits: drop a hit that covers everything.
+    while (hit > 0 && hit * bs >= known) --hit;
+    if (cfg_.prefix_drop_last_block && hit > 0) --hit;
+    for (auto& t : tables) {
+      pool_->Release(std::vector<int32_t>(t.begin() + hit, t.end()));
+      t.resize(hit);
     }
   }
-  const int start = static_cast<int>(hit.size()) * pool_->block_size();
+  const int start = hit * bs;
+  // A window-W group needs the hit's blocks only from the first row's window on.
+  std::vector<int> first(G, 0);
+  for (int g = 0; g < G; ++g) {
+    if (window(g) == 0) continue;
+    first[g] = std::min(hit, WindowKeepFrom(window(g), start, bs));
+    pool_->Release(std::vector<int32_t>(tables[g].begin(), tables[g].begin() + first[g]));
+  }
+  auto release_held = [&] {
+    for (int g = 0; g < G; ++g) pool_->Release(std::vector<int32_t>(tables[g].begin() + first[g], tables[g].end()));
+  };
   const int chunk = std::min(*budget, known - start);
-  std::vector<int32_t> blocks = std::move(hit);
-  if (chunk <= 0 || !AllocateBlocks(&blocks, start + chunk)) {
-    pool_->Release(blocks);
+  if (chunk <= 0 || !AllocateBlocks(&tables, start + chunk)) {
+    release_held();
     return false;
   }
   const int slot = free_slots_.back();
   free_slots_.pop_back();
   std::copy(s->tokens().begin(), s->tokens().end(), table_->row(slot));
   cached_tokens_ += start;
-  s->Admit(slot, ++slot_gen_[slot], std::move(blocks), start);
+  s->Admit(slot, ++slot_gen_[slot], std::move(tables), std::move(first), start);
   running_.push_back(s);
   EmitRow(s, chunk, out);
   *budget -= chunk;
@@ -198,7 +219,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
       blocked = true;
       break;
     }
-    EmitRow(s, 1 + k, out);
+    EmitRow(s, 1 + k, out, dynamic);
     if (dynamic) {
       SequenceMetadata& r = out->rows.back();
       r.dynamic = true;
@@ -258,10 +279,19 @@ void Scheduler::Publish(Sequence* s) {
   if (!cfg_.prefix_caching) return;
   const int bs = pool_->block_size();
   const int valid = std::min(s->kv_written(), static_cast<int>(s->tokens().size()));
-  const int full = std::min(valid / bs, static_cast<int>(s->blocks().size()));
-  if (full <= s->num_published()) return;
-  pool_->Publish(s->blocks(), s->tokens().data(), full);
-  s->Published(full);
+  for (int g = 0; g < s->num_groups(); ++g) {
+    const int full = std::min(valid / bs, static_cast<int>(s->table(g).size()));
+    if (full <= s->num_published(g)) continue;
+    pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g));
+    s->Published(g, full);
+  }
+}
+
+void Scheduler::Slide(Sequence* s) {
+  if (s->status() != SeqStatus::kRunning || cfg_.group_window.empty()) return;
+  const int floor = s->read_floor(), bs = pool_->block_size();
+  for (int g = 0; g < s->num_groups(); ++g)
+    if (window(g) > 0) pool_->Release(s->Slide(g, WindowKeepFrom(window(g), floor, bs)));
 }
 
 void Scheduler::Release(Sequence* s, Fence /*completed*/) {

@@ -26,6 +26,10 @@ struct SchedulerConfig {
   // MTP speculation: the module's K/V at a block's last position pairs it with the next block's first token, which
   // prefix matching does not compare; one block fewer is reused so those pairs are recomputed.
   bool prefix_drop_last_block = false;
+  // KV groups of a hybrid cache (kv/kv_layout.h), one window per group (0: full attention); empty: one group.
+  // Every group gets a block table per sequence over the one pool; a window-W group's blocks are released once
+  // they leave every reader's window (Slide).
+  std::vector<int> group_window;
 };
 
 class Scheduler {
@@ -43,6 +47,10 @@ class Scheduler {
   void Release(Sequence* s, Fence completed);
   // Offers the full blocks whose tokens and K/V are both known (host view) to the prefix cache.
   void Publish(Sequence* s);
+  // Releases the blocks of a running sequence's sliding-window groups that left the window of every row it has
+  // in flight or will run (Sequence::read_floor). Called once a processed step's fence has passed, so no step
+  // that read them is still running (docs/architecture.md, "Hybrid KV cache").
+  void Slide(Sequence* s);
   // Slots whose last step has passed go back to the free list.
   void Reclaim(Fence completed);
 
@@ -57,10 +65,13 @@ class Scheduler {
   Status CheckNoLeaks() const;
 
  private:
+  int num_groups() const { return cfg_.group_window.empty() ? 1 : static_cast<int>(cfg_.group_window.size()); }
+  int window(int g) const { return cfg_.group_window.empty() ? 0 : cfg_.group_window[g]; }
   int BlocksMissing(size_t have, int positions) const;  // blocks to add to `have` to cover [0, positions)
-  // `blocks` grows to cover positions [0, positions); false (and `blocks` unchanged) if the pool is short.
-  bool AllocateBlocks(std::vector<int32_t>* blocks, int positions);
-  bool EnsureBlocks(Sequence* s, int positions);  // the same for a running sequence's block table
+  // Every group's table grows to cover positions [0, positions), all or nothing: false (and the tables
+  // unchanged) if the pool is short.
+  bool AllocateBlocks(std::vector<std::vector<int32_t>>* tables, int positions);
+  bool EnsureBlocks(Sequence* s, int positions);  // the same for a running sequence's block tables
   Sequence* PickVictim(const Sequence* requester, uint64_t step) const;
   // The least urgent running sequence (the highest priority value, youngest among equals) strictly less urgent
   // than priority `than`; idle_only: only one that can be preempted now (idle, not in the step being built, as
@@ -72,7 +83,7 @@ class Scheduler {
   bool GrowOrPreempt(Sequence* s, int positions, uint64_t step);
   void Preempt(Sequence* s);
   bool Admit(Sequence* s, int* budget, SchedulerOutputs* out);
-  void EmitRow(Sequence* s, int q_len, SchedulerOutputs* out);
+  void EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dynamic = false);
 
   SchedulerConfig cfg_;
   BlockPool* pool_;

@@ -7,9 +7,11 @@
 // Scheduler admits, schedules, grows, preempts and releases; the Engine records launches, processed steps,
 // committed tokens and the terminal reason. Each transition checks the invariants it relies on.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,7 +53,7 @@ enum class SeqStatus {
   kReleased,  // slot and blocks returned
 };
 
-// What a sequence gives back when it is preempted or released: its block table, and its token-table slot
+// What a sequence gives back when it is preempted or released: its blocks (every KV group's), and its token-table slot
 // (-1: it had none), which may be reused only once `last_use` (the fence of its last launched step) has passed.
 struct SeqResources {
   std::vector<int32_t> blocks;
@@ -95,8 +97,21 @@ class Sequence {
   uint64_t last_step() const { return last_step_; }           // the last step given a row for it
   int kv_written() const { return kv_written_; }              // positions whose K/V a processed step wrote
 
-  const std::vector<int32_t>& blocks() const { return blocks_; }  // block table
-  int num_published() const { return num_published_; }           // leading blocks offered to the prefix cache
+  // Block tables, one per KV group (kv/kv_layout.h), all covering the same positions. A sliding-window group's
+  // entries below first(g) were released once out of every reader's window: they name blocks it no longer holds
+  // (kept only to link the prefix-cache chain, never read).
+  int num_groups() const { return static_cast<int>(tables_.size()); }
+  const std::vector<int32_t>& table(int g) const { return tables_[g]; }
+  const std::vector<int32_t>& blocks() const { return tables_[0]; }  // group 0's (the only one without windows)
+  int num_blocks() const { return tables_.empty() ? 0 : static_cast<int>(tables_[0].size()); }
+  int first(int g) const { return first_[g]; }
+  int num_published(int g = 0) const { return num_published_.empty() ? 0 : num_published_[g]; }  // leading blocks offered
+  // The lowest position a launched or future step of it reads a query at: the first row in flight, else where
+  // the next row starts. A window-W group needs its blocks from position read_floor() - W + 1 on.
+  int read_floor() const {
+    const int idle = std::min(sched_, static_cast<int>(tokens_.size()) - 1);
+    return floors_.empty() ? std::max(0, idle) : floors_.front();
+  }
   int slot() const { return slot_; }
   uint32_t slot_gen() const { return slot_gen_; }
   int cached_tokens() const { return cached_tokens_; }  // prompt tokens from the prefix cache at first admission
@@ -105,35 +120,55 @@ class Sequence {
 
   // ---- Scheduler transitions.
 
-  // Waiting -> running: takes `slot` and `blocks`, whose leading ones came from the prefix cache and hold the
-  // K/V of positions [0, cached_positions). Every known token is (re)computed from the host view.
-  void Admit(int slot, uint32_t slot_gen, std::vector<int32_t> blocks, int cached_positions) {
-    DI_SEQ_CHECK(status_ == SeqStatus::kWaiting && !held_ && slot_ < 0 && blocks_.empty());
+  // Waiting -> running: takes `slot` and a block table per KV group (equal lengths; not held below first_blocks[g]),
+  // whose leading blocks came from the prefix cache and hold the K/V of positions [0, cached_positions). Every
+  // known token is (re)computed from the host view.
+  void Admit(int slot, uint32_t slot_gen, std::vector<std::vector<int32_t>> tables, std::vector<int> first_blocks,
+             int cached_positions) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kWaiting && !held_ && slot_ < 0 && tables_.empty() && !tables.empty() &&
+                 first_blocks.size() == tables.size());
+    for (const auto& t : tables) DI_SEQ_CHECK(t.size() == tables[0].size());
     slot_ = slot;
     slot_gen_ = slot_gen;
-    blocks_ = std::move(blocks);
+    tables_ = std::move(tables);
+    first_ = std::move(first_blocks);
     if (preemptions_ == 0) cached_tokens_ = cached_positions;
     sched_ = cached_positions;
     kv_written_ = cached_positions;
     // Every block held now counts as offered, the freshly allocated ones too: the engine's behaviour before
     // this class had methods, kept so that prefix-cache hits (cached_tokens) stay as they were. Those fresh
     // blocks then reach the prefix cache only once the sequence grows past them (probably unintended).
-    num_published_ = static_cast<int>(blocks_.size());
+    num_published_.assign(tables_.size(), static_cast<int>(tables_[0].size()));
     prefill_end_ = static_cast<int>(tokens_.size());
     scheduled_outputs_ = num_outputs();
     status_ = SeqStatus::kRunning;
   }
-  // More blocks at the end of the block table (on-demand growth).
-  void AddBlocks(const std::vector<int32_t>& more) {
+  // More blocks at the end of group g's block table (on-demand growth; every group grows alike).
+  void AddBlocks(int g, const std::vector<int32_t>& more) {
     DI_SEQ_CHECK(status_ == SeqStatus::kRunning);
-    blocks_.insert(blocks_.end(), more.begin(), more.end());
+    tables_[g].insert(tables_[g].end(), more.begin(), more.end());
+  }
+  // Group g's blocks [first(g), keep_from) left every reader's window: returns them, to be released.
+  std::vector<int32_t> Slide(int g, int keep_from) {
+    DI_SEQ_CHECK(status_ == SeqStatus::kRunning);
+    const std::vector<int32_t>& t = tables_[g];
+    keep_from = std::min(keep_from, static_cast<int>(t.size()));
+    std::vector<int32_t> out;
+    if (keep_from > first_[g]) {
+      out.assign(t.begin() + first_[g], t.begin() + keep_from);
+      first_[g] = keep_from;
+    }
+    return out;
   }
   // A row of `q_len` positions from sched() was put into `step`. Once the row that yields the last allowed
   // token (max_tokens, or `max_model_len` positions) is scheduled, the sequence is never scheduled again.
   // A dynamic row (speculative decoding) reserves q_len positions: sched() then becomes an upper bound and
   // scheduled_outputs() a lower bound (one token per row) until RunProcessed settles them.
-  void RowScheduled(int q_len, uint64_t step, int max_model_len) {
+  void RowScheduled(int q_len, uint64_t step, int max_model_len, bool dynamic) {
     DI_SEQ_CHECK(status_ == SeqStatus::kRunning && !length_capped_ && q_len > 0);
+    // The row's lowest query position. A dynamic row starts where the device's committed length puts it, which
+    // is at least the host's last known token.
+    floors_.push_back(dynamic ? std::max(0, std::min(sched_, static_cast<int>(tokens_.size()) - 1)) : sched_);
     const bool samples = sched_ + q_len >= prefill_end_;
     sched_ += q_len;
     last_step_ = step;
@@ -160,10 +195,10 @@ class Sequence {
   }
   int64_t spec_proposed() const { return spec_proposed_; }
   int64_t spec_accepted() const { return spec_accepted_; }
-  // The first `num_blocks` blocks are in the prefix cache.
-  void Published(int num_blocks) {
-    DI_SEQ_CHECK(num_blocks >= num_published_ && num_blocks <= static_cast<int>(blocks_.size()));
-    num_published_ = num_blocks;
+  // The first `num_blocks` blocks of group g are in the prefix cache.
+  void Published(int g, int num_blocks) {
+    DI_SEQ_CHECK(num_blocks >= num_published_[g] && num_blocks <= static_cast<int>(tables_[g].size()));
+    num_published_[g] = num_blocks;
   }
   // Running -> waiting, to be recomputed from its known tokens later. Only without a step in flight: its
   // device state would otherwise be ahead of the host's history (overlap.md 6.7).
@@ -196,8 +231,9 @@ class Sequence {
   }
   // A launched step containing its positions [.., kv_end) was processed: their K/V are written.
   void Processed(int kv_end) {
-    DI_SEQ_CHECK(inflight_ > 0);
+    DI_SEQ_CHECK(inflight_ > 0 && !floors_.empty());
     --inflight_;
+    floors_.pop_front();
     if (kv_end > kv_written_) kv_written_ = kv_end;
   }
   // The host learned its next generated token.
@@ -220,9 +256,12 @@ class Sequence {
     if (scheduled_outputs_ >= req_->params.max_tokens || sched_ + 1 >= max_model_len) length_capped_ = true;
   }
   SeqResources TakeResources() {
-    SeqResources r{std::move(blocks_), slot_, last_use_};
-    blocks_.clear();
-    num_published_ = 0;
+    SeqResources r{{}, slot_, last_use_};
+    for (size_t g = 0; g < tables_.size(); ++g)
+      r.blocks.insert(r.blocks.end(), tables_[g].begin() + first_[g], tables_[g].end());
+    tables_.clear();
+    first_.clear();
+    num_published_.clear();
     slot_ = -1;
     return r;
   }
@@ -243,8 +282,10 @@ class Sequence {
   uint64_t last_step_ = 0;
   int kv_written_ = 0;
 
-  std::vector<int32_t> blocks_;
-  int num_published_ = 0;
+  std::vector<std::vector<int32_t>> tables_;  // per KV group
+  std::vector<int> first_;                     // per KV group: its lowest live entry
+  std::vector<int> num_published_;             // per KV group
+  std::deque<int> floors_;                     // per row in flight, oldest first: its lowest query position
   int slot_ = -1;
   uint32_t slot_gen_ = 0;
   int cached_tokens_ = 0;

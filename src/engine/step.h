@@ -23,7 +23,9 @@ struct SequenceMetadata {
   int32_t q_begin = 0, q_len = 0; // query positions [q_begin, q_begin + q_len); inputs come from the token table
   bool samples = false;           // false for intermediate prefill chunks
   int32_t prompt_len = 0;         // tokens before this index are prompt (penalties count only what follows)
-  uint32_t block_table_off = 0, num_blocks = 0;  // slice of SchedulerOutputs::block_tables
+  // Slice of SchedulerOutputs::block_tables: num_blocks entries per KV group, group 0 (the anchor) first; a
+  // sliding-window group's entries below its window are -1 (seq_forward.h).
+  uint32_t block_table_off = 0, num_blocks = 0;
   const SamplingParams* sampling = nullptr;      // owned by the request, alive while the row is in flight
   uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
   int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report

@@ -11,7 +11,26 @@ BlockPool::BlockPool(int num_blocks, int block_size) : block_size_(block_size), 
   for (int b = num_blocks - 1; b >= 0; --b) free_.push_back(b);  // hand out low ids first
 }
 
-StatusOr<std::vector<int32_t>> BlockPool::Allocate(int n) {
+uint64_t BlockPool::Key(uint64_t h, int group) {
+  if (group == 0) return h;
+  uint64_t x = h ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(group));  // splitmix64 finalizer
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void BlockPool::Referenced(int32_t b) {
+  const int g = blocks_[b].group;
+  if (g >= static_cast<int>(in_use_.size())) {
+    in_use_.resize(g + 1, 0);
+    peak_.resize(g + 1, 0);
+  }
+  peak_[g] = std::max(peak_[g], ++in_use_[g]);
+}
+
+void BlockPool::Unreferenced(int32_t b) { --in_use_[blocks_[b].group]; }
+
+StatusOr<std::vector<int32_t>> BlockPool::Allocate(int n, int group) {
   if (n < 0 || n > num_available())
     return OutOfRange("KV cache: " + std::to_string(n) + " blocks requested, " + std::to_string(num_available()) + " of " +
                       std::to_string(num_blocks()) + " available");
@@ -28,6 +47,8 @@ StatusOr<std::vector<int32_t>> BlockPool::Allocate(int n) {
       lru_.pop_front();
     }
     blocks_[b].refs = 1;
+    blocks_[b].group = group;
+    Referenced(b);
     out.push_back(b);
   }
   return out;
@@ -46,6 +67,7 @@ void BlockPool::Release(const std::vector<int32_t>& blocks) {
     Block& blk = blocks_[b];
     if (blk.refs <= 0) continue;  // double release is a caller bug; never corrupt the free lists for it
     if (--blk.refs > 0) continue;
+    Unreferenced(b);
     if (blk.cached) blk.lru_pos = lru_.insert(lru_.end(), b);
     else free_.push_back(b);
   }
@@ -55,34 +77,45 @@ std::vector<uint64_t> BlockPool::ChainHashes(const int32_t* tokens, int n) const
   return PrefixChainHashes(tokens, n, block_size_);
 }
 
-std::vector<int32_t> BlockPool::MatchPrefix(const int32_t* tokens, int n) {
+std::vector<int32_t> BlockPool::MatchPrefix(const int32_t* tokens, int n, int group) {
   std::vector<int32_t> out;
   const std::vector<uint64_t> hashes = ChainHashes(tokens, n);
   for (size_t i = 0; i < hashes.size(); ++i) {
-    auto it = by_hash_.find(hashes[i]);
+    auto it = by_hash_.find(Key(hashes[i], group));
     if (it == by_hash_.end()) break;
     Block& blk = blocks_[it->second];
+    if (blk.group != group) break;  // a key collision across groups
     const int32_t* own = tokens + i * block_size_;
     const bool parent_ok = i == 0 ? blk.parent == -1 : (blk.parent == out.back() && blk.parent_gen == blocks_[out.back()].gen);
     if (!parent_ok || !std::equal(blk.tokens.begin(), blk.tokens.end(), own)) break;  // collision
-    if (blk.refs++ == 0) lru_.erase(blk.lru_pos);
+    if (blk.refs++ == 0) {
+      lru_.erase(blk.lru_pos);
+      Referenced(it->second);
+    }
     out.push_back(it->second);
   }
   return out;
 }
 
-void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full) {
+void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full, int group, int from,
+                        int held_from) {
   const std::vector<uint64_t> hashes = ChainHashes(tokens, num_full * block_size_);
-  for (int i = 0; i < num_full && i < static_cast<int>(blocks.size()); ++i) {
+  for (int i = std::max(from, held_from); i < num_full && i < static_cast<int>(blocks.size()); ++i) {
+    if (i > 0 && i - 1 < held_from) {
+      // The previous block was released: it may since have been evicted and reused for another prefix.
+      const Block& prev = blocks_[blocks[i - 1]];
+      if (!prev.cached || prev.hash != Key(hashes[i - 1], group)) break;
+    }
     Block& blk = blocks_[blocks[i]];
-    if (blk.cached || by_hash_.count(hashes[i])) continue;  // cached already, or an identical twin is
+    const uint64_t key = Key(hashes[i], group);
+    if (blk.cached || by_hash_.count(key)) continue;  // cached already, or an identical twin is
     blk.cached = true;
-    blk.hash = hashes[i];
+    blk.hash = key;
     blk.gen = next_gen_++;
     blk.tokens.assign(tokens + i * block_size_, tokens + (i + 1) * block_size_);
     blk.parent = i == 0 ? -1 : blocks[i - 1];
     blk.parent_gen = i == 0 ? 0 : blocks_[blocks[i - 1]].gen;
-    by_hash_[hashes[i]] = blocks[i];
+    by_hash_[key] = blocks[i];
   }
 }
 

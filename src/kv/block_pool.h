@@ -1,6 +1,8 @@
 // Paged KV cache bookkeeping: a pool of fixed-size blocks with reference counts, and a prefix cache of full
 // blocks keyed by a hash chain over their tokens (block i's key covers every token up to the end of block i),
-// with LRU eviction of blocks nobody references. The pool is synchronous: when a block may still be read by a
+// with LRU eviction of blocks nobody references. A hybrid KV cache (kv/kv_layout.h) draws every KV group's
+// blocks from this one pool: each block is tagged with the group it serves, and a group's prefixes are cached
+// under keys of their own (group 0 keeps the plain chain hash, which also names a prefix across replicas). The pool is synchronous: when a block may still be read by a
 // step in flight, the engine defers Release() until that step's fence has passed (docs/architecture.md).
 #pragma once
 #include <cstdint>
@@ -25,7 +27,8 @@ class BlockPool {
 
   // Takes n blocks (reference count 1 each), evicting least-recently-used cached blocks when the free list runs
   // out. ResourceExhausted-style OutOfRange error when fewer than n are available; nothing is taken then.
-  StatusOr<std::vector<int32_t>> Allocate(int n);
+  // `group`: the KV group the blocks serve (per-group usage counters, cache keys).
+  StatusOr<std::vector<int32_t>> Allocate(int n, int group = 0);
   // Drops one reference from each block. A block at zero references returns to the free list, or, if it holds a
   // cached prefix, stays findable until evicted (most recently released = last evicted).
   void Release(const std::vector<int32_t>& blocks);
@@ -35,10 +38,18 @@ class BlockPool {
   // The longest run of leading full blocks of `tokens` already in the cache; each returned block gains a
   // reference. Each block's own tokens and its link to the previous matched block are compared, not only the
   // hash, so a hash collision can never alias two prefixes.
-  std::vector<int32_t> MatchPrefix(const int32_t* tokens, int n);
-  // Publishes the first `num_full` blocks of a sequence (its block table `blocks`, filled with `tokens`) to the
-  // prefix cache. Blocks already cached, or whose identical twin is, are left as they are.
-  void Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full);
+  std::vector<int32_t> MatchPrefix(const int32_t* tokens, int n, int group = 0);
+  // Publishes blocks [from, num_full) of a sequence's block table of `group` (`blocks`, filled with `tokens`) to
+  // the prefix cache. Blocks already cached, or whose identical twin is, are left as they are. Entries below
+  // `held_from` were released by the sequence (a sliding window): they are not published, and a block after
+  // one is linked to it only while it is still cached as that very prefix (else publication stops there).
+  void Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full, int group = 0, int from = 0,
+               int held_from = 0);
+
+  // Blocks of group g referenced now, and the most since the last ResetPeaks (tests, bench, logs).
+  int in_use(int group) const { return group < static_cast<int>(in_use_.size()) ? in_use_[group] : 0; }
+  int peak(int group) const { return group < static_cast<int>(peak_.size()) ? peak_[group] : 0; }
+  void ResetPeaks() { peak_ = in_use_; }
 
   // Every block unreferenced (cached blocks count as free). Returns a description of the leak otherwise.
   Status CheckNoLeaks() const;
@@ -47,6 +58,7 @@ class BlockPool {
  private:
   struct Block {
     int refs = 0;
+    int group = 0;
     bool cached = false;
     uint64_t hash = 0;
     std::vector<int32_t> tokens;  // this block's own tokens
@@ -56,6 +68,9 @@ class BlockPool {
     std::list<int32_t>::iterator lru_pos;
   };
   void Uncache(int32_t b);
+  void Referenced(int32_t b);    // refs went 0 -> 1
+  void Unreferenced(int32_t b);  // refs went 1 -> 0
+  static uint64_t Key(uint64_t chain_hash, int group);
 
   int block_size_;
   std::vector<Block> blocks_;
@@ -63,6 +78,7 @@ class BlockPool {
   std::list<int32_t> lru_;       // cached and unreferenced, least recently released first
   std::unordered_map<uint64_t, int32_t> by_hash_;
   uint64_t next_gen_ = 1;
+  std::vector<int> in_use_, peak_;  // per group
 };
 
 }  // namespace deepinfer

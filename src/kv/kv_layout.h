@@ -1,7 +1,14 @@
-// What the paged KV cache needs to know about a model: how many layers it stores and how many elements one
-// token's K and V rows hold in each. The cache is sized from this alone, never from a whole model
-// configuration, so kv/ does not depend on model/ (ModelConfig::kv_layout() builds it).
+// What the paged KV cache needs to know about a model: how many layers it stores, how many elements one
+// token's K and V rows hold in each, and (hybrid caches) how its layers fall into KV groups. The cache is sized
+// from this alone, never from a whole model configuration, so kv/ does not depend on model/
+// (ModelConfig::kv_layout() builds the single-group layout, kv_groups.h the hybrid one).
+//
+// KV groups (docs/architecture.md, "Hybrid KV cache"): layers that attend alike (full attention, or one
+// sliding window W) share a block table per sequence, so a sliding-window group can drop the blocks that left
+// its window while the full-attention group keeps every block. All groups page one pool: a block id is one
+// page of `planes` K/V planes, and a group's layers occupy planes 0, 1, ... of the blocks it owns.
 #pragma once
+#include <vector>
 
 namespace deepinfer {
 
@@ -9,6 +16,20 @@ struct KvLayout {
   int num_layers = 0;
   int k_elems = 0;  // per token per layer (MLA: kv_lora_rank + qk_rope_dim)
   int v_elems = 0;  // per token per layer (MLA: 0, V is read from the latent in K)
+  // Hybrid caches only; empty: one full-attention group holding layer l in plane l (planes = num_layers).
+  std::vector<int> group_window;  // per group: 0 = full attention, else the window W its layers share
+  std::vector<int> layer_group;   // per layer
+  std::vector<int> layer_plane;   // per layer: its plane within its group's blocks
+  int planes = 0;
+
+  int num_groups() const { return group_window.empty() ? 1 : static_cast<int>(group_window.size()); }
+  int num_planes() const { return layer_plane.empty() ? num_layers : planes; }
+  int group_of(int layer) const { return layer_group.empty() ? 0 : layer_group[layer]; }
+  int plane_of(int layer) const { return layer_plane.empty() ? layer : layer_plane[layer]; }
+  int window(int group) const { return group_window.empty() ? 0 : group_window[group]; }
+  // Group 0 is full attention (full groups come first): the "anchor" whose table never loses a block, which the
+  // proposers' caches (draft model, MTP) index and whose chain hashes name a prefix.
+  bool has_anchor() const { return window(0) == 0; }
 };
 
 }  // namespace deepinfer

@@ -5,7 +5,7 @@
 namespace deepinfer {
 
 size_t PagedKvCache::BytesPerToken(const KvLayout& layout, DType dtype) {
-  return static_cast<size_t>(layout.num_layers) * (layout.k_elems + layout.v_elems) * GetDTypeInfo(dtype).block_bytes;
+  return static_cast<size_t>(layout.num_planes()) * (layout.k_elems + layout.v_elems) * GetDTypeInfo(dtype).block_bytes;
 }
 
 int PagedKvCache::BlocksForBytes(const KvLayout& layout, DType dtype, int block_size, size_t bytes) {
@@ -21,7 +21,9 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvLayout& lay
     return InvalidArgument("KV cache needs at least one block of at least one token (got " +
                            std::to_string(num_blocks) + " blocks of " + std::to_string(block_size) + ")");
   std::unique_ptr<PagedKvCache> kv(new PagedKvCache);
-  kv->num_layers_ = layout.num_layers;
+  kv->layout_ = layout;
+  kv->rows_written_.assign(layout.num_groups(), 0);
+  kv->num_planes_ = layout.num_planes();
   kv->num_blocks_ = num_blocks;
   kv->block_size_ = block_size;
   kv->k_elems_ = layout.k_elems;
@@ -32,7 +34,7 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvLayout& lay
   kv->v_row_bytes_ = static_cast<size_t>(kv->v_elems_) * esize;
   kv->k_plane_bytes_ = kv->k_row_bytes_ * num_blocks * block_size;
   kv->v_plane_bytes_ = kv->v_row_bytes_ * num_blocks * block_size;
-  DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * layout.num_layers,
+  DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * kv->num_planes_,
                                                      /*huge_pages=*/true));
   return kv;
 }
@@ -52,14 +54,22 @@ void StoreRow(DType t, const float* src, uint8_t* dst, int n) {
 }
 }  // namespace
 
+void PagedKvCache::CountWritten(int layer, int n) {
+  if (layout_.plane_of(layer) == 0) rows_written_[layout_.group_of(layer)] += n;
+}
+
 void PagedKvCache::Write(int layer, const float* k, const float* v, const int32_t* rows, int n) {
   uint8_t* kb = buf_->data() + LayerOffset(layer);
   uint8_t* vb = kb + k_plane_bytes_;
+  int written = 0;
   for (int i = 0; i < n; ++i) {
+    if (rows[i] < 0) continue;
+    ++written;
     StoreRow(dtype_, k + static_cast<size_t>(i) * k_elems_, kb + static_cast<size_t>(rows[i]) * k_row_bytes_, k_elems_);
     if (v_elems_ > 0)
       StoreRow(dtype_, v + static_cast<size_t>(i) * v_elems_, vb + static_cast<size_t>(rows[i]) * v_row_bytes_, v_elems_);
   }
+  CountWritten(layer, written);
 }
 
 void PagedKvCache::Encode(const float* k, const float* v, int n, uint8_t* k_out, uint8_t* v_out) const {
@@ -73,16 +83,20 @@ void PagedKvCache::Encode(const float* k, const float* v, int n, uint8_t* k_out,
 void PagedKvCache::WriteEncoded(int layer, const uint8_t* k, const uint8_t* v, const int32_t* rows, int n) {
   uint8_t* kb = buf_->data() + LayerOffset(layer);
   uint8_t* vb = kb + k_plane_bytes_;
+  int written = 0;
   for (int i = 0; i < n; ++i) {
+    if (rows[i] < 0) continue;
+    ++written;
     std::memcpy(kb + static_cast<size_t>(rows[i]) * k_row_bytes_, k + static_cast<size_t>(i) * k_row_bytes_, k_row_bytes_);
     if (v_elems_ > 0)
       std::memcpy(vb + static_cast<size_t>(rows[i]) * v_row_bytes_, v + static_cast<size_t>(i) * v_row_bytes_, v_row_bytes_);
   }
+  CountWritten(layer, written);
 }
 
 void PagedKvCache::CopyBlock(int32_t src, int32_t dst) {
-  for (int l = 0; l < num_layers_; ++l) {
-    uint8_t* k = buf_->data() + LayerOffset(l);
+  for (int p = 0; p < num_planes_; ++p) {
+    uint8_t* k = buf_->data() + static_cast<size_t>(p) * (k_plane_bytes_ + v_plane_bytes_);
     uint8_t* v = k + k_plane_bytes_;
     const size_t kb = k_row_bytes_ * block_size_, vb = v_row_bytes_ * block_size_;
     std::memcpy(k + dst * kb, k + src * kb, kb);

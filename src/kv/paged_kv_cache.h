@@ -1,10 +1,12 @@
-// Paged K/V storage: for every layer, K and V are arrays of physical rows ("slots"), num_blocks * block_size of
-// them, each n_kv_heads * head_dim elements of the cache dtype (f32, bf16 or f16). Position p of a sequence lives
-// in slot block_table[p / block_size] * block_size + p % block_size. The BlockPool decides which blocks a
-// sequence owns; this class only holds the bytes.
+// Paged K/V storage: `planes` K/V planes (one per layer, or per layer of a KV group in a hybrid cache), each an
+// array of physical rows ("slots"), num_blocks * block_size of them, each n_kv_heads * head_dim elements of the
+// cache dtype (f32, bf16 or f16). Position p of a sequence lives, for layer l, in plane plane_of(l) at slot
+// table[p / block_size] * block_size + p % block_size, where table is the sequence's block table of l's group.
+// The BlockPool decides which blocks a sequence owns; this class only holds the bytes.
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "base/host_buffer.h"
 #include "deepinfer/status.h"
@@ -17,7 +19,7 @@ class PagedKvCache {
  public:
   static StatusOr<std::unique_ptr<PagedKvCache>> Create(const KvLayout& layout, int num_blocks, int block_size,
                                                         DType dtype);
-  // K+V bytes one token occupies across all layers.
+  // K+V bytes one row of a block occupies across its planes (with one group: a token across all layers).
   static size_t BytesPerToken(const KvLayout& layout, DType dtype);
   // Blocks that fit in `bytes`.
   static int BlocksForBytes(const KvLayout& layout, DType dtype, int block_size, size_t bytes);
@@ -31,10 +33,16 @@ class PagedKvCache {
   int k_row_elems() const { return k_elems_; }
   int v_row_elems() const { return v_elems_; }
 
+  const KvLayout& layout() const { return layout_; }
+  int group_of(int layer) const { return layout_.group_of(layer); }
+  // Rows stored by Write/WriteEncoded into layer 0 of each group (tests: which positions a step wrote).
+  int64_t rows_written(int group) const { return rows_written_[group]; }
+
   const void* k(int layer) const { return buf_->data() + LayerOffset(layer); }
   const void* v(int layer) const { return buf_->data() + LayerOffset(layer) + k_plane_bytes_; }
   // Stores n rows of K and V (f32; k_row_elems / v_row_elems each; v may be null when V rows are empty) into
-  // slots rows[0..n), converting to the cache dtype.
+  // slots rows[0..n), converting to the cache dtype. A negative slot is skipped (a position whose K/V the cache
+  // already holds).
   void Write(int layer, const float* k, const float* v, const int32_t* rows, int n);
   // The same in two halves, for rows produced on another rank (context parallelism sends them as stored, so
   // a bf16/f16 cache halves the traffic and the cache bytes stay those Write would store): Encode converts n
@@ -43,14 +51,19 @@ class PagedKvCache {
   size_t v_row_bytes() const { return v_row_bytes_; }
   void Encode(const float* k, const float* v, int n, uint8_t* k_out, uint8_t* v_out) const;
   void WriteEncoded(int layer, const uint8_t* k, const uint8_t* v, const int32_t* rows, int n);
-  // Copies every layer's rows of block src into block dst.
+  // Copies every plane's rows of block src into block dst.
   void CopyBlock(int32_t src, int32_t dst);
 
  private:
   PagedKvCache() = default;
-  size_t LayerOffset(int layer) const { return static_cast<size_t>(layer) * (k_plane_bytes_ + v_plane_bytes_); }
+  size_t LayerOffset(int layer) const {
+    return static_cast<size_t>(layout_.plane_of(layer)) * (k_plane_bytes_ + v_plane_bytes_);
+  }
+  void CountWritten(int layer, int n);
 
-  int num_layers_ = 0, num_blocks_ = 0, block_size_ = 0, k_elems_ = 0, v_elems_ = 0;
+  KvLayout layout_;
+  std::vector<int64_t> rows_written_;
+  int num_planes_ = 0, num_blocks_ = 0, block_size_ = 0, k_elems_ = 0, v_elems_ = 0;
   DType dtype_ = DType::kF32;
   size_t k_row_bytes_ = 0, v_row_bytes_ = 0, k_plane_bytes_ = 0, v_plane_bytes_ = 0;
   std::unique_ptr<HostBuffer> buf_;

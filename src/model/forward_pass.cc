@@ -24,7 +24,6 @@ ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_toke
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
   pos_.resize(m);
-  slot_of_token_.resize(m);
 }
 
 WholeNormSplit ForwardPass::WholeNormSplitFor() const {
@@ -38,7 +37,10 @@ WholeNormSplit ForwardPass::WholeNormSplitFor() const {
   return s;
 }
 
-Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, int bs, int* total_out) {
+Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCache& kv, int* total_out) {
+  const int bs = kv.block_size();
+  const KvLayout& layout = kv.layout();
+  const int G = layout.num_groups();
   int total = 0;
   for (int s = 0; s < num_seqs; ++s) {
     const SeqForward& q = seqs[s];
@@ -54,22 +56,14 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, int bs, int* tota
   if (total > max_tokens_)
     return OutOfRange("forward: " + std::to_string(total) + " tokens exceed the batch limit " + std::to_string(max_tokens_));
 
-  // Physical K/V row of every position each sequence reads (its whole prefix) and of each token it writes.
-  rows_.clear();
-  attn_seqs_.clear();
   logit_rows_.clear();
   tokens_.resize(total);
   int row = 0;
-  std::vector<size_t> rows_begin;
-  rows_begin.reserve(num_seqs);
   for (int s = 0; s < num_seqs; ++s) {
     const SeqForward& q = seqs[s];
-    rows_begin.push_back(rows_.size());
-    for (int p = 0; p < q.start + q.n; ++p) rows_.push_back(q.block_table[p / bs] * bs + p % bs);
     for (int i = 0; i < q.n; ++i) {
       tokens_[row + i] = q.tokens[i];
       pos_[row + i] = q.start + i;
-      slot_of_token_[row + i] = rows_[rows_begin.back() + q.start + i];
     }
     if (q.all_logits)
       for (int i = 0; i < q.n; ++i) logit_rows_.push_back(row + i);
@@ -77,33 +71,71 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, int bs, int* tota
       logit_rows_.push_back(row + q.n - 1);
     row += q.n;
   }
-  row = 0;
-  for (int s = 0; s < num_seqs; ++s) {  // pointers into rows_ are stable only after it stopped growing
-    attn_seqs_.push_back({row, seqs[s].n, seqs[s].start, rows_.data() + rows_begin[s]});
-    row += seqs[s].n;
+  // Per KV group: the physical K/V row of every position each sequence reads and of each token it writes. A
+  // window-W group reads only [start - W + 1, ..): rows below stay -1 (the attention kernels never read below a
+  // row's window), and the blocks behind them may already be released.
+  grp_.resize(G);
+  for (int g = 0; g < G; ++g) {
+    GroupRows& gr = grp_[g];
+    const int window = layout.window(g);
+    gr.rows.clear();
+    gr.seqs.clear();
+    gr.slots.resize(total);
+    gr.rows_begin.clear();
+    row = 0;
+    for (int s = 0; s < num_seqs; ++s) {
+      const SeqForward& q = seqs[s];
+      const int32_t* table = q.block_table + static_cast<size_t>(g) * q.num_blocks;
+      const int lo = window > 0 ? std::max(0, q.start - window + 1) : 0;
+      gr.rows_begin.push_back(gr.rows.size());
+      gr.rows.resize(gr.rows.size() + lo, -1);
+      for (int p = lo; p < q.start + q.n; ++p) {
+        const int32_t b = table[p / bs];
+        if (b < 0)
+          return Internal("forward: KV group " + std::to_string(g) + " has no block for position " + std::to_string(p) +
+                          " (window " + std::to_string(window) + ", rows from " + std::to_string(q.start) + ")");
+        gr.rows.push_back(b * bs + p % bs);
+      }
+      for (int i = 0; i < q.n; ++i) gr.slots[row + i] = gr.rows[gr.rows_begin.back() + q.start + i];
+      row += q.n;
+    }
+    row = 0;
+    for (int s = 0; s < num_seqs; ++s) {  // pointers into rows are stable only after it stopped growing
+      gr.seqs.push_back({row, seqs[s].n, seqs[s].start, gr.rows.data() + gr.rows_begin[s]});
+      row += seqs[s].n;
+    }
+    gr.view = BatchView{total, pos_.data(), gr.slots.data(), gr.seqs.data(), static_cast<int>(gr.seqs.size())};
   }
-  batch_ = BatchView{total, pos_.data(), slot_of_token_.data(), attn_seqs_.data(), static_cast<int>(attn_seqs_.size())};
   *total_out = total;
-  if (!cp_) return Status::Ok();
-
-  // Context parallel: keep this rank's rows (compacted in order) and the whole batch's KV slots.
-  std::vector<int> seq_rows(num_seqs);
-  for (int s = 0; s < num_seqs; ++s) seq_rows[s] = seqs[s].n;
-  cp_->Plan(seq_rows);
-  cp_slots_.assign(slot_of_token_.begin(), slot_of_token_.begin() + total);
-  LocalAttnSeqs(*cp_, attn_seqs_.data(), static_cast<int>(attn_seqs_.size()), &cp_seqs_);
-  const std::vector<int32_t>& mine = cp_->mine();
-  int64_t work = 0;
-  for (size_t i = 0; i < mine.size(); ++i) {
-    tokens_[i] = tokens_[mine[i]];  // mine is increasing: i <= mine[i], compaction in place is safe
-    pos_[i] = pos_[mine[i]];
-    slot_of_token_[i] = slot_of_token_[mine[i]];
-    work += pos_[i] + 1;
+  if (cp_) {
+    // Context parallel: keep this rank's rows (compacted in order) and the whole batch's KV slots.
+    std::vector<int> seq_rows(num_seqs);
+    for (int s = 0; s < num_seqs; ++s) seq_rows[s] = seqs[s].n;
+    cp_->Plan(seq_rows);
+    const std::vector<int32_t>& mine = cp_->mine();
+    for (GroupRows& gr : grp_) {
+      gr.cp_slots.assign(gr.slots.begin(), gr.slots.begin() + total);
+      LocalAttnSeqs(*cp_, gr.seqs.data(), static_cast<int>(gr.seqs.size()), &gr.cp_seqs);
+      for (size_t i = 0; i < mine.size(); ++i) gr.slots[i] = gr.slots[mine[i]];
+      gr.view = BatchView{static_cast<int>(mine.size()), pos_.data(), gr.slots.data(), gr.cp_seqs.data(),
+                          static_cast<int>(gr.cp_seqs.size()), cp_.get(), gr.cp_slots.data()};
+    }
+    int64_t work = 0;
+    for (size_t i = 0; i < mine.size(); ++i) {
+      tokens_[i] = tokens_[mine[i]];  // mine is increasing: i <= mine[i], compaction in place is safe
+      pos_[i] = pos_[mine[i]];
+      work += pos_[i] + 1;
+    }
+    cp_->AddWork(work);
+    dist_->attention_work.fetch_add(work, std::memory_order_relaxed);
   }
-  cp_->AddWork(work);
-  dist_->attention_work.fetch_add(work, std::memory_order_relaxed);
-  batch_ = BatchView{static_cast<int>(mine.size()), pos_.data(), slot_of_token_.data(), cp_seqs_.data(),
-                     static_cast<int>(cp_seqs_.size()), cp_.get(), cp_slots_.data()};
+  batch_ = grp_[0].view;
+  if (G > 1) {
+    grp_views_.clear();
+    for (const GroupRows& gr : grp_) grp_views_.push_back(gr.view);
+    batch_.groups = grp_views_.data();
+    batch_.num_groups = G;
+  }
   return Status::Ok();
 }
 
@@ -212,7 +244,7 @@ void ForwardPass::AddResidual(Rows rows) {
 }
 
 Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Rows rows, bool rope) {
-  const BatchView& b = *rows.b;
+  const BatchView& b = rows.b->ForGroup(kv.group_of(l));
   const int n = b.n;
   if (n == 0) {
     // An empty step (another attention group has work): nothing to attend. Under context parallelism a rank
@@ -236,25 +268,40 @@ Status ForwardPass::Mlp(const LayerWeights& L, int moe_layer) {
 
 void ForwardPass::SplitMicroBatches() {
   const int n = batch_.n, na = (n + 1) / 2;
-  for (Micro& m : micro_) m.seqs.clear();
-  for (int s = 0; s < batch_.num_seqs; ++s) {
-    const AttnSeq& q = batch_.seqs[s];
-    const int r0 = static_cast<int>(q.q_row), r1 = r0 + q.m;
-    if (r1 <= na) {
-      micro_[0].seqs.push_back(q);
-    } else if (r0 >= na) {
-      micro_[1].seqs.push_back({r0 - na, q.m, q.start, q.rows});
-    } else {
-      micro_[0].seqs.push_back({r0, na - r0, q.start, q.rows});
-      micro_[1].seqs.push_back({0, r1 - na, q.start + (na - r0), q.rows});
-    }
+  const int G = batch_.groups ? batch_.num_groups : 1;
+  for (int i = 0; i < 2; ++i) {
+    micro_[i].seqs.resize(G);
+    micro_[i].views.resize(G);
   }
   micro_[0].row0 = 0;
   micro_[1].row0 = na;
-  for (int i = 0; i < 2; ++i) {
-    Micro& m = micro_[i];
-    m.b = BatchView{i == 0 ? na : n - na, batch_.pos + m.row0, batch_.kv_slots + m.row0, m.seqs.data(),
-                    static_cast<int>(m.seqs.size())};
+  for (int g = 0; g < G; ++g) {
+    const BatchView& gb = batch_.ForGroup(g);
+    for (Micro& m : micro_) m.seqs[g].clear();
+    for (int s = 0; s < gb.num_seqs; ++s) {
+      const AttnSeq& q = gb.seqs[s];
+      const int r0 = static_cast<int>(q.q_row), r1 = r0 + q.m;
+      if (r1 <= na) {
+        micro_[0].seqs[g].push_back(q);
+      } else if (r0 >= na) {
+        micro_[1].seqs[g].push_back({r0 - na, q.m, q.start, q.rows});
+      } else {
+        micro_[0].seqs[g].push_back({r0, na - r0, q.start, q.rows});
+        micro_[1].seqs[g].push_back({0, r1 - na, q.start + (na - r0), q.rows});
+      }
+    }
+    for (int i = 0; i < 2; ++i) {
+      Micro& m = micro_[i];
+      m.views[g] = BatchView{i == 0 ? na : n - na, batch_.pos + m.row0, gb.kv_slots + m.row0, m.seqs[g].data(),
+                             static_cast<int>(m.seqs[g].size())};
+    }
+  }
+  for (Micro& m : micro_) {
+    m.b = m.views[0];
+    if (G > 1) {
+      m.b.groups = m.views.data();
+      m.b.num_groups = G;
+    }
   }
 }
 

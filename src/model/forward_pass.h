@@ -45,7 +45,8 @@ class ForwardPass {
 
   // Validates the batch and lays it out: token ids, positions, K/V slots, attention rows, logit rows. Under
   // context parallelism the batch holds this rank's share of the rows; *total is the whole batch's.
-  Status Plan(const SeqForward* seqs, int num_seqs, int block_size, int* total);
+  // kv: the cache the batch's block tables index (its block size, and its KV groups for a hybrid cache).
+  Status Plan(const SeqForward* seqs, int num_seqs, const PagedKvCache& kv, int* total);
 
   // x = the embedding rows of the batch's tokens (tensor parallel: each rank fills the rows of its vocabulary
   // slice and the all-reduce completes them exactly).
@@ -121,21 +122,30 @@ class ForwardPass {
   std::unique_ptr<DenseMlp> mlp_;
   std::unique_ptr<MoeLayer> moe_;
   std::vector<float> x_, xn_, y_;
-  std::vector<int32_t> tokens_, pos_, slot_of_token_, rows_;
-  std::vector<AttnSeq> attn_seqs_;
+  std::vector<int32_t> tokens_, pos_;
   std::vector<int32_t> logit_rows_;
+  // Per KV group: the K/V rows each sequence reads (rows, from rows_begin[s]), the slot each token writes, the
+  // attention view; under context parallelism also the whole batch's slots and this rank's attention view.
+  struct GroupRows {
+    std::vector<int32_t> rows, slots, cp_slots;
+    std::vector<size_t> rows_begin;
+    std::vector<AttnSeq> seqs, cp_seqs;
+    BatchView view;
+  };
+  std::vector<GroupRows> grp_;
+  std::vector<BatchView> grp_views_;  // grp_[g].view, contiguous (BatchView::groups)
   std::vector<float> vocab_local_, vocab_gather_;  // tensor parallel: this rank's logits, every rank's
   // Context parallelism (--cp > 1): the row split of each forward; the whole batch's KV slots, the gathered
   // rows of the logits or hidden states, this rank's attention view.
   std::unique_ptr<ContextParallel> cp_;
-  std::vector<int32_t> cp_slots_, cp_all_rows_;
+  std::vector<int32_t> cp_all_rows_;
   std::vector<float> cp_rows_;
-  std::vector<AttnSeq> cp_seqs_;
   BatchView batch_;
   struct Micro {
     BatchView b;
     int row0 = 0;
-    std::vector<AttnSeq> seqs;
+    std::vector<std::vector<AttnSeq>> seqs;  // per KV group
+    std::vector<BatchView> views;            // per KV group
   };
   Micro micro_[2];
 };

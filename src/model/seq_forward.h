@@ -5,7 +5,9 @@
 namespace deepinfer {
 
 // Tokens at positions [start, start + n), K/V slots from its block table (which must cover position
-// start + n - 1). want_logits: produce logits for its last token.
+// start + n - 1). want_logits: produce logits for its last token. A hybrid KV cache (kv/kv_layout.h) has one
+// table per KV group, each num_blocks entries, one after the other from block_table (group 0 first); a
+// sliding-window group's entries below the window of position `start` may be -1 (blocks already released).
 struct SeqForward {
   const int32_t* tokens = nullptr;
   int n = 0;

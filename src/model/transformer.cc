@@ -42,7 +42,7 @@ Status Transformer::Forward(const int32_t* tokens, int n, int start, SequenceKvC
 
 Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits, float* hidden) {
   int total = 0;
-  DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, kv.block_size(), &total));
+  DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, kv, &total));
   DI_RETURN_IF_ERROR(forward_(pass_, kv));
   if (hidden) DI_RETURN_IF_ERROR(pass_.FinalHidden(total, hidden));
   if (pass_.has_logits()) DI_RETURN_IF_ERROR(pass_.Logits(model_.out_norm, model_.lm_head, logits));
@@ -60,7 +60,7 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
   if (k < 0 || k >= static_cast<int>(model_.mtp.size()))
     return InvalidArgument("forward: the model has no MTP module " + std::to_string(k));
   int total = 0;
-  DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, mtp_kv.block_size(), &total));
+  DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, mtp_kv, &total));
   const MtpWeights& P = model_.mtp[k];
   const int h = c_.hidden, n = pass_.batch().n;
   mtp_in_.resize(static_cast<size_t>(max_tokens_) * 2 * h);
@@ -85,7 +85,7 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
 Status Transformer::BenchAttention(int l, const SeqForward* seqs, int num_seqs, PagedKvCache& kv) {
   if (l < 0 || l >= c_.n_layers) return InvalidArgument("bench: no layer " + std::to_string(l));
   int total = 0;
-  DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, kv.block_size(), &total));
+  DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, kv, &total));
   DI_RETURN_IF_ERROR(pass_.Embed(model_.tok_embd));
   const LayerWeights& L = model_.layers[l];
   pass_.Norm(L.attn_norm, pass_.all());

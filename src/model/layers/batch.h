@@ -21,6 +21,11 @@ struct BatchView {
   // the whole batch's K/V through cp (cp_slots: the KV slot of every row of the batch). nullptr: one rank.
   ContextParallel* cp = nullptr;
   const int32_t* cp_slots = nullptr;
+  // Hybrid KV cache (kv/kv_layout.h): the same rows as seen by each KV group, whose block tables differ (kv_slots,
+  // seqs' KV rows, cp_slots); a layer attends through groups[its group]. nullptr: one group, this view.
+  const BatchView* groups = nullptr;
+  int num_groups = 0;
+  const BatchView& ForGroup(int g) const { return groups ? groups[g] : *this; }
 };
 
 // Stores the batch's new K/V rows of layer l (this rank's n rows in k/v; under context parallelism every rank's,

@@ -1,0 +1,115 @@
+// `deepinfer bench kv`: KV cache bytes per sequence and the concurrency a --kv-cache budget holds, for the hybrid
+// cache (sliding-window layers in KV groups whose blocks leave with the window) next to --swa-full (every layer
+// keeps every position), at the context lengths asked for. Arithmetic over the layouts the engine builds
+// (GroupKvLayout, MaxSeqBlocks), no weights: a model's shape comes from a built-in preset or a model file.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "args.h"
+#include "commands.h"
+#include "kv/kv_groups.h"
+#include "kv/paged_kv_cache.h"
+#include "model/make_tiny.h"
+#include "startup.h"
+
+namespace deepinfer::cli {
+namespace {
+
+struct KvShape {
+  std::string name;
+  KvLayout base;             // every layer, one group
+  std::vector<int> windows;  // per layer: 0 = full attention
+};
+
+// gpt-oss-20b (HF config: 24 layers alternating sliding (even) and full (odd) attention, window 128, 8 KV heads of
+// 64); the Gemma 3 shapes come from make-tiny's presets, the same ones `make-tiny --preset` writes.
+StatusOr<KvShape> Preset(const std::string& name) {
+  KvShape k;
+  k.name = name;
+  if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
+    const int layers = name == "gpt-oss-20b" ? 24 : 36;
+    k.base = {layers, 8 * 64, 8 * 64};
+    for (int l = 0; l < layers; ++l) k.windows.push_back(l % 2 == 0 ? 128 : 0);
+    return k;
+  }
+  TinySpec s;
+  if (!TinyPreset(name, &s)) return InvalidArgument("bench kv: unknown --shape '" + name + "'");
+  k.base = {s.layers, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim};
+  for (int l = 0; l < s.layers; ++l) k.windows.push_back(s.window > 0 && s.swa_period > 0 && (l + 1) % s.swa_period != 0 ? s.window : 0);
+  return k;
+}
+
+}  // namespace
+
+int CmdBenchKv(int argc, char** argv) {
+  Args args("bench kv",
+            "KV cache bytes per sequence and the concurrency that fits --kv-cache, hybrid (windowed layers release\n"
+            "the blocks that left their window) next to --swa-full (every layer keeps every position), at each\n"
+            "context length. Counts what the engine would hold at most: every block of a full-attention layer, and a\n"
+            "windowed layer's window plus the chunks in flight (two with the overlap scheduler).",
+            {
+                {"shape", "", "LIST", "gpt-oss-20b,gemma-3-4b", "comma-separated shapes: gpt-oss-20b, gpt-oss-120b, or a make-tiny preset (gemma-3-1b, gemma-3-4b, ...)"},
+                {"ctx", "", "LIST", "8192,32768", "context lengths (tokens per sequence)"},
+                {"kv-cache", "", "SIZE", "16GiB", "the KV budget (as serve's --kv-cache, bytes with a unit)"},
+                {"kv-cache-dtype", "", "T", "bf16", "K/V element type: f32, bf16 or f16"},
+                {"block-size", "", "N", "16", "tokens per KV block"},
+                {"max-batched-tokens", "", "N", "512", "the chunk size (prefill tokens per step)"},
+                {"no-overlap", "", "", "", "overlap depth 0: one chunk in flight, not two"},
+                {"out", "", "FILE", "", "write the results as JSON"},
+            });
+  if (auto exit_code = ParseCommandLine(args, argc, argv)) return *exit_code;
+  size_t budget = 0;
+  double fraction = 0;
+  if (Status s = ParseSize(args.Get("kv-cache"), &budget, &fraction); !s.ok()) return Fail(s);
+  if (budget == 0) return Fail(InvalidArgument("bench kv: --kv-cache must be a size in bytes (16GiB), not a fraction"));
+  const std::string dt = args.Get("kv-cache-dtype");
+  const DType dtype = dt == "f32" ? DType::kF32 : dt == "bf16" ? DType::kBF16 : DType::kF16;
+  if (dt != "f32" && dt != "bf16" && dt != "f16")
+    return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + dt + "'"));
+  const int bs = static_cast<int>(args.GetInt("block-size"));
+  const int64_t chunk = args.GetInt("max-batched-tokens");
+  if (bs < 1 || chunk < 1) return Fail(InvalidArgument("bench kv: --block-size and --max-batched-tokens must be >= 1"));
+  const int64_t ahead = (args.Has("no-overlap") ? 1 : 2) * chunk;
+  std::vector<int64_t> ctxs;
+  {
+    std::stringstream ss(args.Get("ctx"));
+    for (std::string t; std::getline(ss, t, ',');) {
+      const long long v = std::atoll(t.c_str());
+      if (v < 1) return Fail(InvalidArgument("bench kv: bad --ctx entry '" + t + "'"));
+      ctxs.push_back(v);
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  std::printf("%-14s %7s %16s %16s %14s %14s %7s\n", "shape", "ctx", "hybrid MiB/seq", "swa-full MiB/seq", "hybrid seqs",
+              "swa-full seqs", "ratio");
+  std::stringstream shapes(args.Get("shape"));
+  for (std::string name; std::getline(shapes, name, ',');) {
+    auto shape = Preset(name);
+    if (!shape.ok()) return Fail(shape.status());
+    const KvLayout hybrid = GroupKvLayout(shape->base, shape->windows);
+    for (const int64_t ctx : ctxs) {
+      // Bytes one sequence holds at most, and how many such sequences the budget's blocks hold at once.
+      auto fit = [&](const KvLayout& l, double* mib) {
+        const size_t block_bytes = PagedKvCache::BytesPerToken(l, dtype) * bs;
+        const int64_t seq_blocks = MaxSeqBlocks(l, bs, ctx, ahead);
+        *mib = static_cast<double>(seq_blocks) * block_bytes / 1048576.0;
+        return static_cast<int64_t>(budget / block_bytes) / seq_blocks;
+      };
+      double mib_h = 0, mib_f = 0;
+      const int64_t seqs_h = fit(hybrid, &mib_h), seqs_f = fit(shape->base, &mib_f);
+      std::printf("%-14s %7lld %16.1f %16.1f %14lld %14lld %6.2fx\n", name.c_str(), static_cast<long long>(ctx), mib_h,
+                  mib_f, static_cast<long long>(seqs_h), static_cast<long long>(seqs_f),
+                  seqs_f > 0 ? static_cast<double>(seqs_h) / seqs_f : INFINITY);
+      out.push_back({{"shape", name}, {"ctx", ctx}, {"kv_groups", hybrid.num_groups()}, {"planes", hybrid.num_planes()},
+                     {"padding_planes", PaddingPlanes(hybrid)}, {"hybrid_mib_per_seq", mib_h},
+                     {"swa_full_mib_per_seq", mib_f}, {"hybrid_concurrency", seqs_h}, {"swa_full_concurrency", seqs_f}});
+    }
+  }
+  if (args.Has("out")) std::ofstream(args.Get("out")) << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace deepinfer::cli

@@ -1,0 +1,168 @@
+// The hybrid KV cache (docs/architecture.md, "Hybrid KV cache"): sliding-window layers keep their K/V in KV
+// groups of their own, whose blocks are released once they leave the window, so a long sequence's windowed
+// memory stays bounded by its window while the outputs stay bitwise those of a cache that keeps everything
+// (--swa-full).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "engine_harness.h"
+#include "kv/kv_groups.h"
+#include "model/make_tiny.h"
+
+namespace deepinfer::testing {
+namespace {
+
+// Gemma 3 layout, window `w` on two layers of three (one full-attention group, two windowed groups of one
+// plane each).
+const Model& TinyGemma3Window(int w) {
+  static std::map<int, std::unique_ptr<Model>> models;
+  std::unique_ptr<Model>& m = models[w];
+  if (!m) {
+    TinySpec s = SmallSpec(Arch::kGemma3);
+    s.layers = 3;
+    s.window = w;
+    s.swa_period = 3;
+    s.ctx = 4096;
+    m = MakeTiny(s, "gemma3_w" + std::to_string(w));
+  }
+  return *m;
+}
+
+EngineOptions Options(bool overlap) {
+  EngineOptions o;
+  o.max_num_seqs = 16;
+  o.max_batched_tokens = 64;
+  o.block_size = 16;
+  o.num_kv_blocks = 1024;
+  o.overlap = overlap;
+  return o;
+}
+
+TEST(HybridKvTest, LayoutGroupsLayersByWindow) {
+  const Model& m = TinyGemma3Window(32);
+  std::vector<int> windows(m.config.n_layers);
+  for (int l = 0; l < m.config.n_layers; ++l) windows[l] = m.config.LayerWindow(l);
+  const KvLayout k = GroupKvLayout(m.config.kv_layout(), windows);
+  ASSERT_EQ(k.num_groups(), 3);
+  EXPECT_EQ(k.num_planes(), 1);
+  EXPECT_EQ(k.window(0), 0);  // the full-attention group comes first: the anchor
+  EXPECT_EQ(k.window(1), 32);
+  EXPECT_EQ(k.window(2), 32);
+  EXPECT_TRUE(k.has_anchor());
+  // Gemma-3-4b's shape: 34 layers, every sixth full (5 full, 29 windowed): 5 planes, 1 + 6 groups, 1 padding plane.
+  std::vector<int> g4(34);
+  for (int l = 0; l < 34; ++l) g4[l] = (l + 1) % 6 == 0 ? 0 : 1024;
+  const KvLayout k4 = GroupKvLayout({34, 256, 256}, g4);
+  EXPECT_EQ(k4.num_planes(), 5);
+  EXPECT_EQ(k4.num_groups(), 7);
+  EXPECT_EQ(PaddingPlanes(k4), 1);
+  // No windows: today's cache, one group, a plane per layer.
+  const KvLayout k0 = GroupKvLayout({4, 64, 64}, {0, 0, 0, 0});
+  EXPECT_EQ(k0.num_groups(), 1);
+  EXPECT_EQ(k0.num_planes(), 4);
+}
+
+// A mixed workload (chunked prompts, n > 1, stops, aborts, prefix hits) gives bitwise the same tokens,
+// logprobs and text with the hybrid cache as with --swa-full, overlap on and off, and with n-gram speculation.
+TEST(HybridKvTest, HybridCacheEqualsSwaFull) {
+  const Model& m = TinyGemma3Window(12);
+  auto reqs = MixedWorkload(120, m.config.vocab_size, m.tokenizer->bos_id(), 32, {"a", "e ", "\n"});
+  for (const bool overlap : {true, false}) {
+    EngineOptions hybrid = Options(overlap), full = Options(overlap);
+    hybrid.block_size = full.block_size = 8;  // the window edge falls inside blocks
+    full.swa_full = true;
+    EngineStats sh, sf;
+    auto a = RunRequests(m, full, reqs, &sf);
+    auto b = RunRequests(m, hybrid, reqs, &sh);
+    ExpectSameResults(a, b, std::string("hybrid vs --swa-full, overlap ") + (overlap ? "on" : "off"));
+    EXPECT_GT(sh.cached_prompt_tokens, 0) << "prefix caching must still hit with the hybrid cache";
+  }
+  EngineOptions spec = Options(true);
+  spec.block_size = 8;
+  spec.speculative.method = SpecMethod::kNgram;
+  spec.speculative.num_tokens = 3;
+  EngineOptions plain = Options(true);
+  plain.block_size = 8;
+  plain.swa_full = true;
+  for (auto& r : reqs) r.params.sampling.temperature = 0.f;  // exact verification: greedy compares token by token
+  ExpectSameResults(RunRequests(m, plain, reqs), RunRequests(m, spec, reqs), "hybrid + n-gram vs --swa-full");
+}
+
+// Issue 32, must-show 3: a 100-token prompt generating 2000 tokens keeps at most a window's worth of blocks in
+// each windowed group (W = 32, blocks of 16, chunks of 64), while the full-attention group holds every position.
+TEST(HybridKvTest, SwaMemoryStaysBounded) {
+  const int W = 32, bs = 16, C = 64, T = 2000;
+  const Model& m = TinyGemma3Window(W);
+  std::mt19937 rng(3232);
+  TestRequest r;
+  for (int i = 0; i < 100; ++i) r.prompt.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
+  r.params.max_tokens = T;
+  r.params.ignore_eos = true;
+  r.params.logprobs = 1;
+  EngineOptions full = Options(true);
+  full.swa_full = true;
+  const auto ref = RunRequests(m, full, {r});
+  ASSERT_EQ(ref[0].samples[0].tokens.size(), static_cast<size_t>(T));
+  struct Mode {
+    const char* name;
+    bool overlap;
+    bool ngram;
+  };
+  for (const Mode mode : {Mode{"overlap off", false, false}, Mode{"overlap on", true, false},
+                          Mode{"n-gram speculation", true, true}}) {
+    EngineOptions o = Options(mode.overlap);
+    if (mode.ngram) {
+      o.speculative.method = SpecMethod::kNgram;
+      o.speculative.num_tokens = 3;
+    }
+    auto eng = Engine::Create(m, o);
+    ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+    Engine& e = **eng;
+    ASSERT_EQ(e.kv_layout().num_groups(), 3);
+    RequestResult got;
+    got.samples.resize(1);
+    int min_live = INT32_MAX, max_live = 0;
+    auto id = e.Add(r.prompt, r.params, [&](const RequestOutput& ev) {
+      SampleResult& s = got.samples[0];
+      s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      for (const auto& lp : ev.logprobs) {
+        s.logprobs.push_back(lp.logprob);
+        s.top.push_back(lp.top);
+      }
+      s.text += ev.text;
+      if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+      if (s.tokens.size() > 200 && !ev.finished)  // decoding, far past the prompt
+        for (int g = 1; g < 3; ++g) {
+          min_live = std::min(min_live, e.kv_group_in_use(g));
+          max_live = std::max(max_live, e.kv_group_in_use(g));
+        }
+    });
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(e.RunUntilIdle().ok());
+    ASSERT_TRUE(e.CheckNoLeaks().ok());
+    ExpectSameResults(ref, {got}, std::string("bounded SWA memory, ") + mode.name);
+    // Live blocks of a window-W group run from the block holding F - W + 1 (F: the lowest query position in
+    // flight or next) to the allocation end, at most D positions past F: ceil((W + D + bs - 2) / bs) blocks.
+    // Prefill: D = C (one chunk), 2C with the overlap scheduler (the chunk in flight and the next). Decode: D = 1,
+    // 2 with overlap, 2(1 + k) with k drafts; a decode callback comes before the step's own release, so the
+    // depth-0 count is W/bs + 1 exactly when the position is not the last of its block.
+    // The issue's bound, ceil((W + chunk) / block) = 6, holds at depth 0; with the overlap scheduler two chunks
+    // are in flight (the step running reads the first, the next one writes the second): ceil((W + 2C + bs - 2) / bs).
+    const int peak_bound = mode.overlap ? (W + 2 * C + bs - 2 + bs - 1) / bs : (W + C + bs - 1) / bs;  // 11, 6
+    const int decode_bound = W / bs + (mode.ngram ? 3 : mode.overlap ? 2 : 1);
+    for (int g = 1; g < 3; ++g) {
+      std::printf("[hybrid] %s: windowed group %d peak %d blocks (bound %d); full group peak %d blocks\n", mode.name, g,
+                  e.kv_group_peak(g), peak_bound, e.kv_group_peak(0));
+      EXPECT_LE(e.kv_group_peak(g), peak_bound) << mode.name << ": group " << g;
+    }
+    EXPECT_LE(max_live, decode_bound) << mode.name;
+    EXPECT_GE(min_live, W / bs) << mode.name << ": a window of W positions spans at least W / bs blocks";
+    if (!mode.overlap) EXPECT_EQ(max_live, W / bs + 1) << mode.name;
+    EXPECT_GE(e.kv_group_peak(0), (100 + T - 1) / bs) << "the full-attention group keeps every position";
+  }
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
