@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates curl openmpi-bin libopenmpi-dev
   nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev zlib1g-dev
-  clang libclang-rt-14-dev)
+  clang libclang-rt-14-dev chromium)  # chromium: the web chat page's browser test (tests/webui, headless)
 # node/npm may come from elsewhere (nvm, nodesource): only ask apt for them when absent.
 command -v node >/dev/null && command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)
 
@@ -29,6 +29,16 @@ want=$(sha256sum tools/ref/package-lock.json | cut -d' ' -f1)
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "[setup] npm ci (tools/ref)"
   (cd tools/ref && NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm ci --omit=optional --no-audit --no-fund)
+  echo "$want" > "$stamp"
+fi
+
+# playwright-core for the web chat page's browser test (pinned by tests/webui/package-lock.json; it drives Debian's
+# chromium and downloads no browser).
+stamp=tests/webui/node_modules/.deepinfer-lock-sha256
+want=$(sha256sum tests/webui/package-lock.json | cut -d' ' -f1)
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+  echo "[setup] npm ci (tests/webui)"
+  (cd tests/webui && npm ci --no-audit --no-fund)
   echo "$want" > "$stamp"
 fi
 

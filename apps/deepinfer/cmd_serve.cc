@@ -26,6 +26,7 @@ int CmdServe(int argc, char** argv) {
   Args args("serve",
             "OpenAI-compatible API server: POST /v1/completions, /v1/chat/completions, /v1/responses (SSE with\n"
             "\"stream\": true), GET /v1/models, /health, /version, /metrics (Prometheus), POST /tokenize, /detokenize.\n"
+            "A web chat page (streaming, reasoning, conversations kept in the browser) answers at / (--no-webui: off).\n"
             "The OpenAI routes also answer without /v1, as llama-server's do. Every answer carries x-request-id (the\n"
             "client's X-Request-Id, else a fresh one); JSON answers are gzip-encoded for clients that accept it.\n"
             "SIGTERM/SIGINT shut down gracefully.",
@@ -41,6 +42,7 @@ int CmdServe(int argc, char** argv) {
                 {"max-prompt-bytes", "", "BYTES", "auto", "prompt text refused (400) before tokenizing; auto: 2 x context x longest token"},
                 {"max-stored-responses", "", "N", "1000", "/v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none)"},
                 {"prep-workers", "", "N", "2", "threads that parse requests, render chat templates and tokenize (off the HTTP loop)"},
+                {"no-webui", "", "", "", "no web chat page at / (404 there; the page needs no key, its API calls do)"},
                 {"allowed-origins", "", "LIST", "*", "CORS: comma-separated origins browsers may call from ('*' any, '' none)"},
                 {"max-connections", "", "N", "16384", "open connections before new ones get 503"},
                 {"request-timeout", "", "SECONDS", "30", "time allowed to send a whole request (slow clients get 408)"},
@@ -70,6 +72,7 @@ int CmdServe(int argc, char** argv) {
   if (args.Has("max-prompt-bytes")) so.max_prompt_bytes = static_cast<size_t>(std::max<long long>(1, args.GetInt("max-prompt-bytes")));
   so.prep_threads = static_cast<int>(std::clamp<long long>(args.GetInt("prep-workers"), 1, 64));
   so.http.allowed_origins = SplitOrigins(args.Get("allowed-origins"));
+  so.webui = !args.Has("no-webui");
   if (so.api_key.empty())
     if (const char* k = std::getenv("DEEPINFER_API_KEY")) so.api_key = k;
   if (args.Has("served-model-name")) so.served_model_name = args.Get("served-model-name");

@@ -261,6 +261,7 @@ const char* HttpReason(int status) {
   switch (status) {
     case 200: return "OK";
     case 204: return "No Content";
+    case 304: return "Not Modified";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 404: return "Not Found";

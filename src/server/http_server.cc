@@ -169,7 +169,12 @@ void HttpServer::Post(Op op) {
 void HttpServer::Respond(ConnId c, int status, const std::string& content_type, std::string body,
                          std::vector<std::pair<std::string, std::string>> headers) {
   std::string head = StatusLine(status);
-  head += "Content-Type: " + content_type + "\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  head += "Content-Type: " + content_type + "\r\n";
+  // A 304 carries no length (RFC 9110 8.6: it would have to be the unsent body's); a HEAD answer passes the
+  // length its GET would have in `headers`.
+  bool has_length = status == 304;
+  for (auto& [k, v] : headers) has_length |= k == "Content-Length";
+  if (!has_length) head += "Content-Length: " + std::to_string(body.size()) + "\r\n";
   for (auto& [k, v] : headers) head += k + ": " + v + "\r\n";
   Post({Op::kRespond, c, head + "\r\n" + body});  // the loop adds Connection: close when it will close
 }

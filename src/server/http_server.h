@@ -58,7 +58,8 @@ class HttpServer {
   // Thread-safe: close everything now (end of the grace period).
   void CloseAll();
 
-  // Thread-safe answers. Unknown (closed) connections are ignored.
+  // Thread-safe answers. Unknown (closed) connections are ignored. Respond sends Content-Length: body.size(),
+  // except for a 304 (none) or when `headers` holds one (a HEAD answer: its GET's length, no body).
   void Respond(ConnId c, int status, const std::string& content_type, std::string body,
                std::vector<std::pair<std::string, std::string>> headers = {});
   void StartStream(ConnId c, int status, const std::string& content_type,

@@ -86,6 +86,7 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
   // Nice 5: prompt preparation yields the CPU to the loop and the engine when they compete for it.
   tool_format_ = DetectToolFormat(chat_->source());
   parse_thinking_ = TemplateHasThinking(chat_->source());
+  if (opt_.webui) webui_ = std::make_unique<WebUi>();
   prep_ = std::make_unique<WorkQueue>(opt_.prep_threads, 5);
   prep_small_ = std::make_unique<WorkQueue>(1, 5);
 }
@@ -94,8 +95,9 @@ OpenAiServer::~OpenAiServer() = default;
 
 Status OpenAiServer::Listen() {
   DI_RETURN_IF_ERROR(http_.Listen());
-  DI_LOG_INFO("serving %s on http://%s:%d (OpenAI API at /v1; /health, /metrics)%s", name_.c_str(),
-              opt_.http.host.c_str(), http_.port(), opt_.api_key.empty() ? "" : "; API key required");
+  DI_LOG_INFO("serving %s on http://%s:%d (%sOpenAI API at /v1; /health, /metrics)%s", name_.c_str(),
+              opt_.http.host.c_str(), http_.port(), webui_ ? "web chat at /; " : "",
+              opt_.api_key.empty() ? "" : "; API key required");
   return Status::Ok();
 }
 
@@ -139,6 +141,13 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
                                               " s (dead or hung); the job ends at --dist-timeout");
     metrics_.requests_ok++;
     return http_.Respond(c, 200, "application/json", "{\"status\":\"ok\"}\n");
+  }
+  if (webui_ && (p == "/" || p == "/index.html")) {
+    // No key needed for the page itself: it holds no data, and asks for the key its API calls then send.
+    if (!is_get) return Error(c, 405, "use GET");
+    WebUi::Answer a = webui_->Get(req.Header("if-none-match"), req.Header("accept-encoding"), req.method == "HEAD");
+    metrics_.requests_ok++;
+    return http_.Respond(c, a.status, "text/html; charset=utf-8", std::move(a.body), std::move(a.headers));
   }
   if (p == "/version") {  // vLLM's route (no key needed, like /health): what is serving
     if (!is_get) return Error(c, 405, "use GET");

