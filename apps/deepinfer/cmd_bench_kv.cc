@@ -31,13 +31,13 @@ StatusOr<KvShape> Preset(const std::string& name) {
   k.name = name;
   if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
     const int layers = name == "gpt-oss-20b" ? 24 : 36;
-    k.base = {layers, 8 * 64, 8 * 64};
+    k.base = KvLayout::Plain(layers, 8 * 64, 8 * 64);
     for (int l = 0; l < layers; ++l) k.windows.push_back(l % 2 == 0 ? 128 : 0);
     return k;
   }
   TinySpec s;
   if (!TinyPreset(name, &s)) return InvalidArgument("bench kv: unknown --shape '" + name + "'");
-  k.base = {s.layers, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim};
+  k.base = KvLayout::Plain(s.layers, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim);
   for (int l = 0; l < s.layers; ++l) k.windows.push_back(s.window > 0 && s.swa_period > 0 && (l + 1) % s.swa_period != 0 ? s.window : 0);
   return k;
 }

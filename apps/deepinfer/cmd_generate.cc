@@ -59,7 +59,7 @@ json SpeculativeJson(int64_t proposed, int64_t accepted) {
 // Collects the streamed events of one request into its choices.
 struct Collected {
   std::vector<Choice> choices;
-  int prompt_tokens = 0, cached_tokens = 0, unfinished = 0;
+  int prompt_tokens = 0, cached_tokens = 0, replayed_tokens = 0, unfinished = 0;
   std::string error;
   void Take(const Output& ev) {
     Choice& c = choices[ev.index];
@@ -68,6 +68,7 @@ struct Collected {
     c.logprobs.insert(c.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
     prompt_tokens = ev.prompt_tokens;
     cached_tokens = ev.cached_tokens;
+    replayed_tokens = ev.replayed_tokens;
     c.spec_proposed = ev.spec_proposed;
     c.spec_accepted = ev.spec_accepted;
     if (ev.finished) {
@@ -95,7 +96,8 @@ struct Collected {
     out.erase("index");
     out["choices"] = cs;
     out["usage"] = {{"prompt_tokens", prompt_tokens}, {"completion_tokens", completion},
-                    {"total_tokens", prompt_tokens + completion}, {"cached_tokens", cached_tokens}};
+                    {"total_tokens", prompt_tokens + completion}, {"cached_tokens", cached_tokens},
+                    {"replayed_tokens", replayed_tokens}};
     if (!g_spec_method.empty()) out["speculative"] = SpeculativeJson(proposed, accepted);
     return out;
   }

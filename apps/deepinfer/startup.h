@@ -28,6 +28,7 @@ Status ParseSize(const std::string& s, size_t* bytes, double* fraction);
       {"max-batched-tokens", "", "N", "512", "tokens per engine step (prefill chunk budget plus decode rows)"},          \
       {"no-prefix-cache", "", "", "", "do not reuse K/V of earlier prompts with the same prefix"},                      \
       {"swa-full", "", "", "", "keep every layer's K/V for every position, sliding-window layers too (llama.cpp's flag): more memory; by default a windowed layer's blocks are released once they leave its window"}, \
+      {"swa-replay-max", "", "N", "4 x window", "prefix hits on sliding-window models: recompute at most N prompt tokens to rebuild evicted windows (reusing the full-attention layers' K/V); 0: reuse only up to the last cached window"}, \
       {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \
       {"threads", "t", "N", "all cores", "compute threads"},                                                             \
       {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's MTP module); outputs stay those of plain decoding"}, \

@@ -54,6 +54,7 @@ struct EngineOptions {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
   bool swa_full = false;            // keep sliding-window layers' K/V for every position (no hybrid KV cache)
+  int swa_replay_max = -1;          // bounded replay: prompt tokens a prefix hit may recompute (-1: 4 x window)
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
   int threads = 0;                  // > 0: resize the process-wide compute pool (see SetComputeThreads)
   SpeculativeMethod speculative = SpeculativeMethod::kNone;
@@ -117,6 +118,7 @@ struct Output {
   std::string stop_reason;             // the stop string that matched, if any
   int prompt_tokens = 0;
   int cached_tokens = 0;               // prompt tokens served from the prefix cache
+  int replayed_tokens = 0;             // prompt tokens recomputed to rebuild sliding windows for a prefix hit
   int completion_tokens = 0;           // generated so far for this sample
   int64_t spec_proposed = 0;           // speculative decoding so far for this sample: drafts proposed
   int64_t spec_accepted = 0;           // and accepted by verification
@@ -138,6 +140,7 @@ class OutputStream {
 // Counters since the engine was created.
 struct EngineStats {
   int64_t steps = 0, prompt_tokens_computed = 0, cached_prompt_tokens = 0, generated_tokens = 0;
+  int64_t replayed_prompt_tokens = 0;  // prompt tokens recomputed to rebuild sliding windows for prefix hits
   int64_t preemptions = 0, requests_finished = 0, requests_aborted = 0;
   int waiting = 0, running = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;

@@ -63,6 +63,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   }
   e.prefix_caching = o.prefix_caching;
   e.swa_full = o.swa_full;
+  e.swa_replay_max = o.swa_replay_max;
   e.overlap = o.overlap;
   e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
   e.speculative.num_tokens = o.num_speculative_tokens;
@@ -139,6 +140,7 @@ Output FromInternal(const RequestOutput& r) {
   o.stop_reason = r.stop_reason;
   o.prompt_tokens = r.prompt_tokens;
   o.cached_tokens = r.cached_tokens;
+  o.replayed_tokens = r.replayed_tokens;
   o.completion_tokens = r.completion_tokens;
   o.spec_proposed = r.spec_proposed;
   o.spec_accepted = r.spec_accepted;
@@ -202,6 +204,7 @@ EngineStats EngineImpl::Stats() const {
   o.steps = s.steps;
   o.prompt_tokens_computed = s.prompt_tokens_computed;
   o.cached_prompt_tokens = s.cached_prompt_tokens;
+  o.replayed_prompt_tokens = s.replayed_prompt_tokens;
   o.generated_tokens = s.generated_tokens;
   o.preemptions = s.preemptions;
   o.requests_finished = s.requests_finished;

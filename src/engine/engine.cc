@@ -56,6 +56,9 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
                const KvLayout& layout)
     : config_(config), tok_(tok), grammars_(tok), opt_(opt), kv_layout_(layout) {
   sched_cfg_.group_window = layout.group_window;
+  int widest = 0;
+  for (int g = 0; g < layout.num_groups(); ++g) widest = std::max(widest, layout.window(g));
+  sched_cfg_.swa_replay_max = opt.swa_replay_max >= 0 ? opt.swa_replay_max : 4 * widest;
   sched_cfg_.max_num_seqs = opt.max_num_seqs;
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
@@ -96,9 +99,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (spec.method == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
   const size_t block_bytes = bytes_per_token * opt.block_size;
   // No point holding more than every slot at full length needs.
+  int widest = 0;
+  for (int g = 0; g < layout.num_groups(); ++g) widest = std::max(widest, layout.window(g));
   const int64_t seq_blocks = MaxSeqBlocks(
       layout, opt.block_size, max_len,
-      (opt.overlap ? 2 : 1) * static_cast<int64_t>(opt.max_batched_tokens) + 2 * (speculating ? spec.num_tokens + 1 : 0));
+      (opt.overlap ? 2 : 1) * static_cast<int64_t>(opt.max_batched_tokens) + 2 * (speculating ? spec.num_tokens + 1 : 0) +
+          (opt.swa_replay_max >= 0 ? opt.swa_replay_max : 4 * widest));
   const size_t most = layout.num_groups() == 1 && layout.window(0) == 0
                           ? bytes_per_token * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size)
                           : block_bytes * opt.max_num_seqs * static_cast<size_t>(seq_blocks + layout.num_groups());
@@ -340,6 +346,7 @@ void Engine::StepOnce() {
   stats_.preemptions = sched_->preemptions();
   stats_.priority_preemptions = sched_->priority_preemptions();
   stats_.cached_prompt_tokens = sched_->cached_tokens();
+  stats_.replayed_prompt_tokens = sched_->replayed_tokens();
   stats_.waiting = sched_->num_waiting();
   stats_.running = sched_->num_running();
   stats_.kv_blocks_total = pool_->num_blocks();
@@ -351,7 +358,7 @@ int64_t Engine::KvAhead() const {
   // (whose floor may lag the device's real start by a row).
   const int64_t rows = opt_.overlap ? 2 : 1;
   const int64_t spec = opt_.speculative.method != SpecMethod::kNone ? opt_.speculative.num_tokens + 1 : 0;
-  return rows * opt_.max_batched_tokens + 2 * spec;
+  return rows * opt_.max_batched_tokens + 2 * spec + sched_cfg_.swa_replay_max;
 }
 
 Fence Engine::CompletedFence() const {
@@ -494,6 +501,7 @@ void Engine::Emit(Sequence* s, RequestOutput ev) {
   ev.index = s->index();
   ev.prompt_tokens = s->prompt_len();
   ev.cached_tokens = s->cached_tokens();
+  ev.replayed_tokens = s->replayed_tokens();
   ev.completion_tokens = s->num_outputs();
   ev.spec_proposed = s->spec_proposed();
   ev.spec_accepted = s->spec_accepted();

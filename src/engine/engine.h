@@ -102,6 +102,11 @@ class Engine {
   const KvLayout& kv_layout() const { return kv_layout_; }
   int kv_group_in_use(int g) const { return pool_->in_use(g); }
   int kv_group_peak(int g) const { return pool_->peak(g); }
+  // Tests (when idle): evicts the cached, unreferenced blocks of the windowed KV groups (windowed_only) or of
+  // every group, as memory pressure would.
+  void EvictCachedKv(bool windowed_only) {
+    pool_->EvictCached([&](int g) { return !windowed_only || kv_layout_.window(g) > 0; });
+  }
 
  private:
   Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks,

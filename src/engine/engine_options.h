@@ -23,6 +23,10 @@ struct EngineOptions {
   // Keep every layer's K/V for every position even where a layer attends only to a sliding window (llama.cpp's
   // --swa-full): one KV group, nothing released early. Off: a hybrid cache (kv/kv_layout.h).
   bool swa_full = false;
+  // Bounded replay (docs/architecture.md, "Hybrid KV cache"): a prefix hit whose sliding windows are no longer
+  // cached recomputes at most this many prompt tokens for the windowed layers to rebuild them, reusing the
+  // full-attention layers' K/V. -1: four times the largest window; 0: never (the hit stops where a window is).
+  int swa_replay_max = -1;
   bool overlap = true;              // depth 1 (true) or 0
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
@@ -34,6 +38,7 @@ struct EngineOptions {
 struct EngineStats {
   int64_t steps = 0, rows = 0, prompt_tokens_computed = 0, generated_tokens = 0, ghost_rows = 0;
   int64_t cached_prompt_tokens = 0, preemptions = 0, requests_finished = 0, requests_aborted = 0;
+  int64_t replayed_prompt_tokens = 0;  // prompt tokens recomputed to rebuild sliding windows for prefix hits
   int64_t priority_preemptions = 0;  // preemptions that made room for a more urgent (lower priority value) request
   int waiting = 0, running = 0;
   int kv_blocks_total = 0, kv_blocks_free = 0;

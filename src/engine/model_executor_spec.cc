@@ -16,6 +16,7 @@ SeqForward RowForward(const SchedulerOutputs& so, const SequenceMetadata& r, con
   SeqForward f;
   f.block_table = so.block_tables.data() + r.block_table_off;
   f.num_blocks = static_cast<int>(r.num_blocks);
+  f.kv_cached_end = r.kv_cached_end;
   f.tokens = tokens;
   f.start = start;
   f.n = n;
@@ -99,6 +100,7 @@ Status ModelExecutor::RunDraft(const SchedulerOutputs& so) {
     SeqForward f;
     f.block_table = so.block_tables.data() + r.block_table_off;
     f.num_blocks = static_cast<int>(r.num_blocks);
+    f.kv_cached_end = r.kv_cached_end;
     if (!r.dynamic) {
       f.start = plan.begin;
       f.n = plan.n;

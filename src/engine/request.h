@@ -62,6 +62,7 @@ struct RequestOutput {
   std::string stop_reason;              // the stop string matched, if any
   int prompt_tokens = 0;                // in every event
   int cached_tokens = 0;                // prompt tokens served from the prefix cache
+  int replayed_tokens = 0;              // prompt tokens recomputed to rebuild sliding windows (bounded replay)
   int completion_tokens = 0;            // generated so far for this sample
   int64_t spec_proposed = 0, spec_accepted = 0;  // speculative decoding so far for this sample (drafts)
 };

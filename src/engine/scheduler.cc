@@ -30,10 +30,13 @@ int Scheduler::BlocksMissing(size_t have, int positions) const {
 }
 
 bool Scheduler::AllocateBlocks(std::vector<std::vector<int32_t>>* tables, int positions) {
-  const int need = BlocksMissing((*tables)[0].size(), positions);
-  if (need <= 0) return true;
-  if (static_cast<int64_t>(need) * num_groups() > pool_->num_available()) return false;
+  int64_t total = 0;
+  for (const auto& t : *tables) total += std::max(0, BlocksMissing(t.size(), positions));
+  if (total == 0) return true;
+  if (total > pool_->num_available()) return false;
   for (int g = 0; g < num_groups(); ++g) {
+    const int need = BlocksMissing((*tables)[g].size(), positions);
+    if (need <= 0) continue;
     auto got = pool_->Allocate(need, g);  // cannot fail: checked above
     (*tables)[g].insert((*tables)[g].end(), got->begin(), got->end());
   }
@@ -113,6 +116,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   const int bs = pool_->block_size();
   r.num_blocks = static_cast<uint32_t>((s->sched() + q_len + bs - 1) / bs);
   r.block_table_off = static_cast<uint32_t>(out->block_tables.size());
+  if (s->replay_end() > s->sched()) r.kv_cached_end = s->replay_end();
   for (int g = 0; g < num_groups(); ++g) {
     const std::vector<int32_t>& t = s->table(g);
     const int first = std::min(s->first(g), static_cast<int>(r.num_blocks));
@@ -131,48 +135,104 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   out->num_tokens += q_len;
 }
 
+int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
+                                 int* reuse) {
+  const int known = static_cast<int>(s->tokens().size());
+  const int G = num_groups(), bs = pool_->block_size();
+  const int32_t* tokens = s->tokens().data();
+  bool windowed = false;
+  for (int g = 0; g < G; ++g) windowed = windowed || window(g) > 0;
+  // Full groups (and, without an anchor, every group) match by chain: the hit is the shortest match.
+  const bool by_window = windowed && window(0) == 0;
+  int hit = INT32_MAX;
+  for (int g = 0; g < G; ++g) {
+    if (by_window && window(g) > 0) continue;
+    (*tables)[g] = pool_->MatchPrefix(tokens, known, g);
+    hit = std::min(hit, static_cast<int>((*tables)[g].size()));
+  }
+  // At least one token must run to produce logits: drop a hit that covers everything.
+  while (hit > 0 && hit * bs >= known) --hit;
+  if (cfg_.prefix_drop_last_block && hit > 0) --hit;
+  int compute = hit;  // in blocks
+  if (by_window) {
+    // A window-W group resumes at block h if it holds [h*bs - W + 1, h*bs): the largest such h <= hit is where
+    // computing starts; the full groups' blocks are reused up to swa_replay_max tokens beyond it, and those
+    // positions are recomputed for the windowed groups only (exactly: the forward is chunk-invariant).
+    const std::vector<uint64_t> hashes = pool_->ChainHashes(tokens, hit * bs);
+    const std::vector<int32_t>& anchor = (*tables)[0];
+    auto window_at = [&](int h) {
+      for (int g = 0; g < G; ++g) {
+        if (window(g) == 0) continue;
+        for (int j = WindowKeepFrom(window(g), h * bs, bs); j < h; ++j)
+          if (pool_->FindWindowBlock(g, hashes[j], tokens + static_cast<size_t>(j) * bs, anchor[j]) < 0) return false;
+      }
+      return true;
+    };
+    compute = hit;
+    while (compute > 0 && !window_at(compute)) --compute;
+    hit = std::min(hit, compute + cfg_.swa_replay_max / bs);
+    for (int g = 0; g < G; ++g) {
+      if (window(g) > 0) {
+        const int lo = WindowKeepFrom(window(g), compute * bs, bs);
+        (*first)[g] = lo;
+        (*tables)[g].assign(lo, -1);  // never held
+        for (int j = lo; j < compute; ++j) {
+          const int32_t b = pool_->FindWindowBlock(g, hashes[j], tokens + static_cast<size_t>(j) * bs, anchor[j]);
+          pool_->Acquire(b);
+          (*tables)[g].push_back(b);
+        }
+      }
+    }
+  }
+  for (int g = 0; g < G; ++g) {
+    auto& t = (*tables)[g];
+    if (by_window && window(g) > 0) continue;
+    pool_->Release(std::vector<int32_t>(t.begin() + std::min<size_t>(t.size(), hit), t.end()));
+    t.resize(std::min<size_t>(t.size(), hit));
+    // A window-W group needs the hit's blocks only from the first row's window on.
+    if (window(g) > 0) {
+      (*first)[g] = std::min(hit, WindowKeepFrom(window(g), hit * bs, bs));
+      pool_->Release(std::vector<int32_t>(t.begin(), t.begin() + (*first)[g]));
+    }
+  }
+  *reuse = hit * bs;
+  return compute * bs;
+}
+
 bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   if (free_slots_.empty()) return false;
   const int known = static_cast<int>(s->tokens().size());
   const int G = num_groups(), bs = pool_->block_size();
   std::vector<std::vector<int32_t>> tables(G);
-  int hit = 0;
-  if (cfg_.prefix_caching) {
-    // A prefix is reusable as far as every KV group holds it.
-    hit = INT32_MAX;
-    for (int g = 0; g < G; ++g) {
-      tables[g] = pool_->MatchPrefix(s->tokens().data(), known, g);
-      hit = std::min(hit, static_cast<int>(tables[g].size()));
-    }
-    // At least one token must run to produce logits: drop a hit that covers everything.
-    while (hit > 0 && hit * bs >= known) --hit;
-    if (cfg_.prefix_drop_last_block && hit > 0) --hit;
-    for (auto& t : tables) {
-      pool_->Release(std::vector<int32_t>(t.begin() + hit, t.end()));
-      t.resize(hit);
-    }
-  }
-  const int start = hit * bs;
-  // A window-W group needs the hit's blocks only from the first row's window on.
   std::vector<int> first(G, 0);
-  for (int g = 0; g < G; ++g) {
-    if (window(g) == 0) continue;
-    first[g] = std::min(hit, WindowKeepFrom(window(g), start, bs));
-    pool_->Release(std::vector<int32_t>(tables[g].begin(), tables[g].begin() + first[g]));
-  }
+  int reuse = 0, start = 0;
+  if (cfg_.prefix_caching) start = MatchForAdmission(s, &tables, &first, &reuse);
+  // What each group has offered the prefix cache. Without windows: every block held now, freshly allocated ones
+  // too (the engine's behaviour before groups existed, kept so that prefix-cache hits stay as they were: those
+  // blocks reach the cache once the sequence grows past them). With windows, exactly what the hit matched: a
+  // windowed block is offered only once the anchor's block of the same positions is, which then must be offered
+  // as soon as it is full, and the windows a replay rebuilds are offered again.
+  bool windowed = false;
+  for (int g = 0; g < G; ++g) windowed = windowed || window(g) > 0;
+  std::vector<int> published(G, -1);
+  if (windowed)
+    for (int g = 0; g < G; ++g) published[g] = (window(g) > 0 ? start : reuse) / bs;
   auto release_held = [&] {
     for (int g = 0; g < G; ++g) pool_->Release(std::vector<int32_t>(tables[g].begin() + first[g], tables[g].end()));
   };
   const int chunk = std::min(*budget, known - start);
-  if (chunk <= 0 || !AllocateBlocks(&tables, start + chunk)) {
+  if (chunk <= 0 || !AllocateBlocks(&tables, std::max(start + chunk, reuse))) {
     release_held();
     return false;
   }
+  for (int g = 0; g < G; ++g)
+    if (published[g] < 0) published[g] = static_cast<int>(tables[0].size());
   const int slot = free_slots_.back();
   free_slots_.pop_back();
   std::copy(s->tokens().begin(), s->tokens().end(), table_->row(slot));
   cached_tokens_ += start;
-  s->Admit(slot, ++slot_gen_[slot], std::move(tables), std::move(first), start);
+  replayed_tokens_ += reuse - start;
+  s->Admit(slot, ++slot_gen_[slot], std::move(tables), std::move(first), start, reuse, std::move(published));
   running_.push_back(s);
   EmitRow(s, chunk, out);
   *budget -= chunk;
@@ -282,7 +342,9 @@ void Scheduler::Publish(Sequence* s) {
   for (int g = 0; g < s->num_groups(); ++g) {
     const int full = std::min(valid / bs, static_cast<int>(s->table(g).size()));
     if (full <= s->num_published(g)) continue;
-    pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g));
+    // A windowed group's blocks are tied to the anchor's (group 0, full attention) when there is one.
+    const bool tie = window(g) > 0 && window(0) == 0;
+    pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g), tie ? &s->table(0) : nullptr);
     s->Published(g, full);
   }
 }

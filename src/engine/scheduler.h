@@ -30,6 +30,10 @@ struct SchedulerConfig {
   // Every group gets a block table per sequence over the one pool; a window-W group's blocks are released once
   // they leave every reader's window (Slide).
   std::vector<int> group_window;
+  // Bounded replay (with a full-attention group): a prefix hit whose windows are no longer cached past the last
+  // position C where every windowed group still holds its window reuses the full groups' K/V up to C + this
+  // many tokens (rounded down to blocks) and recomputes [C, ..) for the windowed groups only. 0: reuse up to C.
+  int swa_replay_max = 0;
 };
 
 class Scheduler {
@@ -60,6 +64,7 @@ class Scheduler {
   int64_t preemptions() const { return preemptions_; }
   int64_t priority_preemptions() const { return priority_preemptions_; }  // of those, for a more urgent request
   int64_t cached_tokens() const { return cached_tokens_; }
+  int64_t replayed_tokens() const { return replayed_tokens_; }  // prompt tokens recomputed to rebuild windows
   const BlockPool& pool() const { return *pool_; }
   const SchedulerConfig& config() const { return cfg_; }
   Status CheckNoLeaks() const;
@@ -83,6 +88,10 @@ class Scheduler {
   bool GrowOrPreempt(Sequence* s, int positions, uint64_t step);
   void Preempt(Sequence* s);
   bool Admit(Sequence* s, int* budget, SchedulerOutputs* out);
+  // The prefix-cache hit for a waiting sequence of `known` tokens: fills `tables` (held blocks; -1 below
+  // first[g]) and returns the reused positions of the full groups (*reuse) and where computing starts.
+  int MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
+                        int* reuse);
   void EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dynamic = false);
 
   SchedulerConfig cfg_;
@@ -94,7 +103,7 @@ class Scheduler {
   std::vector<uint32_t> slot_gen_;
   struct Pending { Fence fence; int32_t slot; };
   std::deque<Pending> pending_slots_;
-  int64_t preemptions_ = 0, priority_preemptions_ = 0, cached_tokens_ = 0;
+  int64_t preemptions_ = 0, priority_preemptions_ = 0, cached_tokens_ = 0, replayed_tokens_ = 0;
 };
 
 }  // namespace deepinfer

@@ -115,6 +115,11 @@ class Sequence {
   int slot() const { return slot_; }
   uint32_t slot_gen() const { return slot_gen_; }
   int cached_tokens() const { return cached_tokens_; }  // prompt tokens from the prefix cache at first admission
+  // Prompt tokens recomputed at first admission to rebuild sliding windows for a prefix hit (bounded replay).
+  int replayed_tokens() const { return replayed_tokens_; }
+  // Positions [0, replay_end) of the full-attention groups came from the prefix cache: rows below it rebuild
+  // only the windowed groups' K/V (the full groups' is read, never rewritten). 0 without a replay.
+  int replay_end() const { return replay_end_; }
   bool held() const { return held_; }
   int preemptions() const { return preemptions_; }
 
@@ -123,8 +128,9 @@ class Sequence {
   // Waiting -> running: takes `slot` and a block table per KV group (equal lengths; not held below first_blocks[g]),
   // whose leading blocks came from the prefix cache and hold the K/V of positions [0, cached_positions). Every
   // known token is (re)computed from the host view.
+  // `replay_end` > cached_positions: the full groups hold [0, replay_end) already (a bounded replay).
   void Admit(int slot, uint32_t slot_gen, std::vector<std::vector<int32_t>> tables, std::vector<int> first_blocks,
-             int cached_positions) {
+             int cached_positions, int replay_end, std::vector<int> published) {
     DI_SEQ_CHECK(status_ == SeqStatus::kWaiting && !held_ && slot_ < 0 && tables_.empty() && !tables.empty() &&
                  first_blocks.size() == tables.size());
     for (const auto& t : tables) DI_SEQ_CHECK(t.size() == tables[0].size());
@@ -132,13 +138,15 @@ class Sequence {
     slot_gen_ = slot_gen;
     tables_ = std::move(tables);
     first_ = std::move(first_blocks);
-    if (preemptions_ == 0) cached_tokens_ = cached_positions;
+    if (preemptions_ == 0) {
+      cached_tokens_ = cached_positions;
+      replayed_tokens_ = std::max(0, replay_end - cached_positions);
+    }
+    replay_end_ = replay_end > cached_positions ? replay_end : 0;
     sched_ = cached_positions;
     kv_written_ = cached_positions;
-    // Every block held now counts as offered, the freshly allocated ones too: the engine's behaviour before
-    // this class had methods, kept so that prefix-cache hits (cached_tokens) stay as they were. Those fresh
-    // blocks then reach the prefix cache only once the sequence grows past them (probably unintended).
-    num_published_.assign(tables_.size(), static_cast<int>(tables_[0].size()));
+    DI_SEQ_CHECK(published.size() == tables_.size());
+    num_published_ = std::move(published);
     prefill_end_ = static_cast<int>(tokens_.size());
     scheduled_outputs_ = num_outputs();
     status_ = SeqStatus::kRunning;
@@ -288,7 +296,7 @@ class Sequence {
   std::deque<int> floors_;                     // per row in flight, oldest first: its lowest query position
   int slot_ = -1;
   uint32_t slot_gen_ = 0;
-  int cached_tokens_ = 0;
+  int cached_tokens_ = 0, replayed_tokens_ = 0, replay_end_ = 0;
   bool held_ = false;
   int preemptions_ = 0;
   int64_t spec_proposed_ = 0, spec_accepted_ = 0;

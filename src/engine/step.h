@@ -26,6 +26,9 @@ struct SequenceMetadata {
   // Slice of SchedulerOutputs::block_tables: num_blocks entries per KV group, group 0 (the anchor) first; a
   // sliding-window group's entries below its window are -1 (seq_forward.h).
   uint32_t block_table_off = 0, num_blocks = 0;
+  // Bounded replay: the full-attention groups already hold positions [0, kv_cached_end) (a prefix hit): this
+  // row recomputes them for the windowed groups only and writes no full-group K/V below it. 0: none.
+  int32_t kv_cached_end = 0;
   const SamplingParams* sampling = nullptr;      // owned by the request, alive while the row is in flight
   uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
   int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report

@@ -50,7 +50,7 @@ void PutOutput(Writer& w, const RequestOutput& o) {
   w.Put(o.finished);
   w.PutString(o.finish_reason);
   w.PutString(o.stop_reason);
-  w.Put(o.prompt_tokens), w.Put(o.cached_tokens), w.Put(o.completion_tokens);
+  w.Put(o.prompt_tokens), w.Put(o.cached_tokens), w.Put(o.completion_tokens), w.Put(o.replayed_tokens);
 }
 
 RequestOutput GetOutput(Reader& r) {
@@ -69,6 +69,7 @@ RequestOutput GetOutput(Reader& r) {
   o.finish_reason = r.GetString();
   o.stop_reason = r.GetString();
   o.prompt_tokens = r.Get<int>(), o.cached_tokens = r.Get<int>(), o.completion_tokens = r.Get<int>();
+  o.replayed_tokens = r.Get<int>();
   return o;
 }
 

@@ -98,13 +98,20 @@ std::vector<int32_t> BlockPool::MatchPrefix(const int32_t* tokens, int n, int gr
 }
 
 void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full, int group, int from,
-                        int held_from) {
+                        int held_from, const std::vector<int32_t>* twins) {
   const std::vector<uint64_t> hashes = ChainHashes(tokens, num_full * block_size_);
   for (int i = std::max(from, held_from); i < num_full && i < static_cast<int>(blocks.size()); ++i) {
-    if (i > 0 && i - 1 < held_from) {
-      // The previous block was released: it may since have been evicted and reused for another prefix.
-      const Block& prev = blocks_[blocks[i - 1]];
-      if (!prev.cached || prev.hash != Key(hashes[i - 1], group)) break;
+    // The previous block, if it can link the chain: it may have been released (a sliding window), and then
+    // evicted and reused for another prefix.
+    int32_t parent = i == 0 ? -1 : blocks[i - 1];
+    if (parent >= 0 && i - 1 < held_from &&
+        (!blocks_[parent].cached || blocks_[parent].hash != Key(hashes[i - 1], group)))
+      parent = -1;
+    if (i > 0 && parent < 0 && !twins) break;  // a chain-only block needs its parent
+    int32_t twin = -1;
+    if (twins) {
+      twin = i < static_cast<int>(twins->size()) ? (*twins)[i] : -1;
+      if (twin < 0 || !blocks_[twin].cached || blocks_[twin].hash != hashes[i]) continue;  // the anchor's is not cached
     }
     Block& blk = blocks_[blocks[i]];
     const uint64_t key = Key(hashes[i], group);
@@ -113,9 +120,28 @@ void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* token
     blk.hash = key;
     blk.gen = next_gen_++;
     blk.tokens.assign(tokens + i * block_size_, tokens + (i + 1) * block_size_);
-    blk.parent = i == 0 ? -1 : blocks[i - 1];
-    blk.parent_gen = i == 0 ? 0 : blocks_[blocks[i - 1]].gen;
+    blk.parent = i == 0 ? -1 : parent;
+    blk.parent_gen = parent < 0 ? 0 : blocks_[parent].gen;
+    blk.twin = twin;
+    blk.twin_gen = twin < 0 ? 0 : blocks_[twin].gen;
     by_hash_[key] = blocks[i];
+  }
+}
+
+int32_t BlockPool::FindWindowBlock(int group, uint64_t hash, const int32_t* tokens, int32_t twin) const {
+  auto it = by_hash_.find(Key(hash, group));
+  if (it == by_hash_.end() || twin < 0) return -1;
+  const Block& blk = blocks_[it->second];
+  if (blk.group != group || blk.twin != twin || blk.twin_gen != blocks_[twin].gen) return -1;
+  if (!std::equal(blk.tokens.begin(), blk.tokens.end(), tokens)) return -1;
+  return it->second;
+}
+
+void BlockPool::Acquire(int32_t b) {
+  Block& blk = blocks_[b];
+  if (blk.refs++ == 0) {
+    if (blk.cached) lru_.erase(blk.lru_pos);
+    Referenced(b);
   }
 }
 

@@ -43,8 +43,30 @@ class BlockPool {
   // the prefix cache. Blocks already cached, or whose identical twin is, are left as they are. Entries below
   // `held_from` were released by the sequence (a sliding window): they are not published, and a block after
   // one is linked to it only while it is still cached as that very prefix (else publication stops there).
+  // `twins` (a sliding-window group with a full-attention anchor): the sequence's anchor table; block i is then
+  // published only when twins[i] is the anchor's cached block for the same prefix, and is tied to it (its id and
+  // generation): FindWindowBlock finds it without the chain before it, which a window no longer holds.
   void Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full, int group = 0, int from = 0,
-               int held_from = 0);
+               int held_from = 0, const std::vector<int32_t>* twins = nullptr);
+  // The cached block of window group `group` for the prefix whose block ends with `tokens` (chain hash `hash`),
+  // tied to the anchor's cached block `twin` as it is now; -1 if none. Takes no reference (Acquire does).
+  int32_t FindWindowBlock(int group, uint64_t hash, const int32_t* tokens, int32_t twin) const;
+  // One more reference to a block (a cached one leaves the LRU).
+  void Acquire(int32_t block);
+  // Tests: evicts every cached, unreferenced block of the groups `evict(group)` selects, as memory pressure would.
+  template <typename Pred>
+  void EvictCached(Pred evict) {
+    for (auto it = lru_.begin(); it != lru_.end();) {
+      const int32_t b = *it;
+      if (!evict(blocks_[b].group)) {
+        ++it;
+        continue;
+      }
+      Uncache(b);
+      it = lru_.erase(it);
+      free_.push_back(b);
+    }
+  }
 
   // Blocks of group g referenced now, and the most since the last ResetPeaks (tests, bench, logs).
   int in_use(int group) const { return group < static_cast<int>(in_use_.size()) ? in_use_[group] : 0; }
@@ -65,6 +87,8 @@ class BlockPool {
     int32_t parent = -1;          // the cached block before it in the prefix (-1 for the first block)
     uint64_t parent_gen = 0;      // parent's generation when linked: a recycled parent no longer matches
     uint64_t gen = 0;             // bumped every time the block enters the cache
+    int32_t twin = -1;            // window groups: the anchor's cached block for the same prefix
+    uint64_t twin_gen = 0;        // its generation when tied
     std::list<int32_t>::iterator lru_pos;
   };
   void Uncache(int32_t b);

@@ -6,7 +6,10 @@
 namespace deepinfer {
 
 KvLayout GroupKvLayout(const KvLayout& base, const std::vector<int>& layer_window) {
-  KvLayout out{base.num_layers, base.k_elems, base.v_elems};
+  KvLayout out;
+  out.num_layers = base.num_layers;
+  out.k_elems = base.k_elems;
+  out.v_elems = base.v_elems;
   std::map<int, std::vector<int>> kinds;  // window -> its layers in order; 0 (full) sorts first
   for (int l = 0; l < base.num_layers; ++l)
     kinds[l < static_cast<int>(layer_window.size()) ? std::max(0, layer_window[l]) : 0].push_back(l);

@@ -22,6 +22,14 @@ struct KvLayout {
   std::vector<int> layer_plane;   // per layer: its plane within its group's blocks
   int planes = 0;
 
+  // One group holding every layer (what a model without windows gets).
+  static KvLayout Plain(int num_layers, int k_elems, int v_elems) {
+    KvLayout k;
+    k.num_layers = num_layers;
+    k.k_elems = k_elems;
+    k.v_elems = v_elems;
+    return k;
+  }
   int num_groups() const { return group_window.empty() ? 1 : static_cast<int>(group_window.size()); }
   int num_planes() const { return layer_plane.empty() ? num_layers : planes; }
   int group_of(int layer) const { return layer_group.empty() ? 0 : layer_group[layer]; }

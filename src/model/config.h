@@ -94,7 +94,13 @@ struct ModelConfig {
   int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
   int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
   // The paged KV cache's shape for this model's decoder layers.
-  KvLayout kv_layout() const { return {n_layers, kv_k_elems(), kv_v_elems()}; }
+  KvLayout kv_layout() const {
+    KvLayout k;
+    k.num_layers = n_layers;
+    k.k_elems = kv_k_elems();
+    k.v_elems = kv_v_elems();
+    return k;
+  }
 
   std::string Summary() const;
 };

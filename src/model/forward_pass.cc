@@ -96,7 +96,8 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCach
                           " (window " + std::to_string(window) + ", rows from " + std::to_string(q.start) + ")");
         gr.rows.push_back(b * bs + p % bs);
       }
-      for (int i = 0; i < q.n; ++i) gr.slots[row + i] = gr.rows[gr.rows_begin.back() + q.start + i];
+      for (int i = 0; i < q.n; ++i)
+        gr.slots[row + i] = window == 0 && q.start + i < q.kv_cached_end ? -1 : gr.rows[gr.rows_begin.back() + q.start + i];
       row += q.n;
     }
     row = 0;

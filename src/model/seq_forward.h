@@ -16,6 +16,9 @@ struct SeqForward {
   int num_blocks = 0;
   bool want_logits = false;
   bool all_logits = false;  // logits for every token of the run (n rows), not only the last
+  // Positions below this already hold their K/V in every full-attention (window 0) group: their rows read it and
+  // do not write it (a bounded replay rebuilding a window; the blocks may be shared through the prefix cache).
+  int kv_cached_end = 0;
 };
 
 }  // namespace deepinfer

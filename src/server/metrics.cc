@@ -69,6 +69,9 @@ std::string ServerMetrics::Render(const EngineStats& st, const std::string& mode
   Metric(&out, "deepinfer_prefix_cache_hit_rate", "gauge", "Prompt tokens served from the prefix cache / all prompt tokens.", m,
          computed + cached > 0 ? cached / (computed + cached) : 0);
   Metric(&out, "deepinfer_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.", m, cached);
+  Metric(&out, "deepinfer_swa_replayed_tokens_total", "counter",
+         "Prompt tokens recomputed to rebuild sliding windows for prefix-cache hits (bounded replay).", m,
+         static_cast<double>(st.replayed_prompt_tokens));
   Metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.", m,
          static_cast<double>(st.preemptions));
   Metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps launched.", m, static_cast<double>(st.steps));

@@ -71,7 +71,7 @@ struct SampleResult {
 };
 struct RequestResult {
   std::vector<SampleResult> samples;
-  int cached_tokens = 0;
+  int cached_tokens = 0, replayed_tokens = 0;
   std::string error;
 };
 

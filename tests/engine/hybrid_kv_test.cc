@@ -54,12 +54,12 @@ TEST(HybridKvTest, LayoutGroupsLayersByWindow) {
   // Gemma-3-4b's shape: 34 layers, every sixth full (5 full, 29 windowed): 5 planes, 1 + 6 groups, 1 padding plane.
   std::vector<int> g4(34);
   for (int l = 0; l < 34; ++l) g4[l] = (l + 1) % 6 == 0 ? 0 : 1024;
-  const KvLayout k4 = GroupKvLayout({34, 256, 256}, g4);
+  const KvLayout k4 = GroupKvLayout(KvLayout::Plain(34, 256, 256), g4);
   EXPECT_EQ(k4.num_planes(), 5);
   EXPECT_EQ(k4.num_groups(), 7);
   EXPECT_EQ(PaddingPlanes(k4), 1);
   // No windows: today's cache, one group, a plane per layer.
-  const KvLayout k0 = GroupKvLayout({4, 64, 64}, {0, 0, 0, 0});
+  const KvLayout k0 = GroupKvLayout(KvLayout::Plain(4, 64, 64), {0, 0, 0, 0});
   EXPECT_EQ(k0.num_groups(), 1);
   EXPECT_EQ(k0.num_planes(), 4);
 }
@@ -161,6 +161,94 @@ TEST(HybridKvTest, SwaMemoryStaysBounded) {
     EXPECT_GE(min_live, W / bs) << mode.name << ": a window of W positions spans at least W / bs blocks";
     if (!mode.overlap) EXPECT_EQ(max_live, W / bs + 1) << mode.name;
     EXPECT_GE(e.kv_group_peak(0), (100 + T - 1) / bs) << "the full-attention group keeps every position";
+  }
+}
+
+// Runs `reqs` one after another on `e` (each to completion), returning their results.
+RequestResult RunOne(Engine& e, const TestRequest& r) {
+  RequestResult out;
+  out.samples.resize(1);
+  auto id = e.Add(r.prompt, r.params, [&](const RequestOutput& ev) {
+    SampleResult& s = out.samples[0];
+    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (const auto& lp : ev.logprobs) {
+      s.logprobs.push_back(lp.logprob);
+      s.top.push_back(lp.top);
+    }
+    s.text += ev.text;
+    out.cached_tokens = ev.cached_tokens;
+    out.replayed_tokens = ev.replayed_tokens;
+    if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+  });
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(e.RunUntilIdle().ok());
+  return out;
+}
+
+// Issue 32, must-show 4: a request B sharing s tokens with an earlier A (W = 16, blocks of 8, chunks of 32,
+// R = 64) gives bitwise the cold engine's log-probs (top 20 and the sampled token's) whether A's windowed blocks
+// are still cached (a direct hit), evicted (the full layers' K/V reused, the windows rebuilt by recomputing at
+// most R tokens for the windowed layers only), or everything is evicted (cold). The counts follow from the
+// hit rule: cached + replayed = the shared whole blocks, replayed <= R.
+TEST(HybridKvTest, PrefixHitsAreColdExact) {
+  const int W = 16, bs = 8, R = 64;
+  const Model& m = TinyGemma3Window(W);
+  std::mt19937 rng(4444);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
+    return t;
+  };
+  TestRequest a;
+  a.prompt = random_tokens(200);
+  a.params.max_tokens = 8;
+  a.params.ignore_eos = true;
+  enum Mode { kKept, kEvictWindows, kEvictAll };
+  const char* kModeNames[] = {"kept", "evict-windows", "evict-all"};
+  std::printf("[replay] W=%d bs=%d R=%d: shared s -> cached + replayed per mode\n", W, bs, R);
+  for (const int shared : {1, W - 1, W, W + 1, 10 * W, 200}) {
+    TestRequest b;
+    b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
+    const std::vector<int32_t> own = random_tokens(30);
+    b.prompt.insert(b.prompt.end(), own.begin(), own.end());
+    b.params.max_tokens = 8;
+    b.params.ignore_eos = true;
+    b.params.logprobs = 20;
+    b.params.has_seed = true;
+    b.params.sampling.seed = 7;
+    b.params.sampling.temperature = 0.8f;
+    for (const bool overlap : {true, false}) {
+      EngineOptions o = Options(overlap);
+      o.block_size = bs;
+      o.max_batched_tokens = 32;  // chunks straddle the window edge and the replay end
+      o.swa_replay_max = R;
+      EngineOptions cold = o;
+      cold.prefix_caching = false;
+      const auto ref = RunRequests(m, cold, {b});
+      std::string line;
+      for (const Mode mode : {kKept, kEvictWindows, kEvictAll}) {
+        auto eng = Engine::Create(m, o);
+        ASSERT_TRUE(eng.ok());
+        Engine& e = **eng;
+        RunOne(e, a);
+        if (mode != kKept) e.EvictCachedKv(mode == kEvictWindows);
+        const RequestResult got = RunOne(e, b);
+        ASSERT_TRUE(e.CheckNoLeaks().ok());
+        const std::string what = "shared " + std::to_string(shared) + ", " + kModeNames[mode] + ", overlap " +
+                                 (overlap ? "on" : "off");
+        ExpectSameResults(ref, {got}, what);
+        // The full-attention group matches every whole shared block (B's own tokens follow).
+        const int blocks = std::min(shared, static_cast<int>(b.prompt.size()) - 1) / bs * bs;
+        const int expect_cached = mode == kKept ? blocks : 0;
+        const int expect_replayed = mode == kEvictWindows ? std::min(blocks, R) : 0;
+        EXPECT_EQ(got.cached_tokens, expect_cached) << what;
+        EXPECT_EQ(got.replayed_tokens, expect_replayed) << what;
+        EXPECT_LE(got.replayed_tokens, R) << what;
+        line += std::string("  ") + kModeNames[mode] + ": " + std::to_string(got.cached_tokens) + " + " +
+                std::to_string(got.replayed_tokens);
+      }
+      if (overlap) std::printf("[replay] s=%3d:%s\n", shared, line.c_str());
+    }
   }
 }
 
