@@ -24,6 +24,7 @@ namespace deepinfer::cli {
       {"max-batched-tokens", "", "N", "512", "tokens per engine step (prefill chunk budget plus decode rows)"},          \
       {"no-prefix-cache", "", "", "", "do not reuse K/V of earlier prompts with the same prefix"},                      \
       {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \
+      {"target-itl-ms", "", "MS", "off", "inter-token latency target: size each step's prefill chunk from the measured cost of recent steps so that steps with decoding streams stay within MS milliseconds (prompts still get one KV block per step; never above --max-batched-tokens; outputs unchanged)"}, \
       {"threads", "t", "N", "all cores", "compute threads"},                                                             \
       {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's MTP module); outputs stay those of plain decoding"}, \
       {"draft-model", "", "MODEL", "", "--speculative draft: the draft model (GGUF, HF directory or hub reference) sharing the target's vocabulary"}, \

@@ -54,6 +54,10 @@ struct EngineOptions {
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
+  // Inter-token latency target in milliseconds: each step's prefill chunk is sized from the measured cost of recent
+  // steps so that a step with decoding streams is predicted to finish within it (prompts still get at least one
+  // KV block per step). 0: off (--max-batched-tokens alone). Outputs are identical either way.
+  double target_itl_ms = 0;
   int threads = 0;                  // > 0: resize the process-wide compute pool (see SetComputeThreads)
   SpeculativeMethod speculative = SpeculativeMethod::kNone;
   int num_speculative_tokens = 3;   // drafts per step, 1..16

@@ -63,6 +63,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   }
   e.prefix_caching = o.prefix_caching;
   e.overlap = o.overlap;
+  e.target_itl_ms = o.target_itl_ms;
   e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
   e.speculative.num_tokens = o.num_speculative_tokens;
   e.speculative.ngram_min = o.ngram_min;

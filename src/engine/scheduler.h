@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -26,6 +27,9 @@ struct SchedulerConfig {
   // MTP speculation: the module's K/V at a block's last position pairs it with the next block's first token, which
   // prefix matching does not compare; one block fewer is reused so those pairs are recomputed.
   bool prefix_drop_last_block = false;
+  // The latency target (Engine, --target-itl-ms): given the step's decode rows, the most prefill tokens it may
+  // add (prefill chunks and admissions). Unset: only max_batched_tokens limits them.
+  std::function<int(const SchedulerOutputs& decode_rows)> prefill_limit;
 };
 
 class Scheduler {
