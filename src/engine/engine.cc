@@ -367,6 +367,14 @@ int Engine::PrefillLimit(const SchedulerOutputs& so) {
   // Prompts always progress by at least one KV block per step, even when the decode rows alone are over the
   // target (many streams, or a target below one decode step): they would never start otherwise.
   prefill_limit_ = std::max(fits, std::min(opt_.block_size, cap));
+  if (fits == 0 && cap > 0 && !target_infeasible_logged_) {
+    // Said once: a target below what the decode rows alone cost turns every prompt into one-block chunks, which
+    // costs time to first token and throughput; the user should know the target cannot be met here.
+    target_infeasible_logged_ = true;
+    DI_LOG_WARN("latency target: %.3g ms is below the predicted time of the decode rows alone (%.3g ms for %zu rows); "
+                "prompts get the minimum of %d tokens per step while that lasts (raise --target-itl-ms)",
+                opt_.target_itl_ms, cost_.Predict(so.num_tokens, attention) * 1e3, so.rows.size(), prefill_limit_);
+  }
   return prefill_limit_;
 }
 

@@ -145,6 +145,7 @@ class Engine {
   };
   StepTiming timing_[2];
   int prefill_limit_ = -1;
+  bool target_infeasible_logged_ = false;
 
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;
