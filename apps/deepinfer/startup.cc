@@ -87,6 +87,14 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
     if (opt->swa_replay_max < 0) return InvalidArgument("--swa-replay-max must be >= 0");
   }
   opt->overlap = !args.Has("no-overlap");
+  if (args.Has("target-itl-ms")) {
+    const std::string v = args.Get("target-itl-ms");
+    char* end = nullptr;
+    const double ms = std::strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(ms) || ms < 0)
+      return InvalidArgument("--target-itl-ms must be a number of milliseconds >= 0 (0: off), not '" + v + "'");
+    opt->target_itl_ms = ms;
+  }
   if (args.Has("speculative")) {
     const std::string m = args.Get("speculative");
     if (m == "ngram") opt->speculative = api::SpeculativeMethod::kNgram;

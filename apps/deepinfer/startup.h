@@ -30,6 +30,7 @@ Status ParseSize(const std::string& s, size_t* bytes, double* fraction);
       {"swa-full", "", "", "", "keep every layer's K/V for every position, sliding-window layers too (llama.cpp's flag): more memory; by default a windowed layer's blocks are released once they leave its window"}, \
       {"swa-replay-max", "", "N", "4 x window", "prefix hits on sliding-window models: recompute at most N prompt tokens to rebuild evicted windows (reusing the full-attention layers' K/V); 0: reuse only up to the last cached window"}, \
       {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \
+      {"target-itl-ms", "", "MS", "off", "inter-token latency target: size each step's prefill chunk from the measured cost of recent steps so that steps with decoding streams stay within MS milliseconds (prompts still get one KV block per step; never above --max-batched-tokens; outputs unchanged)"}, \
       {"threads", "t", "N", "all cores", "compute threads"},                                                             \
       {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's MTP module); outputs stay those of plain decoding"}, \
       {"draft-model", "", "MODEL", "", "--speculative draft: the draft model (GGUF, HF directory or hub reference) sharing the target's vocabulary"}, \

@@ -56,6 +56,10 @@ struct EngineOptions {
   bool swa_full = false;            // keep sliding-window layers' K/V for every position (no hybrid KV cache)
   int swa_replay_max = -1;          // bounded replay: prompt tokens a prefix hit may recompute (-1: 4 x window)
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
+  // Inter-token latency target in milliseconds: each step's prefill chunk is sized from the measured cost of recent
+  // steps so that a step with decoding streams is predicted to finish within it (prompts still get at least one
+  // KV block per step). 0: off (--max-batched-tokens alone). Outputs are identical either way.
+  double target_itl_ms = 0;
   int threads = 0;                  // > 0: resize the process-wide compute pool (see SetComputeThreads)
   SpeculativeMethod speculative = SpeculativeMethod::kNone;
   int num_speculative_tokens = 3;   // drafts per step, 1..16

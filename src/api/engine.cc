@@ -65,6 +65,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   e.swa_full = o.swa_full;
   e.swa_replay_max = o.swa_replay_max;
   e.overlap = o.overlap;
+  e.target_itl_ms = o.target_itl_ms;
   e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
   e.speculative.num_tokens = o.num_speculative_tokens;
   e.speculative.ngram_min = o.ngram_min;

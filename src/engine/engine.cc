@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cmath>
 #include <random>
 
 #include "base/host_buffer.h"
@@ -47,6 +49,15 @@ Status ValidateOptions(const EngineOptions& opt) {
   if (opt.block_size < 1 || opt.block_size > 1024) return InvalidArgument("--block-size must be in [1, 1024]");
   if (!(opt.kv_cache_fraction > 0 && opt.kv_cache_fraction <= 0.95))
     return InvalidArgument("--kv-cache-fraction must be in (0, 0.95]");
+  if (!(opt.target_itl_ms >= 0) || !std::isfinite(opt.target_itl_ms))
+    return InvalidArgument("--target-itl-ms must be a number of milliseconds >= 0 (0: off)");
+  // The tensor- and context-parallel ranks of an attention group run identical schedulers without exchanging
+  // schedules; budgets from each rank's own clock could differ and split them. A group of one rank (pure --dp,
+  // experts over all ranks) decides alone, so the target is safe there.
+  if (opt.target_itl_ms > 0 && opt.dist && !opt.dist->pc.single() && opt.dist->pc.tp * opt.dist->pc.cp > 1)
+    return InvalidArgument("--target-itl-ms is not supported with --tp or --cp > 1 yet (the ranks of an attention "
+                           "group would time their steps apart and schedule differently); use --dp groups of one "
+                           "rank, or no target");
   return Status::Ok();
 }
 
@@ -66,6 +77,7 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.prefix_drop_last_block = opt.speculative.method == SpecMethod::kMtp;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
   table_ = std::make_unique<TokenTable>(opt.max_num_seqs, sched_cfg_.max_model_len);
+  SetUpLatencyTarget();
   sched_ = std::make_unique<Scheduler>(sched_cfg_, pool_.get(), table_.get());
 }
 
@@ -289,15 +301,33 @@ void Engine::Launch(SchedulerOutputs so) {
   st->out.rows.clear();
   st->status = Status::Ok();
   st->phase = WorkerStepState::Phase::kLaunched;
-  Executor* ex = executor_.get();
-  st->done = stream_.Enqueue([ex, st] { ex->Execute(*st); });
-  int64_t prompt_tokens = 0;
+  // The step's shape (for the latency target's cost model) before it is queued: the stream reads it.
+  StepTiming* timing = &timing_[st->sched.step % 2];
+  timing->shape = StepShape{};
+  timing->shape.prefill_limit = prefill_limit_;
   for (const SequenceMetadata& r : st->sched.rows) {
-    Sequence* s = seqs_.at(r.seq_id).get();
-    s->Launched(st->done);
-    if (r.q_begin < s->prefill_end()) prompt_tokens += r.q_len;
+    const bool prefill = r.q_begin < seqs_.at(r.seq_id)->prefill_end();
+    timing->shape.tokens += r.q_len;
+    timing->shape.prefill_tokens += prefill ? r.q_len : 0;
+    timing->shape.decode_rows += prefill ? 0 : 1;
+    timing->shape.attention += AttentionPairs(r.q_begin, r.q_len);
   }
+  Executor* ex = executor_.get();
+  const auto* step_clock = &opt_.step_clock;
+  st->done = stream_.Enqueue([ex, st, timing, step_clock] {
+    // The step's own execution on the stream, not the gap between two schedules: with overlap the host's work
+    // runs beside it and must not count.
+    const auto t0 = Clock::now();
+    ex->Execute(*st);
+    timing->seconds = *step_clock ? (*step_clock)(timing->shape) : Seconds(Clock::now() - t0);
+  });
+  const int64_t prompt_tokens = timing->shape.prefill_tokens;
+  for (const SequenceMetadata& r : st->sched.rows) seqs_.at(r.seq_id)->Launched(st->done);
   std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.prefill_budget = timing->shape.prefill_limit;
+  if (timing->shape.prefill_limit >= 0 &&
+      timing->shape.prefill_limit < sched_cfg_.max_batched_tokens - (timing->shape.tokens - timing->shape.prefill_tokens))
+    ++stats_.target_limited_steps;
   ++stats_.steps;
   stats_.rows += static_cast<int64_t>(st->sched.rows.size());
   stats_.prompt_tokens_computed += prompt_tokens;
@@ -310,6 +340,7 @@ void Engine::StepOnce() {
   else Ingest();
   SchedulerOutputs so;
   so.step = next_step_;
+  prefill_limit_ = -1;  // set by PrefillLimit when the latency target sizes this step's prefill
   sched_->Schedule(&so);
   // Multi-process: a step runs when any rank has rows (MoE layers are collective), empty here if need be.
   const bool launch = dist_ ? dist_->Sync(!so.empty()) : !so.empty();
@@ -361,6 +392,43 @@ int64_t Engine::KvAhead() const {
   return rows * opt_.max_batched_tokens + 2 * spec + sched_cfg_.swa_replay_max;
 }
 
+void Engine::SetUpLatencyTarget() {
+  if (opt_.target_itl_ms <= 0) return;
+  sched_cfg_.prefill_limit = [this](const SchedulerOutputs& decode_rows) { return PrefillLimit(decode_rows); };
+  DI_LOG_INFO("latency target: %.3g ms per step with decode rows; prefill sized from the fitted step cost "
+              "(--max-batched-tokens %d until %d steps are timed; at least %d prefill tokens per step)",
+              opt_.target_itl_ms, opt_.max_batched_tokens, StepCostModel::kWarmupSteps, opt_.block_size);
+}
+
+int Engine::PrefillLimit(const SchedulerOutputs& so) {
+  // No decode row: no stream waits on this step (a sequence whose first token comes out of it starts its
+  // inter-token clock after it), so prompts get the whole budget. Before the fit is warm: the same.
+  if (so.rows.empty() || !cost_.warm()) return INT_MAX;
+  double attention = 0;
+  for (const SequenceMetadata& r : so.rows) attention += AttentionPairs(r.q_begin, r.q_len);
+  // Where the prefill will start: the furthest a running prompt has got (its chunk sees the most keys). Taking
+  // every prefill token at that context bounds the attention of several shorter chunks from above. A new
+  // admission's prefix-cache hit is not known here (it is counted as context 0).
+  int64_t context = 0;
+  for (const auto& [id, s] : seqs_)
+    if (s->status() == SeqStatus::kRunning && s->sched() < s->prefill_end())
+      context = std::max<int64_t>(context, s->sched());
+  const int cap = std::max(0, sched_cfg_.max_batched_tokens - so.num_tokens);
+  const int fits = cost_.MaxPrefill(opt_.target_itl_ms * 1e-3, so.num_tokens, attention, context, cap);
+  // Prompts always progress by at least one KV block per step, even when the decode rows alone are over the
+  // target (many streams, or a target below one decode step): they would never start otherwise.
+  prefill_limit_ = std::max(fits, std::min(opt_.block_size, cap));
+  if (fits == 0 && cap > 0 && !target_infeasible_logged_) {
+    // Said once: a target below what the decode rows alone cost turns every prompt into one-block chunks, which
+    // costs time to first token and throughput; the user should know the target cannot be met here.
+    target_infeasible_logged_ = true;
+    DI_LOG_WARN("latency target: %.3g ms is below the predicted time of the decode rows alone (%.3g ms for %zu rows); "
+                "prompts get the minimum of %d tokens per step while that lasts (raise --target-itl-ms)",
+                opt_.target_itl_ms, cost_.Predict(so.num_tokens, attention) * 1e3, so.rows.size(), prefill_limit_);
+  }
+  return prefill_limit_;
+}
+
 Fence Engine::CompletedFence() const {
   // Multi-process: the tensor-parallel ranks of a group must free slots and blocks at the same iteration (their
   // schedulers stay identical only on identical inputs), so they go by the last step this loop processed, which
@@ -370,6 +438,12 @@ Fence Engine::CompletedFence() const {
 
 void Engine::Process(WorkerStepState& st) {
   processed_fence_ = std::max(processed_fence_, st.done);
+  // The fence has passed: the stream's write of the step's duration is visible. A failed step's time says
+  // nothing about a normal one.
+  if (opt_.target_itl_ms > 0 && st.status.ok()) {
+    const StepTiming& t = timing_[st.sched.step % 2];
+    cost_.Observe(t.shape, t.seconds);
+  }
   for (size_t i = 0; i < st.sched.rows.size(); ++i) {
     const SequenceMetadata& r = st.sched.rows[i];
     Sequence* s = seqs_.at(r.seq_id).get();

@@ -27,6 +27,7 @@
 #include "engine/sequence.h"
 #include "engine/speculative.h"
 #include "engine/step.h"
+#include "engine/step_cost_model.h"
 #include "engine/stream.h"
 #include "engine/token_table.h"
 #include "kv/block_pool.h"
@@ -130,6 +131,10 @@ class Engine {
   void DrainForShutdown();
   // The newest fence every step before it has passed, as scheduling decisions may use it.
   Fence CompletedFence() const;
+  // Latency target: installs the scheduler's prefill limit (when --target-itl-ms is set), and the limit itself:
+  // the prefill tokens the step may add to its decode rows.
+  void SetUpLatencyTarget();
+  int PrefillLimit(const SchedulerOutputs& decode_rows);
 
   ModelConfig config_;
   const Tokenizer* tok_;
@@ -146,6 +151,16 @@ class Engine {
   WorkerStepState* prev_ = nullptr;
   uint64_t next_step_ = 1;
   Fence processed_fence_ = 0;  // the done fence of the newest processed step
+  // Latency target: the fit of step times, each ring entry's step shape (written at Launch) and duration (written
+  // by the stream after Execute, read after its fence), and the limit given to the step being scheduled.
+  StepCostModel cost_;
+  struct StepTiming {
+    StepShape shape;
+    double seconds = 0;
+  };
+  StepTiming timing_[2];
+  int prefill_limit_ = -1;
+  bool target_infeasible_logged_ = false;
 
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;

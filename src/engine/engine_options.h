@@ -3,9 +3,11 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "dist/parallel.h"
 #include "engine/speculative.h"
+#include "engine/step_cost_model.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer {
@@ -30,6 +32,13 @@ struct EngineOptions {
   bool overlap = true;              // depth 1 (true) or 0
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
+  // Latency target (--target-itl-ms; docs/architecture.md "Latency target"): each step's prefill is sized so that
+  // the step, decode rows included, is predicted to run within this many milliseconds. 0: off.
+  double target_itl_ms = 0;
+  // Tests only: the step's duration in seconds from its shape, instead of the wall clock around the executor, so
+  // that a test of the latency target does not depend on the machine's speed. Called on the executor's stream
+  // right after the step ran. Unset: the wall clock.
+  std::function<double(const StepShape&)> step_clock;
   // The process's communicators and parallel plan under mpirun, from the top level (apps, the public API);
   // nullptr: one process. The engine reads no global.
   dist::DistContext* dist = nullptr;
@@ -44,6 +53,10 @@ struct EngineStats {
   int kv_blocks_total = 0, kv_blocks_free = 0;
   double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
   double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
+  // Latency target: the prefill budget it gave the last step (-1: none, only --max-batched-tokens), and the steps
+  // whose prefill it held below what --max-batched-tokens left.
+  int prefill_budget = -1;
+  int64_t target_limited_steps = 0;
   // Speculative decoding (vLLM's spec_decode metrics): verify rows with drafts, drafts proposed and accepted,
   // rows by accepted length (0..kMaxSpecTokens), and how often the i-th draft of a row was accepted.
   int64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;

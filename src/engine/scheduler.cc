@@ -289,6 +289,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
     budget -= 1 + k;
   }
   if (blocked) return;
+  if (cfg_.prefill_limit) budget = std::min(budget, cfg_.prefill_limit(*out));  // decodes are in; prompts get what is left
   // 2 and 3, one priority level at a time (lower values first; with one level, as everyone has by default, this
   // is exactly: every running prefill, then admissions).
   std::vector<int> levels;

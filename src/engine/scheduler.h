@@ -9,6 +9,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -34,6 +35,9 @@ struct SchedulerConfig {
   // position C where every windowed group still holds its window reuses the full groups' K/V up to C + this
   // many tokens (rounded down to blocks) and recomputes [C, ..) for the windowed groups only. 0: reuse up to C.
   int swa_replay_max = 0;
+  // The latency target (Engine, --target-itl-ms): given the step's decode rows, the most prefill tokens it may
+  // add (prefill chunks and admissions). Unset: only max_batched_tokens limits them.
+  std::function<int(const SchedulerOutputs& decode_rows)> prefill_limit;
 };
 
 class Scheduler {

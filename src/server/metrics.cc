@@ -75,6 +75,13 @@ std::string ServerMetrics::Render(const EngineStats& st, const std::string& mode
   Metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.", m,
          static_cast<double>(st.preemptions));
   Metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps launched.", m, static_cast<double>(st.steps));
+  // The latency target (--target-itl-ms): what it let the last step prefill, and how often it cut the budget.
+  Metric(&out, "deepinfer_prefill_token_budget", "gauge",
+         "Prefill tokens the latency target allowed the last step (-1: no target limit, only --max-batched-tokens).", m,
+         st.prefill_budget);
+  Metric(&out, "deepinfer_target_itl_limited_steps_total", "counter",
+         "Steps whose prefill the latency target held below what --max-batched-tokens left.", m,
+         static_cast<double>(st.target_limited_steps));
   // Speculative decoding, after vLLM's spec_decode metrics: acceptance rate = accepted / draft tokens, mean
   // accepted length = accepted / drafts (+ 1 for the target's own token of every verify row).
   Metric(&out, "deepinfer_spec_decode_num_drafts_total", "counter", "Verify rows that carried at least one draft.", m,
