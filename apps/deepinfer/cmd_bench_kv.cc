@@ -72,7 +72,7 @@ int CmdBenchKv(int argc, char** argv) {
   const int bs = static_cast<int>(args.GetInt("block-size"));
   const int64_t chunk = args.GetInt("max-batched-tokens");
   if (bs < 1 || chunk < 1) return Fail(InvalidArgument("bench kv: --block-size and --max-batched-tokens must be >= 1"));
-  const int64_t ahead = (args.Has("no-overlap") ? 1 : 2) * chunk;
+
   std::vector<int64_t> ctxs;
   {
     std::stringstream ss(args.Get("ctx"));
@@ -93,6 +93,8 @@ int CmdBenchKv(int argc, char** argv) {
     for (const int64_t ctx : ctxs) {
       // Bytes one sequence holds at most, and how many such sequences the budget's blocks hold at once.
       auto fit = [&](const KvLayout& l, double* mib) {
+        // What the engine sizes and admits by (Engine::Create, Engine::Validate).
+        const int64_t ahead = KvAhead(args.Has("no-overlap") ? 1 : 2, chunk, 0);
         const size_t block_bytes = PagedKvCache::BytesPerToken(l, dtype) * bs;
         const int64_t seq_blocks = MaxSeqBlocks(l, bs, ctx, ahead);
         *mib = static_cast<double>(seq_blocks) * block_bytes / 1048576.0;

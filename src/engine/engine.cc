@@ -67,12 +67,10 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
                const KvLayout& layout)
     : config_(config), tok_(tok), grammars_(tok), opt_(opt), kv_layout_(layout) {
   sched_cfg_.group_window = layout.group_window;
-  int widest = 0;
-  for (int g = 0; g < layout.num_groups(); ++g) widest = std::max(widest, layout.window(g));
-  sched_cfg_.swa_replay_max = opt.swa_replay_max >= 0 ? opt.swa_replay_max : 4 * widest;
   sched_cfg_.max_num_seqs = opt.max_num_seqs;
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
+  sched_cfg_.swa_replay_max = ReplayBound(layout, opt.swa_replay_max, sched_cfg_.max_model_len);
   sched_cfg_.prefix_caching = opt.prefix_caching;
   sched_cfg_.prefix_drop_last_block = opt.speculative.method == SpecMethod::kMtp;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
@@ -111,12 +109,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (spec.method == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
   const size_t block_bytes = bytes_per_token * opt.block_size;
   // No point holding more than every slot at full length needs.
-  int widest = 0;
-  for (int g = 0; g < layout.num_groups(); ++g) widest = std::max(widest, layout.window(g));
-  const int64_t seq_blocks = MaxSeqBlocks(
-      layout, opt.block_size, max_len,
-      (opt.overlap ? 2 : 1) * static_cast<int64_t>(opt.max_batched_tokens) + 2 * (speculating ? spec.num_tokens + 1 : 0) +
-          (opt.swa_replay_max >= 0 ? opt.swa_replay_max : 4 * widest));
+  const int64_t seq_blocks =
+      MaxSeqBlocks(layout, opt.block_size, max_len,
+                   deepinfer::KvAhead(opt.overlap ? 2 : 1, opt.max_batched_tokens, speculating ? spec.num_tokens + 1 : 0));
   const size_t most = layout.num_groups() == 1 && layout.window(0) == 0
                           ? bytes_per_token * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size)
                           : block_bytes * opt.max_num_seqs * static_cast<size_t>(seq_blocks + layout.num_groups());
@@ -385,11 +380,8 @@ void Engine::StepOnce() {
 }
 
 int64_t Engine::KvAhead() const {
-  // A chunk (two with the overlap scheduler: the one in flight and the next), and a speculative row's drafts
-  // (whose floor may lag the device's real start by a row).
-  const int64_t rows = opt_.overlap ? 2 : 1;
   const int64_t spec = opt_.speculative.method != SpecMethod::kNone ? opt_.speculative.num_tokens + 1 : 0;
-  return rows * opt_.max_batched_tokens + 2 * spec + sched_cfg_.swa_replay_max;
+  return deepinfer::KvAhead(opt_.overlap ? 2 : 1, opt_.max_batched_tokens, spec);
 }
 
 void Engine::SetUpLatencyTarget() {

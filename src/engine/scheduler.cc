@@ -44,10 +44,14 @@ bool Scheduler::AllocateBlocks(std::vector<std::vector<int32_t>>* tables, int po
 }
 
 bool Scheduler::EnsureBlocks(Sequence* s, int positions) {
-  const int need = BlocksMissing(s->num_blocks(), positions);
-  if (need <= 0) return true;
-  if (static_cast<int64_t>(need) * num_groups() > pool_->num_available()) return false;
-  for (int g = 0; g < num_groups(); ++g) s->AddBlocks(g, *pool_->Allocate(need, g));
+  int64_t total = 0;
+  for (int g = 0; g < num_groups(); ++g) total += std::max(0, BlocksMissing(s->table(g).size(), positions));
+  if (total == 0) return true;
+  if (total > pool_->num_available()) return false;
+  for (int g = 0; g < num_groups(); ++g) {
+    const int need = BlocksMissing(s->table(g).size(), positions);
+    if (need > 0) s->AddBlocks(g, *pool_->Allocate(need, g));  // cannot fail: checked above
+  }
   return true;
 }
 
@@ -170,7 +174,7 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
     };
     compute = hit;
     while (compute > 0 && !window_at(compute)) --compute;
-    hit = std::min(hit, compute + cfg_.swa_replay_max / bs);
+    hit = std::max(compute, std::min(hit, compute + cfg_.swa_replay_max / bs));
     for (int g = 0; g < G; ++g) {
       if (window(g) > 0) {
         const int lo = WindowKeepFrom(window(g), compute * bs, bs);
@@ -221,7 +225,9 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
     for (int g = 0; g < G; ++g) pool_->Release(std::vector<int32_t>(tables[g].begin() + first[g], tables[g].end()));
   };
   const int chunk = std::min(*budget, known - start);
-  if (chunk <= 0 || !AllocateBlocks(&tables, std::max(start + chunk, reuse))) {
+  // The full groups hold the reused blocks already; the windowed groups get blocks as the replay's chunks reach
+  // them (a table may be shorter than the anchor's, never shorter than what a row covers).
+  if (chunk <= 0 || !AllocateBlocks(&tables, start + chunk)) {
     release_held();
     return false;
   }

@@ -97,13 +97,14 @@ class Sequence {
   uint64_t last_step() const { return last_step_; }           // the last step given a row for it
   int kv_written() const { return kv_written_; }              // positions whose K/V a processed step wrote
 
-  // Block tables, one per KV group (kv/kv_layout.h), all covering the same positions. A sliding-window group's
+  // Block tables, one per KV group (kv/kv_layout.h). Group 0's is the longest; during a bounded replay a windowed
+  // group's covers only what its rows have reached (every row's positions are covered in every group). A sliding-window group's
   // entries below first(g) were released once out of every reader's window: they name blocks it no longer holds
   // (kept only to link the prefix-cache chain, never read).
   int num_groups() const { return static_cast<int>(tables_.size()); }
   const std::vector<int32_t>& table(int g) const { return tables_[g]; }
   const std::vector<int32_t>& blocks() const { return tables_[0]; }  // group 0's (the only one without windows)
-  int num_blocks() const { return tables_.empty() ? 0 : static_cast<int>(tables_[0].size()); }
+  int num_blocks() const { return tables_.empty() ? 0 : static_cast<int>(tables_[0].size()); }  // group 0's
   int first(int g) const { return first_[g]; }
   int num_published(int g = 0) const { return num_published_.empty() ? 0 : num_published_[g]; }  // leading blocks offered
   // The lowest position a launched or future step of it reads a query at: the first row in flight, else where
@@ -133,7 +134,7 @@ class Sequence {
              int cached_positions, int replay_end, std::vector<int> published) {
     DI_SEQ_CHECK(status_ == SeqStatus::kWaiting && !held_ && slot_ < 0 && tables_.empty() && !tables.empty() &&
                  first_blocks.size() == tables.size());
-    for (const auto& t : tables) DI_SEQ_CHECK(t.size() == tables[0].size());
+    for (const auto& t : tables) DI_SEQ_CHECK(t.size() <= tables[0].size());
     slot_ = slot;
     slot_gen_ = slot_gen;
     tables_ = std::move(tables);
@@ -265,7 +266,10 @@ class Sequence {
   }
   SeqResources TakeResources() {
     SeqResources r{{}, slot_, last_use_};
-    for (size_t g = 0; g < tables_.size(); ++g)
+    // Windowed groups first: released blocks enter the prefix cache's LRU in this order, so under pressure a
+    // window is evicted before the full-attention blocks it is tied to (a bounded replay rebuilds it), never a
+    // full block before the windows that need it.
+    for (size_t g = tables_.size(); g-- > 0;)
       r.blocks.insert(r.blocks.end(), tables_[g].begin() + first_[g], tables_[g].end());
     tables_.clear();
     first_.clear();

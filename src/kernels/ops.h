@@ -65,12 +65,15 @@ struct HeadsMatMul {
   int out_width = 0;          // floats of each head's output slice (W_h's rows)
 };
 // One sequence's slice of a batched attention call: query rows [q_row, q_row + m) of q/out sit at absolute
-// positions start .. start+m-1; position p's K/V live in row rows[p] of the layer's K/V storage.
+// positions start .. start+m-1; position p's K/V live in row rows[p - rows_first] of the layer's K/V storage.
+// rows_first: the lowest position the call may read (at most the first row's window start; 0 without a window),
+// so a windowed layer's table need not reach back to position 0.
 struct AttnSeq {
   int64_t q_row;
   int m;
   int start;
-  const int32_t* rows;  // start + m entries
+  const int32_t* rows;  // start + m - rows_first entries
+  int rows_first = 0;
 };
 // Head layout of an attention call. Query head h reads K/V head h / (n_heads / n_kv); its K is hd_k elements at
 // kv_head * hd_k within a K row of k_row_elems, its V hd_v elements at kv_head * hd_v within a V row. Standard

@@ -115,6 +115,20 @@ void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* token
     }
     Block& blk = blocks_[blocks[i]];
     const uint64_t key = Key(hashes[i], group);
+    if (twins) {
+      // A window cached earlier whose anchor block has since left the cache (and maybe come back) can no longer
+      // be found (FindWindowBlock checks the tie): it gives its key up to this one if nobody holds it.
+      auto it = by_hash_.find(key);
+      if (it != by_hash_.end() && it->second != blocks[i]) {
+        Block& old = blocks_[it->second];
+        if (old.refs == 0 && (old.twin != twin || old.twin_gen != blocks_[twin].gen)) {
+          const int32_t b = it->second;
+          lru_.erase(old.lru_pos);
+          Uncache(b);
+          free_.push_back(b);
+        }
+      }
+    }
     if (blk.cached || by_hash_.count(key)) continue;  // cached already, or an identical twin is
     blk.cached = true;
     blk.hash = key;

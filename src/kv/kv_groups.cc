@@ -30,6 +30,18 @@ KvLayout GroupKvLayout(const KvLayout& base, const std::vector<int>& layer_windo
   return out;
 }
 
+int ReplayBound(const KvLayout& layout, int requested, int max_len) {
+  if (!layout.has_anchor()) return 0;
+  int64_t widest = 0;
+  for (int g = 0; g < layout.num_groups(); ++g) widest = std::max<int64_t>(widest, layout.window(g));
+  const int64_t r = requested >= 0 ? requested : 4 * widest;
+  return static_cast<int>(std::min<int64_t>(r, std::max(0, max_len)));
+}
+
+int64_t KvAhead(int chunks_in_flight, int64_t chunk, int64_t spec_tokens) {
+  return chunks_in_flight * chunk + 2 * spec_tokens;
+}
+
 int PaddingPlanes(const KvLayout& layout) {
   return layout.num_groups() * layout.num_planes() - layout.num_layers;
 }

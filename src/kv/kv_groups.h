@@ -22,6 +22,16 @@ int PaddingPlanes(const KvLayout& layout);
 // `ahead` positions past the floor (a chunk, two with the overlap scheduler, plus speculative drafts).
 int64_t MaxSeqBlocks(const KvLayout& layout, int block_size, int64_t tokens, int64_t ahead);
 
+// Bounded replay's R (prompt tokens a prefix hit may recompute for the windowed groups): `requested` when >= 0,
+// else four times the widest window; at most max_len; 0 without a full-attention group (nothing to replay onto).
+int ReplayBound(const KvLayout& layout, int requested, int max_len);
+
+// How far a sequence's block allocation may run past its read floor (MaxSeqBlocks' `ahead`): the prefill chunks in
+// flight (`chunks_in_flight` x `chunk`) plus a speculative row's drafts (`spec_tokens` = k + 1; the floor of such
+// a row may lag the device's start by a row). A bounded replay adds nothing: its windowed blocks are allocated
+// chunk by chunk, its full-attention blocks are the prefix's own.
+int64_t KvAhead(int chunks_in_flight, int64_t chunk, int64_t spec_tokens);
+
 // The first block a window-W group must keep for a reader whose lowest query position is `floor`
 // (position q reads [q - W + 1, q]).
 inline int WindowKeepFrom(int window, int floor, int block_size) {

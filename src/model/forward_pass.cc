@@ -72,8 +72,8 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCach
     row += q.n;
   }
   // Per KV group: the physical K/V row of every position each sequence reads and of each token it writes. A
-  // window-W group reads only [start - W + 1, ..): rows below stay -1 (the attention kernels never read below a
-  // row's window), and the blocks behind them may already be released.
+  // window-W group reads only [start - W + 1, ..) (the attention kernels never read below the first row's
+  // window): its rows start there (AttnSeq::rows_first), and the blocks before may already be released.
   grp_.resize(G);
   for (int g = 0; g < G; ++g) {
     GroupRows& gr = grp_[g];
@@ -82,13 +82,14 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCach
     gr.seqs.clear();
     gr.slots.resize(total);
     gr.rows_begin.clear();
+    gr.rows_first.clear();
     row = 0;
     for (int s = 0; s < num_seqs; ++s) {
       const SeqForward& q = seqs[s];
       const int32_t* table = q.block_table + static_cast<size_t>(g) * q.num_blocks;
       const int lo = window > 0 ? std::max(0, q.start - window + 1) : 0;
       gr.rows_begin.push_back(gr.rows.size());
-      gr.rows.resize(gr.rows.size() + lo, -1);
+      gr.rows_first.push_back(lo);
       for (int p = lo; p < q.start + q.n; ++p) {
         const int32_t b = table[p / bs];
         if (b < 0)
@@ -97,12 +98,13 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCach
         gr.rows.push_back(b * bs + p % bs);
       }
       for (int i = 0; i < q.n; ++i)
-        gr.slots[row + i] = window == 0 && q.start + i < q.kv_cached_end ? -1 : gr.rows[gr.rows_begin.back() + q.start + i];
+        gr.slots[row + i] =
+            window == 0 && q.start + i < q.kv_cached_end ? -1 : gr.rows[gr.rows_begin.back() + q.start + i - lo];
       row += q.n;
     }
     row = 0;
     for (int s = 0; s < num_seqs; ++s) {  // pointers into rows are stable only after it stopped growing
-      gr.seqs.push_back({row, seqs[s].n, seqs[s].start, gr.rows.data() + gr.rows_begin[s]});
+      gr.seqs.push_back({row, seqs[s].n, seqs[s].start, gr.rows.data() + gr.rows_begin[s], gr.rows_first[s]});
       row += seqs[s].n;
     }
     gr.view = BatchView{total, pos_.data(), gr.slots.data(), gr.seqs.data(), static_cast<int>(gr.seqs.size())};
@@ -285,10 +287,10 @@ void ForwardPass::SplitMicroBatches() {
       if (r1 <= na) {
         micro_[0].seqs[g].push_back(q);
       } else if (r0 >= na) {
-        micro_[1].seqs[g].push_back({r0 - na, q.m, q.start, q.rows});
+        micro_[1].seqs[g].push_back({r0 - na, q.m, q.start, q.rows, q.rows_first});
       } else {
-        micro_[0].seqs[g].push_back({r0, na - r0, q.start, q.rows});
-        micro_[1].seqs[g].push_back({0, r1 - na, q.start + (na - r0), q.rows});
+        micro_[0].seqs[g].push_back({r0, na - r0, q.start, q.rows, q.rows_first});
+        micro_[1].seqs[g].push_back({0, r1 - na, q.start + (na - r0), q.rows, q.rows_first});
       }
     }
     for (int i = 0; i < 2; ++i) {

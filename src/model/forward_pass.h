@@ -129,6 +129,7 @@ class ForwardPass {
   struct GroupRows {
     std::vector<int32_t> rows, slots, cp_slots;
     std::vector<size_t> rows_begin;
+    std::vector<int> rows_first;  // per sequence: the position of its first entry in rows
     std::vector<AttnSeq> seqs, cp_seqs;
     BatchView view;
   };

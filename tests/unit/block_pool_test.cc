@@ -90,5 +90,53 @@ TEST(BlockPoolTest, RecycledParentBreaksTheChain) {
   EXPECT_TRUE(pool.CheckNoLeaks().ok());
 }
 
+// Hybrid caches: a windowed group's block is found from its own tokens and the anchor's cached block of the same
+// positions (no chain before it), only while that anchor block is cached as it was (same generation); a stale
+// window gives its key up to a fresh one; groups never find each other's blocks; per-group usage counters.
+TEST(BlockPoolTest, WindowBlocksAreTiedToTheAnchor) {
+  BlockPool pool(16, 4);
+  const std::vector<int32_t> toks = Seq(8);
+  const std::vector<uint64_t> h = pool.ChainHashes(toks.data(), 8);
+  auto anchor = pool.Allocate(2, 0);
+  auto window = pool.Allocate(2, 1);
+  ASSERT_TRUE(anchor.ok() && window.ok());
+  EXPECT_EQ(pool.in_use(0), 2);
+  EXPECT_EQ(pool.in_use(1), 2);
+  // Not tied while the anchor's blocks are not cached: nothing is published.
+  pool.Publish(*window, toks.data(), 2, 1, 0, 0, &*anchor);
+  EXPECT_EQ(pool.FindWindowBlock(1, h[1], toks.data() + 4, (*anchor)[1]), -1);
+  pool.Publish(*anchor, toks.data(), 2);
+  // The window's first block is no longer held (slid out): the second still publishes, tied to its twin.
+  pool.Release({(*window)[0]});
+  pool.Publish(*window, toks.data(), 2, 1, 0, /*held_from=*/1, &*anchor);
+  EXPECT_EQ(pool.FindWindowBlock(1, h[1], toks.data() + 4, (*anchor)[1]), (*window)[1]);
+  EXPECT_EQ(pool.FindWindowBlock(1, h[0], toks.data(), (*anchor)[0]), -1) << "released before it was published";
+  EXPECT_EQ(pool.FindWindowBlock(2, h[1], toks.data() + 4, (*anchor)[1]), -1) << "another group's";
+  EXPECT_EQ(pool.FindWindowBlock(1, h[1], toks.data() + 4, (*anchor)[0]), -1) << "another twin";
+  std::vector<int32_t> other = toks;
+  other[5] = 7;
+  EXPECT_EQ(pool.FindWindowBlock(1, h[1], other.data() + 4, (*anchor)[1]), -1) << "other tokens";
+  EXPECT_EQ(pool.MatchPrefix(toks.data(), 8, 1).size(), 0u) << "the window's chain starts at a released block";
+  // The anchor leaves the cache and comes back (another generation): the window no longer matches it, and a
+  // fresh window of the same positions takes its key.
+  pool.Release(*anchor);
+  pool.Release({(*window)[1]});
+  pool.EvictCached([](int g) { return g == 0; });
+  EXPECT_EQ(pool.in_use(0), 0);
+  auto anchor2 = pool.Allocate(2, 0);
+  pool.Publish(*anchor2, toks.data(), 2);
+  EXPECT_EQ(pool.FindWindowBlock(1, h[1], toks.data() + 4, (*anchor2)[1]), -1);
+  auto window2 = pool.Allocate(2, 1);
+  pool.Publish(*window2, toks.data(), 2, 1, 0, 0, &*anchor2);
+  EXPECT_EQ(pool.FindWindowBlock(1, h[1], toks.data() + 4, (*anchor2)[1]), (*window2)[1]);
+  pool.Acquire((*window2)[1]);
+  EXPECT_EQ(pool.ref_count((*window2)[1]), 2);
+  EXPECT_EQ(pool.peak(1), 2);
+  pool.Release(*anchor2);
+  pool.Release(*window2);
+  pool.Release({(*window2)[1]});
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+}
+
 }  // namespace
 }  // namespace deepinfer

@@ -609,10 +609,11 @@ std::vector<double> WindowReference(const WindowCache& c, int n_heads, const flo
 }
 
 // PagedAttention of m query rows at positions start .. start + m - 1 of one sequence whose positions live in rows.
+// rows[0] holds position rows_first's row.
 std::vector<float> AttendWindow(const WindowCache& c, const int32_t* rows, int n_heads, const std::vector<float>& q, int start,
-                                int m, int window, const float* sinks, float scale) {
+                                int m, int window, const float* sinks, float scale, int rows_first = 0) {
   std::vector<float> out(static_cast<size_t>(m) * n_heads * c.hd, -7.f);
-  const AttnSeq seq{0, m, start, rows};
+  const AttnSeq seq{0, m, start, rows, rows_first};
   AttnShape shape{n_heads, c.n_kv, c.hd, c.hd, c.kvdim, c.kvdim};
   shape.window = window;
   shape.sinks = sinks;
@@ -688,6 +689,15 @@ TEST(OpsTest, RowsBelowTheWindowAreNeverRead) {
               ASSERT_EQ(0, std::memcmp(valid.data(), got.data(), got.size() * sizeof(float)))
                   << IsaName(isa) << " " << DTypeName(dt) << " start " << start << " m " << m << " window " << window
                   << " rows below it " << garbage << " threads " << threads;
+              // The same rows from the window start on only (AttnSeq::rows_first, what a windowed KV group
+              // passes), behind 64 garbage entries that any read below the window would hit.
+              const int lo = std::max(0, start + 1 - window);
+              std::vector<int32_t> from_lo(64, garbage);
+              from_lo.insert(from_lo.end(), c.rows.begin() + lo, c.rows.begin() + start + m);
+              const auto cut = AttendWindow(c, from_lo.data() + 64, n_heads, q, start, m, window, sinks, 0.2f, lo);
+              ASSERT_EQ(0, std::memcmp(valid.data(), cut.data(), cut.size() * sizeof(float)))
+                  << IsaName(isa) << " " << DTypeName(dt) << " rows from " << lo << " start " << start << " m " << m
+                  << " window " << window << " threads " << threads;
             }
           }
         }

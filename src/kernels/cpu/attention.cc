@@ -98,6 +98,7 @@ void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const voi
       args.v = static_cast<const uint8_t*>(v_base) + static_cast<size_t>(kvh) * sh.hd_v * esize;
       args.kv_type = kv_type;
       args.rows = sq.rows;
+      args.rows_first = sq.rows_first;
       args.len0 = sq.start + r0 + 1;
       args.k_row_bytes = k_row_bytes;
       args.v_row_bytes = v_row_bytes;

@@ -292,7 +292,7 @@ void AttendFlash(const AttendArgs& a) {
               r[i] = _mm512_setzero_si512();
               continue;
             }
-            const uint8_t* src = a.k + a.rows[p0 + i0 + i] * a.k_row_bytes;
+            const uint8_t* src = a.k + a.rows[p0 + i0 + i - a.rows_first] * a.k_row_bytes;
             if (kPair) r[i] = _mm512_maskz_loadu_epi32(Mask16(nw), reinterpret_cast<const uint32_t*>(src) + j0);
             else r[i] = _mm512_castps_si512(Load16(src, a.kv_type, j0, Mask16(nw)));
           }
@@ -305,7 +305,7 @@ void AttendFlash(const AttendArgs& a) {
         memset(reinterpret_cast<uint8_t*>(f.kt) + i * kt_stride, 0, static_cast<size_t>(kt_stride));
         continue;
       }
-      const uint8_t* src = a.k + a.rows[p0 + i] * a.k_row_bytes;
+      const uint8_t* src = a.k + a.rows[p0 + i - a.rows_first] * a.k_row_bytes;
       if (kPair) {
         uint16_t* dst = reinterpret_cast<uint16_t*>(f.kt) + static_cast<int64_t>(i) * hd_k;
         for (int d = 0; d < hd_k; d += 32) {
@@ -322,8 +322,8 @@ void AttendFlash(const AttendArgs& a) {
     if (p0 + kAttendTile < len_max) {
       const int nn = len_max - p0 - kAttendTile < kAttendTile ? len_max - p0 - kAttendTile : kAttendTile;
       for (int i = 0; i < nn; ++i) {
-        const char* kp = reinterpret_cast<const char*>(a.k + a.rows[p0 + kAttendTile + i] * a.k_row_bytes);
-        const char* vp = reinterpret_cast<const char*>(a.v + a.rows[p0 + kAttendTile + i] * a.v_row_bytes);
+        const char* kp = reinterpret_cast<const char*>(a.k + a.rows[p0 + kAttendTile + i - a.rows_first] * a.k_row_bytes);
+        const char* vp = reinterpret_cast<const char*>(a.v + a.rows[p0 + kAttendTile + i - a.rows_first] * a.v_row_bytes);
         for (int64_t off = 0; off < hd_k * esize; off += 64) _mm_prefetch(kp + off, _MM_HINT_T1);
         for (int64_t off = 0; off < a.hd_v * esize; off += 64) _mm_prefetch(vp + off, _MM_HINT_T1);
       }
@@ -407,9 +407,9 @@ void AttendFlash(const AttendArgs& a) {
       const __m512i odd = _mm512_add_epi16(even, _mm512_set1_epi16(16));
       for (int j = 0; j < (np + 1) / 2; ++j) {
         const uint16_t* r0 =
-            2 * j >= first ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j] * a.v_row_bytes) : nullptr;
+            2 * j >= first ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j - a.rows_first] * a.v_row_bytes) : nullptr;
         const uint16_t* r1 = 2 * j + 1 < np && 2 * j + 1 >= first
-                                 ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j + 1] * a.v_row_bytes)
+                                 ? reinterpret_cast<const uint16_t*>(a.v + a.rows[p0 + 2 * j + 1 - a.rows_first] * a.v_row_bytes)
                                  : nullptr;
         uint32_t* dst = f.vt + static_cast<int64_t>(j) * f.hdvp;
         for (int d = 0; d < f.hdvp; d += 32) {
@@ -429,7 +429,7 @@ void AttendFlash(const AttendArgs& a) {
           memset(dst, 0, sizeof(float) * static_cast<size_t>(f.hdvp));
           continue;
         }
-        const uint8_t* vr = a.v + a.rows[p0 + i] * a.v_row_bytes;
+        const uint8_t* vr = a.v + a.rows[p0 + i - a.rows_first] * a.v_row_bytes;
         for (int d = 0; d < f.hdvp; d += kVec) _mm512_storeu_ps(dst + d, Load16(vr, a.kv_type, d, Mask16(a.hd_v - d)));
       }
     }

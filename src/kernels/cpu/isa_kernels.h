@@ -60,7 +60,8 @@ struct AttendArgs {
   const uint8_t* k;
   const uint8_t* v;
   DType kv_type;
-  const int32_t* rows;
+  const int32_t* rows;  // position p's K/V row is rows[p - rows_first]; no position below rows_first is read
+  int rows_first;
   int len0;
   int64_t k_row_bytes, v_row_bytes;
   int hd_k, hd_v;

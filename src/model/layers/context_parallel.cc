@@ -94,7 +94,7 @@ void LocalAttnSeqs(const ContextParallel& cp, const AttnSeq* seqs, int num_seqs,
       }
       int len = 1;
       while (i + len < q.m && cp.owner(g + len) == cp.rank()) ++len;
-      out->push_back({cp.local(g), len, q.start + i, q.rows});
+      out->push_back({cp.local(g), len, q.start + i, q.rows, q.rows_first});
       i += len;
     }
   }
