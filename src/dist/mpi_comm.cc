@@ -200,7 +200,7 @@ class MpiCommunicator final : public Communicator {
   void Send(const void* p, size_t bytes, int r) {
     if (bytes > kMaxMessage) AbortJob(name_ + ": a message of " + std::to_string(bytes) + " bytes exceeds the 1 GiB limit");
     reqs_.emplace_back();
-    peers_.push_back(-1);
+    peers_.push_back(-1 - r);
     MPI_Isend(p, static_cast<int>(bytes), MPI_BYTE, r, kTag, comm_, &reqs_.back());
     bytes_sent_ += static_cast<int64_t>(bytes);
   }
@@ -234,13 +234,18 @@ class MpiCommunicator final : public Communicator {
       std::this_thread::sleep_for(sleep);
       sleep = std::min(sleep * 2, std::chrono::microseconds(1000));
       if (timeout > 0 && (polls & 63) == 0 && std::chrono::duration<double>(Clock::now() - t0).count() > timeout) {
-        std::string missing;
+        // Name the ranks whose messages did not arrive; when every receive completed (a root whose broadcast
+        // waits on a stopped peer's rendezvous), the ranks that have not taken our sends.
+        std::string missing, unsent;
         for (size_t i = 0; i < reqs_.size(); ++i) {
-          if (peers_[i] < 0 || reqs_[i] == MPI_REQUEST_NULL) continue;
+          if (reqs_[i] == MPI_REQUEST_NULL) continue;
           int flag = 0;
           MPI_Request_get_status(reqs_[i], &flag, MPI_STATUS_IGNORE);
-          if (!flag) missing += (missing.empty() ? "" : ", ") + std::to_string(WorldRank(peers_[i]));
+          if (flag) continue;
+          std::string& list = peers_[i] >= 0 ? missing : unsent;
+          list += (list.empty() ? "" : ", ") + std::to_string(WorldRank(peers_[i] >= 0 ? peers_[i] : -1 - peers_[i]));
         }
+        if (missing.empty()) missing = unsent;
         AbortJob("the " + name_ + " " + what + " waited " + std::to_string(static_cast<int>(timeout)) +
                  " s for rank(s) " + (missing.empty() ? std::string("?") : missing) +
                  " (dead or hung); ending the job");
@@ -255,7 +260,7 @@ class MpiCommunicator final : public Communicator {
   std::string name_;
   int rank_ = 0, size_ = 1;
   std::vector<MPI_Request> reqs_;
-  std::vector<int> peers_;  // per request: the source rank of a receive, -1 for a send
+  std::vector<int> peers_;  // per request: the source rank of a receive, -1 - the destination of a send
   std::vector<float> scratch_;
 };
 

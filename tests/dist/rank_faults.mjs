@@ -43,9 +43,12 @@ const exited = proc => new Promise(resolve => proc.once("exit", (code, sig) => r
   process.kill(victim, "SIGSTOP");
   const t0 = Date.now();
   const end = exited(srv.proc);
-  // Requests for both groups: rank 0 needs rank 1 at the next control sync.
-  const reqs = Array.from({length: 4}, (_, i) => fetch(`${srv.base}/v1/completions`, {method: "POST",
-    headers: {"Content-Type": "application/json"}, body: JSON.stringify({prompt: `Hi ${i}`, max_tokens: 64})}).catch(() => null));
+  // Requests for both groups: rank 0 needs rank 1 at the next control sync. Their prompts make the control message
+  // larger than MPI's eager limit, so rank 0 may be left waiting on its own send (not a receive): the rank must be
+  // named either way.
+  const reqs = Array.from({length: 16}, (_, i) => fetch(`${srv.base}/v1/completions`, {method: "POST",
+    headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({prompt: `Hi ${i}, ` + "once upon a time there was a cat. ".repeat(30), max_tokens: 64})}).catch(() => null));
   const {code, t} = await end;
   await Promise.all(reqs);
   const secs = (t - t0) / 1000;
