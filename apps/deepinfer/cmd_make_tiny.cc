@@ -42,7 +42,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
                 {"mtp", "", "", "", "deepseek_v3: add one MTP (next-token prediction) module after the last layer"},
                 {"split-kv-b", "", "", "", "deepseek_v3 GGUF: store kv_b pre-split as attn_k_b/attn_v_b (llama.cpp's current layout)"},
-                {"window", "", "N", "16", "gemma3: sliding window of the local layers"},
+                {"window", "", "N", "16", "gemma3, gpt_oss: sliding window of the windowed layers"},
                 {"swa-pattern", "", "N", "min(6, layers)", "gemma3: every N-th layer attends globally, the others within --window"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},

@@ -27,6 +27,9 @@ struct YarnParams {
   double factor = 0;  // <= 1: off
   double original_ctx = 4096, beta_fast = 32, beta_slow = 1;
   float mscale = 1.f;  // multiplies cos and sin
+  // The ramp's ends rounded to whole dims (floor / ceil), as llama.cpp and transformers do by default; gpt-oss's
+  // config.json says truncate: false (transformers then keeps them fractional; llama.cpp rounds regardless).
+  bool truncate = true;
 };
 struct RopeTable {
   RopeStyle style = RopeStyle::kHalves;
@@ -111,6 +114,9 @@ class Ops {
   virtual void SwiGLU(const float* gate, const float* up, float* out, int64_t n) const = 0;
   // out[i] = gelu_tanh(gate[i]) * up[i], GELU's tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
   virtual void GeGLU(const float* gate, const float* up, float* out, int64_t n) const = 0;
+  // gpt-oss's clamped SwiGLU (ggml's swiglu_oai): g = min(gate, 7), u = clamp(up, -7, 7),
+  // out = g * sigmoid(1.702 g) * (u + 1).
+  virtual void SwiGluOai(const float* gate, const float* up, float* out, int64_t n) const = 0;
   // Causal attention over paged K/V (kv_type f32, bf16 or f16) for several sequences at once; row i of a
   // sequence sees positions [0, start + i], or the last shape.window of them. q: rows of n_heads * hd_k; out: rows of n_heads * hd_v.
   virtual void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base,

@@ -10,7 +10,7 @@
 namespace deepinfer {
 
 // Model families; each is declared once in model/arch/ (names, config rules, tensor spellings).
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3, kGemma3 };
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3, kGemma3, kGptOss };
 const char* ArchName(Arch a);
 bool ArchFromName(const std::string& name, Arch* out);  // deepinfer, HF model_type/class or GGUF architecture names
 
@@ -19,8 +19,9 @@ bool ArchFromName(const std::string& name, Arch* out);  // deepinfer, HF model_t
 enum class QkNorm { kNone, kPerHead, kWhole };
 
 // The gated MLP's activation: act(gate(x)) * up(x). SiLU (SwiGLU: Llama and most families) or GELU's tanh
-// approximation (GeGLU: Gemma).
-enum class FfnAct { kSilu, kGeluTanh };
+// approximation (GeGLU: Gemma), or gpt-oss's clamped form (kSwigluOai: the gate clamped above and the up
+// projection on both sides at 7, then gate * sigmoid(1.702 gate) * (up + 1); kernels/ops.h).
+enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -38,6 +39,8 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;  // llama3-style scaling: inv_freq[i] /= factor[i]; empty = none
   bool tie_embeddings = false;
   bool attn_bias = false;  // q/k/v projection biases (qwen2)
+  bool attn_out_bias = false;  // a bias on the attention's output projection (gpt-oss)
+  bool attn_sinks = false;     // a learned softmax sink logit per query head (gpt-oss; kernels/ops.h AttnShape)
   QkNorm qk_norm = QkNorm::kNone;  // RMSNorm of q and k before RoPE
   // Layers that skip RoPE (SmolLM3's every fourth: no positional signal but the causal mask); empty: none.
   std::vector<int> nope_layers;
@@ -74,6 +77,10 @@ struct ModelConfig {
   bool shared_expert_gate = false;  // qwen2_moe: the shared expert's output is scaled by sigmoid(x . w_gate)
   bool router_sigmoid = false;  // deepseek-v3 scoring (noaux_tc), else softmax
   bool router_bias = false;     // e_score_correction_bias present (selection only)
+  // gpt-oss: the router's linear has a bias, each expert's gate/up/down projections too, and the top-k are
+  // chosen on the raw logits with their weights a softmax over the k chosen (not over every expert).
+  bool moe_biases = false;
+  bool router_softmax_topk = false;
   int n_group = 1, topk_group = 1;
   float routed_scaling_factor = 1.f;
   bool IsMoeLayer(int l) const {

@@ -208,10 +208,12 @@ class TensorEmitter {
     Vector(name, v);
   }
 
-  void Vector(const std::string& name, const std::vector<float>& v) {
+  // An f32 vector {n}, or of another shape (a vector per expert: {E, n}).
+  void Vector(const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape = {}) {
     std::vector<uint8_t> b(v.size() * sizeof(float));
     std::memcpy(b.data(), v.data(), b.size());
-    gw_.AddTensor(name, DType::kF32, {static_cast<int64_t>(v.size())}, std::move(b));
+    if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+    gw_.AddTensor(name, DType::kF32, std::move(shape), std::move(b));
   }
 
  private:
@@ -266,6 +268,7 @@ void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter
 bool Holds(const TensorDecl& d) {
   switch (d.form) {
     case TensorForm::kVector:
+    case TensorForm::kExpertVectors:
     case TensorForm::kMlaKB: return !d.vector->empty();
     case TensorForm::kExperts: return !d.experts->empty();
     case TensorForm::kMlaVB: return true;  // from the checkpoint's v_b, or out of its kv_b
@@ -280,6 +283,7 @@ void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl&
   switch (d.form) {
     case TensorForm::kMatrix: out.Matrix(name, *d.matrix, d.gguf_permute_heads); break;
     case TensorForm::kVector: out.Vector(name, *d.vector); break;
+    case TensorForm::kExpertVectors: out.Vector(name, *d.vector, d.shape); break;
     case TensorForm::kExperts: out.Stacked(name, *d.experts); break;
     case TensorForm::kGateVector: out.VectorFrom(name, *d.matrix); break;
     case TensorForm::kMlaKvB: break;  // written split, as llama.cpp's converter does: k_b and v_b

@@ -174,6 +174,15 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
         if (d.norm && N.format == WeightFormat::kHf && N.arch.hf_norm_offset != 0.f)
           for (float& x : *d.vector) x += N.arch.hf_norm_offset;  // in f32, as llama.cpp's converter adds it
         break;
+      case TensorForm::kExpertVectors: {  // {E, n} in any float type, held as E * n f32
+        TensorView t;
+        DI_RETURN_IF_ERROR(Expect(src, name, d.shape, &t));
+        if (GetDTypeInfo(t.dtype).block_elems != 1 || t.dtype == DType::kF8E4M3)
+          return InvalidArgument(src.file + ": tensor '" + name + "' must be f32, f16 or bf16");
+        d.vector->resize(static_cast<size_t>(d.shape[0] * d.shape[1]));
+        DequantizeRow(t.dtype, t.data, d.vector->data(), d.vector->size());
+        break;
+      }
       case TensorForm::kGateVector:
         DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix));
         d.matrix->shape = d.shape;  // GGUF stores it as a vector {n}
@@ -244,6 +253,7 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
   m->source = dir;
   m->format = "hf";
   DI_ASSIGN_OR_RETURN(m->config, ParseHfConfig(ss.str(), cfg_path));
+  if (const char* why = GetArch(m->config.arch).hf_weights_unsupported) return Unimplemented(dir + ": " + why);
   if (split) DI_RETURN_IF_ERROR(CheckModelSplit(*split, m->config));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
   SafetensorsModel* sp = st.get();

@@ -235,6 +235,8 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   if (ds && (s.kv_lora <= 0 || s.qk_nope <= 0 || s.qk_rope <= 0 || s.qk_rope % 2 || s.v_head <= 0 || s.q_lora < 0 ||
              s.experts % s.n_group || s.topk_group > s.n_group || s.first_dense >= s.layers))
     return InvalidArgument("make-tiny: deepseek_v3 needs positive MLA sizes, experts divisible by groups, a MoE layer");
+  if (family.hf_weights_unsupported && format != TinyFormat::kGguf)
+    return Unimplemented("make-tiny: " + arch + " is written as GGUF only (--format gguf): " + family.hf_weights_unsupported);
   if (family.tiny_adjust) family.tiny_adjust(&s);
   if (moe && (s.experts < 1 || s.experts_used < 1 || s.experts_used > s.experts || s.moe_intermediate % blk))
     return InvalidArgument("make-tiny: experts_used must be in [1, experts] and the expert FFN a multiple of the block");
@@ -277,7 +279,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   // One tensor of the HF directory: drawn (seeded by its name), rounded to the stored type and written; returns
   // the values both files hold (FP8: what e4m3 and the block scales represent).
   auto hf_tensor = [&](const TensorDecl& d, const std::string& name, const std::vector<int64_t>& shape) {
-    const bool is_vector = d.form == TensorForm::kVector;
+    const bool is_vector = d.form == TensorForm::kVector || d.form == TensorForm::kExpertVectors;
     size_t n = 1;
     for (auto dim : shape) n *= static_cast<size_t>(dim);
     std::vector<float> v = RoundTrip(is_vector ? vec_dtype : store_dtype, RandomTensor(s.seed, name, n, d.tiny_std, d.tiny_center - (d.norm ? family.hf_norm_offset : 0.f)));
@@ -304,11 +306,12 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       const std::string gg = TensorName(family, WeightFormat::kGguf, d.id, d.layer);
       switch (d.form) {
         case TensorForm::kMatrix:
-        case TensorForm::kVector: {
+        case TensorForm::kVector:
+        case TensorForm::kExpertVectors: {
           std::vector<float> v = hf_tensor(d, hf, d.shape);
           if (d.norm && family.hf_norm_offset != 0.f)  // HF holds the offset from it (drawn around 0), GGUF the weight
             for (float& x : v) x += family.hf_norm_offset;
-          const DType t = d.form == TensorForm::kVector ? DType::kF32 : store_dtype;
+          const DType t = d.form == TensorForm::kMatrix ? store_dtype : DType::kF32;
           if (want_gguf)
             gw.AddTensor(gg, t, d.shape, Encode(t, d.gguf_permute_heads ? PermuteQK(v, d.gguf_permute_heads, d.shape.back()) : v));
           break;

@@ -89,6 +89,23 @@ const cases = [
    promptLen: 160, tol: 1e-2, meanTol: 1e-3, formatsBitwise: true},
   {arch: "gemma3", dtype: "f32", flags: ["--layers", "4", "--swa-pattern", "2", "--window", "23", "--seed", "3", "--tie", "--rope-theta", "1000000"],
    name: "gemma3-w23-alt", promptLen: 130, tol: 1e-2, meanTol: 1e-3, formatsBitwise: true},
+  // gpt-oss (GGUF only: deepinfer does not read HF gpt-oss checkpoints yet): q/k/v/o biases, query width 128 !=
+  // hidden 64, one softmax sink per head, even layers windowed (16, over a 140-token prompt), YaRN (factor 32 over
+  // 4096, cos/sin scaled by 1 + 0.1 ln 32), a router with a bias choosing 4 of 8 experts on raw logits and
+  // weighting them by a softmax over the 4, expert biases and the clamped SwiGLU. f32 (the f32 bar) and MXFP4
+  // (every matrix in gpt-oss's expert type, with q8_0 activations; the quantized bar, over the 64-token prompt as
+  // the other quantized cases). Measured on six seeds: 64 tokens, max 3e-6..0.18, mean 5e-7..5e-3; over 140
+  // tokens, four of six seeds cross a q8_0 rounding step somewhere after position 54 and stay ~0.1 apart from
+  // there (max 0.06..1.0, mean up to 1.9e-2). The f32 case shows why late: its difference grows with position
+  // (6e-6 at the start, 5.7e-5 at 137) as the engines' RoPE angles round differently (ggml multiplies theta up
+  // in f32, deepinfer takes pow in double).
+  {arch: "gpt_oss", dtype: "f32", flags: ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8",
+                                          "--experts-used", "4", "--expert-ffn", "32", "--window", "16", "--rope-theta", "150000"],
+   promptLen: 140, ggufOnly: true},
+  {arch: "gpt_oss", dtype: "mxfp4", flags: ["--layers", "3", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8",
+                                            "--experts-used", "4", "--expert-ffn", "64", "--window", "20", "--rope-theta", "150000",
+                                            "--seed", "4"],
+   ggufOnly: true},
   {arch: "llama", dtype: "bf16", flags: []},
   // MoE in bf16: top-k routing is discontinuous. When two experts' router scores tie to within bf16 summation
   // noise, the engines may pick different experts for that token (seen: one position of 64, max 1.5e-2), so
@@ -126,11 +143,13 @@ for (const c of cases) {
   const name = c.name ?? `${c.arch}-${c.dtype}`;
   if (only && !name.startsWith(only)) continue;
   const dir = path.join(tmp, name);
-  runDeepinfer(bin, ["make-tiny", "--arch", c.arch, "--dtype", c.dtype, "--out", dir, "-q", ...c.flags]);
   const gguf = path.join(dir, "model.gguf");
+  if (c.ggufOnly) fs.mkdirSync(dir, {recursive: true});
+  runDeepinfer(bin, ["make-tiny", "--arch", c.arch, "--dtype", c.dtype, "--out", c.ggufOnly ? gguf : dir, "-q",
+                     ...(c.ggufOnly ? ["--format", "gguf"] : []), ...c.flags]);
   const p = promptOf(c);
   const ref = await llamaLogprobs(gguf, p);
-  const formats = HF_DEQUANTIZED.has(c.dtype) ? [["gguf", gguf]] : [["gguf", gguf], ["hf", dir]];
+  const formats = HF_DEQUANTIZED.has(c.dtype) || c.ggufOnly ? [["gguf", gguf]] : [["gguf", gguf], ["hf", dir]];
   const tol = c.tol ?? TOL[c.dtype], meanTol = c.meanTol ?? MEAN_TOL[c.dtype];
   const got = [];
   for (const [fmt, m] of formats) {

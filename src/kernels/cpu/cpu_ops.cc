@@ -43,6 +43,9 @@ class CpuOpsImpl final : public Ops {
   void GeGLU(const float* gate, const float* up, float* out, int64_t n) const override {
     Elementwise(deepinfer::GeGLU, gate, up, out, n);
   }
+  void SwiGluOai(const float* gate, const float* up, float* out, int64_t n) const override {
+    Elementwise(deepinfer::SwiGluOai, gate, up, out, n);
+  }
   void PagedAttention(const float* q, const AttnSeq* seqs, int num_seqs, const void* k_base, const void* v_base, DType kv_type,
                       const AttnShape& shape, float scale, float* out) const override {
     deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);

@@ -29,8 +29,11 @@ RopeTable RopeTable::Make(RopeStyle style, int rot_dim, double theta, const std:
     auto corr = [&](double rotations) {
       return rot_dim * std::log(yarn.original_ctx / (rotations * 2 * M_PI)) / (2 * std::log(theta));
     };
-    low = std::max(0.0, std::floor(corr(yarn.beta_fast)));
-    high = std::min(rot_dim - 1.0, std::ceil(corr(yarn.beta_slow)));
+    low = corr(yarn.beta_fast);
+    high = corr(yarn.beta_slow);
+    if (yarn.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(0.0, low);
+    high = std::min(rot_dim - 1.0, high);
     t.mscale = yarn.mscale;
   }
   for (int i = 0; i < rot_dim / 2; ++i) {
@@ -78,6 +81,16 @@ void GeGLU(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float x = gate[i];
     out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + kCoefA * x * x))) * up[i];
+  }
+}
+
+void SwiGluOai(const float* gate, const float* up, float* out, int64_t n) {
+  // ggml_vec_swiglu_oai's expression in f32 with expf (the constants are llama.cpp's and HF's, not in any config).
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], kLimit);
+    const float y = std::clamp(up[i], -kLimit, kLimit);
+    out[i] = x / (1.f + std::exp(kAlpha * (-x))) * (y + 1.f);
   }
 }
 

@@ -17,6 +17,7 @@ void ApplyRope(const RopeTable& t, float* x, int m, int n_heads, int head_dim, c
 // out[i] = silu(gate[i]) * up[i]
 void SwiGLU(const float* gate, const float* up, float* out, int64_t n);
 void GeGLU(const float* gate, const float* up, float* out, int64_t n);  // out = gelu_tanh(gate) * up
+void SwiGluOai(const float* gate, const float* up, float* out, int64_t n);  // gpt-oss's clamped SwiGLU (kernels/ops.h)
 // In-place softmax over n values; returns nothing, handles -inf.
 void Softmax(float* x, int n);
 // log-softmax into out.

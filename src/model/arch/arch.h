@@ -87,6 +87,8 @@ struct ArchSpec {
   // whole weight (llama.cpp's converter adds the offset in f32); the loader adds it to what it reads from HF, and
   // make-tiny writes HF the weight minus it.
   float hf_norm_offset = 0.f;
+  // Why the family's HF weights cannot be read yet (null: they can); its GGUF files still load.
+  const char* hf_weights_unsupported = nullptr;
   // config.json defaults of the family's HF config class (a JSON object), for keys a checkpoint leaves out.
   const char* hf_defaults = nullptr;
   // RoPE as stored in GGUF files. kAdjacentPairs for llama-style families: llama.cpp's converter permutes the
@@ -141,6 +143,11 @@ const ArchSpec& Qwen2MoeArch();
 const ArchSpec& Olmo2Arch();
 const ArchSpec& SmolLM3Arch();
 const ArchSpec& Gemma3Arch();
+const ArchSpec& GptOssArch();
+
+// Which layers of `layers` are windowed when every period-th one is not (llama.cpp's set_swa_pattern: layer l is
+// windowed iff l % period < period - 1; period 0: all). Gemma 3 (period 6) and gpt-oss (period 2: even layers).
+std::vector<bool> SwaLayerPattern(int layers, int period);
 
 // Shared by the MoE families: GGUF expert metadata (expert_count, expert_used_count, expert_feed_forward_length)
 // written for convert and make-tiny.

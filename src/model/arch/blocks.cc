@@ -47,6 +47,10 @@ void GqaTensors(const ModelConfig& c, GqaWeights& w, TensorList& t) {
     t.Norm(TensorId::kAttnKNorm, kvd, &w.k_norm).ColumnParallel(TpBy::kKvHeads, hd);
   }
   t.Matrix(TensorId::kAttnOut, h, qd, &w.wo, 1.f / std::sqrt(qd)).RowParallel(TpBy::kHeads, hd);
+  // gpt-oss: the output projection's bias (added once, after a row-parallel sum) and one sink logit per query
+  // head, drawn around 1 with a wide spread so a tiny model's sinks take a real share of the softmax.
+  if (c.attn_out_bias) t.Vector(TensorId::kAttnOutBias, h, &w.bo, 0.1f, 0.f);
+  if (c.attn_sinks) t.Vector(TensorId::kAttnSinks, c.n_heads, &w.sinks, 1.f, 1.f).ColumnParallel(TpBy::kHeads, 1);
 }
 
 void MlaTensors(const ModelConfig& c, MlaWeights& w, TensorList& t) {
@@ -99,9 +103,15 @@ void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t)
   t.Matrix(TensorId::kFfnRouter, E, h, &m.router, 2.f / std::sqrt(h));
   // Mostly negative in make-tiny, as trained V3 checkpoints have them: masking must use -inf, not 0.
   if (c.router_bias) t.Vector(TensorId::kFfnExpProbsBias, E, &m.exp_probs_bias, 0.3f, -0.2f);
+  if (c.moe_biases) t.Vector(TensorId::kFfnRouterBias, E, &m.router_bias, 0.5f, 0.f);
   t.Experts(TensorId::kFfnGateExps, E, ff, h, &m.gate, 1.f / std::sqrt(static_cast<float>(h))).ColumnParallel(TpBy::kExpertFfn);
   t.Experts(TensorId::kFfnUpExps, E, ff, h, &m.up, 1.f / std::sqrt(static_cast<float>(h))).ColumnParallel(TpBy::kExpertFfn);
   t.Experts(TensorId::kFfnDownExps, E, h, ff, &m.down, 1.f / std::sqrt(static_cast<float>(ff))).RowParallel(TpBy::kExpertFfn);
+  if (c.moe_biases) {  // gpt-oss: each expert's projections have biases
+    t.ExpertVectors(TensorId::kFfnGateExpsBias, E, ff, &m.gate_bias, 0.2f).ColumnParallel(TpBy::kExpertFfn);
+    t.ExpertVectors(TensorId::kFfnUpExpsBias, E, ff, &m.up_bias, 0.2f).ColumnParallel(TpBy::kExpertFfn);
+    t.ExpertVectors(TensorId::kFfnDownExpsBias, E, h, &m.down_bias, 0.1f);
+  }
   if (c.shared_ffn <= 0) return;
   SwiGluTensors(c, {TensorId::kFfnGateShexp, TensorId::kFfnUpShexp, TensorId::kFfnDownShexp}, c.shared_ffn, m.shared,
                 TpBy::kSharedFfn, t);

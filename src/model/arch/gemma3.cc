@@ -29,14 +29,6 @@ namespace {
 constexpr int kDefaultSwaPeriod = 6;       // llama.cpp's default when the GGUF has no sliding_window_pattern
 constexpr double kDefaultLocalBase = 1e4;  // llama.cpp's rope_freq_base_train_swa default, HF's rope_local_base_freq
 
-// Layer l is windowed unless it ends a period (llama.cpp's set_swa_pattern, HF's layer_types from
-// sliding_window_pattern).
-std::vector<bool> SwaPattern(int layers, int period) {
-  std::vector<bool> out(static_cast<size_t>(layers));
-  for (int l = 0; l < layers; ++l) out[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
-  return out;
-}
-
 void Gemma3LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
   t.Norm(TensorId::kAttnNorm, c.hidden, &w.attn_norm);
   GqaTensors(c, w.gqa, t);
@@ -71,7 +63,7 @@ Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
   } else {
     DI_ASSIGN_OR_RETURN(int64_t period, j.Int("sliding_window_pattern", kDefaultSwaPeriod));
     if (period <= 0 || period > 4096) return j.Invalid("sliding_window_pattern out of range");
-    c->swa_layers = SwaPattern(c->n_layers, static_cast<int>(period));
+    c->swa_layers = SwaLayerPattern(c->n_layers, static_cast<int>(period));
   }
   // The local base: rope_local_base_freq, or (newer configs) rope_parameters.sliding_attention.rope_theta.
   double local = kDefaultLocalBase;
@@ -105,7 +97,7 @@ Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
     DI_ASSIGN_OR_RETURN(int64_t period, g.Int("attention.sliding_window_pattern", kDefaultSwaPeriod, false));
     if (period < 0 || period > 4096) return g.Invalid("attention.sliding_window_pattern out of range");
     c->sliding_window = static_cast<int>(window);
-    c->swa_layers = SwaPattern(c->n_layers, static_cast<int>(period));
+    c->swa_layers = SwaLayerPattern(c->n_layers, static_cast<int>(period));
     c->rope_theta_swa = kDefaultLocalBase;
     if (auto v = g.Float("rope.freq_base_swa"); v.ok()) c->rope_theta_swa = *v;
     c->swa_rope_scaled = false;
@@ -116,7 +108,7 @@ Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
 // The period of a pattern SwaPattern can express (0: none).
 int PatternPeriod(const ModelConfig& c) {
   for (int p = 1; p <= c.n_layers; ++p)
-    if (SwaPattern(c.n_layers, p) == c.swa_layers) return p;
+    if (SwaLayerPattern(c.n_layers, p) == c.swa_layers) return p;
   return 0;
 }
 
@@ -161,7 +153,7 @@ const ArchSpec& Gemma3Arch() {
         (*cfg)["sliding_window"] = s.window;
         (*cfg)["sliding_window_pattern"] = s.swa_period;
         std::vector<std::string> types;
-        for (bool w : SwaPattern(s.layers, s.swa_period)) types.push_back(w ? "sliding_attention" : "full_attention");
+        for (bool w : SwaLayerPattern(s.layers, s.swa_period)) types.push_back(w ? "sliding_attention" : "full_attention");
         (*cfg)["layer_types"] = types;
         (*cfg)["rope_local_base_freq"] = kDefaultLocalBase;
         (*cfg)["query_pre_attn_scalar"] = s.head_dim;

@@ -11,7 +11,7 @@ const std::vector<const ArchSpec*>& AllArchs() {
   // One line per family. Order matters only for lookups by a shared name (first match wins).
   static const std::vector<const ArchSpec*> kAll = {
       &LlamaArch(), &MistralArch(), &Qwen2Arch(), &Qwen3Arch(), &Qwen3MoeArch(), &DeepseekArch(),
-      &MixtralArch(), &Qwen2MoeArch(), &Olmo2Arch(), &SmolLM3Arch(), &Gemma3Arch(),
+      &MixtralArch(), &Qwen2MoeArch(), &Olmo2Arch(), &SmolLM3Arch(), &Gemma3Arch(), &GptOssArch(),
   };
   return kAll;
 }
@@ -62,6 +62,12 @@ bool ArchFromName(const std::string& name, Arch* out) {
   const ArchSpec* a = FindArchByAnyName(name);
   if (a) *out = a->arch;
   return a != nullptr;
+}
+
+std::vector<bool> SwaLayerPattern(int layers, int period) {
+  std::vector<bool> out(static_cast<size_t>(layers));
+  for (int l = 0; l < layers; ++l) out[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+  return out;
 }
 
 void WriteGgufExpertCounts(const std::string& prefix, int experts, int used, int expert_ffn, GgufWriter& w) {

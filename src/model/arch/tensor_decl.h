@@ -17,6 +17,7 @@ namespace deepinfer {
 enum class TensorForm : uint8_t {
   kMatrix,      // {rows, cols} in both formats
   kVector,      // {n} (norms, biases), held in f32
+  kExpertVectors,  // one vector per routed expert {E, n} (gpt-oss's expert biases), held in f32 as E * n floats
   kExperts,     // routed experts {E, rows, cols}: HF has one {rows, cols} tensor per expert ("{e}" in the name),
                 // GGUF one stacked tensor; held as one view per expert
   kGateVector,  // HF a {1, n} linear, GGUF an f32 vector {n} (Qwen2-MoE's shared-expert gate); held as {1, n}

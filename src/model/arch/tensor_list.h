@@ -31,6 +31,12 @@ class TensorList {
     d.vector = dst;
     return d;
   }
+  // A vector per routed expert {experts, n} (biases), held in f32 as experts * n floats in dst.
+  TensorDecl& ExpertVectors(TensorId id, int64_t experts, int64_t n, std::vector<float>* dst, float std) {
+    TensorDecl& d = Add(id, TensorForm::kExpertVectors, {experts, n}, std, 0.f);
+    d.vector = dst;
+    return d;
+  }
   // Routed experts: `experts` matrices {rows, cols}, one view each in dst.
   TensorDecl& Experts(TensorId id, int64_t experts, int64_t rows, int64_t cols, std::vector<TensorView>* dst, float std) {
     TensorDecl& d = Add(id, TensorForm::kExperts, {experts, rows, cols}, std, 0.f);

@@ -15,12 +15,16 @@ enum class TensorId {
   kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQBias, kAttnKBias, kAttnVBias, kAttnQNorm, kAttnKNorm,
   // Norms of a block's output before it joins the residual (OLMo 2, Gemma 3).
   kAttnPostNorm,
+  // gpt-oss: the output projection's bias and the per-head softmax sinks.
+  kAttnOutBias, kAttnSinks,
   // MLA (DeepSeek): low-rank q, the shared latent + rope key, its up-projection (whole, or split into k_b / v_b).
   kAttnQA, kAttnQANorm, kAttnQB, kAttnKvA, kAttnKvANorm, kAttnKvB, kAttnKB, kAttnVB,
   // MLP (per layer): dense, router, routed experts (GGUF stacks them; HF has one tensor per expert), shared
   // experts and Qwen2-MoE's sigmoid gate on the shared expert.
   kFfnNorm, kFfnGate, kFfnUp, kFfnDown, kFfnRouter, kFfnExpProbsBias, kFfnGateExps, kFfnUpExps, kFfnDownExps,
   kFfnGateShexp, kFfnUpShexp, kFfnDownShexp, kFfnShexpGate, kFfnPostNorm,
+  // gpt-oss: the router's bias and the routed experts' biases ({E, n} each).
+  kFfnRouterBias, kFfnGateExpsBias, kFfnUpExpsBias, kFfnDownExpsBias,
   // DeepSeek-V3 MTP module (stored as layer n_layers + k).
   kMtpENorm, kMtpHNorm, kMtpEhProj, kMtpEmbd, kMtpHeadNorm, kMtpHead,
   kCount

@@ -52,8 +52,11 @@ Status GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Pag
   DI_RETURN_IF_ERROR(WriteBatchKv(b, kv, l, k_.data(), v_.data()));
   AttnShape shape{nh, nkv, hd, hd, nkv * hd, nkv * hd};
   shape.window = window;
+  shape.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
   ops_.PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), shape, scale_, attn_.data());
-  ops_.MatMul(w.wo, attn_.data(), n, out);
+  // The output bias is added here only because a model with one runs in one process (model/shard.cc refuses a
+  // split): under tensor parallelism it would belong after the row-parallel all-reduce.
+  ops_.MatMul(w.wo, attn_.data(), n, out, w.bo.empty() ? nullptr : w.bo.data());
   return Status::Ok();
 }
 

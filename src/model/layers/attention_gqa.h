@@ -18,6 +18,8 @@ struct GqaWeights {
   TensorView wo;                      // {hidden, heads * head_dim}, row-parallel
   std::vector<float> bq, bk, bv;      // qwen2: projection biases (split with their rows)
   std::vector<float> q_norm, k_norm;  // q/k RMSNorm weights: {head_dim} per head (qwen3), or whole (OLMo 2)
+  std::vector<float> bo;              // gpt-oss: the output projection's bias {hidden}
+  std::vector<float> sinks;           // gpt-oss: a softmax sink logit per query head {heads}
 };
 
 // Whole-projection q/k norms (QkNorm::kWhole) under tensor parallelism: a rank's rows hold its heads only, so

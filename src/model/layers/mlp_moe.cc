@@ -13,7 +13,10 @@ MoeMlp::MoeMlp(const Ops& ops, const ModelConfig& c, int max_tokens, int rank_ca
       shared_ff_(c.shared_ffn), max_tokens_(max_tokens) {
   router_.n_experts = c.n_experts;
   router_.top_k = c.n_experts_used;
-  router_.scoring = c.router_sigmoid ? RouterConfig::Scoring::kSigmoid : RouterConfig::Scoring::kSoftmax;
+  router_.scoring = c.router_softmax_topk ? RouterConfig::Scoring::kSoftmaxTopK
+                    : c.router_sigmoid      ? RouterConfig::Scoring::kSigmoid
+                                            : RouterConfig::Scoring::kSoftmax;
+  act_ = c.ffn_act;
   router_.norm_topk_prob = c.norm_topk_prob;
   router_.routed_scaling_factor = c.routed_scaling_factor;
   router_.n_group = c.n_group;
@@ -61,6 +64,10 @@ ExpertPlacement ExpertPlacement::FromPhy2Log(std::vector<int32_t> phy2log, int n
 }
 
 namespace {
+
+void AddBias(float* y, const float* b, int n) {
+  for (int i = 0; i < n; ++i) y[i] += b[i];
+}
 
 // Counting sort of `count` rows by expert, stable (each expert's rows keep their order): rows lists them expert
 // by expert, expert e's at [first[e], first[e + 1]).
@@ -115,7 +122,14 @@ void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_str
       jobs_.push_back({&w.shared.up, xn, n, sh_up_.data()});
     }
     ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
-    ops_.SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
+    if (!w.gate_bias.empty())  // gpt-oss: each product plus its expert's bias, before the activation
+      for (const WaveExpert& we : wave_)
+        for (int r = we.first; r < we.first + we.count; ++r) {
+          AddBias(gate_.data() + static_cast<size_t>(r) * ff, w.gate_bias.data() + static_cast<size_t>(we.expert) * ff, ff);
+          AddBias(up_.data() + static_cast<size_t>(r) * ff, w.up_bias.data() + static_cast<size_t>(we.expert) * ff, ff);
+        }
+    if (act_ == FfnAct::kSwigluOai) ops_.SwiGluOai(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
+    else ops_.SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
     if (shared) ops_.SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), static_cast<int64_t>(n) * shared_ff_);
     // Down projections: routed rows land in in_ (its inputs are consumed), the shared ones in sh_out_.
     jobs_.clear();
@@ -124,6 +138,10 @@ void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_str
                        in_.data() + static_cast<size_t>(we.first) * h});
     if (shared) jobs_.push_back({&w.shared.down, sh_gate_.data(), n, sh_out_.data()});
     ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
+    if (!w.down_bias.empty())  // before the routing weight multiplies it (Combine), as llama.cpp adds it
+      for (const WaveExpert& we : wave_)
+        for (int r = we.first; r < we.first + we.count; ++r)
+          AddBias(in_.data() + static_cast<size_t>(r) * h, w.down_bias.data() + static_cast<size_t>(we.expert) * h, h);
     for (int r = 0; r < rows; ++r)
       std::memcpy(out_base + static_cast<size_t>(rows_[wave0 + r]) * h, in_.data() + static_cast<size_t>(r) * h, sizeof(float) * h);
     shared_pending = false;
@@ -175,7 +193,7 @@ void MoeMlp::Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, fl
 
 void MoeMlp::Route(const MoeWeights& w, const float* xn, int n) {
   if (n == 0) return;
-  ops_.MatMul(w.router, xn, n, router_logits_.data());
+  ops_.MatMul(w.router, xn, n, router_logits_.data(), w.router_bias.empty() ? nullptr : w.router_bias.data());
   router_.correction_bias = w.exp_probs_bias;  // per layer (empty when the model has none)
   RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
 }

@@ -38,6 +38,10 @@ struct ExpertPlacement {
 struct MoeWeights {
   TensorView router;                   // {n_experts, hidden} (replicated)
   std::vector<float> exp_probs_bias;   // deepseek-v3 e_score_correction_bias: added for selection only
+  std::vector<float> router_bias;      // gpt-oss: the router linear's bias {n_experts} (part of the logits)
+  // gpt-oss: per logical expert e, biases of its gate/up ({moe_ff} at e * moe_ff) and down ({hidden} at e * hidden)
+  // projections, added to each product before the activation and before the routing weight.
+  std::vector<float> gate_bias, up_bias, down_bias;
   // Routed experts, one view each (so a placement over expert-parallel ranks is a choice of views).
   std::vector<TensorView> gate, up;    // {moe_ff, hidden}
   std::vector<TensorView> down;        // {hidden, moe_ff}
@@ -99,6 +103,7 @@ class MoeMlp {
     int expert, first, count;  // the expert's gathered rows are [first, first + count) of in_
   };
   int hidden_, ff_, n_experts_, top_k_, shared_ff_, max_tokens_;
+  FfnAct act_ = FfnAct::kSilu;  // the experts' gated activation (SwiGLU, or gpt-oss's clamped form)
   RouterConfig router_;
   std::vector<float> router_logits_, route_w_, in_, gate_, up_, out_k_;
   std::vector<int32_t> route_e_, rows_;

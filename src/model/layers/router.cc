@@ -24,8 +24,10 @@ void RouteTokens(const RouterConfig& cfg, const float* logits, int n, int32_t* e
       for (int e = 0; e < E; ++e) sum += score[e] = std::exp(x[e] - mx);
       const float inv = static_cast<float>(1.0 / sum);
       for (int e = 0; e < E; ++e) score[e] *= inv;
-    } else {
+    } else if (cfg.scoring == RouterConfig::Scoring::kSigmoid) {
       for (int e = 0; e < E; ++e) score[e] = 1.f / (1.f + std::exp(-x[e]));
+    } else {  // kSoftmaxTopK: chosen on the logits themselves, weighted below
+      for (int e = 0; e < E; ++e) score[e] = x[e];
     }
     for (int e = 0; e < E; ++e) select[e] = score[e] + (cfg.correction_bias.empty() ? 0.f : cfg.correction_bias[e]);
     if (cfg.n_group > 1 && cfg.topk_group < cfg.n_group) {
@@ -50,6 +52,18 @@ void RouteTokens(const RouterConfig& cfg, const float* logits, int n, int32_t* e
     }
     std::iota(order.begin(), order.end(), 0);
     std::partial_sort(order.begin(), order.begin() + K, order.end(), better(select));
+    if (cfg.scoring == RouterConfig::Scoring::kSoftmaxTopK) {
+      // ggml_soft_max over the k chosen: expf of each minus the best, summed in double, scaled by 1 / sum in f32.
+      const float mx = score[order[0]];
+      double sum = 0;
+      for (int k = 0; k < K; ++k) sum += weights[t * K + k] = std::exp(score[order[k]] - mx);
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int k = 0; k < K; ++k) {
+        experts[t * K + k] = order[k];
+        weights[t * K + k] *= inv;
+      }
+      continue;
+    }
     float total = 0;
     for (int k = 0; k < K; ++k) total += score[order[k]];
     for (int k = 0; k < K; ++k) {

@@ -10,7 +10,9 @@
 namespace deepinfer {
 
 struct RouterConfig {
-  enum class Scoring { kSoftmax, kSigmoid };
+  // kSoftmaxTopK (gpt-oss): the top k are chosen on the raw logits and weighted by a softmax over those k only
+  // (llama.cpp's SOFTMAX_WEIGHT gating); no renormalization or scaling applies after it.
+  enum class Scoring { kSoftmax, kSigmoid, kSoftmaxTopK };
   enum class GroupScore { kMax, kTop2Sum };
   int n_experts = 0;
   int top_k = 0;
