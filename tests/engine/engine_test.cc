@@ -98,6 +98,21 @@ const Model& TinyGemma3() {
   return *m;
 }
 
+// gpt-oss: layers 0 and 2 windowed (12), layer 1 full; sinks, biases, YaRN, top-4 of 8 experts weighted by a
+// softmax over the 4, the clamped SwiGLU.
+const Model& TinyGptOss() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kGptOss);
+    s.layers = 3;
+    s.window = 12;
+    s.experts = 8;
+    s.experts_used = 4;
+    s.rope_theta = 150000;
+    return MakeTiny(s, "gpt_oss");
+  }();
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -125,7 +140,8 @@ class EngineEquivalence : public ::testing::TestWithParam<int> {
       case 5: return Case{"tiny-qwen2-moe", TinyQwen2Moe, {"a", "e ", "\n"}};
       case 6: return Case{"tiny-olmo2", TinyOlmo2, {"a", "e ", "\n"}};
       case 7: return Case{"tiny-smollm3", TinySmolLM3, {"a", "e ", "\n"}};
-      default: return Case{"tiny-gemma3", TinyGemma3, {"a", "e ", "\n"}};
+      case 8: return Case{"tiny-gemma3", TinyGemma3, {"a", "e ", "\n"}};
+      default: return Case{"tiny-gpt-oss", TinyGptOss, {"a", "e ", "\n"}};
     }
   }
 };
@@ -225,10 +241,10 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
 
 std::string ModelName(const ::testing::TestParamInfo<int>& info) {
   static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3", "TinyMixtral", "TinyQwen2Moe",
-                                 "TinyOlmo2", "TinySmolLM3", "TinyGemma3"};
+                                 "TinyOlmo2", "TinySmolLM3", "TinyGemma3", "TinyGptOss"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8), ModelName);
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), ModelName);
 
 // Issue 37, must-show 2: priority (vLLM's semantics: lower first). 30 long prompts, then an urgent short one:
 // added behind them it still gets its first token before any of them, both when everything is queued at once and

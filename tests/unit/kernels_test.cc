@@ -157,6 +157,25 @@ TEST(OpsTest, RopeFreqFactorsDivideFrequencies) {
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(scaled.inv_freq[i] * (1 << i), plain.inv_freq[i], 1e-9);
 }
 
+// gpt-oss's clamped SwiGLU against its definition in double (transformers' GptOssExperts): inputs spread over
+// +-12 so the gate's upper clamp and both of up's are crossed.
+TEST(OpsTest, SwiGluOaiClampsAsGptOss) {
+  const int n = 257;
+  auto g = RandomVec(n, 14, 12.f), u = RandomVec(n, 15, 12.f);
+  std::vector<float> o(n);
+  SwiGluOai(g.data(), u.data(), o.data(), n);
+  int clamped_gate = 0, clamped_up = 0;
+  for (int i = 0; i < n; ++i) {
+    const double x = std::min<double>(g[i], 7.0), y = std::clamp<double>(u[i], -7.0, 7.0);
+    clamped_gate += g[i] > 7;
+    clamped_up += u[i] > 7 || u[i] < -7;
+    const double want = x / (1 + std::exp(-1.702 * x)) * (y + 1);
+    EXPECT_NEAR(o[i], want, 1e-5 * std::max(1.0, std::fabs(want))) << i;
+  }
+  EXPECT_GT(clamped_gate, 10);
+  EXPECT_GT(clamped_up, 10);
+}
+
 TEST(OpsTest, SwiGLUAndSoftmax) {
   auto g = RandomVec(33, 4, 4.f), u = RandomVec(33, 5);
   std::vector<float> o(33);

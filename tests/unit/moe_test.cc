@@ -20,8 +20,10 @@ void Reference(const RouterConfig& c, const std::vector<float>& x, std::vector<i
     double mx = *std::max_element(x.begin(), x.end()), z = 0;
     for (int e = 0; e < E; ++e) z += std::exp(x[e] - mx);
     for (int e = 0; e < E; ++e) s[e] = std::exp(x[e] - mx) / z;
-  } else {
+  } else if (c.scoring == RouterConfig::Scoring::kSigmoid) {
     for (int e = 0; e < E; ++e) s[e] = 1 / (1 + std::exp(-static_cast<double>(x[e])));
+  } else {  // kSoftmaxTopK: chosen on the logits, weighted by a softmax over the chosen (below)
+    for (int e = 0; e < E; ++e) s[e] = x[e];
   }
   for (int e = 0; e < E; ++e) sel[e] = s[e] + (c.correction_bias.empty() ? 0 : c.correction_bias[e]);
   std::vector<bool> allowed(E, true);
@@ -43,6 +45,15 @@ void Reference(const RouterConfig& c, const std::vector<float>& x, std::vector<i
   std::sort(cand.begin(), cand.end(), [](auto a, auto b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   ids->clear();
   w->clear();
+  if (c.scoring == RouterConfig::Scoring::kSoftmaxTopK) {  // HF GptOssTopKRouter: softmax(topk(logits).values)
+    double z = 0;
+    for (int k = 0; k < c.top_k; ++k) z += std::exp(s[cand[k].second] - s[cand[0].second]);
+    for (int k = 0; k < c.top_k; ++k) {
+      ids->push_back(cand[k].second);
+      w->push_back(std::exp(s[cand[k].second] - s[cand[0].second]) / z);
+    }
+    return;
+  }
   double total = 0;
   for (int k = 0; k < c.top_k; ++k) total += s[cand[k].second];
   for (int k = 0; k < c.top_k; ++k) {
@@ -82,6 +93,18 @@ TEST(MoeRouterTest, SoftmaxTopKLikeQwen3Moe) {
   CheckAgainstReference(c, 1);
   c.norm_topk_prob = false;  // DeepSeek-V2-Lite "greedy"
   CheckAgainstReference(c, 2);
+}
+
+TEST(MoeRouterTest, TopKThenSoftmaxLikeGptOss) {
+  RouterConfig c;
+  c.scoring = RouterConfig::Scoring::kSoftmaxTopK;
+  c.norm_topk_prob = false;
+  c.n_experts = 32;
+  c.top_k = 4;
+  CheckAgainstReference(c, 3);
+  c.n_experts = 8;
+  c.top_k = 2;
+  CheckAgainstReference(c, 4);
 }
 
 TEST(MoeRouterTest, GroupLimitedGreedyLikeDeepSeekV2) {
