@@ -72,6 +72,13 @@ const ds = model("ds8", ["--arch", "deepseek_v3", "--hidden", "256", "--kv-lora"
                          "--expert-ffn", "256", "--experts", "8", "--experts-used", "2", "--layers", "3"]);
 const f16 = model("m256-f16", ["--hidden", "256", "--ffn", "512", "--dtype", "f16"]);
 const gqa4 = model("m256-gqa4", ["--hidden", "256", "--ffn", "512", "--heads", "8", "--kv-heads", "2", "--layers", "16"]);
+// gpt-oss (GGUF only): biases per expert ({E, n}, kept f32 as llama.cpp keeps every non-"weight" tensor), sinks,
+// the router (f32 in llama.cpp's mixes), MXFP4 experts under mxfp4_moe.
+const gptOss = path.join(tmp, "gptoss");
+fs.mkdirSync(gptOss, {recursive: true});
+runDeepinfer(bin, ["make-tiny", "--arch", "gpt_oss", "--format", "gguf", "--out", path.join(gptOss, "model.gguf"), "-q", "--hidden", "256",
+                   "--heads", "4", "--kv-heads", "2", "--head-dim", "64", "--experts", "8", "--experts-used", "4",
+                   "--expert-ffn", "256", "--layers", "2", "--vocab", "520"]);
 const odd = model("m288", ["--hidden", "288", "--ffn", "544", "--heads", "4", "--kv-heads", "2"]);
 const cases = [
   ...["q4_k_m", "q4_k_s", "q5_k_m", "q5_k_s", "q6_k", "q8_0", "q4_0", "q5_1"].map(t => ({dir: big, outtype: t})),
@@ -85,6 +92,8 @@ const cases = [
   {dir: moe, outtype: "q4_k_m"},
   // MXFP4_MOE (gpt-oss's file type): stacked experts in MXFP4, every other matrix in q8_0.
   {dir: moe, outtype: "mxfp4_moe"},
+  {dir: gptOss, outtype: "mxfp4_moe", gguf: true},
+  {dir: gptOss, outtype: "q8_0", gguf: true},
   // GGUF inputs (f32, and f16 from make-tiny --dtype f16): deepinfer re-types the same file llama.cpp quantizes.
   {dir: big, outtype: "q4_k_m", gguf: true},
   {dir: f16, outtype: "q5_k_m", gguf: true},
