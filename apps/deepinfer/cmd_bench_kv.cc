@@ -11,6 +11,7 @@
 #include "args.h"
 #include "commands.h"
 #include "kv/kv_groups.h"
+#include "model/arch/arch.h"
 #include "kv/paged_kv_cache.h"
 #include "model/make_tiny.h"
 #include "startup.h"
@@ -24,21 +25,16 @@ struct KvShape {
   std::vector<int> windows;  // per layer: 0 = full attention
 };
 
-// gpt-oss-20b (HF config: 24 layers alternating sliding (even) and full (odd) attention, window 128, 8 KV heads of
-// 64); the Gemma 3 shapes come from make-tiny's presets, the same ones `make-tiny --preset` writes.
+// The shapes of make-tiny's presets (the same ones `make-tiny --preset` writes): gpt-oss's even layers and five of
+// Gemma 3's six are windowed, by the families' shared pattern rule.
 StatusOr<KvShape> Preset(const std::string& name) {
   KvShape k;
   k.name = name;
-  if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {
-    const int layers = name == "gpt-oss-20b" ? 24 : 36;
-    k.base = KvLayout::Plain(layers, 8 * 64, 8 * 64);
-    for (int l = 0; l < layers; ++l) k.windows.push_back(l % 2 == 0 ? 128 : 0);
-    return k;
-  }
   TinySpec s;
   if (!TinyPreset(name, &s)) return InvalidArgument("bench kv: unknown --shape '" + name + "'");
   k.base = KvLayout::Plain(s.layers, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim);
-  for (int l = 0; l < s.layers; ++l) k.windows.push_back(s.window > 0 && s.swa_period > 0 && (l + 1) % s.swa_period != 0 ? s.window : 0);
+  const std::vector<bool> windowed = SwaLayerPattern(s.layers, s.swa_period);
+  for (int l = 0; l < s.layers; ++l) k.windows.push_back(s.window > 0 && windowed[static_cast<size_t>(l)] ? s.window : 0);
   return k;
 }
 

@@ -14,7 +14,7 @@ int CmdMakeTiny(int argc, char** argv) {
             "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
             {
                 {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3 | olmo2 | smollm3 | gemma3"},
-                {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b | gemma-3-1b | gemma-3-4b (sets arch and sizes)"},
+                {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b | gemma-3-1b | gemma-3-4b | gpt-oss-20b | gpt-oss-120b (sets arch and sizes; --layers cuts it)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
                 {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K..q6_K | mxfp4 (quantized types: every matrix in the GGUF; the HF copy holds the dequantized values)"},

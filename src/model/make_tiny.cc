@@ -40,6 +40,13 @@ bool TinyPreset(const std::string& name, TinySpec* s) {
     s->vocab = 262208; s->hidden = 2560; s->layers = 34; s->heads = 8; s->kv_heads = 4; s->head_dim = 256;
     s->intermediate = 10240; s->ctx = 131072; s->rope_theta = 1000000; s->tie_embeddings = true;
     s->window = 1024; s->swa_period = 6; s->rope_linear = 8.0;
+  } else if (name == "gpt-oss-20b" || name == "gpt-oss-120b") {  // GptOssForCausalLM: q width 4096 != hidden 2880
+    const bool big = name == "gpt-oss-120b";
+    s->arch = Arch::kGptOss;
+    s->vocab = 201088; s->hidden = 2880; s->layers = big ? 36 : 24; s->heads = 64; s->kv_heads = 8; s->head_dim = 64;
+    s->intermediate = 2880; s->ctx = 131072; s->rope_theta = 150000;
+    s->experts = big ? 128 : 32; s->experts_used = 4; s->moe_intermediate = 2880;
+    s->window = 128; s->swa_period = 2;
   } else {
     return false;
   }

@@ -48,8 +48,8 @@ struct TinySpec {
   uint64_t vocab_seed = 0;
 };
 
-// Named realistic shapes: "llama-3.2-1b", "qwen3-0.6b", "qwen2.5-0.5b", "gemma-3-1b", "gemma-3-4b"; returns false
-// if unknown.
+// Named realistic shapes: "llama-3.2-1b", "qwen3-0.6b", "qwen2.5-0.5b", "gemma-3-1b", "gemma-3-4b", "gpt-oss-20b",
+// "gpt-oss-120b"; returns false if unknown.
 bool TinyPreset(const std::string& name, TinySpec* spec);
 
 enum class TinyFormat { kHf, kGguf, kBoth };
