@@ -17,6 +17,7 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/membw.h"
 #include "model/transformer.h"
+#include "startup.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -200,10 +201,10 @@ int CmdBench(int argc, char** argv) {
   const std::string mode = args.positional()[0];
   if (mode == "tokenize") return BenchTokenize(args);
   if (mode != "decode" && mode != "prefill" && mode != "membw") return Fail(InvalidArgument("unknown benchmark '" + mode + "'"));
-  const std::string kv_arg = args.Get("kv-cache-dtype");  // checked before the model loads
-  const DType kv_type = kv_arg == "bf16" ? DType::kBF16 : kv_arg == "f16" ? DType::kF16 : DType::kF32;
-  if (kv_arg != "f32" && kv_arg != "bf16" && kv_arg != "f16")
-    return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + kv_arg + "'"));
+  // Checked before the model loads.
+  const std::string kv_arg = args.Get("kv-cache-dtype");
+  if (Status s = CheckKvCacheDtype(kv_arg); !s.ok()) return Fail(s);
+  const DType kv_type = DTypeFromName(kv_arg);
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
   SetComputeThreads(threads);
   const int reps = std::max<int>(1, static_cast<int>(args.GetInt("reps")));

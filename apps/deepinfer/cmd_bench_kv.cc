@@ -61,10 +61,8 @@ int CmdBenchKv(int argc, char** argv) {
   double fraction = 0;
   if (Status s = ParseSize(args.Get("kv-cache"), &budget, &fraction); !s.ok()) return Fail(s);
   if (budget == 0) return Fail(InvalidArgument("bench kv: --kv-cache must be a size in bytes (16GiB), not a fraction"));
-  const std::string dt = args.Get("kv-cache-dtype");
-  const DType dtype = dt == "f32" ? DType::kF32 : dt == "bf16" ? DType::kBF16 : DType::kF16;
-  if (dt != "f32" && dt != "bf16" && dt != "f16")
-    return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + dt + "'"));
+  if (Status s = CheckKvCacheDtype(args.Get("kv-cache-dtype")); !s.ok()) return Fail(s);
+  const DType dtype = DTypeFromName(args.Get("kv-cache-dtype"));
   const int bs = static_cast<int>(args.GetInt("block-size"));
   const int64_t chunk = args.GetInt("max-batched-tokens");
   if (bs < 1 || chunk < 1) return Fail(InvalidArgument("bench kv: --block-size and --max-batched-tokens must be >= 1"));

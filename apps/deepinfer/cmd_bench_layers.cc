@@ -18,6 +18,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/membw.h"
 #include "model/transformer.h"
+#include "startup.h"
 
 namespace deepinfer::cli {
 namespace {
@@ -83,9 +84,8 @@ int CmdBenchLayers(int argc, char** argv) {
   }
   const int ctx = static_cast<int>(args.GetInt("ctx")), reps = std::max<int>(1, static_cast<int>(args.GetInt("reps")));
   if (ctx < 1 || ctx > (1 << 20)) return Fail(InvalidArgument("--ctx must be in [1, 1048576]"));
+  if (Status s = CheckKvCacheDtype(args.Get("kv-cache-dtype")); !s.ok()) return Fail(s);
   const DType kv_dtype = DTypeFromName(args.Get("kv-cache-dtype"));
-  if (kv_dtype != DType::kF32 && kv_dtype != DType::kBF16 && kv_dtype != DType::kF16)
-    return Fail(InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16"));
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   const Model& m = *model;
   const ModelConfig& c = m.config;

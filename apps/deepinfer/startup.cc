@@ -61,6 +61,11 @@ void ApplyLogFlags(const Args& args) {
   if (args.Has("quiet")) api::SetLogLevel(api::LogLevel::kError);
 }
 
+Status CheckKvCacheDtype(const std::string& name) {
+  if (name == "f32" || name == "bf16" || name == "f16") return Status::Ok();
+  return InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + name + "'");
+}
+
 Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
   if (args.Has("threads")) {
     opt->threads = static_cast<int>(args.GetInt("threads"));
@@ -73,10 +78,8 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
   }
   if (args.Has("kv-cache")) DI_RETURN_IF_ERROR(ParseSize(args.Get("kv-cache"), &opt->kv_cache_bytes, &opt->kv_cache_fraction));
   const std::string dt = args.Get("kv-cache-dtype");
-  if (dt == "f32") opt->kv_cache_dtype = api::KvCacheDtype::kF32;
-  else if (dt == "bf16") opt->kv_cache_dtype = api::KvCacheDtype::kBF16;
-  else if (dt == "f16") opt->kv_cache_dtype = api::KvCacheDtype::kF16;
-  else return InvalidArgument("--kv-cache-dtype must be f32, bf16 or f16, not '" + dt + "'");
+  DI_RETURN_IF_ERROR(CheckKvCacheDtype(dt));
+  opt->kv_cache_dtype = dt == "f32" ? api::KvCacheDtype::kF32 : dt == "bf16" ? api::KvCacheDtype::kBF16 : api::KvCacheDtype::kF16;
   opt->block_size = static_cast<int>(args.GetInt("block-size"));
   opt->max_num_seqs = static_cast<int>(args.GetInt("max-num-seqs"));
   opt->max_batched_tokens = static_cast<int>(args.GetInt("max-batched-tokens"));

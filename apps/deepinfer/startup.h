@@ -17,6 +17,8 @@ namespace deepinfer::cli {
 
 // "4GiB", "512MiB", "1.5G", "1000000" -> bytes; "0.25" (< 1) -> a fraction, returned through *fraction.
 Status ParseSize(const std::string& s, size_t* bytes, double* fraction);
+// --kv-cache-dtype's value: f32, bf16 or f16 (every command that takes the flag checks it here, one message).
+Status CheckKvCacheDtype(const std::string& name);
 
 
 #define DI_ENGINE_FLAGS                                                                                                 \

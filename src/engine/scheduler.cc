@@ -144,10 +144,8 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
   const int known = static_cast<int>(s->tokens().size());
   const int G = num_groups(), bs = pool_->block_size();
   const int32_t* tokens = s->tokens().data();
-  bool windowed = false;
-  for (int g = 0; g < G; ++g) windowed = windowed || window(g) > 0;
   // Full groups (and, without an anchor, every group) match by chain: the hit is the shortest match.
-  const bool by_window = windowed && window(0) == 0;
+  const bool by_window = windowed() && window(0) == 0;
   int hit = INT32_MAX;
   for (int g = 0; g < G; ++g) {
     if (by_window && window(g) > 0) continue;
@@ -216,10 +214,8 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   // blocks reach the cache once the sequence grows past them). With windows, exactly what the hit matched: a
   // windowed block is offered only once the anchor's block of the same positions is, which then must be offered
   // as soon as it is full, and the windows a replay rebuilds are offered again.
-  bool windowed = false;
-  for (int g = 0; g < G; ++g) windowed = windowed || window(g) > 0;
   std::vector<int> published(G, -1);
-  if (windowed)
+  if (windowed())
     for (int g = 0; g < G; ++g) published[g] = (window(g) > 0 ? start : reuse) / bs;
   auto release_held = [&] {
     for (int g = 0; g < G; ++g) pool_->Release(std::vector<int32_t>(tables[g].begin() + first[g], tables[g].end()));

@@ -76,6 +76,12 @@ class Scheduler {
  private:
   int num_groups() const { return cfg_.group_window.empty() ? 1 : static_cast<int>(cfg_.group_window.size()); }
   int window(int g) const { return cfg_.group_window.empty() ? 0 : cfg_.group_window[g]; }
+  // Whether any KV group is windowed (the layout is fixed for the scheduler's life).
+  bool windowed() const {
+    for (int w : cfg_.group_window)
+      if (w > 0) return true;
+    return false;
+  }
   int BlocksMissing(size_t have, int positions) const;  // blocks to add to `have` to cover [0, positions)
   // Every group's table grows to cover positions [0, positions), all or nothing: false (and the tables
   // unchanged) if the pool is short.

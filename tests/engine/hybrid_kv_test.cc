@@ -30,6 +30,20 @@ const Model& TinyGemma3Window(int w) {
   return *m;
 }
 
+// Appends one engine event to a one-sample result.
+void Append(const RequestOutput& ev, RequestResult* out) {
+  SampleResult& s = out->samples[0];
+  s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+  for (const auto& lp : ev.logprobs) {
+    s.logprobs.push_back(lp.logprob);
+    s.top.push_back(lp.top);
+  }
+  s.text += ev.text;
+  out->cached_tokens = ev.cached_tokens;
+  out->replayed_tokens = ev.replayed_tokens;
+  if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+}
+
 EngineOptions Options(bool overlap) {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -125,15 +139,8 @@ TEST(HybridKvTest, SwaMemoryStaysBounded) {
     got.samples.resize(1);
     int min_live = INT32_MAX, max_live = 0;
     auto id = e.Add(r.prompt, r.params, [&](const RequestOutput& ev) {
-      SampleResult& s = got.samples[0];
-      s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-      for (const auto& lp : ev.logprobs) {
-        s.logprobs.push_back(lp.logprob);
-        s.top.push_back(lp.top);
-      }
-      s.text += ev.text;
-      if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
-      if (s.tokens.size() > 200 && !ev.finished)  // decoding, far past the prompt
+      Append(ev, &got);
+      if (got.samples[0].tokens.size() > 200 && !ev.finished)  // decoding, far past the prompt
         for (int g = 1; g < 3; ++g) {
           min_live = std::min(min_live, e.kv_group_in_use(g));
           max_live = std::max(max_live, e.kv_group_in_use(g));
@@ -159,7 +166,9 @@ TEST(HybridKvTest, SwaMemoryStaysBounded) {
     }
     EXPECT_LE(max_live, decode_bound) << mode.name;
     EXPECT_GE(min_live, W / bs) << mode.name << ": a window of W positions spans at least W / bs blocks";
-    if (!mode.overlap) EXPECT_EQ(max_live, W / bs + 1) << mode.name;
+    if (!mode.overlap) {
+      EXPECT_EQ(max_live, W / bs + 1) << mode.name;
+    }
     EXPECT_GE(e.kv_group_peak(0), (100 + T - 1) / bs) << "the full-attention group keeps every position";
   }
 }
@@ -168,18 +177,7 @@ TEST(HybridKvTest, SwaMemoryStaysBounded) {
 RequestResult RunOne(Engine& e, const TestRequest& r) {
   RequestResult out;
   out.samples.resize(1);
-  auto id = e.Add(r.prompt, r.params, [&](const RequestOutput& ev) {
-    SampleResult& s = out.samples[0];
-    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
-    for (const auto& lp : ev.logprobs) {
-      s.logprobs.push_back(lp.logprob);
-      s.top.push_back(lp.top);
-    }
-    s.text += ev.text;
-    out.cached_tokens = ev.cached_tokens;
-    out.replayed_tokens = ev.replayed_tokens;
-    if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
-  });
+  auto id = e.Add(r.prompt, r.params, [&](const RequestOutput& ev) { Append(ev, &out); });
   EXPECT_TRUE(id.ok()) << id.status().ToString();
   EXPECT_TRUE(e.RunUntilIdle().ok());
   return out;
