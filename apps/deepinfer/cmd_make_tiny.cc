@@ -13,7 +13,7 @@ int CmdMakeTiny(int argc, char** argv) {
             "(default) OUT becomes an HF directory (config.json, model.safetensors, tokenizer.json) that also holds\n"
             "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
             {
-                {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3 | olmo2 | smollm3 | gemma3"},
+                {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3 | olmo2 | smollm3 | gemma3 | gpt_oss (GGUF only)"},
                 {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b | gemma-3-1b | gemma-3-4b | gpt-oss-20b | gpt-oss-120b (sets arch and sizes; --layers cuts it)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
@@ -42,7 +42,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
                 {"mtp", "", "", "", "deepseek_v3: add one MTP (next-token prediction) module after the last layer"},
                 {"split-kv-b", "", "", "", "deepseek_v3 GGUF: store kv_b pre-split as attn_k_b/attn_v_b (llama.cpp's current layout)"},
-                {"window", "", "N", "16", "gemma3, gpt_oss: sliding window of the windowed layers"},
+                {"window", "", "N", "", "sliding window: of gemma3 and gpt_oss's windowed layers (default 16), of every mistral layer (default none)"},
                 {"swa-pattern", "", "N", "min(6, layers)", "gemma3: every N-th layer attends globally, the others within --window"},
                 {"rope-theta", "", "F", "10000", "RoPE base"},
                 {"tie", "", "", "", "tie lm_head to the embeddings"},

@@ -302,14 +302,24 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
   bool admitting = true;
   for (const int level : levels) {
+    // Fair admission: while requests of this level wait (and the last admission did not stop for lack of room),
+    // the running prefills leave up to half the budget to them, as much as their prompts need, so one long prompt
+    // cannot hold every newcomer's first token until it is done. (Chunking changes no output.)
+    int reserve = 0;
+    if (!admission_blocked_ && static_cast<int>(running_.size()) < max_rows) {
+      int64_t waiting_tokens = 0;
+      for (const Sequence* s : waiting_)
+        if (s->priority() == level && !s->held()) waiting_tokens += static_cast<int64_t>(s->tokens().size());
+      reserve = static_cast<int>(std::min<int64_t>(budget / 2, waiting_tokens));
+    }
     // 2. Continue chunked prefills, oldest first (they may preempt younger idle sequences, so two half-prefilled
     //    prompts can never hold each other's blocks forever).
     order = running_;
     for (Sequence* s : order) {
       if (s->status() != SeqStatus::kRunning || s->sched() >= s->prefill_end() || s->priority() != level) continue;
       if (s->id() == held_back) continue;
-      if (full()) break;
-      const int chunk = std::min(budget, s->prefill_end() - s->sched());
+      if (full() || budget <= reserve) break;
+      const int chunk = std::min(budget - reserve, s->prefill_end() - s->sched());
       if (!GrowOrPreempt(s, s->sched() + chunk, out->step)) continue;
       EmitRow(s, chunk, out);
       budget -= chunk;
@@ -336,6 +346,7 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
       admitting = false;
     }
   }
+  admission_blocked_ = !admitting;
 }
 
 void Scheduler::Publish(Sequence* s) {

@@ -114,6 +114,9 @@ class Scheduler {
   struct Pending { Fence fence; int32_t slot; };
   std::deque<Pending> pending_slots_;
   int64_t preemptions_ = 0, priority_preemptions_ = 0, cached_tokens_ = 0, replayed_tokens_ = 0;
+  // Whether the last step's admissions stopped at a request that did not fit (then no budget is held back for
+  // newcomers: it would go unused until blocks or slots come free).
+  bool admission_blocked_ = false;
 };
 
 }  // namespace deepinfer

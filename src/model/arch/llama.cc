@@ -3,8 +3,10 @@
 // order (llama.cpp's converter); llama.cpp has no "mistral" GGUF architecture, so Mistral GGUFs load as llama.
 #include <nlohmann/json.hpp>
 
+#include "format/gguf.h"
 #include "model/arch/arch.h"
 #include "model/arch/blocks.h"
+#include "model/make_tiny.h"
 
 namespace deepinfer {
 
@@ -32,7 +34,15 @@ const ArchSpec& MistralArch() {
       .gguf_arch = "llama",
       .adds_bos = true,
       .gguf_rope = RopeStyle::kAdjacentPairs,
-      .tiny_hf_config = [](const TinySpec&, nlohmann::json* cfg) { (*cfg)["sliding_window"] = nullptr; },
+      // make-tiny --window W: Mistral 7B v0.1's layout, every layer windowed (GGUF: attention.sliding_window, which
+      // deepinfer honours and llama.cpp's llama ignores).
+      .tiny_hf_config = [](const TinySpec& s, nlohmann::json* cfg) {
+        if (s.window > 0) (*cfg)["sliding_window"] = s.window;
+        else (*cfg)["sliding_window"] = nullptr;
+      },
+      .tiny_gguf_metadata = [](const TinySpec& s, const std::string& prefix, GgufWriter& w) {
+        if (s.window > 0) w.SetU32(prefix + "attention.sliding_window", static_cast<uint32_t>(s.window));
+      },
       .layer_tensors = GqaLayerTensors,  // Llama's
   };
   return kSpec;
