@@ -148,6 +148,9 @@ const ArchSpec& GptOssArch();
 // Which layers of `layers` are windowed when every period-th one is not (llama.cpp's set_swa_pattern: layer l is
 // windowed iff l % period < period - 1; period 0: all). Gemma 3 (period 6) and gpt-oss (period 2: even layers).
 std::vector<bool> SwaLayerPattern(int layers, int period);
+// HF's `layer_types` (one "sliding_attention" / "full_attention" per layer) into c->swa_layers; false when the
+// config has none.
+StatusOr<bool> ReadHfLayerTypes(const HfConfigReader& j, ModelConfig* c);
 
 // Shared by the MoE families: GGUF expert metadata (expert_count, expert_used_count, expert_feed_forward_length)
 // written for convert and make-tiny.

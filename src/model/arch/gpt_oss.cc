@@ -53,15 +53,8 @@ Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
   DI_ASSIGN_OR_RETURN(int64_t window, j.Int("sliding_window", 128));
   if (window <= 0 || window > (int64_t{1} << 30)) return j.Invalid("sliding_window out of range");
   c->sliding_window = static_cast<int>(window);
-  if (js.contains("layer_types") && js["layer_types"].is_array()) {
-    const nlohmann::json& types = js["layer_types"];
-    if (static_cast<int>(types.size()) != c->n_layers)
-      return j.Invalid("layer_types has " + std::to_string(types.size()) + " entries for " + std::to_string(c->n_layers) + " layers");
-    for (const auto& t : types) {
-      if (t != "sliding_attention" && t != "full_attention") return j.Invalid("layer_types entries must be sliding_attention or full_attention");
-      c->swa_layers.push_back(t == "sliding_attention");
-    }
-  } else {
+  DI_ASSIGN_OR_RETURN(const bool typed, ReadHfLayerTypes(j, c));
+  if (!typed) {
     c->swa_layers = SwaLayerPattern(c->n_layers, kSwaPeriod);
   }
   // rope_scaling (or newer transformers' rope_parameters): YaRN in every released checkpoint.

@@ -70,6 +70,20 @@ std::vector<bool> SwaLayerPattern(int layers, int period) {
   return out;
 }
 
+StatusOr<bool> ReadHfLayerTypes(const HfConfigReader& j, ModelConfig* c) {
+  const nlohmann::json& js = j.json();
+  if (!js.contains("layer_types") || !js["layer_types"].is_array()) return false;
+  const nlohmann::json& types = js["layer_types"];
+  if (static_cast<int>(types.size()) != c->n_layers)
+    return j.Invalid("layer_types has " + std::to_string(types.size()) + " entries for " + std::to_string(c->n_layers) + " layers");
+  c->swa_layers.clear();
+  for (const auto& t : types) {
+    if (t != "sliding_attention" && t != "full_attention") return j.Invalid("layer_types entries must be sliding_attention or full_attention");
+    c->swa_layers.push_back(t == "sliding_attention");
+  }
+  return true;
+}
+
 void WriteGgufExpertCounts(const std::string& prefix, int experts, int used, int expert_ffn, GgufWriter& w) {
   w.SetU32(prefix + "expert_count", experts);
   w.SetU32(prefix + "expert_used_count", used);
