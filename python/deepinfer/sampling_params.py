@@ -97,9 +97,11 @@ class SamplingParams:
         if self.seed is not None:
             d["seed"] = self.seed
         if self.stop is not None:
-            d["stop"] = self.stop if isinstance(self.stop, str) else list(self.stop)
+            # Anything but a string or a sequence goes to the parser as it is, which names 'stop' in its error.
+            d["stop"] = list(self.stop) if isinstance(self.stop, (list, tuple)) else self.stop
         if self.stop_token_ids is not None:
-            d["stop_token_ids"] = list(self.stop_token_ids)
+            ids = self.stop_token_ids
+            d["stop_token_ids"] = list(ids) if isinstance(ids, (list, tuple)) else ids
         if self.logprobs is not None:
             d["logprobs"] = self.logprobs
         if self.logit_bias is not None:

@@ -172,9 +172,10 @@ PYBIND11_MODULE(_core, m) {
            })
       .def("submit", [](const std::shared_ptr<EngineHandle>& h, std::vector<std::vector<int32_t>> prompts,
                         const std::vector<const api::GenerationParams*>& params) {
+             std::shared_ptr<EngineHandle> live = Live(h);  // throws: needs the GIL
              deepinfer::StatusOr<std::unique_ptr<RequestSet>> set = [&] {
                py::gil_scoped_release nogil;
-               return RequestSet::Submit(Live(h), std::move(prompts), params);
+               return RequestSet::Submit(live, std::move(prompts), params);
              }();
              return ValueOrThrow(std::move(set));
            })

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include "deepinfer/engine.h"
 #include "engine_handle.h"
