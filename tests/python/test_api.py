@@ -78,6 +78,40 @@ def test_two_threads_generate_at_once(stories):
         assert best < 0.8, f"two threads took {best:.2f}x the serial time: the GIL is held while the engine works"
 
 
+def test_gil_is_free_while_generating(stories):
+    """A pure-Python thread keeps running while another thread waits in generate(): the GIL is released for
+    the engine's work. Held, the counter would only run in the gaps between wait slices (a few percent)."""
+    def counted(during):
+        stop = threading.Event()
+        count = [0]
+        def counter():
+            n = 0
+            while not stop.is_set():
+                n += 1
+            count[0] = n
+        t = threading.Thread(target=counter)
+        t.start()
+        t0 = time.monotonic()
+        during()
+        secs = time.monotonic() - t0
+        stop.set()
+        t.join()
+        return count[0] / secs
+
+    with LLM(stories) as llm:
+        prompts = [f"Once upon a time {i}" for i in range(16)]
+        params = SamplingParams(temperature=0.8, seed=1, max_tokens=300, ignore_eos=True)
+        best = 0.0
+        for attempt in range(3):
+            idle = counted(lambda: time.sleep(0.5))
+            busy = counted(lambda: llm.generate(prompts, params))
+            best = max(best, busy / idle)
+            print(f"python counter while generating: {busy / idle:.2f} of its rate while sleeping")
+            if best > 0.25:
+                break
+        assert best > 0.25, f"a Python thread ran at {best:.2f} of its idle rate: generate() holds the GIL"
+
+
 def test_two_llms_in_one_process(stories, tiny_chat_model):
     params = SamplingParams(temperature=0.8, seed=3, max_tokens=30)
     with LLM(stories) as a, LLM(stories) as b, LLM(tiny_chat_model) as c:
