@@ -3,7 +3,7 @@
 
     PYTHONPATH=build/python python3 bench/python_generate.py -m ../shared/models/stories260K.gguf
 
-Per repetition, in turn (A B A B ...): the CLI runs the batch as a JSONL file (`deepinfer generate --input`) and
+Per repetition, in turn (A B, then B A, ...): the CLI runs the batch as a JSONL file (`deepinfer generate --input`) and
 reports its own engine time (the 'N requests in X s' log line: from the last request added to the last one done);
 the Python side times the whole `llm.generate(prompts, params)` call, prompt tokenization and submission included,
 on an LLM loaded once. Both ask for the same requests with the same seeds; the script checks that the tokens
@@ -48,30 +48,45 @@ def main() -> None:
                              ignore_eos=True) for r in reqs]
 
     env = dict(os.environ, DEEPINFER_NO_PROGRESS="1")
-    llm = LLM(args.model)
+    # No prefix cache on either side: the LLM lives across repetitions while each CLI run starts cold.
+    llm = LLM(args.model, enable_prefix_caching=False)
     llm.generate(prompts[:8], params[:8], use_tqdm=False)  # warm-up
     cli_tps, py_tps = [], []
-    for rep in range(args.reps):
+    def run_cli():
         p = subprocess.run([args.binary, "generate", "-m", args.model, "--input", str(tmp / "in.jsonl"),
-                            "--output", str(tmp / "out.jsonl")], capture_output=True, text=True, env=env)
+                            "--output", str(tmp / "out.jsonl"), "--no-prefix-cache"], capture_output=True, text=True, env=env)
         if p.returncode != 0:
             sys.exit(p.stderr)
         m = re.search(r"(\d+) requests in ([0-9.]+) s: .* (\d+) generated", p.stderr)
         cli_tps.append(int(m.group(3)) / float(m.group(2)))
 
+    def run_python():
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
         secs = time.perf_counter() - t0
-        generated = sum(len(o.outputs[0].token_ids) for o in outs)
-        py_tps.append(generated / secs)
+        py_tps.append(sum(len(o.outputs[0].token_ids) for o in outs) / secs)
+        return outs
 
+    ratios = []
+    for rep in range(args.reps):
+        # Alternate which side goes first, so a drifting machine favours neither.
+        if rep % 2 == 0:
+            run_cli()
+            outs = run_python()
+        else:
+            outs = run_python()
+            run_cli()
+        generated = sum(len(o.outputs[0].token_ids) for o in outs)
+        ratios.append(py_tps[-1] / cli_tps[-1])
         cli_out = [json.loads(l) for l in (tmp / "out.jsonl").read_text().splitlines()]
         if [c["token_ids"] for c in cli_out] != [o.outputs[0].token_ids for o in outs]:
             sys.exit("the CLI and LLM.generate disagree on the tokens")
-        print(f"rep {rep}: cli {cli_tps[-1]:.0f} tok/s, python {py_tps[-1]:.0f} tok/s ({generated} tokens)", flush=True)
+        print(f"rep {rep}: cli {cli_tps[-1]:.0f} tok/s, python {py_tps[-1]:.0f} tok/s, python/cli {ratios[-1]:.3f} "
+              f"({generated} tokens)", flush=True)
     llm.shutdown()
     c, py = statistics.median(cli_tps), statistics.median(py_tps)
-    print(f"median over {args.reps}: cli {c:.0f} tok/s, python {py:.0f} tok/s, python/cli {py / c:.3f} "
+    print(f"median over {args.reps}: cli {c:.0f} tok/s, python {py:.0f} tok/s; python/cli: ratio of medians "
+          f"{py / c:.3f}, median of pair ratios {statistics.median(ratios):.3f} "
           f"({args.requests} requests x {args.max_tokens} tokens)")
 
 

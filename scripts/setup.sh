@@ -58,5 +58,6 @@ if [[ -f build/python/deepinfer/__init__.py ]]; then
   PIP_USER=(); [[ $(id -u) -ne 0 ]] && PIP_USER=(--user)
   DEEPINFER_BUILD_DIR="$PWD/build" /usr/bin/python3 -m pip install -q --no-build-isolation --no-deps --no-index \
     --force-reinstall --break-system-packages --root-user-action=ignore "${PIP_USER[@]}" ./python
+  (cd /tmp && /usr/bin/python3 -c "import deepinfer")  # from outside the repo: the installed copy
 fi
 echo "[setup] done: build/deepinfer"
