@@ -1,13 +1,15 @@
 """LLM.generate and LLM.chat against the CLI (`deepinfer generate --json` / `--input`): same seeds, same
 tokens and text."""
 
+import asyncio
 import json
 import random
+import re
 
 import pytest
 
 from conftest import run_cli
-from deepinfer import LLM, SamplingParams, StructuredOutputsParams
+from deepinfer import LLM, AsyncLLM, SamplingParams, StructuredOutputsParams
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,6 @@ def test_structured_outputs(llm):
     assert out.outputs[0].text in ("yes", "no")
     [out] = llm.generate("Once upon a time", SamplingParams(
         temperature=1.0, seed=3, max_tokens=20, structured_outputs=StructuredOutputsParams(regex="[0-9]{3}-[a-z]{2}")))
-    import re
     assert re.fullmatch("[0-9]{3}-[a-z]{2}", out.outputs[0].text)
 
 
@@ -118,3 +119,22 @@ def test_chat_equals_cli(tiny_chat_model, tmp_path):
         # A batch of conversations.
         outs = llm.chat([messages, messages[1:]], SamplingParams(temperature=0, max_tokens=8))
         assert len(outs) == 2 and outs[0].prompt != outs[1].prompt
+        # Streamed over the chat model's prompt: the same tokens.
+        params = SamplingParams(temperature=0.9, seed=42, max_tokens=24)
+        [want] = llm.chat(messages, params)
+        pieces = list(llm.stream({"prompt_token_ids": want.prompt_token_ids}, params))
+        assert "".join(p.text for p in pieces) == want.outputs[0].text
+        assert sum((p.token_ids for p in pieces), []) == want.outputs[0].token_ids
+
+    # AsyncLLM.chat and chat_stream through the same template.
+    async def via_async():
+        allm = AsyncLLM(tiny_chat_model)
+        out = await allm.chat(messages, params)
+        text = ""
+        async for piece in allm.chat_stream(messages, params):
+            text += piece.text
+        allm.shutdown()
+        return out, text
+    out, text = asyncio.run(via_async())
+    assert out.outputs[0].token_ids == want.outputs[0].token_ids and text == want.outputs[0].text
+    assert out.prompt_token_ids == want.prompt_token_ids
