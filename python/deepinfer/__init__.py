@@ -15,9 +15,10 @@ from .llm import LLM
 from .outputs import CompletionOutput, Logprob, RequestOutput, StreamOutput
 from .sampling_params import SamplingParams, StructuredOutputsParams
 from .streaming import Stream
+from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
 __all__ = ["LLM", "AsyncLLM", "SamplingParams", "StructuredOutputsParams", "RequestOutput", "CompletionOutput",
-           "StreamOutput", "Logprob", "Stream", "AsyncStream", "set_log_level", "set_compute_threads",
+           "StreamOutput", "Logprob", "Stream", "AsyncStream", "Tokenizer", "set_log_level", "set_compute_threads",
            "compute_threads", "__version__"]

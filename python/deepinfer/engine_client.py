@@ -10,6 +10,7 @@ from . import _core
 from .engine_args import build_options
 from .outputs import CompletionOutput, RequestOutput, convert_logprobs
 from .sampling_params import SamplingParams
+from .tokenizer import Tokenizer
 
 PromptType = Union[str, dict]
 
@@ -22,11 +23,8 @@ class EngineClient:
 
     # --- tokenizer and model facts ------------------------------------------------------------------------------
 
-    def encode(self, text: str, add_bos: bool = False) -> list[int]:
-        return self._engine.encode(text, add_bos)
-
-    def decode(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self._engine.decode(list(token_ids), skip_special_tokens)
+    def get_tokenizer(self) -> Tokenizer:
+        return Tokenizer(self._engine)
 
     @property
     def max_model_len(self) -> int:

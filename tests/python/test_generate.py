@@ -36,6 +36,8 @@ def test_generate_equals_cli(llm, stories, prompt, n, temp, top_k, top_p, min_p,
     [out] = llm.generate(prompt, params)
     assert out.prompt == prompt
     assert out.prompt_token_ids == want["prompt_token_ids"]
+    tok = llm.get_tokenizer()
+    assert tok.encode(prompt) == want["prompt_token_ids"] and tok.decode(tok.encode(prompt)) == prompt
     assert out.finished
     got = out.outputs[0]
     assert got.token_ids == want["token_ids"]
@@ -61,7 +63,7 @@ def test_batch_equals_single_requests(llm):
 
 def test_n_logprobs_stop_and_token_prompts(llm):
     params = SamplingParams(n=3, temperature=1.0, seed=5, max_tokens=20, logprobs=2)
-    [out] = llm.generate({"prompt_token_ids": llm.encode("Once upon a time", add_bos=True)}, params)
+    [out] = llm.generate({"prompt_token_ids": llm.get_tokenizer().encode("Once upon a time")}, params)
     assert [o.index for o in out.outputs] == [0, 1, 2]
     assert len({tuple(o.token_ids) for o in out.outputs}) > 1  # independent samples
     for o in out.outputs:
