@@ -39,7 +39,7 @@ class AsyncStream:
                     self._s = None
                 else:
                     await self._readable(s)
-        except (asyncio.CancelledError, GeneratorExit):
+        except asyncio.CancelledError:
             self.close()
             raise
         return pieces.popleft()
