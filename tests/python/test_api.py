@@ -107,9 +107,9 @@ def test_gil_is_free_while_generating(stories):
             busy = counted(lambda: llm.generate(prompts, params))
             best = max(best, busy / idle)
             print(f"python counter while generating: {busy / idle:.2f} of its rate while sleeping")
-            if best > 0.25:
+            if best > 0.15:
                 break
-        assert best > 0.25, f"a Python thread ran at {best:.2f} of its idle rate: generate() holds the GIL"
+        assert best > 0.15, f"a Python thread ran at {best:.2f} of its idle rate: generate() holds the GIL"
 
 
 def test_two_llms_in_one_process(stories, tiny_chat_model):
