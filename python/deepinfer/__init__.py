@@ -5,7 +5,7 @@
     out = llm.generate(["Once upon a time"], SamplingParams(temperature=0, max_tokens=32))
     print(out[0].outputs[0].text)
 
-Importing prints nothing; loading a model logs one line on stderr (``set_log_level("warn")`` silences it).
+Importing prints nothing; loading a model logs what it loaded on stderr (``set_log_level("warn")`` silences it).
 """
 
 from ._core import compute_threads, set_compute_threads
