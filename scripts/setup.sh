@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config git ca-certificates curl openmpi-bin libopenmpi-dev
   nlohmann-json3-dev libcurl4-openssl-dev libssl-dev libpcre2-dev libutf8proc-dev libgtest-dev libgmock-dev zlib1g-dev
-  clang libclang-rt-14-dev chromium)  # chromium: the web chat page's browser test (tests/webui, headless)
+  clang libclang-rt-14-dev chromium  # chromium: the web chat page's browser test (tests/webui, headless)
+  python3-dev python3-pybind11 pybind11-dev python3-pytest python3-pip python3-setuptools python3-wheel)  # the Python package
 # node/npm may come from elsewhere (nvm, nodesource): only ask apt for them when absent.
 command -v node >/dev/null && command -v npm >/dev/null || APT_PACKAGES+=(nodejs npm)
 
@@ -47,4 +48,16 @@ scripts/extract_llama_data.sh
 echo "[setup] building (Release)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)"
+
+# The Python package (python/, docs/python.md) into Debian's python3: pip packages the extension CMake just built
+# (nothing is compiled or downloaded: --no-build-isolation uses Debian's setuptools, --no-index never asks PyPI).
+# Debian marks its python3 externally managed (PEP 668), hence --break-system-packages; as root the package lands
+# in /usr/local/lib/python3.*/dist-packages, otherwise in the user's site-packages.
+if [[ -f build/python/deepinfer/__init__.py ]]; then
+  echo "[setup] pip install ./python (system python3)"
+  PIP_USER=(); [[ $(id -u) -ne 0 ]] && PIP_USER=(--user)
+  DEEPINFER_BUILD_DIR="$PWD/build" /usr/bin/python3 -m pip install -q --no-build-isolation --no-deps --no-index \
+    --force-reinstall --break-system-packages --root-user-action=ignore "${PIP_USER[@]}" ./python
+  (cd /tmp && /usr/bin/python3 -c "import deepinfer")  # from outside the repo: the installed copy
+fi
 echo "[setup] done: build/deepinfer"

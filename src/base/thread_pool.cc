@@ -32,6 +32,7 @@ void ThreadPool::Run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
+  std::lock_guard<std::mutex> lock(run_mu_);  // uncontended (one engine) it costs a few ns per kernel
   fn_ = &fn;
   pending_.store(num_threads_ - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_release);

@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <functional>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -17,7 +18,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return num_threads_; }
-  // Runs fn(tid, num_threads) on every thread; blocks until all return. Not reentrant.
+  // Runs fn(tid, num_threads) on every thread; blocks until all return. Not reentrant (fn must not call Run).
+  // Callers on different threads take turns: each engine in a process (two Python LLMs, say) runs its kernels
+  // from its own thread on this one pool, and interleaved Runs would share fn_ / pending_ (wrong results, or
+  // a caller spinning forever on a count another caller reset).
   void Run(const std::function<void(int, int)>& fn);
 
   // Splits [0, n) into num_threads contiguous ranges (aligned to `align`) and returns thread tid's range.
@@ -28,6 +32,7 @@ class ThreadPool {
 
   int num_threads_;
   std::vector<std::thread> workers_;
+  std::mutex run_mu_;  // one Run at a time
   const std::function<void(int, int)>* fn_ = nullptr;
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> pending_{0};
