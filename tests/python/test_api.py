@@ -73,9 +73,11 @@ def test_two_threads_generate_at_once(stories):
             ratio = together / serial
             best = ratio if best is None else min(best, ratio)
             print(f"serial {serial:.2f}s (first {t1 - t0:.2f}s), two threads {together:.2f}s: {ratio:.2f}")
-            if best < 0.8:
+            if best < 0.9:
                 break
-        assert best < 0.8, f"two threads took {best:.2f}x the serial time: the GIL is held while the engine works"
+        # Held, the GIL would serialize the two waits: together >= serial (1.0). Quiet, the overlap gives 0.14-0.55;
+        # 0.9 leaves room for a loaded machine (0.85-0.88 seen with two builds beside it).
+        assert best < 0.9, f"two threads took {best:.2f}x the serial time: the GIL is held while the engine works"
 
 
 def test_gil_is_free_while_generating(stories):
