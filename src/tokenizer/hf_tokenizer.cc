@@ -720,8 +720,11 @@ StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& j, const js
   t->bos_id_ = token_id("bos_token");
   t->eos_id_ = token_id("eos_token");
   t->add_bos_ = cfg.is_object() && cfg.value("add_bos_token", false);
-  // End-of-turn markers that also end generation.
-  for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "<｜end▁of▁sentence｜>"}) {
+  // End-of-turn markers that also end generation. Harmony (o200k_harmony, gpt-oss) ends a turn with <|return|>
+  // (final answer) or <|call|> (tool call); its <|end|> closes a message inside the turn (analysis, then final),
+  // so it is deliberately not listed: llama.cpp drops <|end|> from its EOG set when <|return|> and <|call|> exist.
+  for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "<｜end▁of▁sentence｜>",
+                          "<|return|>", "<|call|>"}) {
     auto it = all_ids.find(eot);
     if (it != all_ids.end()) t->eog_ids_.push_back(it->second);
   }

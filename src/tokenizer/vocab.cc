@@ -22,6 +22,10 @@ namespace {
 const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (gpt-4o, gpt-oss, Llama 4): tokenizer.json's own regex, which llama.cpp lists as the original of the
+// lookahead rewrite its regex engine runs (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT4O); PCRE2 runs it as written.
+const char* kGpt4oRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -169,6 +173,9 @@ StatusOr<PreSpec> PreForGguf(const std::string& pre) {
   if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral")
     return PreSpec{{kLlama3Regex}, true};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez") return PreSpec{{kQwen2Regex}};
+  // llama.cpp maps these four names to one pre-tokenizer type (and turns clean_spaces off, which only affects
+  // its detokenizer's space cleanup, a no-op for byte-level vocabularies).
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie") return PreSpec{{kGpt4oRegex}};
   if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" || pre == "codeshell")
     return PreSpec{{R"(\p{N})", kGpt2Regex}};
   if (pre == "deepseek-v3")
@@ -217,7 +224,7 @@ StatusOr<std::string> GgufPreForRegexes(const std::vector<std::string>& regexes)
   std::vector<std::string> want;
   for (const auto& r : regexes) want.push_back(CanonicalRegex(r));
   // Every name PreForGguf knows, in its canonical spelling (the one llama.cpp's converter writes).
-  for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "starcoder", "deepseek-v3", "qwen35", "deepseek-llm",
+  for (const char* name : {"gpt-2", "llama-bpe", "qwen2", "gpt-4o", "starcoder", "deepseek-v3", "qwen35", "deepseek-llm",
                            "deepseek-coder", "falcon"}) {
     auto spec = PreForGguf(name);
     if (!spec.ok() || spec->regexes.size() != want.size()) continue;
