@@ -229,7 +229,7 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
 
 StatusOr<std::vector<int32_t>> ChatFormatter::Tokenize(const std::string& text) const {
   const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text.rfind(tok_.piece(tok_.bos_id()), 0) != 0;
-  std::vector<int32_t> ids = tok_.Encode(text, bos);
+  std::vector<int32_t> ids = tok_.EncodeWithSpecials(text, bos);  // the template's markers are control tokens
   if (ids.empty()) return InvalidArgument("the rendered chat prompt is empty");
   return ids;
 }

@@ -593,7 +593,7 @@ void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
   if (body.contains("messages")) {
     auto text = chat_->RenderRequest(nlohmann::ordered_json::parse(req.body), body.value("add_generation_prompt", true));
     if (!text.ok()) return Error(c, 400, text.status().message(), "", "messages");
-    ids = tok_.Encode(*text, false);
+    ids = tok_.EncodeWithSpecials(*text, false);  // as the chat prompt is tokenized (ChatFormatter)
   } else {
     auto p = body.find("prompt");
     if (p == body.end() || !p->is_string()) return Error(c, 400, "'prompt' (a string) or 'messages' is required", "", "prompt");

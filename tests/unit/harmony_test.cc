@@ -4,6 +4,7 @@
 // concatenate to the non-streamed message, and both equal the expected fields written out here.
 #include "protocol/harmony.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -40,6 +41,38 @@ const Tokenizer* HarmonyVocab() {
       j["added_tokens"].push_back({{"id", next++}, {"content", s}, {"special", true}, {"single_word", false},
                                    {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
     auto t = ParseHfTokenizer(j.dump(), "", "llama3+harmony");
+    if (!t.ok()) {
+      ADD_FAILURE() << t.status().ToString();
+      return std::unique_ptr<Tokenizer>();
+    }
+    return std::move(*t);
+  }();
+  return tok.get();
+}
+
+// The same vocabulary as a GGUF stores it (tokenizer.ggml.tokens / token_type / merges): the markers are
+// control tokens (type 3), as in gpt-oss GGUFs.
+const Tokenizer* HarmonyVocabGguf() {
+  static std::unique_ptr<Tokenizer> tok = [] {
+    std::ifstream in(testing::ReferenceVocabDir("llama3") + "/tokenizer.json");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    json j = json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded()) return std::unique_ptr<Tokenizer>();
+    ByteLevelBpeSpec spec;
+    for (auto& [piece, id] : j["model"]["vocab"].items()) {
+      if (id.get<size_t>() >= spec.tokens.size()) spec.tokens.resize(id.get<size_t>() + 1), spec.types.resize(id.get<size_t>() + 1, 1);
+      spec.tokens[id.get<size_t>()] = piece;
+    }
+    for (const char* s : {"<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>", "<|end|>",
+                          "<|message|>", "<|call|>"}) {
+      spec.tokens.push_back(s);
+      spec.types.push_back(3);
+    }
+    for (auto& m : j["model"]["merges"]) spec.merges.push_back(m.get<std::string>());
+    spec.split_regexes = {R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)"};
+    spec.eos = static_cast<int>(spec.tokens.size()) - 8;  // <|endoftext|>, as some gpt-oss GGUFs have it
+    auto t = MakeByteLevelBpe(spec, "llama3+harmony.gguf");
     if (!t.ok()) {
       ADD_FAILURE() << t.status().ToString();
       return std::unique_ptr<Tokenizer>();
@@ -139,6 +172,36 @@ TEST(HarmonyTest, FindsMarkersAndEndsTurnsOnReturnAndCallOnly) {
   EXPECT_FALSE(tok->IsEog(t.end));  // the analysis message's <|end|> must not stop the turn
   EXPECT_FALSE(tok->IsEog(t.start));
   EXPECT_FALSE(tok->IsEog(t.channel));
+}
+
+// A GGUF vocabulary marks the markers control: end of generation as for tokenizer.json, and a rendered chat prompt
+// (EncodeWithSpecials) reads them as their ids, where plain Encode (llama.cpp's tokenizer tests) keeps the text.
+TEST(HarmonyTest, GgufControlMarkers) {
+  const Tokenizer* tok = HarmonyVocabGguf();
+  ASSERT_NE(tok, nullptr);
+  const HarmonyTokens t = FindHarmonyTokens(*tok);
+  ASSERT_TRUE(t.usable());
+  EXPECT_TRUE(tok->IsControl(t.channel));
+  EXPECT_TRUE(tok->IsEog(t.ret));
+  EXPECT_TRUE(tok->IsEog(t.call));
+  EXPECT_TRUE(tok->IsEog(tok->eos_id()));
+  EXPECT_FALSE(tok->IsEog(t.end));
+  const std::string prompt = "<|start|>user<|message|>Hi<|end|><|start|>assistant";
+  const std::vector<int32_t> ids = tok->EncodeWithSpecials(prompt, false);
+  ASSERT_EQ(ids.size(), 7u);
+  EXPECT_EQ(ids[0], t.start);
+  EXPECT_EQ(ids[2], t.message);
+  EXPECT_EQ(ids[4], t.end);
+  EXPECT_EQ(ids[5], t.start);
+  EXPECT_EQ(tok->Decode(ids, false), prompt);
+  const std::vector<int32_t> plain = tok->Encode(prompt, false);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), t.start), 0);
+  // The parser over the GGUF vocabulary's ids.
+  const ParsedAssistant p = ParseHarmony(
+      *tok, t, tok->EncodeWithSpecials("<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>final<|message|>c<|return|>", false),
+      false);
+  EXPECT_EQ(p.reasoning, "r");
+  EXPECT_EQ(p.content, "c");
 }
 
 // llama.cpp tests/test-chat.cpp:5998-6090, in order.
