@@ -63,8 +63,8 @@ const rng = makeRng(4242);
 const random = [];
 for (let i = 0; i < 60; ++i) {
   let s = "";
-  const n = 1 + Math.floor(rng() * 24);
-  for (let k = 0; k < n; ++k) s += pieces[Math.floor(rng() * pieces.length)];
+  const n = rng.range(1, 24);
+  for (let k = 0; k < n; ++k) s += rng.pick(pieces);
   random.push(s);
 }
 const texts = [...fixed, ...random];

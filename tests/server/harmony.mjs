@@ -125,9 +125,15 @@ try {
         `analysis messages concatenate into reasoning_content, final is content, streamed and not (${JSON.stringify(fin.message)})`);
 
   // 4. Cut by max_tokens inside the analysis message: reasoning only.
-  const cut = (await client.chat.completions.create({...finalAsk, max_tokens: 6})).choices[0];
-  check(cut.finish_reason === "length" && cut.message.reasoning_content?.startsWith("one") && cut.message.content === "",
-        `max_tokens inside analysis gives reasoning only (${JSON.stringify(cut.message)})`);
+  const cutAsk = {...finalAsk, max_tokens: 20,
+    guided_grammar: gbnf(`${lit("<|channel|>analysis<|message|>")} "one" [a-z]{60,80} ${lit("<|end|><|start|>assistant<|channel|>final<|message|>")} "Hello"`)};
+  const cut = (await client.chat.completions.create(cutAsk)).choices[0];
+  let cr = "", cc = "", cf = null;
+  for await (const ch of await client.chat.completions.create({...cutAsk, stream: true}))
+    for (const c of ch.choices) { cr += c.delta.reasoning_content ?? ""; cc += c.delta.content ?? ""; cf = c.finish_reason ?? cf; }
+  check(cut.finish_reason === "length" && /^one[a-z]+$/.test(cut.message.reasoning_content ?? "") && cut.message.content === "" &&
+        cr === cut.message.reasoning_content && cc === "" && cf === "length",
+        `max_tokens inside analysis gives reasoning only, streamed and not (${JSON.stringify(cut.message)})`);
 
   // 5. tool_choice required cannot be enforced on Harmony yet: refused, not silently unconstrained.
   let status = 0, message = "";
