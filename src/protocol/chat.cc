@@ -208,6 +208,11 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
   ctx["eos_token"] = tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : "";
   auto text = tmpl_->Render(ctx.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
   if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
+  if (format == ToolFormat::kHarmony && !add_generation_prompt && !continue_final) {
+    // gpt-oss's template ends a conversation's last final answer with <|return|> (a finished training sample);
+    // a prompt goes on from there, so it gets <|end|> as every earlier message (llama.cpp, issue 15417).
+    if (const size_t at = text->rfind("<|return|>"); at != std::string::npos) text->replace(at, 10, "<|end|>");
+  }
   if (continue_final) {
     // The rendering ends with the final message's text and then its end-of-turn markers: cut after the text (as
     // transformers' continue_final_message does, trying the text stripped of surrounding whitespace second,

@@ -83,6 +83,14 @@ try {
   check(JSON.stringify(ours.tokens) === JSON.stringify(refIds) && refIds.includes(id["<|channel|>"]),
         `the server renders gpt-oss's template as @huggingface/jinja does (${ours.tokens?.length} / ${refIds.length} tokens)`);
 
+  // Without a generation prompt the last final answer ends in <|end|>, not the template's <|return|> (llama.cpp
+  // does the same: a prompt goes on after it).
+  const last = [{role: "user", content: "Hi"}, {role: "assistant", content: "Hello"}];
+  const lastRef = new Template(tmplSrc).render({messages: last, add_generation_prompt: false, bos_token: "", eos_token: ""});
+  const lastIds = (await (await fetch(`${srv.base}/tokenize`, {method: "POST", body: JSON.stringify({messages: last, add_generation_prompt: false})})).json()).tokens;
+  check(lastRef.endsWith("<|channel|>final<|message|>Hello<|return|>") && lastIds?.at(-1) === id["<|end|>"] && !lastIds.includes(id["<|return|>"]),
+        "a trailing final answer ends in <|end|> without a generation prompt");
+
   // 2. Reasoning, then a tool call (recipient in the channel header, <|constrain|>json, as the model writes it).
   const callGrammar = gbnf(`${lit("<|channel|>analysis<|message|>")} "plan" [a-z ]{5,30} ${lit("<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>")} ${lit('{"city": "Oslo"}')}`);
   const ask = {model, messages: [{role: "user", content: "Weather in Oslo?"}], tools, max_tokens: 200, temperature: 1,
