@@ -68,9 +68,13 @@ json AssistantMessage(const std::string& text, const OutputParsing& parse, bool 
 }
 
 json HarmonyAssistantMessage(const Tokenizer& tok, const std::vector<int32_t>& ids, const OutputParsing& parse,
-                             const std::string& id_prefix) {
-  return AssistantMessageJson(ParseHarmony(tok, parse.harmony_tokens, ids, parse.tools, parse.single_call ? 1 : 1 << 30),
-                              parse, id_prefix);
+                             const std::string& id_prefix, int* reasoning_tokens) {
+  HarmonyParser p(tok, parse.harmony_tokens, parse.tools, parse.single_call ? 1 : 1 << 30);
+  HarmonyDelta ignored;
+  for (int32_t id : ids) p.Feed(id, &ignored);
+  p.Finish(&ignored);
+  if (reasoning_tokens) *reasoning_tokens = p.reasoning_tokens();
+  return AssistantMessageJson(p.Result(), parse, id_prefix);
 }
 
 json AssistantMessageJson(ParsedAssistant p, const OutputParsing& parse, const std::string& id_prefix) {

@@ -396,7 +396,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, const AnswerShape& shape, const 
     call->opened = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
     for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
   }
-  if (chat && shape.parse.harmony)  // (the Responses endpoint still reads the text: it does not parse Harmony yet)
+  if (chat && shape.parse.harmony)
     for (auto& ch : call->choices)
       ch.harmony = std::make_unique<HarmonyParser>(tok_, harmony_, shape.parse.tools, shape.parse.single_call ? 1 : 1 << 30);
   if (chat && shape.parse.tools)

@@ -28,11 +28,26 @@ const dir = path.join(tmp, "m");
 const mk = spawnSync(bin, ["make-tiny", "--arch", "llama", "--vocab", "2000", "--out", dir, "-q", "--seed", "5", "--ctx", "4096"], {encoding: "utf8"});
 if (mk.status !== 0) { console.log(`FAIL make-tiny: ${mk.stderr}`); process.exit(1); }
 const tj = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer.json"), "utf8"));
+// The markers take the ids of the byte tokens "<" and "|" (and of the last ordinary tokens): with no other way to
+// write "<", a grammar's "<|channel|>" can only come out as the marker token (the Responses API has no
+// logit_bias). Merges that make or use a freed token go (the prompts never need "<" or "|" as text).
 const byId = Object.entries(tj.model.vocab).sort((a, b) => b[1] - a[1]);
+const freed = [["<", tj.model.vocab["<"]], ["|", tj.model.vocab["|"]], ...byId.slice(0, MARKERS.length - 2)];
+const gone = new Set(freed.map(([p]) => p));
+for (const [p] of freed) delete tj.model.vocab[p];
+for (let changed = true; changed;) {
+  changed = false;
+  tj.model.merges = tj.model.merges.filter(m => {
+    const [a, b] = m.split(" ");
+    const keep = !gone.has(a) && !gone.has(b) && !gone.has(a + b);
+    if (!keep && (a + b) in tj.model.vocab) { gone.add(a + b); delete tj.model.vocab[a + b]; }
+    if (!keep) changed = true;
+    return keep;
+  });
+}
 const id = {};
 MARKERS.forEach((s, i) => {
-  const [piece, tid] = byId[i];
-  delete tj.model.vocab[piece];
+  const tid = freed[i][1];
   tj.added_tokens.push({id: tid, content: s, single_word: false, lstrip: false, rstrip: false, normalized: false, special: false});
   id[s] = tid;
 });
@@ -143,7 +158,26 @@ try {
         cr === cut.message.reasoning_content && cc === "" && cf === "length",
         `max_tokens inside analysis gives reasoning only, streamed and not (${JSON.stringify(cut.message)})`);
 
-  // 5. tool_choice required cannot be enforced on Harmony yet: refused, not silently unconstrained.
+  // 5. The Responses API: a reasoning item, then the function_call item, streamed and not (no logit_bias there:
+  // the grammar alone forces the markers).
+  const rreq = {model, input: "Weather in Oslo?", max_output_tokens: 200, temperature: 1, seed: 3,
+                tools: [{type: "function", name: "get_weather", description: "Gets the weather.", parameters: tools[0].function.parameters}],
+                structured_outputs: {grammar: callGrammar}};
+  const rr = await client.responses.create(rreq);
+  const rItem = rr.output.find(o => o.type === "reasoning"), fc = rr.output.find(o => o.type === "function_call");
+  const rText = rItem?.content?.[0]?.text ?? "";
+  const events = [];
+  for await (const e of await client.responses.create({...rreq, stream: true})) events.push(e);
+  const done = events.at(-1)?.response;
+  const rDeltas = events.filter(e => e.type === "response.reasoning_text.delta").map(e => e.delta).join("");
+  const aDeltas = events.filter(e => e.type === "response.function_call_arguments.delta").map(e => e.delta).join("");
+  check(/^plan[a-z ]+$/.test(rText) && fc?.name === "get_weather" && JSON.parse(fc.arguments ?? "null")?.city === "Oslo" &&
+        rr.output_text === "" && rr.usage.output_tokens_details?.reasoning_tokens > 0,
+        `responses: a reasoning item and a function_call (${JSON.stringify(rr.output).slice(0, 240)})`);
+  check(rDeltas === rText && aDeltas === fc?.arguments && done?.output.some(o => o.type === "function_call" && o.arguments === fc?.arguments),
+        `responses streamed: reasoning and argument deltas equal the non-streamed items`);
+
+  // 6. tool_choice required cannot be enforced on Harmony yet: refused, not silently unconstrained.
   let status = 0, message = "";
   try { await client.chat.completions.create({...ask, guided_grammar: undefined, tool_choice: "required"}); }
   catch (e) { status = e.status; message = e.message; }
