@@ -84,6 +84,19 @@ StatusOr<ordered_json> NormalizeMessages(const ordered_json& msgs, bool argument
   return merged;
 }
 
+// gpt-oss's template reads an assistant turn's reasoning from `thinking`; OpenAI clients send it back as
+// reasoning_content. With tool calls the template takes the analysis text from content or thinking but refuses
+// both, so content goes (llama.cpp's common_chat_params_init_gpt_oss does the same).
+void HarmonyMessages(ordered_json* msgs) {
+  for (auto& m : *msgs) {
+    if (m.value("role", "") != "assistant") continue;
+    auto r = m.find("reasoning_content");
+    if (r == m.end() || !r->is_string()) continue;
+    m["thinking"] = *r;
+    if (auto c = m.find("tool_calls"); c != m.end() && c->is_array() && !c->empty()) m.erase("content");
+  }
+}
+
 }  // namespace
 
 std::string ModelChatTemplate(const Model& model) {
@@ -138,9 +151,12 @@ StatusOr<std::string> ChatFormatter::Render(const json& messages, bool add_gener
 StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, bool add_generation_prompt) const {
   if (!request.is_object()) return InvalidArgument("the request body must be a JSON object");
   auto m = request.find("messages");
+  const ToolFormat format = DetectToolFormat(source_);
+  // Harmony's template dumps arguments with tojson too (as an object, else it is double-encoded).
   DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m,
-                                                           DetectToolFormat(source_) == ToolFormat::kLlama3Json,
+                                                           format == ToolFormat::kLlama3Json || format == ToolFormat::kHarmony,
                                                            template_tests_null_content_, !template_has_developer_));
+  if (format == ToolFormat::kHarmony) HarmonyMessages(&msgs);
   // continue_final_message (vLLM's field): the last assistant message is an unfinished answer the model goes on
   // with, so its turn is left open. It implies add_generation_prompt false; asking for both is an error, as in vLLM.
   bool continue_final = false;
@@ -166,6 +182,18 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
     if (!k->is_object()) return InvalidArgument("'chat_template_kwargs' must be an object");
     ctx = *k;
   }
+  // The OpenAI `reasoning_effort` field reaches the template as its kwarg (gpt-oss writes "Reasoning: <effort>"
+  // into the system message), over chat_template_kwargs, as llama.cpp's server does; "none" asks for no
+  // reasoning: the template's default effort stays and the templates' thinking switches turn off.
+  if (auto e = request.find("reasoning_effort"); e != request.end() && !e->is_null()) {
+    if (!e->is_string()) return InvalidArgument("'reasoning_effort' must be a string");
+    if (*e == "none") {
+      ctx.erase("reasoning_effort");
+      ctx["enable_thinking"] = false;
+    } else if (!e->get<std::string>().empty()) {
+      ctx["reasoning_effort"] = *e;
+    }
+  }
   if (auto t = request.find("tools"); t != request.end() && !t->is_null()) {
     if (!t->is_array()) return InvalidArgument("'tools' must be a list");
     for (const auto& tool : *t)
@@ -180,6 +208,11 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
   ctx["eos_token"] = tok_.eos_id() >= 0 ? tok_.piece(tok_.eos_id()) : "";
   auto text = tmpl_->Render(ctx.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
   if (!text.ok()) return InvalidArgument("chat template: " + text.status().message());
+  if (format == ToolFormat::kHarmony && !add_generation_prompt && !continue_final) {
+    // gpt-oss's template ends a conversation's last final answer with <|return|> (a finished training sample);
+    // a prompt goes on from there, so it gets <|end|> as every earlier message (llama.cpp, issue 15417).
+    if (const size_t at = text->rfind("<|return|>"); at != std::string::npos) text->replace(at, 10, "<|end|>");
+  }
   if (continue_final) {
     // The rendering ends with the final message's text and then its end-of-turn markers: cut after the text (as
     // transformers' continue_final_message does, trying the text stripped of surrounding whitespace second,
@@ -201,7 +234,7 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
 
 StatusOr<std::vector<int32_t>> ChatFormatter::Tokenize(const std::string& text) const {
   const bool bos = tok_.add_bos() && tok_.bos_id() >= 0 && text.rfind(tok_.piece(tok_.bos_id()), 0) != 0;
-  std::vector<int32_t> ids = tok_.Encode(text, bos);
+  std::vector<int32_t> ids = tok_.EncodeWithSpecials(text, bos);  // the template's markers are control tokens
   if (ids.empty()) return InvalidArgument("the rendered chat prompt is empty");
   return ids;
 }

@@ -10,10 +10,11 @@
 
 namespace deepinfer {
 
-enum class ToolFormat { kNone, kHermes, kDeepSeekV3, kLlama3Json };
+// kHarmony (gpt-oss) is parsed on token ids by protocol/harmony.h, not by ToolCallStreamer.
+enum class ToolFormat { kNone, kHermes, kDeepSeekV3, kLlama3Json, kHarmony };
 
-// The format a chat template's tool calls use, picked by marker text as llama.cpp does (DeepSeek first, then
-// `<tool_call>`, then Llama-3.x's ipython role).
+// The format a chat template's tool calls use, picked by marker text as llama.cpp does (Harmony's `<|channel|>`
+// first, then DeepSeek, then `<tool_call>`, then Llama-3.x's ipython role).
 ToolFormat DetectToolFormat(const std::string& template_source);
 // Whether the template writes `<think>` blocks (Qwen3, DeepSeek-R1/V3.1): reasoning is then split off.
 bool TemplateHasThinking(const std::string& template_source);

@@ -64,7 +64,20 @@ json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<TokenLogpro
 // The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
 // a <think> block was split off, tool_calls with ids unique within the response.
 json AssistantMessage(const std::string& text, const OutputParsing& parse, bool opened, const std::string& id_prefix) {
-  ParsedAssistant p = ParseAssistantOutput(text, parse.format, parse.tools, parse.thinking, opened);
+  return AssistantMessageJson(ParseAssistantOutput(text, parse.format, parse.tools, parse.thinking, opened), parse, id_prefix);
+}
+
+json HarmonyAssistantMessage(const Tokenizer& tok, const std::vector<int32_t>& ids, const OutputParsing& parse,
+                             const std::string& id_prefix, int* reasoning_tokens) {
+  HarmonyParser p(tok, parse.harmony_tokens, parse.tools, parse.single_call ? 1 : 1 << 30);
+  HarmonyDelta ignored;
+  for (int32_t id : ids) p.Feed(id, &ignored);
+  p.Finish(&ignored);
+  if (reasoning_tokens) *reasoning_tokens = p.reasoning_tokens();
+  return AssistantMessageJson(p.Result(), parse, id_prefix);
+}
+
+json AssistantMessageJson(ParsedAssistant p, const OutputParsing& parse, const std::string& id_prefix) {
   if (parse.single_call && p.tool_calls.size() > 1) p.tool_calls.resize(1);  // parallel_tool_calls false
   json m = {{"role", "assistant"}, {"content", p.content ? json(*p.content) : json(nullptr)}};
   if (p.reasoning) m["reasoning_content"] = *p.reasoning;

@@ -22,6 +22,12 @@ nlohmann::json LogprobsJson(const Tokenizer& tok, bool chat, const std::vector<T
 // The assistant message for a chat answer: content (null when only tools were called), reasoning_content when
 // a <think> block was split off, tool_calls with ids `id_prefix` + their index (unique within the response).
 nlohmann::json AssistantMessage(const std::string& text, const OutputParsing& parse, bool opened, const std::string& id_prefix);
+// The same from a Harmony (gpt-oss) answer's token ids (parse.harmony; protocol/harmony.h); *reasoning_tokens
+// (when given): the analysis messages' tokens.
+nlohmann::json HarmonyAssistantMessage(const Tokenizer& tok, const std::vector<int32_t>& ids, const OutputParsing& parse,
+                                       const std::string& id_prefix, int* reasoning_tokens = nullptr);
+// The message for a parsed answer.
+nlohmann::json AssistantMessageJson(ParsedAssistant p, const OutputParsing& parse, const std::string& id_prefix);
 
 // The end of a chat or completions SSE stream: the usage chunk (stream_options.include_usage) and [DONE].
 std::string SseStreamEnd(const ApiCall& call, const char* object, const std::string& model, const nlohmann::json& usage);

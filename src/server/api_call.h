@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "protocol/harmony.h"
 #include "protocol/tool_parse.h"
 #include "protocol/tool_stream.h"
 #include "server/http_server.h"
@@ -30,6 +31,10 @@ struct OutputParsing {
   // The call syntax the answer is written in: the template's, or (forced calls on a template without one) the
   // Llama-3.x JSON call syntax the grammar makes the model write.
   ToolFormat format = ToolFormat::kNone;
+  // A Harmony (gpt-oss) template: the answer is parsed on token ids (protocol/harmony.h) into reasoning_content,
+  // content and (with tools) tool_calls, whatever `thinking` and `tools` say about <think> and text calls.
+  bool harmony = false;
+  HarmonyTokens harmony_tokens;  // the vocabulary's markers (harmony)
 };
 
 // How an accepted request is answered, fixed when it is parsed.
@@ -67,6 +72,8 @@ struct ApiCall {
     bool think_closed = false;
     std::string think_tail;  // the last bytes seen, for a </think> split across events
     std::unique_ptr<ToolCallStreamer> tools;  // streamed tool calls (chat with tools)
+    std::unique_ptr<HarmonyParser> harmony;   // streamed Harmony answer (parse.harmony)
+    std::vector<int32_t> token_ids;           // the answer's ids (parse.harmony: the non-streamed parse reads them)
     // Whether the answer starts in reasoning: the prompt opened <think>, or the text begins with it.
     bool StartsThinking(bool opened) const {
       const size_t b = text.find_first_not_of(" \t\r\n");

@@ -26,7 +26,16 @@ class ChatEncoder : public AnswerEncoder {
     std::vector<json> deltas;  // what this event sends, one chunk each
     json delta = json::object();
     if (!ch.role_sent) delta["role"] = "assistant";
-    if (parse.tools) {
+    if (parse.harmony) {
+      // Harmony: the event's token ids, not its text (whose detokenizer dropped the channel markers).
+      HarmonyDelta hd;
+      for (int32_t id : ev.token_ids) ch.harmony->Feed(id, &hd);
+      if (ev.finished) ch.harmony->Finish(&hd);
+      if (!hd.reasoning.empty()) delta["reasoning_content"] = hd.reasoning;
+      if (!hd.out.content.empty() || (!ch.role_sent && hd.reasoning.empty() && hd.out.calls.empty()))
+        delta["content"] = hd.out.content;
+      CallDeltas(k, index, hd.out, &delta, &deltas);
+    } else if (parse.tools) {
       std::string r, c = text;
       if (parse.thinking) {
         c.clear();
@@ -37,19 +46,7 @@ class ChatEncoder : public AnswerEncoder {
       if (ev.finished) ch.tools->Finish(&td);
       if (!r.empty()) delta["reasoning_content"] = r;
       if (!td.content.empty()) delta["content"] = td.content;
-      if (!td.calls.empty()) {
-        if (!delta.empty()) deltas.push_back(std::move(delta));
-        delta = json::object();
-      }
-      const std::string id_prefix = "call_" + k.id + "_" + std::to_string(index) + "_";
-      for (const ToolCallDelta& d : td.calls) {
-        if (d.first)
-          deltas.push_back({{"tool_calls", json::array({{{"index", d.index}, {"id", id_prefix + std::to_string(d.index)},
-                                                          {"type", "function"},
-                                                          {"function", {{"name", d.name}, {"arguments", ""}}}}})}});
-        if (!d.arguments.empty())
-          deltas.push_back({{"tool_calls", json::array({{{"index", d.index}, {"function", {{"arguments", d.arguments}}}}})}});
-      }
+      CallDeltas(k, index, td, &delta, &deltas);
     } else if (parse.thinking) {
       std::string r, c;
       ch.Split(text, ev.finished, &r, &c);
@@ -60,7 +57,8 @@ class ChatEncoder : public AnswerEncoder {
     }
     if (!delta.empty()) deltas.push_back(std::move(delta));
     if (deltas.empty() && (ev.finished || !lp_delta.is_null())) deltas.push_back(json::object());
-    const bool calls = parse.tools && ev.finished && ev.finish_reason == "stop" && !ch.tools->calls().empty();
+    const bool calls = parse.tools && ev.finished && ev.finish_reason == "stop" &&
+                       !(parse.harmony ? ch.harmony->calls() : ch.tools->calls()).empty();
     std::string out;
     for (size_t d = 0; d < deltas.size(); ++d) {
       const bool last = d + 1 == deltas.size();
@@ -84,7 +82,9 @@ class ChatEncoder : public AnswerEncoder {
       const ApiCall::Choice& x = k.choices[i];
       json lp = nullptr;
       if (k.logprobs >= 0) lp = LogprobsJson(tok_, true, x.raw, nullptr);
-      json message = AssistantMessage(x.text, k.shape.parse, k.opened, "call_" + k.id + "_" + std::to_string(i) + "_");
+      const std::string id_prefix = "call_" + k.id + "_" + std::to_string(i) + "_";
+      json message = k.shape.parse.harmony ? HarmonyAssistantMessage(tok_, x.token_ids, k.shape.parse, id_prefix)
+                                           : AssistantMessage(x.text, k.shape.parse, k.opened, id_prefix);
       const bool calls = message.contains("tool_calls") && x.finish_reason == "stop";
       choices.push_back({{"index", i}, {"logprobs", lp}, {"finish_reason", calls ? "tool_calls" : x.finish_reason},
                          {"message", std::move(message)}});
@@ -94,6 +94,23 @@ class ChatEncoder : public AnswerEncoder {
   }
 
  private:
+  // The chunks of a delta's tool calls: per call a first chunk with its index, id, type and name (arguments ""),
+  // then its argument fragments. What `delta` holds so far goes out first, in its own chunk.
+  static void CallDeltas(const ApiCall& k, int index, const ToolStreamDelta& td, json* delta, std::vector<json>* deltas) {
+    if (td.calls.empty()) return;
+    if (!delta->empty()) deltas->push_back(std::move(*delta));
+    *delta = json::object();
+    const std::string id_prefix = "call_" + k.id + "_" + std::to_string(index) + "_";
+    for (const ToolCallDelta& d : td.calls) {
+      if (d.first)
+        deltas->push_back({{"tool_calls", json::array({{{"index", d.index}, {"id", id_prefix + std::to_string(d.index)},
+                                                        {"type", "function"},
+                                                        {"function", {{"name", d.name}, {"arguments", ""}}}}})}});
+      if (!d.arguments.empty())
+        deltas->push_back({{"tool_calls", json::array({{{"index", d.index}, {"function", {{"arguments", d.arguments}}}}})}});
+    }
+  }
+
   const Tokenizer& tok_;
   const std::string& model_;
 };

@@ -86,6 +86,14 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
   // Nice 5: prompt preparation yields the CPU to the loop and the engine when they compete for it.
   tool_format_ = DetectToolFormat(chat_->source());
   parse_thinking_ = TemplateHasThinking(chat_->source());
+  if (tool_format_ == ToolFormat::kHarmony) {
+    harmony_ = FindHarmonyTokens(tok_);
+    if (!harmony_.usable()) {  // a Harmony template over a vocabulary without its markers: nothing to parse
+      DI_LOG_WARN("the chat template is Harmony's (gpt-oss) but the vocabulary lacks its special tokens: answers are "
+                  "not parsed");
+      tool_format_ = ToolFormat::kNone;
+    }
+  }
   if (opt_.webui) webui_ = std::make_unique<WebUi>();
   prep_ = std::make_unique<WorkQueue>(opt_.prep_threads, 5);
   prep_small_ = std::make_unique<WorkQueue>(1, 5);
@@ -388,6 +396,9 @@ void OpenAiServer::Submit(HttpServer::ConnId c, const AnswerShape& shape, const 
     call->opened = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
     for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
   }
+  if (chat && shape.parse.harmony)
+    for (auto& ch : call->choices)
+      ch.harmony = std::make_unique<HarmonyParser>(tok_, harmony_, shape.parse.tools, shape.parse.single_call ? 1 : 1 << 30);
   if (chat && shape.parse.tools)
     for (auto& ch : call->choices)
       ch.tools = std::make_unique<ToolCallStreamer>(shape.parse.format, shape.parse.single_call ? 1 : 1 << 30);
@@ -467,6 +478,7 @@ void OpenAiServer::OnOutput(const std::shared_ptr<ApiCall>& call, const RequestO
   }
   ch.tokens += static_cast<int>(ev.token_ids.size());
   ch.text += ev.text;
+  if (k.shape.parse.harmony) ch.token_ids.insert(ch.token_ids.end(), ev.token_ids.begin(), ev.token_ids.end());
   const bool reasoning_event = k.shape.parse.thinking && ch.CountReasoning(ev) && ch.StartsThinking(k.opened);
   if (ev.index == 0 && !ev.token_ids.empty() && ch.tokens == static_cast<int>(ev.token_ids.size()))
     k.cached_tokens += ev.cached_tokens;  // once per prompt
@@ -501,6 +513,8 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
   OutputParsing parse;
   if (!chat) return parse;
   parse.thinking = parse_thinking_;
+  parse.harmony = tool_format_ == ToolFormat::kHarmony;
+  parse.harmony_tokens = harmony_;
   auto tools = body.find("tools");
   const bool has_tools = tools != body.end() && tools->is_array() && !tools->empty();
   bool parallel = true;
@@ -579,7 +593,7 @@ void OpenAiServer::Tokenize(HttpServer::ConnId c, const HttpRequest& req) {
   if (body.contains("messages")) {
     auto text = chat_->RenderRequest(nlohmann::ordered_json::parse(req.body), body.value("add_generation_prompt", true));
     if (!text.ok()) return Error(c, 400, text.status().message(), "", "messages");
-    ids = tok_.Encode(*text, false);
+    ids = tok_.EncodeWithSpecials(*text, false);  // as the chat prompt is tokenized (ChatFormatter)
   } else {
     auto p = body.find("prompt");
     if (p == body.end() || !p->is_string()) return Error(c, 400, "'prompt' (a string) or 'messages' is required", "", "prompt");

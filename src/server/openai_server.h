@@ -110,6 +110,7 @@ class OpenAiServer {
   size_t max_prompt_bytes_ = 0;
   ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
   bool parse_thinking_ = false;                 // the template writes <think> blocks
+  HarmonyTokens harmony_;                       // tool_format_ kHarmony: the vocabulary's markers
   ResponseStore responses_;                     // stored /v1/responses answers
   std::unique_ptr<WebUi> webui_;                // null with --no-webui
   // Connections whose request is on a prep worker (HTTP thread only), each with its preparation's token: a

@@ -24,6 +24,7 @@ class ResponsesEncoder : public AnswerEncoder {
     const OutputParsing& parse = k.shape.parse;
     std::string events = ch.role_sent ? "" : builder_.Start();
     ch.role_sent = true;
+    if (parse.harmony) return events + HarmonyEvents(k, ch, ev, usage);
     std::string r, text = ev.text;
     if (parse.thinking) {
       text.clear();
@@ -61,13 +62,39 @@ class ResponsesEncoder : public AnswerEncoder {
 
   json Body(ApiCall& k, const json& usage) override {
     const ApiCall::Choice& ch = k.choices[0];  // a response has one answer
-    const json message = AssistantMessage(ch.text, k.shape.parse, k.opened, "call_" + k.id + "_0_");
-    const json u = WithReasoningTokens(usage, message, ch.reasoning_tokens);
+    int harmony_reasoning = 0;
+    const json message = k.shape.parse.harmony
+                             ? HarmonyAssistantMessage(tok_, ch.token_ids, k.shape.parse, "call_" + k.id + "_0_", &harmony_reasoning)
+                             : AssistantMessage(ch.text, k.shape.parse, k.opened, "call_" + k.id + "_0_");
+    const json u = WithReasoningTokens(usage, message, k.shape.parse.harmony ? harmony_reasoning : ch.reasoning_tokens);
     Store(message, ch.finish_reason, u);
-    return builder_.Object(message, ch.finish_reason, u, OutputTextLogprobs(k, ch, message));
+    return builder_.Object(message, ch.finish_reason, u,
+                           k.shape.parse.harmony ? json::array() : OutputTextLogprobs(k, ch, message));
   }
 
  private:
+  // A Harmony (gpt-oss) answer's events: parsed on token ids (protocol/harmony.h), as the chat endpoint does.
+  // (Output-text log-probs are not split from the analysis tokens for it: none are sent.)
+  std::string HarmonyEvents(ApiCall& k, ApiCall::Choice& ch, const RequestOutput& ev, const json& usage) {
+    HarmonyDelta hd;
+    for (int32_t id : ev.token_ids) ch.harmony->Feed(id, &hd);
+    if (ev.finished) ch.harmony->Finish(&hd);
+    std::string events = builder_.ReasoningDelta(hd.reasoning) + builder_.TextDelta(hd.out.content);
+    const std::string id_prefix = "call_" + k.id + "_0_";
+    for (const ToolCallDelta& d : hd.out.calls) {
+      const std::string call_id = id_prefix + std::to_string(d.index);
+      if (d.first) events += builder_.CallStart(d.index, call_id, d.name);
+      events += builder_.CallArgumentsDelta(d.index, call_id, d.arguments);
+    }
+    if (ev.finished) {
+      const json message = AssistantMessageJson(ch.harmony->Result(), k.shape.parse, id_prefix);
+      const json u = WithReasoningTokens(usage, message, ch.harmony->reasoning_tokens());
+      events += builder_.Finish(message, ev.finish_reason, u, json::array());
+      Store(message, ev.finish_reason, u);
+    }
+    return events;
+  }
+
   // include message.output_text.logprobs: the output text's log-probs. The reasoning's tokens come first
   // (counted as reasoning_tokens); the output text has the rest.
   json OutputTextLogprobs(const ApiCall& k, const ApiCall::Choice& ch, const json& message) const {

@@ -27,7 +27,8 @@ CallSyntax Syntax(ToolFormat f) {
               "\n```<｜tool▁call▁end｜>", "\n", "<｜tool▁calls▁end｜>"};
     case ToolFormat::kLlama3Json:  // {"name": "f", "parameters": {...}}; several joined by "; "
       return {"", "{\"name\": ", ", \"parameters\": ", "}", "; ", ""};
-    case ToolFormat::kNone: break;
+    case ToolFormat::kNone:
+    case ToolFormat::kHarmony: break;  // refused in ToolCallGbnf
   }
   return {};
 }
@@ -38,6 +39,11 @@ StatusOr<std::string> ToolCallGbnf(const json& tools, ToolFormat format, const s
                                    grammar::JsonWhitespace ws) {
   if (format == ToolFormat::kNone)
     return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
+  // Harmony calls come after analysis messages the model writes freely: a grammar from the first token would
+  // constrain the reasoning too (llama.cpp's covers the whole turn). Not built yet; refused rather than wrong.
+  if (format == ToolFormat::kHarmony)
+    return InvalidArgument("'tool_choice': \"required\" and named functions are not supported yet for Harmony (gpt-oss) "
+                           "models; use \"auto\"");
   if (!tools.is_array() || tools.empty()) return InvalidArgument("'tool_choice' needs a non-empty 'tools' list");
   const CallSyntax s = Syntax(format);
   std::map<std::string, std::string> rules;

@@ -405,27 +405,10 @@ class HfTokenizer : public Tokenizer {
   static StatusOr<std::unique_ptr<Tokenizer>> Create(const json& j, const json& cfg, const std::string& name);
 
   std::vector<int32_t> Encode(const std::string& text, bool add_special) const override {
-    std::vector<int32_t> body;
-    size_t prev = 0;
-    for (const auto& m : FindAdded(text)) {
-      if (m.begin > prev) EncodeSegment(std::string_view(text).substr(prev, m.begin - prev), prev == 0, &body);
-      body.push_back(m.id);
-      prev = m.end;
-    }
-    if (prev < text.size()) EncodeSegment(std::string_view(text).substr(prev), prev == 0, &body);
-    if (!add_special) return body;
-    if (template_.empty()) {
-      // No template post-processor: transformers' fast tokenizers still honour add_bos_token from
-      // tokenizer_config.json (Llama-family configs rely on it).
-      if (add_bos_ && bos_id_ >= 0) body.insert(body.begin(), bos_id_);
-      return body;
-    }
-    std::vector<int32_t> out;
-    for (const auto& item : template_) {
-      if (item.empty()) out.insert(out.end(), body.begin(), body.end());
-      else out.insert(out.end(), item.begin(), item.end());
-    }
-    return out;
+    return EncodeImpl(text, add_special, false);
+  }
+  std::vector<int32_t> EncodeWithSpecials(const std::string& text, bool add_special) const override {
+    return EncodeImpl(text, add_special, true);
   }
 
   std::string TokenBytes(int32_t id) const override { return Decode({id}, false); }
@@ -449,20 +432,45 @@ class HfTokenizer : public Tokenizer {
   }
 
  private:
+  // all_added: every added token is matched in the text, GGUF control tokens included.
+  std::vector<int32_t> EncodeImpl(const std::string& text, bool add_special, bool all_added) const {
+    std::vector<int32_t> body;
+    size_t prev = 0;
+    for (const auto& m : FindAdded(text, all_added)) {
+      if (m.begin > prev) EncodeSegment(std::string_view(text).substr(prev, m.begin - prev), prev == 0, &body);
+      body.push_back(m.id);
+      prev = m.end;
+    }
+    if (prev < text.size()) EncodeSegment(std::string_view(text).substr(prev), prev == 0, &body);
+    if (!add_special) return body;
+    if (template_.empty()) {
+      // No template post-processor: transformers' fast tokenizers still honour add_bos_token from
+      // tokenizer_config.json (Llama-family configs rely on it).
+      if (add_bos_ && bos_id_ >= 0) body.insert(body.begin(), bos_id_);
+      return body;
+    }
+    std::vector<int32_t> out;
+    for (const auto& item : template_) {
+      if (item.empty()) out.insert(out.end(), body.begin(), body.end());
+      else out.insert(out.end(), item.begin(), item.end());
+    }
+    return out;
+  }
+
   struct Match {
     size_t begin, end;
     int32_t id;
   };
 
   // Leftmost-longest occurrences of added tokens in the raw text.
-  std::vector<Match> FindAdded(const std::string& text) const {
+  std::vector<Match> FindAdded(const std::string& text, bool all) const {
     std::vector<Match> out;
     if (added_.empty()) return out;
-    bool any = false;
+    bool any = all;
     for (const auto& a : added_) any = any || a.match_in_text;
     if (!any) return out;
     for (size_t i = 0; i < text.size();) {
-      const auto& cands = added_by_byte_[static_cast<unsigned char>(text[i])];
+      const auto& cands = (all ? all_added_by_byte_ : added_by_byte_)[static_cast<unsigned char>(text[i])];
       const AddedToken* best = nullptr;
       for (const AddedToken* a : cands)
         if (text.compare(i, a->content.size(), a->content) == 0 && (!best || a->content.size() > best->content.size()) &&
@@ -600,6 +608,7 @@ class HfTokenizer : public Tokenizer {
   std::unordered_map<uint64_t, std::pair<int, int32_t>> merges_;  // (left, right) -> (rank, merged id)
   std::vector<AddedToken> added_;
   std::array<std::vector<const AddedToken*>, 256> added_by_byte_;
+  std::array<std::vector<const AddedToken*>, 256> all_added_by_byte_;  // match_in_text or not
   mutable std::mutex cache_mu_;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
@@ -667,6 +676,7 @@ StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& j, const js
     t->pieces_[a.id] = a.content;
     t->is_control_[a.id] = a.special;
     if (!a.content.empty() && a.match_in_text) t->added_by_byte_[static_cast<unsigned char>(a.content[0])].push_back(&a);
+    if (!a.content.empty()) t->all_added_by_byte_[static_cast<unsigned char>(a.content[0])].push_back(&a);
   }
   // Merges: "a b" strings or [a, b] pairs; each must name tokens of the vocabulary.
   const json merges = m.value("merges", json::array());
@@ -720,8 +730,11 @@ StatusOr<std::unique_ptr<Tokenizer>> HfTokenizer::Create(const json& j, const js
   t->bos_id_ = token_id("bos_token");
   t->eos_id_ = token_id("eos_token");
   t->add_bos_ = cfg.is_object() && cfg.value("add_bos_token", false);
-  // End-of-turn markers that also end generation.
-  for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "<｜end▁of▁sentence｜>"}) {
+  // End-of-turn markers that also end generation. Harmony (o200k_harmony, gpt-oss) ends a turn with <|return|>
+  // (final answer) or <|call|> (tool call); its <|end|> closes a message inside the turn (analysis, then final),
+  // so it is deliberately not listed: llama.cpp drops <|end|> from its EOG set when <|return|> and <|call|> exist.
+  for (const char* eot : {"<|eot_id|>", "<|im_end|>", "<|end_of_text|>", "<|endoftext|>", "<｜end▁of▁sentence｜>",
+                          "<|return|>", "<|call|>"}) {
     auto it = all_ids.find(eot);
     if (it != all_ids.end()) t->eog_ids_.push_back(it->second);
   }

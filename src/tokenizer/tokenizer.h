@@ -17,6 +17,10 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int32_t> Encode(const std::string& text, bool add_bos) const = 0;
+  // Encode, with control tokens written in the text read as their ids too (llama.cpp's parse_special, which its
+  // server uses for chat prompts): a rendered chat template writes <|im_start|>, <|start|>... as text, and a GGUF
+  // vocabulary marks them control, which plain Encode leaves as text (as llama.cpp's tokenizer tests expect).
+  virtual std::vector<int32_t> EncodeWithSpecials(const std::string& text, bool add_bos) const { return Encode(text, add_bos); }
   // The raw bytes a token stands for (empty for control tokens).
   virtual std::string TokenBytes(int32_t id) const = 0;
   // Concatenated bytes of the ids, special tokens dropped when skip_special.

@@ -22,6 +22,16 @@ namespace {
 const char* kGpt2Regex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 const char* kLlama3Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+// o200k (gpt-4o, gpt-oss, Llama 4). kGpt4oHfRegex is tokenizer.json's own; llama.cpp runs a rewrite of it
+// (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT4O) in which "upper" is a letter other than a-z and "lower" one other
+// than A-Z, and \p{M} is gone: a combining mark is not part of a word there ("e\u0301" splits after the e) and
+// a non-ASCII capital can start a lower-case run ("ÉCOLE" is "É" + "COLE"). GGUF files get llama.cpp's ids, so
+// they run the rewrite (PCRE2 gives the same matches as llama.cpp's category-collapsed std::regex); tokenizer.json
+// keeps the original, as Hugging Face tokenizers runs it.
+const char* kGpt4oHfRegex =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+const char* kGpt4oLlamaRegex =
+    R"([^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 const char* kQwen2Regex =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
@@ -169,6 +179,9 @@ StatusOr<PreSpec> PreForGguf(const std::string& pre) {
   if (pre == "llama3" || pre == "llama-v3" || pre == "llama-bpe" || pre == "smaug-bpe" || pre == "falcon3" || pre == "pixtral")
     return PreSpec{{kLlama3Regex}, true};
   if (pre == "qwen2" || pre == "deepseek-r1-qwen" || pre == "stablelm2" || pre == "megrez") return PreSpec{{kQwen2Regex}};
+  // llama.cpp maps these four names to one pre-tokenizer type (and turns clean_spaces off, which only affects
+  // its detokenizer's space cleanup, a no-op for byte-level vocabularies).
+  if (pre == "gpt-4o" || pre == "llama4" || pre == "kanana2" || pre == "talkie") return PreSpec{{kGpt4oLlamaRegex}};
   if (pre == "starcoder" || pre == "refact" || pre == "command-r" || pre == "smollm" || pre == "codeshell")
     return PreSpec{{R"(\p{N})", kGpt2Regex}};
   if (pre == "deepseek-v3")
@@ -225,6 +238,8 @@ StatusOr<std::string> GgufPreForRegexes(const std::vector<std::string>& regexes)
     for (size_t i = 0; i < want.size() && same; ++i) same = CanonicalRegex(spec->regexes[i]) == want[i];
     if (same) return std::string(name);
   }
+  // Names whose tokenizer.json spelling is not the regex run for the GGUF (see kGpt4oHfRegex).
+  if (want.size() == 1 && want[0] == CanonicalRegex(kGpt4oHfRegex)) return std::string("gpt-4o");
   return Unimplemented("the tokenizer's pre-tokenizer regexes match no GGUF tokenizer.ggml.pre type known here");
 }
 
