@@ -64,6 +64,8 @@ const models = {
   // prefill kernels (q4_K, q6_K; VNNI panels on AVX-512), and q5_1 against q8_1 activations.
   llama_q4km: ["--arch", "llama", "--hidden", "256", "--ffn", "512", "--layers", "2", "--heads", "4", "--kv-heads", "2"],
   llama_q51: ["--arch", "llama", "--hidden", "256", "--ffn", "512", "--layers", "2", "--heads", "4", "--kv-heads", "2"],
+  // MXFP4 (gpt-oss's expert type, a 16-entry grid like iq4_nl) on every matrix: its decode and prefill kernels.
+  llama_mxfp4: ["--arch", "llama", "--dtype", "mxfp4", "--hidden", "256", "--ffn", "512", "--layers", "2", "--heads", "4", "--kv-heads", "2"],
 };
 // Models converted to a GGUF type after make-tiny: name -> convert flags (the make-tiny output is only the source).
 const converted = {llama_q4km: ["--outtype", "q4_k_m"], llama_q51: ["--outtype", "q5_1", "--pure"]};
