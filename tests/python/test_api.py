@@ -48,13 +48,16 @@ def test_bad_engine_argument_is_named(stories, tmp_path):
 def test_two_threads_generate_at_once(stories):
     """Two threads generating on one LLM overlap (the wait releases the GIL, the engine batches both): the wall
     time of both together is well below the sum of each alone."""
+    # One sequence per thread, many steps: a step's cost is mostly fixed on stories260K (a second row adds little),
+    # so two overlapping generates take little more than one. (Eight rows each made the step's cost grow with
+    # the rows: overlapped, they saved only ~10%, within a loaded machine's noise.)
     def workload(seed):
-        return [f"Once upon a time {i}" for i in range(8)], SamplingParams(temperature=0.8, seed=seed, max_tokens=150, ignore_eos=True)
+        return ["Once upon a time"], SamplingParams(temperature=0.8, seed=seed, max_tokens=400, ignore_eos=True)
 
     with LLM(stories, max_num_seqs=32) as llm:
         llm.generate(*workload(0))  # warm up
         best = None
-        for attempt in range(3):  # timing on a shared machine: the best of three
+        for attempt in range(6):  # timing on a shared machine (runs of ~0.1 s): the best of six
             t0 = time.monotonic()
             llm.generate(*workload(1))
             t1 = time.monotonic()
@@ -75,9 +78,9 @@ def test_two_threads_generate_at_once(stories):
             print(f"serial {serial:.2f}s (first {t1 - t0:.2f}s), two threads {together:.2f}s: {ratio:.2f}")
             if best < 0.9:
                 break
-        # Held, the GIL would serialize the two waits: together >= serial (1.0). Quiet, the overlap gives 0.14-0.55;
-        # 0.9 leaves room for a loaded machine (0.85-0.88 seen with two builds beside it).
-        assert best < 0.9, f"two threads took {best:.2f}x the serial time: the GIL is held while the engine works"
+        # Serialized generates give together >= serial (1.0). Measured: 0.56-0.96 per attempt quiet (runs of ~0.1 s),
+        # 0.11-0.44 beside two busy loops. (That the GIL is free while the engine works is the next test's check.)
+        assert best < 0.9, f"two threads took {best:.2f}x the serial time: the two generates did not overlap"
 
 
 def test_gil_is_free_while_generating(stories):
