@@ -94,9 +94,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   // hybrid cache); --swa-full keeps every layer's K/V for every position, as llama.cpp's flag of that name.
   KvLayout layout = RankKvLayout(model);
   if (!opt.swa_full && !c.mla) {
-    std::vector<int> windows(c.n_layers);
-    for (int l = 0; l < c.n_layers; ++l) windows[l] = c.LayerWindow(l);
-    layout = GroupKvLayout(layout, windows);
+    layout = GroupKvLayout(layout, c.kv_layer_windows());
   }
   if (!layout.has_anchor() && (spec.draft_model || spec.method == SpecMethod::kMtp))
     return InvalidArgument("--speculative draft/mtp keeps its K/V in the blocks of the model's full-attention "

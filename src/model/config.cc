@@ -31,6 +31,50 @@ Status ValidateConfig(const ModelConfig& c, const std::string& file) {
   return Status::Ok();
 }
 
+std::vector<Dsv4KvLayer> ModelConfig::Dsv4KvLayers(std::vector<int>* windows) const {
+  std::vector<Dsv4KvLayer> out(static_cast<size_t>(n_layers));
+  std::vector<int> win;
+  auto add = [&](int planes, int window) {
+    const int first = static_cast<int>(win.size());
+    win.insert(win.end(), static_cast<size_t>(planes), window);
+    return first;
+  };
+  const int d = head_dim, di = dsv4.index_head_dim;
+  for (int l = 0; l < n_layers; ++l) {
+    Dsv4KvLayer& k = out[static_cast<size_t>(l)];
+    k.raw = add(1, sliding_window);
+    const int ratio = l < static_cast<int>(dsv4.compress_ratio.size()) ? dsv4.compress_ratio[static_cast<size_t>(l)] : 0;
+    if (ratio == 0) continue;
+    // Per token: the compressor's kv and score projections (2d each for CSA's two halves, d for HCA), and
+    // CSA's indexer compressor's (2 d_I each), packed into planes of d.
+    const int ring = ratio == 4 ? 4 * d + 4 * di : 2 * d;
+    k.ring_planes = (ring + d - 1) / d;
+    // The block closing at p reads its own tokens and (CSA) the previous block's: positions (p - 2 ratio, p].
+    k.ring_window = ratio == 4 ? 2 * ratio : ratio;
+    k.ring = add(k.ring_planes, k.ring_window);
+    k.comp = add(1, 0);
+    if (ratio == 4) k.index_key = add(1, 0);
+  }
+  if (windows) *windows = std::move(win);
+  return out;
+}
+
+KvLayout ModelConfig::Dsv4Layout() const {
+  std::vector<int> windows;
+  Dsv4KvLayers(&windows);
+  return KvLayout::Plain(static_cast<int>(windows.size()), head_dim, 0);
+}
+
+std::vector<int> ModelConfig::kv_layer_windows() const {
+  std::vector<int> windows;
+  if (is_dsv4()) {
+    Dsv4KvLayers(&windows);
+    return windows;
+  }
+  for (int l = 0; l < n_layers; ++l) windows.push_back(LayerWindow(l));
+  return windows;
+}
+
 std::string ModelConfig::Summary() const {
   char buf[512];
   std::snprintf(buf, sizeof buf,

@@ -10,7 +10,8 @@
 namespace deepinfer {
 
 // Model families; each is declared once in model/arch/ (names, config rules, tensor spellings).
-enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3, kGemma3, kGptOss };
+enum class Arch { kLlama, kQwen2, kQwen3, kMistral, kQwen3Moe, kDeepseekV3, kMixtral, kQwen2Moe, kOlmo2, kSmolLM3, kGemma3, kGptOss,
+                 kDeepseekV4 };
 const char* ArchName(Arch a);
 bool ArchFromName(const std::string& name, Arch* out);  // deepinfer, HF model_type/class or GGUF architecture names
 
@@ -22,6 +23,32 @@ enum class QkNorm { kNone, kPerHead, kWhole };
 // approximation (GeGLU: Gemma), or gpt-oss's clamped form (kSwigluOai: the gate clamped above and the up
 // projection on both sides at 7, then gate * sigmoid(1.702 gate) * (up + 1); kernels/ops.h).
 enum class FfnAct { kSilu, kGeluTanh, kSwigluOai };
+
+// DeepSeek-V4 (model/arch/deepseek_v4.cc, model/models/deepseek_v4.cc): the settings of its attention (one K=V
+// latent per token, a raw window on every layer, compressed rows on most), its hyper-connections and routing.
+struct Dsv4Params {
+  int hc = 0;  // residual streams (hyper_connection.count; 0: not a V4 model)
+  int hc_iters = 0;
+  float hc_eps = 0;
+  std::vector<int> compress_ratio;  // per layer: 0 (window only), 4 (CSA + indexer) or 128 (HCA)
+  double compress_rope_theta = 0;   // the compressed layers' (and their compressors' and indexer's) RoPE base
+  int o_groups = 0, o_lora_rank = 0;
+  int index_heads = 0, index_head_dim = 0, index_topk = 0;
+  int hash_layers = 0;  // layers l < hash_layers route by token id (tid2eid)
+  std::vector<float> swiglu_limit, swiglu_limit_shared;  // per layer: the experts' clamp (0: none)
+};
+
+// Where a DeepSeek-V4 layer keeps its per-token state in the paged KV cache. Every entry is a cache "layer" (a
+// plane of rows of head_dim elements): the raw K=V row (windowed: W), the compressor's per-token inputs (their
+// projections and scores, a window of 2 x ratio for CSA's overlapping blocks, ratio for HCA: what llama.cpp
+// keeps in its F32 rings), and the compressed rows (full attention: a block's row is stored in the slot of the
+// token that closes the block, so it lives and is shared, cached and evicted with that position like any K/V).
+struct Dsv4KvLayer {
+  int raw = -1;
+  int ring = -1, ring_planes = 0, ring_window = 0;  // ring_planes consecutive cache layers from `ring`
+  int comp = -1;       // the compressed K=V row (ratio != 0)
+  int index_key = -1;  // the indexer's compressed key (ratio 4)
+};
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
@@ -96,12 +123,17 @@ struct ModelConfig {
   // Elements per token per layer in the K and V planes of the KV cache.
   YarnParams yarn;                 // rope_scaling yarn (deepseek)
   float attn_scale_mult = 1.f;     // softmax scale multiplier (YaRN: get_mscale(factor, mscale_all_dim)^2)
+  Dsv4Params dsv4;
+  bool is_dsv4() const { return dsv4.hc > 0; }
+  // DeepSeek-V4: each layer's cache layers, and every cache layer's window (0: full attention).
+  std::vector<Dsv4KvLayer> Dsv4KvLayers(std::vector<int>* windows = nullptr) const;
   // DeepSeek-V3 MTP modules loaded (num_nextn_predict_layers); each has its own KV layer when used.
   int n_mtp = 0;
   int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
   int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
   // The paged KV cache's shape for this model's decoder layers.
   KvLayout kv_layout() const {
+    if (is_dsv4()) return Dsv4Layout();
     KvLayout k;
     k.num_layers = n_layers;
     k.k_elems = kv_k_elems();
@@ -109,7 +141,11 @@ struct ModelConfig {
     return k;
   }
 
+  // Each cache layer's window (0: full attention), what the hybrid KV cache groups layers by.
+  std::vector<int> kv_layer_windows() const;
+
   std::string Summary() const;
+  KvLayout Dsv4Layout() const;  // kv_layout() of a DeepSeek-V4 model
 };
 
 // Sizes positive and in range, heads divisible, expert settings coherent; `file` names the source in errors.

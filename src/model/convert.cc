@@ -215,6 +215,12 @@ class TensorEmitter {
     if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
     gw_.AddTensor(name, DType::kF32, std::move(shape), std::move(b));
   }
+  // An I32 table (DeepSeek-V4's tid2eid), as is.
+  void Ints(const std::string& name, const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+    std::vector<uint8_t> b(v.size() * sizeof(int32_t));
+    std::memcpy(b.data(), v.data(), b.size());
+    gw_.AddTensor(name, DType::kI32, std::move(shape), std::move(b));
+  }
 
  private:
   GgufWriter& gw_;
@@ -271,6 +277,7 @@ bool Holds(const TensorDecl& d) {
     case TensorForm::kExpertVectors:
     case TensorForm::kMlaKB: return !d.vector->empty();
     case TensorForm::kExperts: return !d.experts->empty();
+    case TensorForm::kTokenExperts: return !d.ints->empty();
     case TensorForm::kMlaVB: return true;  // from the checkpoint's v_b, or out of its kv_b
     default: return d.matrix->data && !(d.fallback_matrix && d.matrix->data == d.fallback_matrix->data);
   }
@@ -286,6 +293,7 @@ void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl&
     case TensorForm::kExpertVectors: out.Vector(name, *d.vector, d.shape); break;
     case TensorForm::kExperts: out.Stacked(name, *d.experts); break;
     case TensorForm::kGateVector: out.VectorFrom(name, *d.matrix); break;
+    case TensorForm::kTokenExperts: out.Ints(name, *d.ints, d.shape); break;
     case TensorForm::kMlaKvB: break;  // written split, as llama.cpp's converter does: k_b and v_b
     case TensorForm::kMlaKB: {        // W_UK^T per head {H, kv_lora, nope}: the loader's uk_t
       const TensorView& kv_b = *list.Find(TensorForm::kMlaKvB)->matrix;

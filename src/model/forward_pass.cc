@@ -12,7 +12,11 @@ ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_toke
       max_tokens_(max_tokens) {
   const size_t m = static_cast<size_t>(max_tokens_);
   // The layers run with this rank's shapes (tensor parallelism: its heads and FFN slices).
-  if (c_.mla) mla_ = std::make_unique<MlaAttention>(ops_, lc, max_tokens_);
+  if (c_.is_dsv4()) {
+    dsv4_ = std::make_unique<Dsv4Attention>(ops_, lc, max_tokens_);
+    hc_ = std::make_unique<HyperConnection>(ops_, c_.dsv4.hc, c_.hidden, c_.dsv4.hc_iters, c_.dsv4.hc_eps, c_.rms_eps, max_tokens_);
+    streams_.resize(m * c_.dsv4.hc * c_.hidden);
+  } else if (c_.mla) mla_ = std::make_unique<MlaAttention>(ops_, lc, max_tokens_);
   else gqa_ = std::make_unique<GqaAttention>(ops_, lc, max_tokens_, WholeNormSplitFor());
   bool any_dense = false;
   for (int l = 0; l < c_.n_layers + c_.n_mtp; ++l) any_dense = any_dense || !c_.IsMoeLayer(l);
@@ -263,7 +267,7 @@ Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Ro
 
 Status ForwardPass::Mlp(const LayerWeights& L, int moe_layer) {
   const int n = batch_.n;
-  if (L.is_moe()) return moe_->Forward(L, moe_layer, xn_.data(), n, y_.data());
+  if (L.is_moe()) return moe_->Forward(L, moe_layer, xn_.data(), n, y_.data(), tokens_.data());
   if (n == 0) return Status::Ok();
   mlp_->Forward(L.mlp, xn_.data(), n, y_.data());
   return TpAllReduce(y_.data(), n);  // tensor parallel: each rank's down projection covers its FFN slice

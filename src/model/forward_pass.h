@@ -96,6 +96,11 @@ class ForwardPass {
   float* xn() { return xn_.data(); }
   float* y() { return y_.data(); }
   MoeLayer* moe() { return moe_.get(); }
+  // DeepSeek-V4's attention and hyper-connections (null for other families).
+  Dsv4Attention* dsv4() { return dsv4_.get(); }
+  HyperConnection* hc() { return hc_.get(); }
+  // DeepSeek-V4's residual streams: one row of hc x hidden per token.
+  float* streams() { return streams_.data(); }
   const MoeLayer* moe() const { return moe_.get(); }
   bool context_parallel() const { return cp_ != nullptr; }
   // Two-batch overlap is on: an expert-parallel MoE layer with a communication stream.
@@ -121,7 +126,9 @@ class ForwardPass {
   std::unique_ptr<MlaAttention> mla_;
   std::unique_ptr<DenseMlp> mlp_;
   std::unique_ptr<MoeLayer> moe_;
-  std::vector<float> x_, xn_, y_;
+  std::unique_ptr<Dsv4Attention> dsv4_;
+  std::unique_ptr<HyperConnection> hc_;
+  std::vector<float> x_, xn_, y_, streams_;
   std::vector<int32_t> tokens_, pos_;
   std::vector<int32_t> logit_rows_;
   // Per KV group: the K/V rows each sequence reads (rows, from rows_begin[s]), the slot each token writes, the

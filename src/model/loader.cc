@@ -25,7 +25,9 @@ Model::~Model() = default;
 
 std::vector<TensorView*> LayerWeights::MutableMatrices() {
   return {&gqa.wq, &gqa.wk, &gqa.wv, &gqa.wo, &mla.wq, &mla.wq_a, &mla.wq_b, &mla.wkv_a, &mla.wkv_b, &mla.wv_b, &mla.wo,
-          &mlp.gate, &mlp.up, &mlp.down, &moe.router, &moe.shared.gate, &moe.shared.up, &moe.shared.down, &moe.shared_gate};
+          &mlp.gate, &mlp.up, &mlp.down, &moe.router, &moe.shared.gate, &moe.shared.up, &moe.shared.down, &moe.shared_gate,
+          &dsv4.wq_a, &dsv4.wq_b, &dsv4.wkv, &dsv4.wo_a, &dsv4.wo_b, &dsv4.comp_kv, &dsv4.comp_gate, &dsv4.idx_proj,
+          &dsv4.idx_q_b, &dsv4.idx_comp_kv, &dsv4.idx_comp_gate};
 }
 
 std::vector<const TensorView*> LayerWeights::Matrices() const {
@@ -193,6 +195,18 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
         break;
       case TensorForm::kMlaKB:
       case TensorForm::kMlaVB: break;  // read with kv_b, in whichever form the file has
+      case TensorForm::kTokenExperts: {
+        TensorView t;
+        DI_RETURN_IF_ERROR(Expect(src, name, d.shape, &t));
+        if (t.dtype != DType::kI32) return InvalidArgument(src.file + ": tensor '" + name + "' must be i32");
+        const size_t count = static_cast<size_t>(d.shape[0] * d.shape[1]);
+        d.ints->resize(count);
+        std::memcpy(d.ints->data(), t.data, count * sizeof(int32_t));
+        for (int32_t e : *d.ints)
+          if (e < 0 || e >= c.n_experts)
+            return InvalidArgument(src.file + ": tensor '" + name + "' holds an expert id out of range: " + std::to_string(e));
+        break;
+      }
     }
   }
   return Status::Ok();

@@ -341,6 +341,19 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
           kv_b = hf_tensor(d, hf, d.shape);
           if (want_gguf && !s.split_kv_b) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, kv_b));
           break;
+        case TensorForm::kTokenExperts: {  // k distinct experts per token from a seeded start (HF: not written)
+          const int64_t V = d.shape[0], K = d.shape[1];
+          std::vector<int32_t> ids(static_cast<size_t>(V * K));
+          uint64_t st = s.seed ^ HashName(gg);
+          for (int64_t t = 0; t < V; ++t) {
+            const int64_t first = static_cast<int64_t>(SplitMix(st) % static_cast<uint64_t>(c.n_experts));
+            for (int64_t j = 0; j < K; ++j) ids[static_cast<size_t>(t * K + j)] = static_cast<int32_t>((first + j) % c.n_experts);
+          }
+          std::vector<uint8_t> b(ids.size() * sizeof(int32_t));
+          std::memcpy(b.data(), ids.data(), b.size());
+          if (want_gguf) gw.AddTensor(gg, DType::kI32, d.shape, std::move(b));
+          break;
+        }
         case TensorForm::kMlaKB:
         case TensorForm::kMlaVB:
           if (want_gguf && s.split_kv_b) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, SplitKvB(c, kv_b, d.form)));
@@ -374,7 +387,8 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       gw.SetU32(gguf_arch + ".attention.value_length", ds ? s.v_head : s.head_dim);
     }
     if (ds && s.mtp) gw.SetU32(gguf_arch + ".nextn_predict_layers", 1);
-    gw.SetU32(gguf_arch + ".rope.dimension_count", ds ? s.qk_rope : s.head_dim);
+    // MLA and DeepSeek-V4 rotate only a part of each head.
+    gw.SetU32(gguf_arch + ".rope.dimension_count", ds || s.arch == Arch::kDeepseekV4 ? s.qk_rope : s.head_dim);
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));
     gw.SetF32(gguf_arch + ".attention.layer_norm_rms_epsilon", 1e-5f);
     gw.SetU32(gguf_arch + ".vocab_size", s.vocab);

@@ -9,7 +9,9 @@
 #include "deepinfer/status.h"
 #include "model/config.h"
 #include "model/layers/attention_gqa.h"
+#include "model/layers/attention_dsv4.h"
 #include "model/layers/attention_mla.h"
+#include "model/layers/hyper_connection.h"
 #include "model/layers/mlp_dense.h"
 #include "model/layers/mlp_moe.h"
 #include "tensor/tensor.h"
@@ -29,6 +31,8 @@ struct LayerWeights {
   std::vector<float> attn_post_norm, ffn_post_norm;
   GqaWeights gqa;
   MlaWeights mla;
+  Dsv4AttnWeights dsv4;       // DeepSeek-V4's attention
+  HcWeights hc_attn, hc_ffn;  // DeepSeek-V4: the hyper-connections around the attention and the MLP
   DenseMlpWeights mlp;
   MoeWeights moe;
   bool is_moe() const { return !moe.gate.empty(); }
@@ -68,6 +72,7 @@ struct Model {
   TensorView tok_embd;  // {vocab, hidden}
   TensorView lm_head;   // {vocab, hidden}; tok_embd when tied
   std::vector<float> out_norm;
+  HcWeights hc_head;  // DeepSeek-V4: the head's collapse of the residual streams
   std::vector<LayerWeights> layers;
   std::vector<MtpWeights> mtp;  // config.n_mtp modules (empty when the checkpoint has none)
   std::unique_ptr<Tokenizer> tokenizer;

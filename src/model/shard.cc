@@ -50,6 +50,9 @@ Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
     return Unimplemented(std::string(ArchName(c.arch)) +
                          " across several ranks (--dp, --tp, --ep, --cp) is not implemented yet: its output-projection and "
                          "expert biases and its attention sinks are not split; run it in one process");
+  if (c.is_dsv4() && pc.world > 1)
+    return Unimplemented("deepseek_v4 across several ranks (--dp, --tp, --ep, --cp) is not implemented yet: its hash "
+                         "routing, compressed KV and hyper-connections are not split; run it in one process");
   if (pc.tp > 1) {
     const std::string t = std::to_string(pc.tp);
     if (c.n_heads % pc.tp != 0)

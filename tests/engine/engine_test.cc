@@ -113,6 +113,14 @@ const Model& TinyGptOss() {
   return *m;
 }
 
+// DeepSeek-V4: the specification's tiny shape (window 16; window-only, CSA and HCA layers; hash routing on
+// layers 0-2; 4 hyper-connection streams): prompts of 20..120 tokens and their outputs cross CSA's 4-blocks
+// everywhere and HCA's 128-block in the longer requests, chunks of 64 and blocks of 8 cut through both.
+const Model& TinyDeepseekV4() {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "deepseek_v4");
+  return *m;
+}
+
 EngineOptions SmallEngine() {
   EngineOptions o;
   o.max_num_seqs = 16;
@@ -141,7 +149,8 @@ class EngineEquivalence : public ::testing::TestWithParam<int> {
       case 6: return Case{"tiny-olmo2", TinyOlmo2, {"a", "e ", "\n"}};
       case 7: return Case{"tiny-smollm3", TinySmolLM3, {"a", "e ", "\n"}};
       case 8: return Case{"tiny-gemma3", TinyGemma3, {"a", "e ", "\n"}};
-      default: return Case{"tiny-gpt-oss", TinyGptOss, {"a", "e ", "\n"}};
+      case 9: return Case{"tiny-gpt-oss", TinyGptOss, {"a", "e ", "\n"}};
+      default: return Case{"tiny-deepseek-v4", TinyDeepseekV4, {"a", "e ", "\n"}};
     }
   }
 };
@@ -206,9 +215,8 @@ TEST_P(EngineEquivalence, RequestIsBatchInvariant) {
 
 // How many blocks of the engine's (hybrid) KV layout take the bytes of one block that holds every layer.
 int HybridBlocksPerFullBlock(const Model& m) {
-  std::vector<int> windows(m.config.n_layers);
-  for (int l = 0; l < m.config.n_layers; ++l) windows[l] = m.config.LayerWindow(l);
-  return m.config.n_layers / GroupKvLayout(m.config.kv_layout(), windows).num_planes();
+  const KvLayout base = m.config.kv_layout();
+  return base.num_layers / GroupKvLayout(base, m.config.kv_layer_windows()).num_planes();
 }
 
 // Must-show 4: a pool so small that preemption happens constantly gives the same outputs as a large pool.
@@ -225,7 +233,14 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
     // 192 tokens for 16 concurrent sequences of up to ~180 tokens. A hybrid KV cache (windowed layers in
     // groups of their own) needs far less: its blocks hold only a group's layers, and a windowed group keeps only
     // the blocks of the window and the chunks ahead of it (smaller chunks here, which change no output).
-    if (HybridBlocksPerFullBlock(m) > 1) {
+    if (m.config.is_dsv4()) {
+      // DeepSeek-V4's eight groups include two full ones and a 128-window (HCA's compressor inputs): room for
+      // about two of the longest sequences.
+      tiny.max_batched_tokens = 16;
+      const KvLayout base = m.config.kv_layout();
+      tiny.num_kv_blocks = static_cast<int>(
+          2 * MaxSeqBlocks(GroupKvLayout(base, m.config.kv_layer_windows()), tiny.block_size, 200, KvAhead(2, 16, 0)));
+    } else if (HybridBlocksPerFullBlock(m) > 1) {
       tiny.max_batched_tokens = 16;
       tiny.num_kv_blocks = 72;
     } else {
@@ -241,10 +256,10 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
 
 std::string ModelName(const ::testing::TestParamInfo<int>& info) {
   static const char* kNames[] = {"Stories260K", "TinyQwen3", "TinyQwen3Moe", "TinyDeepseekV3", "TinyMixtral", "TinyQwen2Moe",
-                                 "TinyOlmo2", "TinySmolLM3", "TinyGemma3", "TinyGptOss"};
+                                 "TinyOlmo2", "TinySmolLM3", "TinyGemma3", "TinyGptOss", "TinyDeepseekV4"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), ModelName);
+INSTANTIATE_TEST_SUITE_P(Models, EngineEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10), ModelName);
 
 // Issue 37, must-show 2: priority (vLLM's semantics: lower first). 30 long prompts, then an urgent short one:
 // added behind them it still gets its first token before any of them, both when everything is queued at once and

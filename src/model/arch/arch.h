@@ -55,6 +55,8 @@ class GgufConfigReader {
   bool Has(const char* key) const;
   StatusOr<double> Float(const char* key) const;  // NotFound when missing
   StatusOr<std::string> String(const char* key) const;
+  // A number or an array of numbers (NotFound when missing).
+  StatusOr<std::vector<double>> Numbers(const char* key) const;
   // A boolean stored as bool or integer; def when missing.
   bool Bool(const char* key, bool def) const;
   const GgufFile& file() const { return g_; }
@@ -144,6 +146,7 @@ const ArchSpec& Olmo2Arch();
 const ArchSpec& SmolLM3Arch();
 const ArchSpec& Gemma3Arch();
 const ArchSpec& GptOssArch();
+const ArchSpec& DeepseekV4Arch();
 
 // Which layers of `layers` are windowed when every period-th one is not (llama.cpp's set_swa_pattern: layer l is
 // windowed iff l % period < period - 1; period 0: all). Gemma 3 (period 6) and gpt-oss (period 2: even layers).

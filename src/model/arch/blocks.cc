@@ -18,6 +18,7 @@ void EmbeddingTensors(const ModelConfig& c, Model& m, TensorList& t) {
 
 void HeadTensors(const ModelConfig& c, Model& m, TensorList& t) {
   const int64_t h = c.hidden;
+  if (c.is_dsv4()) Dsv4HeadTensors(c, m, t);
   t.Norm(TensorId::kOutputNorm, h, &m.out_norm);
   TensorDecl& head = t.Matrix(TensorId::kOutput, c.vocab_size, h, &m.lm_head, 3.f / std::sqrt(h)).ColumnParallel(TpBy::kVocab);
   // Tied, the head is the embedding (a checkpoint's own output.weight is then ignored, as llama.cpp does).

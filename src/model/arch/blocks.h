@@ -17,6 +17,8 @@ class TensorList;
 // head (last); an untied checkpoint without a head of its own ties it.
 void EmbeddingTensors(const ModelConfig& c, Model& m, TensorList& t);
 void HeadTensors(const ModelConfig& c, Model& m, TensorList& t);
+// DeepSeek-V4's collapse of its residual streams before the final norm (model/arch/deepseek_v4.cc).
+void Dsv4HeadTensors(const ModelConfig& c, Model& m, TensorList& t);
 
 // Grouped-query attention: q, k, v (q/k rows in adjacent-pair order in the GGUFs of llama-style RoPE families),
 // their biases (required when the configuration has them, else honoured when present), per-head q/k norms, output.

@@ -12,6 +12,7 @@ const std::vector<const ArchSpec*>& AllArchs() {
   static const std::vector<const ArchSpec*> kAll = {
       &LlamaArch(), &MistralArch(), &Qwen2Arch(), &Qwen3Arch(), &Qwen3MoeArch(), &DeepseekArch(),
       &MixtralArch(), &Qwen2MoeArch(), &Olmo2Arch(), &SmolLM3Arch(), &Gemma3Arch(), &GptOssArch(),
+      &DeepseekV4Arch(),
   };
   return kAll;
 }
@@ -137,6 +138,16 @@ StatusOr<int64_t> GgufConfigReader::Int(const char* k, int64_t def, bool require
 bool GgufConfigReader::Has(const char* k) const { return g_.Find(arch_ + "." + k) != nullptr; }
 StatusOr<double> GgufConfigReader::Float(const char* k) const { return g_.GetFloat(arch_ + "." + k); }
 StatusOr<std::string> GgufConfigReader::String(const char* k) const { return g_.GetString(arch_ + "." + k); }
+StatusOr<std::vector<double>> GgufConfigReader::Numbers(const char* k) const {
+  const GgufValue* v = g_.Find(arch_ + "." + k);
+  if (!v) return NotFound(path_ + ": missing metadata '" + arch_ + "." + k + "'");
+  if (v->is_array()) {
+    if (v->array_type == GgufType::kString || v->array_type == GgufType::kArray) return Invalid(std::string(k) + " must hold numbers");
+    return v->numbers;
+  }
+  DI_ASSIGN_OR_RETURN(double x, g_.GetFloat(arch_ + "." + k));
+  return std::vector<double>{x};
+}
 
 bool GgufConfigReader::Bool(const char* k, bool def) const {
   const GgufValue* v = g_.Find(arch_ + "." + k);

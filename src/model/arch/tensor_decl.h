@@ -27,6 +27,8 @@ enum class TensorForm : uint8_t {
   kMlaKvB,
   kMlaKB,  // W_UK^T per head {H, kv_lora, nope}: held as f32 (MlaWeights::uk_t), also derived from kv_b
   kMlaVB,  // W_UV {H, v, kv_lora}: held as {H v, kv_lora}
+  // DeepSeek-V4's hash routing table {vocab, top_k} of expert ids, I32 in both formats; held as int32s.
+  kTokenExperts,
 };
 
 // Whether a checkpoint of the configuration has the tensor.
@@ -66,6 +68,7 @@ struct TensorDecl {
   TensorView* matrix = nullptr;
   std::vector<float>* vector = nullptr;
   std::vector<TensorView>* experts = nullptr;
+  std::vector<int32_t>* ints = nullptr;  // kTokenExperts
   const TensorView* fallback_matrix = nullptr;
   const std::vector<float>* fallback_vector = nullptr;
 

@@ -43,6 +43,12 @@ class TensorList {
     d.experts = dst;
     return d;
   }
+  // A table of expert ids per token {vocab, k} (I32); make-tiny draws k distinct experts of n_experts per token.
+  TensorDecl& TokenExperts(TensorId id, int64_t vocab, int64_t k, std::vector<int32_t>* dst) {
+    TensorDecl& d = Add(id, TensorForm::kTokenExperts, {vocab, k}, 0.f, 0.f);
+    d.ints = dst;
+    return d;
+  }
   // A matrix of another form (kGateVector, kMlaKvB, kMlaVB), or a vector one (kMlaKB).
   TensorDecl& Other(TensorId id, TensorForm form, std::vector<int64_t> shape, TensorView* matrix, std::vector<float>* vector,
                     float std) {

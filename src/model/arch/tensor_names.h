@@ -11,6 +11,8 @@ namespace deepinfer {
 enum class TensorId {
   // Model-level.
   kTokEmbd, kOutputNorm, kOutput, kRopeFreqs,
+  // DeepSeek-V4: the head's collapse of the residual streams (hyper-connections).
+  kOutputHcFn, kOutputHcBase, kOutputHcScale,
   // Attention (per layer). GQA:
   kAttnNorm, kAttnQ, kAttnK, kAttnV, kAttnOut, kAttnQBias, kAttnKBias, kAttnVBias, kAttnQNorm, kAttnKNorm,
   // Norms of a block's output before it joins the residual (OLMo 2, Gemma 3).
@@ -27,6 +29,14 @@ enum class TensorId {
   kFfnRouterBias, kFfnGateExpsBias, kFfnUpExpsBias, kFfnDownExpsBias,
   // DeepSeek-V3 MTP module (stored as layer n_layers + k).
   kMtpENorm, kMtpHNorm, kMtpEhProj, kMtpEmbd, kMtpHeadNorm, kMtpHead,
+  // DeepSeek-V4: each sublayer's hyper-connection mixing, the K=V latent, the grouped low-rank output, the KV
+  // compressor (kv and score projections, per-slot score bias, norm), the lightning indexer (head weights, query,
+  // its own compressor) and hash routing's token -> experts table.
+  kHcAttnFn, kHcAttnBase, kHcAttnScale, kHcFfnFn, kHcFfnBase, kHcFfnScale,
+  kAttnKv, kAttnOutA, kAttnOutB,
+  kAttnCompKv, kAttnCompGate, kAttnCompApe, kAttnCompNorm,
+  kIdxProj, kIdxQB, kIdxCompKv, kIdxCompGate, kIdxCompApe, kIdxCompNorm,
+  kFfnTid2Eid,
   kCount
 };
 

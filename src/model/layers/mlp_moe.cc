@@ -13,7 +13,8 @@ MoeMlp::MoeMlp(const Ops& ops, const ModelConfig& c, int max_tokens, int rank_ca
       shared_ff_(c.shared_ffn), max_tokens_(max_tokens) {
   router_.n_experts = c.n_experts;
   router_.top_k = c.n_experts_used;
-  router_.scoring = c.router_softmax_topk ? RouterConfig::Scoring::kSoftmaxTopK
+  router_.scoring = c.is_dsv4()              ? RouterConfig::Scoring::kSqrtSoftplus
+                    : c.router_softmax_topk ? RouterConfig::Scoring::kSoftmaxTopK
                     : c.router_sigmoid      ? RouterConfig::Scoring::kSigmoid
                                             : RouterConfig::Scoring::kSoftmax;
   act_ = c.ffn_act;
@@ -88,6 +89,19 @@ void SortByExpert(const int32_t* expert_of, int count, int n_experts, std::vecto
 // so a row's result does not depend on which other rows share its expert. Experts run in waves of at most
 // capacity gathered rows (the buffers' size); a wave's gate/up products (and the shared experts', in the first
 // wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert the
+namespace {
+
+// gate = min(gate, limit), up = clamp(up, -limit, limit) (limit <= 1e-6: no clamp, as llama.cpp reads it).
+void ClampSwiGlu(float limit, float* gate, float* up, int64_t n) {
+  if (!(limit > 1e-6f)) return;
+  for (int64_t i = 0; i < n; ++i) {
+    gate[i] = std::min(gate[i], limit);
+    up[i] = std::clamp(up[i], -limit, limit);
+  }
+}
+
+}  // namespace
+
 // batch touched, so the layer streams its expert weights in two passes rather than three per expert.
 void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base,
                         const float* xn, int n, bool shared_pending) {
@@ -128,9 +142,14 @@ void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_str
           AddBias(gate_.data() + static_cast<size_t>(r) * ff, w.gate_bias.data() + static_cast<size_t>(we.expert) * ff, ff);
           AddBias(up_.data() + static_cast<size_t>(r) * ff, w.up_bias.data() + static_cast<size_t>(we.expert) * ff, ff);
         }
+    // DeepSeek-V4 clamps its SwiGLU per layer: silu(min(gate, L)) * clamp(up, -L, L) (ggml's swiglu_clamp).
+    ClampSwiGlu(w.swiglu_limit, gate_.data(), up_.data(), static_cast<int64_t>(rows) * ff);
     if (act_ == FfnAct::kSwigluOai) ops_.SwiGluOai(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
     else ops_.SwiGLU(gate_.data(), up_.data(), gate_.data(), static_cast<int64_t>(rows) * ff);
-    if (shared) ops_.SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), static_cast<int64_t>(n) * shared_ff_);
+    if (shared) {
+      ClampSwiGlu(w.shared_swiglu_limit, sh_gate_.data(), sh_up_.data(), static_cast<int64_t>(n) * shared_ff_);
+      ops_.SwiGLU(sh_gate_.data(), sh_up_.data(), sh_gate_.data(), static_cast<int64_t>(n) * shared_ff_);
+    }
     // Down projections: routed rows land in in_ (its inputs are consumed), the shared ones in sh_out_.
     jobs_.clear();
     for (const WaveExpert& we : wave_)
@@ -191,15 +210,19 @@ void MoeMlp::Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, fl
   }
 }
 
-void MoeMlp::Route(const MoeWeights& w, const float* xn, int n) {
+void MoeMlp::Route(const MoeWeights& w, const float* xn, int n, const int32_t* tokens) {
   if (n == 0) return;
   ops_.MatMul(w.router, xn, n, router_logits_.data(), w.router_bias.empty() ? nullptr : w.router_bias.data());
   router_.correction_bias = w.exp_probs_bias;  // per layer (empty when the model has none)
+  if (!w.tid2eid.empty()) {  // DeepSeek-V4's hash layers: the experts by token id, weighted by their scores
+    RouteByToken(router_, router_logits_.data(), n, tokens, w.tid2eid.data(), route_e_.data(), route_w_.data());
+    return;
+  }
   RouteTokens(router_, router_logits_.data(), n, route_e_.data(), route_w_.data());
 }
 
-void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out) {
-  Route(w, xn, n);
+void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out, const int32_t* tokens) {
+  Route(w, xn, n, tokens);
   const int pairs = n * top_k_;
   SortByExpert(route_e_.data(), pairs, n_experts_, expert_first_, sort_next_, rows_);
   RunExperts(w, xn, static_cast<size_t>(hidden_), top_k_, out_k_.data(), xn, n, !w.shared.empty());

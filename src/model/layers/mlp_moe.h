@@ -42,6 +42,10 @@ struct MoeWeights {
   // gpt-oss: per logical expert e, biases of its gate/up ({moe_ff} at e * moe_ff) and down ({hidden} at e * hidden)
   // projections, added to each product before the activation and before the routing weight.
   std::vector<float> gate_bias, up_bias, down_bias;
+  // DeepSeek-V4: hash layers route by token id (tid2eid: vocab x top_k expert ids, empty elsewhere), and the
+  // experts' SwiGLU is clamped (silu(min(gate, L)) * clamp(up, -L, L); 0: no clamp), the shared expert's by its own L.
+  std::vector<int32_t> tid2eid;
+  float swiglu_limit = 0.f, shared_swiglu_limit = 0.f;
   // Routed experts, one view each (so a placement over expert-parallel ranks is a choice of views).
   std::vector<TensorView> gate, up;    // {moe_ff, hidden}
   std::vector<TensorView> down;        // {hidden, moe_ff}
@@ -58,7 +62,8 @@ class MoeMlp {
   // every rank routing every token to one expert).
   MoeMlp(const Ops& ops, const ModelConfig& c, int max_tokens, int rank_capacity = 1);
   // out (n rows of hidden) = the routed (and shared) experts over xn.
-  void Forward(const MoeWeights& w, const float* xn, int n, float* out);
+  // tokens: the rows' token ids (hash-routed layers need them; may be null otherwise).
+  void Forward(const MoeWeights& w, const float* xn, int n, float* out, const int32_t* tokens = nullptr);
   // Expert parallel (w.placement set): collective over comm (every rank of the job, each with its own n, which
   // may be 0). Rows t with t % tp_size == tp_rank are this rank's to route (the other ranks of its attention
   // tensor-parallel group hold the same rows and route the rest); their (token, slot) pairs go to the ranks
@@ -96,7 +101,7 @@ class MoeMlp {
   // outputs replace them in in_. shared: also run the shared experts over xn (n rows) into sh_out_.
   void RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base, const float* xn,
                   int n, bool shared);
-  void Route(const MoeWeights& w, const float* xn, int n);
+  void Route(const MoeWeights& w, const float* xn, int n, const int32_t* tokens = nullptr);
   void Combine(const MoeWeights& w, const float* sh_x, int sh_n, int n, float* out, const std::vector<uint8_t>* mine,
                bool shared_compact);
   struct WaveExpert {

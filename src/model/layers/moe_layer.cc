@@ -36,12 +36,13 @@ Status MoeLayer::TpAllReduce(float* y, int n) const {
   return s.ok() ? s : Status(s.code(), "tensor-parallel all-reduce: " + s.message());
 }
 
-Status MoeLayer::Forward(const LayerWeights& L, int layer, const float* xn, int n, float* y) {
+Status MoeLayer::Forward(const LayerWeights& L, int layer, const float* xn, int n, float* y, const int32_t* tokens) {
   if (L.moe.placement.empty()) {
     if (n == 0) return Status::Ok();
-    moe_->Forward(L.moe, xn, n, y);
+    moe_->Forward(L.moe, xn, n, y, tokens);
     return TpAllReduce(y, n);  // tensor parallel: each rank's down projections cover its slice of the experts
   }
+  if (!L.moe.tid2eid.empty()) return Unimplemented("hash-routed MoE layers are not expert parallel yet");
   // Expert parallel: collective over every rank, even with no rows here.
   const bool live = layer >= 0 && !placement_.empty();
   dist::Communicator& comm = *dist_->moe;

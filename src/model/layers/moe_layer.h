@@ -32,7 +32,8 @@ class MoeLayer {
 
   // y (n rows of hidden) = the routed and shared experts of main layer `layer` (or an MTP module's: layer < 0)
   // over xn, summed over the tensor-parallel ranks. Expert parallel: collective over every rank, even with n = 0.
-  Status Forward(const LayerWeights& L, int layer, const float* xn, int n, float* y);
+  // tokens: the rows' token ids (hash-routed layers).
+  Status Forward(const LayerWeights& L, int layer, const float* xn, int n, float* y, const int32_t* tokens = nullptr);
 
   // Two-batch overlap: micro-batch `micro` (0 or 1) of main layer `layer` in three stages (xn: its n rows,
   // row0: its first row in the whole batch). Begin routes and submits the dispatch to the communication stream;

@@ -6,6 +6,39 @@
 #include <numeric>
 
 namespace deepinfer {
+namespace {
+
+float SqrtSoftplus(float x) { return std::sqrt(x > 20.f ? x : std::log(1.f + std::exp(x))); }
+
+// The k chosen scores as weights: renormalized (DeepSeek-V4: by the sum clamped below at f16's smallest normal,
+// as llama.cpp does; V3's sigmoid: sum + 1e-20) and scaled.
+void WeighChosen(const RouterConfig& cfg, const float* score, const int32_t* chosen, int32_t* experts, float* weights) {
+  const int K = cfg.top_k;
+  const bool sqrt_softplus = cfg.scoring == RouterConfig::Scoring::kSqrtSoftplus;
+  float total = 0;
+  for (int k = 0; k < K; ++k) total += score[chosen[k]];
+  if (sqrt_softplus) total = std::max(total, 6.103515625e-5f);
+  for (int k = 0; k < K; ++k) {
+    float w = score[chosen[k]];
+    if (cfg.norm_topk_prob) w /= cfg.scoring == RouterConfig::Scoring::kSigmoid ? total + 1e-20f : total;
+    experts[k] = chosen[k];
+    // llama.cpp skips a scale of 0 or 1 for DeepSeek-V4 (a 0 would zero the layer).
+    weights[k] = sqrt_softplus && cfg.routed_scaling_factor == 0.f ? w : w * cfg.routed_scaling_factor;
+  }
+}
+
+}  // namespace
+
+void RouteByToken(const RouterConfig& cfg, const float* logits, int n, const int32_t* tokens, const int32_t* tid2eid,
+                  int32_t* experts, float* weights) {
+  const int E = cfg.n_experts, K = cfg.top_k;
+  std::vector<float> score(E);
+  for (int t = 0; t < n; ++t) {
+    const float* x = logits + static_cast<size_t>(t) * E;
+    for (int e = 0; e < E; ++e) score[e] = SqrtSoftplus(x[e]);
+    WeighChosen(cfg, score.data(), tid2eid + static_cast<size_t>(tokens[t]) * K, experts + t * K, weights + t * K);
+  }
+}
 
 void RouteTokens(const RouterConfig& cfg, const float* logits, int n, int32_t* experts, float* weights) {
   const int E = cfg.n_experts, K = cfg.top_k;
@@ -26,6 +59,8 @@ void RouteTokens(const RouterConfig& cfg, const float* logits, int n, int32_t* e
       for (int e = 0; e < E; ++e) score[e] *= inv;
     } else if (cfg.scoring == RouterConfig::Scoring::kSigmoid) {
       for (int e = 0; e < E; ++e) score[e] = 1.f / (1.f + std::exp(-x[e]));
+    } else if (cfg.scoring == RouterConfig::Scoring::kSqrtSoftplus) {
+      for (int e = 0; e < E; ++e) score[e] = SqrtSoftplus(x[e]);
     } else {  // kSoftmaxTopK: chosen on the logits themselves, weighted below
       for (int e = 0; e < E; ++e) score[e] = x[e];
     }
@@ -64,14 +99,7 @@ void RouteTokens(const RouterConfig& cfg, const float* logits, int n, int32_t* e
       }
       continue;
     }
-    float total = 0;
-    for (int k = 0; k < K; ++k) total += score[order[k]];
-    for (int k = 0; k < K; ++k) {
-      float w = score[order[k]];
-      if (cfg.norm_topk_prob) w /= cfg.scoring == RouterConfig::Scoring::kSigmoid ? total + 1e-20f : total;
-      experts[t * K + k] = order[k];
-      weights[t * K + k] = w * cfg.routed_scaling_factor;
-    }
+    WeighChosen(cfg, score.data(), order.data(), experts + t * K, weights + t * K);
   }
 }
 

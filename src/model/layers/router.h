@@ -12,7 +12,9 @@ namespace deepinfer {
 struct RouterConfig {
   // kSoftmaxTopK (gpt-oss): the top k are chosen on the raw logits and weighted by a softmax over those k only
   // (llama.cpp's SOFTMAX_WEIGHT gating); no renormalization or scaling applies after it.
-  enum class Scoring { kSoftmax, kSigmoid, kSoftmaxTopK };
+  // kSqrtSoftplus (DeepSeek-V4): scores sqrt(softplus(logit)) (ggml's softplus: x above 20, else
+  // log(1 + e^x)); the k weights renormalized by max(sum, 6.1035e-5) (llama.cpp's clamp) and scaled.
+  enum class Scoring { kSoftmax, kSigmoid, kSoftmaxTopK, kSqrtSoftplus };
   enum class GroupScore { kMax, kTop2Sum };
   int n_experts = 0;
   int top_k = 0;
@@ -26,5 +28,9 @@ struct RouterConfig {
 
 // logits: n rows of n_experts (f32). Writes n * top_k expert ids (best first) and their weights.
 void RouteTokens(const RouterConfig& cfg, const float* logits, int n, int32_t* experts, float* weights);
+// Hash routing (DeepSeek-V4's first layers): token t's experts are tid2eid[tokens[t] * top_k ..] in that order,
+// weighted by their scores as RouteTokens weights its choice (no selection bias).
+void RouteByToken(const RouterConfig& cfg, const float* logits, int n, const int32_t* tokens, const int32_t* tid2eid,
+                  int32_t* experts, float* weights);
 
 }  // namespace deepinfer

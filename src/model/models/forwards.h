@@ -19,6 +19,7 @@ Status LlamaForward(ForwardPass& f, PagedKvCache& kv);
 Status Olmo2Forward(ForwardPass& f, PagedKvCache& kv);    // post-norm layers (models/olmo2.cc)
 Status SmolLM3Forward(ForwardPass& f, PagedKvCache& kv);  // NoPE layers (models/smollm3.cc)
 Status Gemma3Forward(ForwardPass& f, PagedKvCache& kv);   // sandwich norms, scaled embeddings (models/gemma3.cc)
+Status DeepseekV4Forward(ForwardPass& f, PagedKvCache& kv);  // hyper-connections, compressed KV (models/deepseek_v4.cc)
 
 // The pre-norm residual layer over the whole batch:  x += attention(norm(x));  x += mlp(norm(x)).
 // kv_layer: the layer's index in kv; moe_layer: the main layer's index for its live expert placement (-1: an

@@ -1,0 +1,346 @@
+// DeepSeek-V4 (GGUF `deepseek4`, HF DeepseekV4ForCausalLM / model_type deepseek_v4). Its own forward
+// (model/models/deepseek_v4.cc) over its own attention (model/layers/attention_dsv4.h) and hyper-connections
+// (model/layers/hyper_connection.h); the MoE layer is the shared one with sqrt-softplus scoring, hash routing on
+// the first layers and a clamped SwiGLU. docs/design/deepseek_v4.md has the specification this follows
+// (../shared/research/deepseek_v4.md, written from llama.cpp's deepseek4 and transformers' deepseek_v4).
+//
+// GGUF files load (what llama.cpp runs); DeepSeek's HF checkpoints (FP8 block weights, MXFP4 experts in their own
+// packing) are not read yet, nor is the MTP block (a file with one loads without it).
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "base/logging.h"
+#include "format/gguf.h"
+#include "model/arch/arch.h"
+#include "model/arch/blocks.h"
+#include "model/arch/model_tensors.h"
+#include "model/arch/tensor_list.h"
+#include "model/make_tiny.h"
+#include "model/model.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr int kGatingSqrtSoftplus = 4;  // llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE_SQRT_SOFTPLUS
+
+// The tiny model's settings (../shared/research/deepseek_v4.md, section 8): every layer kind, hash and biased
+// routing, a window of 16, indexer top-k 4, 4 streams x 20 Sinkhorn iterations, YaRN.
+constexpr int kTinyRatios[] = {0, 0, 4, 128, 4, 128};
+// 32 indexer heads, not the specification's 4: a block's score is a sum of ReLUs, exactly 0 when every head's
+// dot product is negative (1 in 16 blocks with 4 heads), and such ties at the top-k boundary are broken
+// differently by llama.cpp's std::partial_sort; with 32 heads an exact 0 is a 1-in-4e9 event.
+constexpr int kTinyIndexHeads = 32;
+
+// What both formats share once the fields are read: the rules and the checks llama.cpp's loader makes.
+Status Finish(ModelConfig* c, const std::string& path) {
+  Dsv4Params& v = c->dsv4;
+  auto bad = [&](const std::string& what) { return InvalidArgument(path + ": deepseek_v4: " + what); };
+  if (v.hc != 4) return Unimplemented(path + ": deepseek_v4 with " + std::to_string(v.hc) + " hyper-connection streams (only 4, as llama.cpp)");
+  if (v.hc_iters <= 0 || v.hc_iters > 1000 || !(v.hc_eps >= 0)) return bad("hyper-connection Sinkhorn iterations / epsilon out of range");
+  if (c->n_kv_heads != 1) return bad("head_count_kv must be 1 (one K=V latent)");
+  if (c->qk_rope_dim <= 0 || c->qk_rope_dim % 2 || c->qk_rope_dim > c->head_dim) return bad("rope dimension must be even and at most the head size");
+  if (v.o_groups <= 0 || c->n_heads % v.o_groups || v.o_lora_rank <= 0) return bad("output groups must divide the heads, with a positive output rank");
+  if (c->q_lora_rank <= 0) return bad("q_lora_rank must be positive");
+  if (c->sliding_window <= 0) return bad("sliding_window must be positive");
+  if (static_cast<int>(v.compress_ratio.size()) < c->n_layers) return bad("compress_ratios has fewer entries than layers");
+  v.compress_ratio.resize(static_cast<size_t>(c->n_layers));
+  bool csa = false;
+  for (int r : v.compress_ratio) {
+    if (r != 0 && r != 4 && r != 128) return Unimplemented(path + ": deepseek_v4 compress ratio " + std::to_string(r) + " (only 0, 4 and 128, as llama.cpp)");
+    csa = csa || r == 4;
+  }
+  if (csa && (v.index_heads <= 0 || v.index_head_dim < c->qk_rope_dim || v.index_head_dim > c->head_dim || v.index_topk <= 0))
+    return bad("the indexer needs heads, a head size between the rope dimension and head_dim, and a top-k");
+  if (!(v.compress_rope_theta > 0)) return bad("compress_rope_freq_base must be positive");
+  if (c->n_experts <= 0 || v.hash_layers < 0 || v.hash_layers > c->n_layers) return bad("experts and hash layers out of range");
+  for (auto* limits : {&v.swiglu_limit, &v.swiglu_limit_shared}) {
+    if (limits->size() == 1) limits->assign(static_cast<size_t>(c->n_layers), limits->front());
+    if (static_cast<int>(limits->size()) != c->n_layers) return bad("a SwiGLU clamp array must have one entry per layer");
+  }
+  c->first_k_dense = 0;
+  c->intermediate = c->moe_intermediate;
+  c->shared_ffn = c->moe_intermediate * c->n_shared_experts;
+  c->rope_style = RopeStyle::kAdjacentPairs;
+  // YaRN: frequencies only (llama.cpp cancels ggml's magnitude scaling; transformers forces it to 1), on the
+  // compressed layers only; llama.cpp does not read the betas from the file.
+  c->yarn.mscale = 1.f;
+  c->yarn.beta_fast = 32;
+  c->yarn.beta_slow = 1;
+  c->yarn.truncate = true;
+  if (c->n_mtp > 0) {
+    DI_LOG_INFO("%s: deepseek_v4's MTP block is not supported yet; loading without it", path.c_str());
+    c->n_mtp = 0;
+  }
+  return Status::Ok();
+}
+
+Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
+  const nlohmann::json& js = j.json();
+  Dsv4Params& v = c->dsv4;
+  DI_ASSIGN_OR_RETURN(int64_t experts, j.Int("n_routed_experts", -1));
+  DI_ASSIGN_OR_RETURN(int64_t used, j.Int("num_experts_per_tok", -1));
+  DI_ASSIGN_OR_RETURN(int64_t moe_ff, j.Int("moe_intermediate_size", -1));
+  if (experts <= 0 || experts > 4096 || used <= 0 || used > experts || moe_ff <= 0) return j.Invalid("expert settings out of range");
+  c->n_experts = static_cast<int>(experts);
+  c->n_experts_used = static_cast<int>(used);
+  c->moe_intermediate = static_cast<int>(moe_ff);
+  c->n_shared_experts = static_cast<int>(j.IntOr("n_shared_experts", 1));
+  DI_ASSIGN_OR_RETURN(double scale, j.Number("routed_scaling_factor", 1.0));
+  c->routed_scaling_factor = static_cast<float>(scale);
+  c->norm_topk_prob = j.BoolOr("norm_topk_prob", true);
+  const std::string scoring = j.StringOr("scoring_func", "sqrtsoftplus");
+  if (scoring != "sqrtsoftplus") return Unimplemented(j.path() + ": deepseek_v4 scoring_func '" + scoring + "' (only sqrtsoftplus)");
+  DI_ASSIGN_OR_RETURN(int64_t rope, j.Int("qk_rope_head_dim", -1));
+  DI_ASSIGN_OR_RETURN(int64_t q_lora, j.Int("q_lora_rank", -1));
+  DI_ASSIGN_OR_RETURN(int64_t window, j.Int("sliding_window", -1));
+  c->qk_rope_dim = static_cast<int>(rope);
+  c->q_lora_rank = static_cast<int>(q_lora);
+  c->sliding_window = static_cast<int>(window);
+  v.o_groups = static_cast<int>(j.IntOr("o_groups", 0));
+  v.o_lora_rank = static_cast<int>(j.IntOr("o_lora_rank", 0));
+  v.compress_ratio = j.IntList("compress_ratios");
+  DI_ASSIGN_OR_RETURN(v.compress_rope_theta, j.Number("compress_rope_theta", 160000.0));
+  v.index_heads = static_cast<int>(j.IntOr("index_n_heads", 0));
+  v.index_head_dim = static_cast<int>(j.IntOr("index_head_dim", 0));
+  v.index_topk = static_cast<int>(j.IntOr("index_topk", 0));
+  v.hash_layers = static_cast<int>(j.IntOr("num_hash_layers", 0));
+  v.hc = static_cast<int>(j.IntOr("hc_mult", 0));
+  v.hc_iters = static_cast<int>(j.IntOr("hc_sinkhorn_iters", 20));
+  DI_ASSIGN_OR_RETURN(double hc_eps, j.Number("hc_eps", 1e-6));
+  v.hc_eps = static_cast<float>(hc_eps);
+  DI_ASSIGN_OR_RETURN(double limit, j.Number("swiglu_limit", 0.0));
+  v.swiglu_limit = {static_cast<float>(limit)};
+  v.swiglu_limit_shared = v.swiglu_limit;
+  c->n_mtp = static_cast<int>(j.IntOr("num_nextn_predict_layers", 0));
+  if (js.contains("rope_scaling") && js["rope_scaling"].is_object()) {
+    const nlohmann::json& rs = js["rope_scaling"];
+    const std::string type = rs.value("rope_type", rs.value("type", ""));
+    if (type == "yarn") {
+      c->yarn.factor = rs.value("factor", 1.0);
+      c->yarn.original_ctx = rs.value("original_max_position_embeddings", 4096.0);
+      if (!(c->yarn.factor >= 1 && c->yarn.original_ctx > 0)) return j.Invalid("rope_scaling yarn values out of range");
+    } else if (!type.empty() && type != "default") {
+      return Unimplemented(j.path() + ": deepseek_v4 with rope_scaling '" + type + "'");
+    }
+  }
+  return Finish(c, j.path());
+}
+
+Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
+  Dsv4Params& v = c->dsv4;
+  auto need = [&](const char* key) -> StatusOr<int64_t> { return g.Int(key, 0, true); };
+  DI_ASSIGN_OR_RETURN(int64_t vlen, g.Int("attention.value_length", c->head_dim, false));
+  if (vlen != c->head_dim) return g.Invalid("deepseek4 needs attention.value_length == key_length (K = V)");
+  DI_ASSIGN_OR_RETURN(int64_t rope, need("rope.dimension_count"));
+  DI_ASSIGN_OR_RETURN(int64_t q_lora, need("attention.q_lora_rank"));
+  DI_ASSIGN_OR_RETURN(int64_t window, need("attention.sliding_window"));
+  DI_ASSIGN_OR_RETURN(int64_t groups, need("attention.output_group_count"));
+  DI_ASSIGN_OR_RETURN(int64_t o_lora, need("attention.output_lora_rank"));
+  DI_ASSIGN_OR_RETURN(int64_t shared, need("expert_shared_count"));
+  DI_ASSIGN_OR_RETURN(int64_t gating, need("expert_gating_func"));
+  DI_ASSIGN_OR_RETURN(int64_t hc, need("hyper_connection.count"));
+  DI_ASSIGN_OR_RETURN(int64_t iters, need("hyper_connection.sinkhorn_iterations"));
+  DI_ASSIGN_OR_RETURN(int64_t hash, need("hash_layer_count"));
+  DI_ASSIGN_OR_RETURN(double hc_eps, g.Float("hyper_connection.epsilon"));
+  DI_ASSIGN_OR_RETURN(double scale, g.Float("expert_weights_scale"));
+  DI_ASSIGN_OR_RETURN(double compress_theta, g.Float("attention.compress_rope_freq_base"));
+  DI_ASSIGN_OR_RETURN(std::vector<double> ratios, g.Numbers("attention.compress_ratios"));
+  DI_ASSIGN_OR_RETURN(std::vector<double> limit, g.Numbers("swiglu_clamp_exp"));
+  std::vector<double> limit_shared = limit;
+  if (g.Has("swiglu_clamp_shexp")) {
+    DI_ASSIGN_OR_RETURN(limit_shared, g.Numbers("swiglu_clamp_shexp"));
+  }
+  if (gating != kGatingSqrtSoftplus) return Unimplemented(g.path() + ": deepseek4 with expert_gating_func " + std::to_string(gating) + " (only 4, sqrt-softplus)");
+  if (!g.Has("expert_weights_norm")) return g.Invalid("missing deepseek4.expert_weights_norm");
+  for (int64_t x : {rope, q_lora, window, groups, o_lora, shared, hc, iters, hash})
+    if (x < 0 || x > (int64_t{1} << 30)) return g.Invalid("deepseek4 metadata out of range");
+  c->qk_rope_dim = static_cast<int>(rope);
+  c->q_lora_rank = static_cast<int>(q_lora);
+  c->sliding_window = static_cast<int>(window);
+  c->n_shared_experts = static_cast<int>(shared);
+  c->routed_scaling_factor = static_cast<float>(scale);
+  c->norm_topk_prob = g.Bool("expert_weights_norm", true);
+  v.o_groups = static_cast<int>(groups);
+  v.o_lora_rank = static_cast<int>(o_lora);
+  v.hc = static_cast<int>(hc);
+  v.hc_iters = static_cast<int>(iters);
+  v.hc_eps = static_cast<float>(hc_eps);
+  v.hash_layers = static_cast<int>(hash);
+  v.compress_rope_theta = compress_theta;
+  for (double r : ratios) v.compress_ratio.push_back(static_cast<int>(r));
+  for (double x : limit) v.swiglu_limit.push_back(static_cast<float>(x));
+  for (double x : limit_shared) v.swiglu_limit_shared.push_back(static_cast<float>(x));
+  bool csa = false;
+  for (int r : v.compress_ratio) csa = csa || r == 4;
+  if (csa) {
+    DI_ASSIGN_OR_RETURN(int64_t ih, need("attention.indexer.head_count"));
+    DI_ASSIGN_OR_RETURN(int64_t id, need("attention.indexer.key_length"));
+    DI_ASSIGN_OR_RETURN(int64_t ik, need("attention.indexer.top_k"));
+    v.index_heads = static_cast<int>(ih);
+    v.index_head_dim = static_cast<int>(id);
+    v.index_topk = static_cast<int>(ik);
+  }
+  if (auto t = g.String("rope.scaling.type"); t.ok() && *t == "yarn") {
+    auto f = g.Float("rope.scaling.factor");
+    DI_ASSIGN_OR_RETURN(int64_t oc, g.Int("rope.scaling.original_context_length", 0, true));
+    if (!f.ok() || !(*f >= 1 && *f < 1e6) || oc <= 0) return g.Invalid("rope.scaling yarn needs factor >= 1 and original_context_length");
+    c->yarn.factor = *f;
+    c->yarn.original_ctx = static_cast<double>(oc);
+  } else if (t.ok() && *t != "none") {
+    return Unimplemented(g.path() + ": deepseek4 with rope.scaling.type '" + *t + "'");
+  }
+  return Finish(c, g.path());
+}
+
+void HcTensors(const ModelConfig& c, const TensorId (&ids)[3], HcWeights& w, TensorList& t) {
+  const int64_t h = c.dsv4.hc, mix = (2 + h) * h, width = h * c.hidden;
+  t.ExpertVectors(ids[0], mix, width, &w.fn, 1.f / std::sqrt(static_cast<float>(width)));
+  t.Vector(ids[1], mix, &w.base, 1.f, 0.f);
+  t.Vector(ids[2], 3, &w.scale, 0.1f, 1.f);
+}
+
+void LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t) {
+  const int64_t D = c.hidden, H = c.n_heads, d = c.head_dim, qr = c.q_lora_rank, G = c.dsv4.o_groups,
+                ro = c.dsv4.o_lora_rank, E = c.n_experts, F = c.moe_intermediate;
+  const int ratio = c.dsv4.compress_ratio[static_cast<size_t>(layer)];
+  auto inv = [](int64_t fan_in) { return 1.f / std::sqrt(static_cast<float>(fan_in)); };
+  Dsv4AttnWeights& a = w.dsv4;
+  t.Norm(TensorId::kAttnNorm, D, &w.attn_norm);
+  HcTensors(c, {TensorId::kHcAttnFn, TensorId::kHcAttnBase, TensorId::kHcAttnScale}, w.hc_attn, t);
+  t.Vector(TensorId::kAttnSinks, H, &a.sinks, 1.f, 0.f);
+  t.Matrix(TensorId::kAttnQA, qr, D, &a.wq_a, inv(D));
+  t.Norm(TensorId::kAttnQANorm, qr, &a.q_a_norm);
+  t.Matrix(TensorId::kAttnQB, H * d, qr, &a.wq_b, inv(qr));
+  t.Matrix(TensorId::kAttnKv, d, D, &a.wkv, inv(D));
+  t.Norm(TensorId::kAttnKvANorm, d, &a.kv_norm);
+  t.Matrix(TensorId::kAttnOutA, G * ro, H * d / G, &a.wo_a, inv(H * d / G));
+  t.Matrix(TensorId::kAttnOutB, D, G * ro, &a.wo_b, inv(G * ro));
+  if (ratio != 0) {
+    const int64_t cw = (ratio == 4 ? 2 : 1) * d;
+    t.Matrix(TensorId::kAttnCompKv, cw, D, &a.comp_kv, inv(D));
+    t.Matrix(TensorId::kAttnCompGate, cw, D, &a.comp_gate, inv(D));
+    t.ExpertVectors(TensorId::kAttnCompApe, ratio, cw, &a.comp_ape, 1.f);
+    t.Norm(TensorId::kAttnCompNorm, d, &a.comp_norm);
+  }
+  if (ratio == 4) {
+    const int64_t ih = c.dsv4.index_heads, id = c.dsv4.index_head_dim;
+    t.Matrix(TensorId::kIdxProj, ih, D, &a.idx_proj, inv(D));
+    t.Matrix(TensorId::kIdxQB, ih * id, qr, &a.idx_q_b, inv(qr));
+    t.Matrix(TensorId::kIdxCompKv, 2 * id, D, &a.idx_comp_kv, inv(D));
+    t.Matrix(TensorId::kIdxCompGate, 2 * id, D, &a.idx_comp_gate, inv(D));
+    t.ExpertVectors(TensorId::kIdxCompApe, 4, 2 * id, &a.idx_comp_ape, 1.f);
+    t.Norm(TensorId::kIdxCompNorm, id, &a.idx_comp_norm);
+  }
+  t.Norm(TensorId::kFfnNorm, D, &w.ffn_norm);
+  HcTensors(c, {TensorId::kHcFfnFn, TensorId::kHcFfnBase, TensorId::kHcFfnScale}, w.hc_ffn, t);
+  MoeWeights& m = w.moe;
+  m.swiglu_limit = c.dsv4.swiglu_limit[static_cast<size_t>(layer)];
+  m.shared_swiglu_limit = c.dsv4.swiglu_limit_shared[static_cast<size_t>(layer)];
+  t.Matrix(TensorId::kFfnRouter, E, D, &m.router, inv(D));
+  if (layer < c.dsv4.hash_layers) t.TokenExperts(TensorId::kFfnTid2Eid, c.vocab_size, c.n_experts_used, &m.tid2eid);
+  else t.Vector(TensorId::kFfnExpProbsBias, E, &m.exp_probs_bias, 0.1f, 0.f);
+  t.Experts(TensorId::kFfnGateExps, E, F, D, &m.gate, inv(D));
+  t.Experts(TensorId::kFfnUpExps, E, F, D, &m.up, inv(D));
+  t.Experts(TensorId::kFfnDownExps, E, D, F, &m.down, inv(F));
+  const int64_t S = c.shared_ffn;
+  t.Matrix(TensorId::kFfnGateShexp, S, D, &m.shared.gate, inv(D));
+  t.Matrix(TensorId::kFfnUpShexp, S, D, &m.shared.up, inv(D));
+  t.Matrix(TensorId::kFfnDownShexp, D, S, &m.shared.down, inv(S));
+}
+
+}  // namespace
+
+// The head's collapse of the streams (model-level: declared with the head, model/arch/blocks.cc).
+void Dsv4HeadTensors(const ModelConfig& c, Model& m, TensorList& t) {
+  const int64_t h = c.dsv4.hc, width = h * c.hidden;
+  t.ExpertVectors(TensorId::kOutputHcFn, h, width, &m.hc_head.fn, 1.f / std::sqrt(static_cast<float>(width)));
+  t.Vector(TensorId::kOutputHcBase, h, &m.hc_head.base, 1.f, 0.f);
+  t.Vector(TensorId::kOutputHcScale, 1, &m.hc_head.scale, 0.1f, 1.f);
+}
+
+const ArchSpec& DeepseekV4Arch() {
+  static const ArchSpec kSpec{
+      .arch = Arch::kDeepseekV4,
+      .name = "deepseek_v4",
+      .hf_names = {"deepseek_v4", "DeepseekV4ForCausalLM"},
+      .hf_class = "DeepseekV4ForCausalLM",
+      .gguf_arch = "deepseek4",
+      .moe = true,
+      .hf_weights_unsupported = "DeepSeek-V4 HF checkpoints (FP8 block weights, MXFP4 experts in DeepSeek's packing) are not "
+                                "read yet: use a GGUF (llama.cpp's convert_hf_to_gguf.py writes one)",
+      .gguf_rope = RopeStyle::kAdjacentPairs,
+      .hf_rope = RopeStyle::kAdjacentPairs,
+      .hf_config = ReadHfConfig,
+      .gguf_config = ReadGgufConfig,
+      .gguf_convertible = [](const ModelConfig&) -> Status {
+        return Unimplemented("convert does not write deepseek4 GGUFs yet (llama.cpp's converter does)");
+      },
+      .tiny_adjust = [](TinySpec* s) {
+        // The shape of the specification's tiny model where make-tiny's flags were left at their defaults.
+        if (s->hidden == 64) s->hidden = 256;
+        if (s->head_dim == 16) s->head_dim = 128;
+        if (s->qk_rope == 8) s->qk_rope = 32;
+        if (s->q_lora == 48) s->q_lora = 64;
+        if (s->moe_intermediate == 32) s->moe_intermediate = 128;
+        if (s->window == 0) s->window = 16;
+        s->kv_heads = 1;
+        s->layers = static_cast<int>(std::size(kTinyRatios));
+      },
+      .tiny_hf_config = [](const TinySpec& s, nlohmann::json* cfg) {
+        (*cfg)["n_routed_experts"] = s.experts;
+        (*cfg)["num_experts_per_tok"] = s.experts_used;
+        (*cfg)["moe_intermediate_size"] = s.moe_intermediate;
+        (*cfg)["intermediate_size"] = s.moe_intermediate;
+        (*cfg)["n_shared_experts"] = s.shared_experts;
+        (*cfg)["routed_scaling_factor"] = 1.5;
+        (*cfg)["norm_topk_prob"] = true;
+        (*cfg)["scoring_func"] = "sqrtsoftplus";
+        (*cfg)["qk_rope_head_dim"] = s.qk_rope;
+        (*cfg)["q_lora_rank"] = s.q_lora;
+        (*cfg)["sliding_window"] = s.window;
+        (*cfg)["o_groups"] = 2;
+        (*cfg)["o_lora_rank"] = 32;
+        (*cfg)["compress_ratios"] = std::vector<int>(std::begin(kTinyRatios), std::end(kTinyRatios));
+        (*cfg)["compress_rope_theta"] = 160000.0;
+        (*cfg)["index_n_heads"] = kTinyIndexHeads;
+        (*cfg)["index_head_dim"] = 64;
+        (*cfg)["index_topk"] = 4;
+        (*cfg)["num_hash_layers"] = 3;
+        (*cfg)["hc_mult"] = 4;
+        (*cfg)["hc_sinkhorn_iters"] = 20;
+        (*cfg)["hc_eps"] = 1e-6;
+        (*cfg)["swiglu_limit"] = 1.5;
+        (*cfg)["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
+      },
+      .tiny_gguf_metadata = [](const TinySpec& s, const std::string& p, GgufWriter& w) {
+        WriteGgufExpertCounts(p, s.experts, s.experts_used, s.moe_intermediate, w);
+        w.SetU32(p + "expert_shared_count", static_cast<uint32_t>(s.shared_experts));
+        w.SetF32(p + "expert_weights_scale", 1.5f);
+        w.SetBool(p + "expert_weights_norm", true);
+        w.SetU32(p + "expert_gating_func", kGatingSqrtSoftplus);
+        w.SetF32(p + "swiglu_clamp_exp", 1.5f);
+        w.SetF32(p + "swiglu_clamp_shexp", 1.25f);  // its own limit (the HF config has one for both)
+        w.SetU32(p + "attention.q_lora_rank", static_cast<uint32_t>(s.q_lora));
+        w.SetU32(p + "attention.sliding_window", static_cast<uint32_t>(s.window));
+        w.SetU32(p + "attention.output_group_count", 2);
+        w.SetU32(p + "attention.output_lora_rank", 32);
+        w.SetI32Array(p + "attention.compress_ratios", std::vector<int32_t>(std::begin(kTinyRatios), std::end(kTinyRatios)));
+        w.SetF32(p + "attention.compress_rope_freq_base", 160000.f);
+        w.SetU32(p + "attention.indexer.head_count", kTinyIndexHeads);
+        w.SetU32(p + "attention.indexer.key_length", 64);
+        w.SetU32(p + "attention.indexer.top_k", 4);
+        w.SetU32(p + "hyper_connection.count", 4);
+        w.SetU32(p + "hyper_connection.sinkhorn_iterations", 20);
+        w.SetF32(p + "hyper_connection.epsilon", 1e-6f);
+        w.SetU32(p + "hash_layer_count", 3);
+        w.SetString(p + "rope.scaling.type", "yarn");
+        w.SetF32(p + "rope.scaling.factor", 4.f);
+        w.SetU32(p + "rope.scaling.original_context_length", 256);
+      },
+      .forward = DeepseekV4Forward,
+      .layer_tensors = LayerTensors,
+  };
+  return kSpec;
+}
+
+}  // namespace deepinfer

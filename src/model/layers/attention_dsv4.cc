@@ -1,0 +1,290 @@
+#include "model/layers/attention_dsv4.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "model/layers/linear.h"
+
+namespace deepinfer {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+float Dot(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// The slot of position p in a sequence's view of a KV group.
+int32_t SlotOf(const AttnSeq& s, int p) { return s.rows[p - s.rows_first]; }
+
+}  // namespace
+
+Dsv4Attention::Dsv4Attention(const Ops& ops, const ModelConfig& c, int max_tokens)
+    : ops_(ops), c_(c), kv_layers_(c.Dsv4KvLayers()), heads_(c.n_heads), hd_(c.head_dim), rope_(c.qk_rope_dim),
+      q_lora_(c.q_lora_rank), groups_(c.dsv4.o_groups), o_lora_(c.dsv4.o_lora_rank), idx_heads_(c.dsv4.index_heads),
+      idx_hd_(c.dsv4.index_head_dim), idx_topk_(c.dsv4.index_topk), window_(c.sliding_window), eps_(c.rms_eps),
+      scale_(1.f / std::sqrt(static_cast<float>(c.head_dim))) {
+  // Window-only layers rotate with the plain base and no YaRN; compressed layers, their compressors and the
+  // indexer with the compressed base and YaRN's frequencies (magnitude 1: llama.cpp's attn_factor cancels its
+  // mscale, and transformers forces attention_factor 1 for this model).
+  rope_plain_ = RopeTable::Make(RopeStyle::kAdjacentPairs, rope_, c.rope_theta, {});
+  YarnParams yarn = c.yarn;
+  yarn.mscale = 1.f;
+  rope_compress_ = RopeTable::Make(RopeStyle::kAdjacentPairs, rope_, c.dsv4.compress_rope_theta, {}, yarn);
+  rope_compress_.mscale = 1.f;
+  const size_t m = static_cast<size_t>(max_tokens);
+  ones_.assign(static_cast<size_t>(std::max(hd_, idx_hd_)), 1.f);
+  qr_.resize(m * q_lora_);
+  q_.resize(m * heads_ * hd_);
+  kv_.resize(m * hd_);
+  int ring_planes = 0;
+  for (const Dsv4KvLayer& k : kv_layers_) ring_planes = std::max(ring_planes, k.ring_planes);
+  ring_.resize(m * std::max(1, ring_planes) * hd_);
+  comp_.resize(static_cast<size_t>(std::max(hd_, idx_hd_)));
+  o_.resize(q_.size());
+  z_.resize(m * groups_ * o_lora_);
+  idx_q_.resize(m * std::max(1, idx_heads_ * idx_hd_));
+  idx_w_.resize(m * std::max(1, idx_heads_));
+  row_a_.resize(static_cast<size_t>(std::max(1, ring_planes) * hd_));
+  row_b_.resize(row_a_.size());
+}
+
+void Dsv4Attention::TailRope(const RopeTable& t, float* x, int n, int heads, int hd, const int32_t* pos, bool inverse) const {
+  const int half = t.rot_dim / 2, off = hd - t.rot_dim;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < half; ++j) {
+      const double a = static_cast<double>(pos[i]) * t.inv_freq[j];
+      const float cs = static_cast<float>(std::cos(a)) * t.mscale;
+      const float sn = static_cast<float>(std::sin(a)) * t.mscale * (inverse ? -1.f : 1.f);
+      for (int h = 0; h < heads; ++h) {
+        float* v = x + (static_cast<int64_t>(i) * heads + h) * hd + off;
+        const float x0 = v[2 * j], x1 = v[2 * j + 1];
+        v[2 * j] = x0 * cs - x1 * sn;
+        v[2 * j + 1] = x0 * sn + x1 * cs;
+      }
+    }
+  }
+}
+
+const float* Dsv4Attention::Row(const PagedKvCache& kv, int layer, int32_t slot, float* scratch) const {
+  const uint8_t* p = static_cast<const uint8_t*>(kv.k(layer)) + static_cast<size_t>(slot) * kv.k_row_bytes();
+  if (kv.dtype() == DType::kF32) return reinterpret_cast<const float*>(p);
+  ops_.DequantizeRow(kv.dtype(), p, scratch, static_cast<size_t>(kv.k_row_elems()));
+  return scratch;
+}
+
+void Dsv4Attention::CompressBlock(const PagedKvCache& kv, const Dsv4KvLayer& kl, const BatchView& b, int seq, int ratio,
+                                  int block, int hd, int kv_off, int score_off, int width, const std::vector<float>& norm,
+                                  float* row) const {
+  // The candidates: CSA pools the previous block's tokens through the first half of the projections and its
+  // own through the second; HCA its own tokens through the whole width. A block before position 0 has none.
+  const bool overlap = ratio == 4;
+  const int first = overlap ? ratio * block - ratio : ratio * block;
+  const int count = overlap ? 2 * ratio : ratio;
+  std::vector<float> vals(static_cast<size_t>(count) * hd), scores(static_cast<size_t>(count) * hd, kNegInf);
+  std::fill(vals.begin(), vals.end(), 0.f);
+  const int planes = kl.ring_planes;
+  for (int j = 0; j < count; ++j) {
+    const int p = first + j;
+    if (p < 0) continue;
+    // A layer's ring planes may fall into different KV groups (the hybrid layout packs planes of one window
+    // kind into groups of equal size), each with its own block table.
+    for (int pl = 0; pl < planes; ++pl) {
+      const int32_t slot = SlotOf(b.ForGroup(kv.group_of(kl.ring + pl)).seqs[seq], p);
+      std::memcpy(row_a_.data() + static_cast<size_t>(pl) * hd_, Row(kv, kl.ring + pl, slot, row_b_.data()), sizeof(float) * hd_);
+    }
+    const int half = overlap && j >= ratio ? hd : 0;
+    std::memcpy(vals.data() + static_cast<size_t>(j) * hd, row_a_.data() + kv_off + half, sizeof(float) * hd);
+    std::memcpy(scores.data() + static_cast<size_t>(j) * hd, row_a_.data() + score_off + half, sizeof(float) * hd);
+  }
+  (void)width;
+  for (int ch = 0; ch < hd; ++ch) {
+    float mx = kNegInf;
+    for (int j = 0; j < count; ++j) mx = std::max(mx, scores[static_cast<size_t>(j) * hd + ch]);
+    double sum = 0;
+    float w[256];
+    for (int j = 0; j < count; ++j) {
+      const float s = scores[static_cast<size_t>(j) * hd + ch];
+      w[j] = s == kNegInf ? 0.f : std::exp(s - mx);
+      sum += w[j];
+    }
+    const float inv = static_cast<float>(1.0 / sum);
+    float acc = 0;
+    for (int j = 0; j < count; ++j) acc += vals[static_cast<size_t>(j) * hd + ch] * (w[j] * inv);
+    row[ch] = acc;
+  }
+  ops_.RmsNorm(row, norm.data(), eps_, 1, hd, row);
+  const int32_t start = ratio * block;
+  TailRope(rope_compress_, row, 1, 1, hd, &start, false);
+}
+
+Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int layer, PagedKvCache& kv, const float* xn,
+                              float* out) {
+  const int n = b.n, H = heads_, hd = hd_;
+  const Dsv4KvLayer& kl = kv_layers_[static_cast<size_t>(layer)];
+  const int ratio = c_.dsv4.compress_ratio[static_cast<size_t>(layer)];
+  const RopeTable& rope = ratio == 0 ? rope_plain_ : rope_compress_;
+  if (b.cp) return Unimplemented("DeepSeek-V4 attention does not run under context parallelism");
+
+  // q = rope(RMSNorm_per_head(W_qb RMSNorm(W_qa x))); kv = rope(RMSNorm(W_kv x)), appended to the raw window.
+  ops_.MatMul(w.wq_a, xn, n, qr_.data());
+  ops_.RmsNorm(qr_.data(), w.q_a_norm.data(), eps_, n, q_lora_, qr_.data());
+  ops_.MatMul(w.wq_b, qr_.data(), n, q_.data());
+  ops_.RmsNorm(q_.data(), ones_.data(), eps_, n * H, hd, q_.data());
+  TailRope(rope, q_.data(), n, H, hd, b.pos, false);
+  ops_.MatMul(w.wkv, xn, n, kv_.data());
+  ops_.RmsNorm(kv_.data(), w.kv_norm.data(), eps_, n, hd, kv_.data());
+  TailRope(rope, kv_.data(), n, 1, hd, b.pos, false);
+  const BatchView& raw = b.ForGroup(kv.group_of(kl.raw));
+  DI_RETURN_IF_ERROR(WriteBatchKv(raw, kv, kl.raw, kv_.data(), nullptr));
+
+  const BatchView* comp = nullptr;
+  if (ratio != 0) {
+    // The compressor's per-token inputs (projections and slot-biased scores; CSA also the indexer's), packed
+    // into the ring planes, plane-major so that each plane's n rows are contiguous for the write.
+    const int cw = (ratio == 4 ? 2 : 1) * hd, iw = 2 * idx_hd_, planes = kl.ring_planes;
+    const int row_w = planes * hd;
+    std::vector<float> packed(static_cast<size_t>(n) * row_w, 0.f), tmp(static_cast<size_t>(n) * std::max(cw, iw));
+    auto put = [&](const TensorView& proj, const std::vector<float>* ape, int width, int off) {
+      ops_.MatMul(proj, xn, n, tmp.data());
+      for (int i = 0; i < n; ++i) {
+        float* dst = packed.data() + static_cast<size_t>(i) * row_w + off;
+        const float* src = tmp.data() + static_cast<size_t>(i) * width;
+        const float* bias = ape ? ape->data() + static_cast<size_t>(b.pos[i] % ratio) * width : nullptr;
+        for (int j = 0; j < width; ++j) dst[j] = bias ? src[j] + bias[j] : src[j];
+      }
+    };
+    put(w.comp_kv, nullptr, cw, 0);
+    put(w.comp_gate, &w.comp_ape, cw, cw);
+    if (ratio == 4) {
+      put(w.idx_comp_kv, nullptr, iw, 2 * cw);
+      put(w.idx_comp_gate, &w.idx_comp_ape, iw, 2 * cw + iw);
+    }
+    for (int pl = 0; pl < planes; ++pl) {
+      float* plane = ring_.data() + static_cast<size_t>(pl) * n * hd;
+      for (int i = 0; i < n; ++i)
+        std::memcpy(plane + static_cast<size_t>(i) * hd, packed.data() + static_cast<size_t>(i) * row_w + pl * hd, sizeof(float) * hd);
+      DI_RETURN_IF_ERROR(WriteBatchKv(b.ForGroup(kv.group_of(kl.ring + pl)), kv, kl.ring + pl, plane, nullptr));
+    }
+    // Blocks the batch completes: their rows go to the slot of the closing token (skipped where the cache
+    // already holds that position, slot -1: a prefix hit's replayed rows).
+    comp = &b.ForGroup(kv.group_of(kl.comp));
+    const BatchView* index = ratio == 4 ? &b.ForGroup(kv.group_of(kl.index_key)) : nullptr;
+    std::vector<float> key(static_cast<size_t>(hd), 0.f);
+    for (int s = 0; s < b.num_seqs; ++s) {
+      const AttnSeq& rs = comp->seqs[s];
+      for (int i = 0; i < rs.m; ++i) {
+        const int p = rs.start + i, r = static_cast<int>(rs.q_row) + i;
+        if ((p + 1) % ratio != 0 || comp->kv_slots[r] < 0) continue;
+        const int block = (p + 1) / ratio - 1;
+        CompressBlock(kv, kl, b, s, ratio, block, hd, 0, cw, cw, w.comp_norm, key.data());
+        kv.Write(kl.comp, key.data(), nullptr, &comp->kv_slots[r], 1);
+        if (index && index->kv_slots[r] >= 0) {
+          std::fill(key.begin(), key.end(), 0.f);
+          CompressBlock(kv, kl, b, s, ratio, block, idx_hd_, 2 * cw, 2 * cw + iw, iw, w.idx_comp_norm, key.data());
+          kv.Write(kl.index_key, key.data(), nullptr, &index->kv_slots[r], 1);
+        }
+      }
+    }
+  }
+  if (ratio == 4) {
+    // The indexer's queries (rotated like the compressed keys) and per-head weights.
+    ops_.MatMul(w.idx_q_b, qr_.data(), n, idx_q_.data());
+    TailRope(rope_compress_, idx_q_.data(), n, idx_heads_, idx_hd_, b.pos, false);
+    ops_.MatMul(w.idx_proj, xn, n, idx_w_.data());
+    const float ws = 1.f / std::sqrt(static_cast<float>(idx_hd_ * idx_heads_));
+    for (int i = 0; i < n * idx_heads_; ++i) idx_w_[i] *= ws;
+  }
+
+  // Attention per query row over its window and the compressed rows it may see.
+  std::vector<const float*> keys;
+  std::vector<std::vector<float>> owned;  // converted rows when the cache is not f32
+  std::vector<float> logits;
+  for (int s = 0; s < b.num_seqs; ++s) {
+    const AttnSeq& rq = raw.seqs[s];
+    for (int i = 0; i < rq.m; ++i) {
+      const int p = rq.start + i, r = static_cast<int>(rq.q_row) + i;
+      keys.clear();
+      size_t used = 0;
+      auto key_row = [&](int cache_layer, int32_t slot) {
+        if (kv.dtype() == DType::kF32) return Row(kv, cache_layer, slot, nullptr);
+        if (used == owned.size()) owned.emplace_back(static_cast<size_t>(hd));
+        float* dst = owned[used++].data();
+        Row(kv, cache_layer, slot, dst);
+        return static_cast<const float*>(dst);
+      };
+      for (int pp = std::max(0, p - window_ + 1); pp <= p; ++pp) keys.push_back(key_row(kl.raw, SlotOf(rq, pp)));
+      if (ratio != 0) {
+        const AttnSeq& cs = comp->seqs[s];
+        const AttnSeq* is = ratio == 4 ? &b.ForGroup(kv.group_of(kl.index_key)).seqs[s] : nullptr;
+        const int visible = (p + 1) / ratio;
+        picked_.clear();
+        if (ratio == 4 && visible > idx_topk_) {
+          // The lightning indexer: S_b = sum_h w_h ReLU(q_h . k_b); the top k blocks by score.
+          scores_.assign(static_cast<size_t>(visible), 0.f);
+          for (int blk = 0; blk < visible; ++blk) {
+            const float* k = Row(kv, kl.index_key, SlotOf(*is, ratio * blk + ratio - 1), row_b_.data());
+            float sc = 0;
+            for (int h = 0; h < idx_heads_; ++h) {
+              const float d = Dot(idx_q_.data() + (static_cast<size_t>(r) * idx_heads_ + h) * idx_hd_, k, idx_hd_);
+              sc += std::max(0.f, d) * idx_w_[static_cast<size_t>(r) * idx_heads_ + h];
+            }
+            scores_[blk] = sc;
+          }
+          picked_.resize(static_cast<size_t>(visible));
+          std::iota(picked_.begin(), picked_.end(), 0);
+          std::partial_sort(picked_.begin(), picked_.begin() + idx_topk_, picked_.end(), [&](int32_t a, int32_t c) {
+            return scores_[a] > scores_[c] || (scores_[a] == scores_[c] && a < c);
+          });
+          picked_.resize(static_cast<size_t>(idx_topk_));
+          std::sort(picked_.begin(), picked_.end());
+        } else {
+          for (int blk = 0; blk < visible; ++blk) picked_.push_back(blk);
+        }
+        for (int32_t blk : picked_) keys.push_back(key_row(kl.comp, SlotOf(cs, ratio * blk + ratio - 1)));
+      }
+      const int nk = static_cast<int>(keys.size());
+      logits.resize(static_cast<size_t>(nk));
+      for (int h = 0; h < H; ++h) {
+        const float* qh = q_.data() + (static_cast<size_t>(r) * H + h) * hd;
+        float* oh = o_.data() + (static_cast<size_t>(r) * H + h) * hd;
+        const float sink = w.sinks[h];
+        float mx = sink;
+        for (int j = 0; j < nk; ++j) mx = std::max(mx, logits[j] = Dot(qh, keys[j], hd) * scale_);
+        double sum = std::exp(sink - mx);
+        for (int j = 0; j < nk; ++j) sum += logits[j] = std::exp(logits[j] - mx);
+        const float inv = static_cast<float>(1.0 / sum);
+        std::fill(oh, oh + hd, 0.f);
+        for (int j = 0; j < nk; ++j) {
+          const float pj = logits[j] * inv;
+          const float* k = keys[j];
+          for (int e = 0; e < hd; ++e) oh[e] += pj * k[e];
+        }
+      }
+    }
+  }
+  // Undo the rotation the values carried, then the grouped low-rank output: z_g = W_oa[g] o_g, out = W_ob z.
+  TailRope(rope, o_.data(), n, H, hd, b.pos, true);
+  HeadsMatMul g;
+  g.heads = groups_;
+  g.rows = n;
+  g.head_weight = [&](int grp) { return RowSlice(w.wo_a, static_cast<int64_t>(grp) * o_lora_, o_lora_); };
+  g.x = o_.data();
+  g.x_stride = static_cast<int64_t>(H) * hd;
+  g.x_head_offset = static_cast<int64_t>(H / groups_) * hd;
+  g.in_width = H / groups_ * hd;
+  g.y = z_.data();
+  g.y_stride = static_cast<int64_t>(groups_) * o_lora_;
+  g.y_head_offset = o_lora_;
+  g.out_width = o_lora_;
+  ops_.MatMulHeads(g);
+  ops_.MatMul(w.wo_b, z_.data(), n, out);
+  return Status::Ok();
+}
+
+}  // namespace deepinfer
