@@ -36,9 +36,10 @@ bool HopByHop(const std::string& name) {
   return false;
 }
 
-// Replica answer headers the front writes itself (framing, CORS, compression) or that describe the replica's hop.
+// Replica answer headers the front writes itself (framing, CORS, compression, x-request-id: the client's, which
+// the replica was sent too, or the front's own) or that describe the replica's hop.
 bool OwnAnswerHeader(const std::string& name) {
-  return HopByHop(name) || name == "content-type" || name == "content-encoding" || name == "cache-control" ||
+  return HopByHop(name) || name == "content-type" || name == "x-request-id" || name == "content-encoding" || name == "cache-control" ||
          name == "vary" || name == "date" || name == "server" || name.rfind("access-control-", 0) == 0;
 }
 
