@@ -7,7 +7,9 @@
 //    excluded; requests still served); the usage shape, cached_tokens included, comes through;
 // 2. kill -9 of one replica in the middle of a run of non-streamed requests: every request succeeds (the ones in
 //    flight there are retried), the router's /metrics and log report the replica down, and a replica started
-//    again on the same port is taken back in;
+//    again on the same port is taken back in; a stream cut by the kill ends with an error event; a replica that
+//    hangs (SIGSTOP) is taken out when /health goes silent, its calls in flight retried, and taken back in after
+//    SIGCONT;
 // 4. every replica unreachable: a clear log line, and requests get 503 with a JSON error.
 // The replicas run with --max-batched-tokens 64: a prompt prefilled in one chunk is not offered to the prefix cache
 // unless its sequence grows past the blocks it was admitted with (Scheduler::Admit), so short completions of
@@ -37,7 +39,7 @@ const other = await startServer(bin, [...replicaArgs, "--served-model-name", "an
 const urls = reps.map(r => r.base);
 const routers = [];
 let victim = 2;
-let restarted = null;
+let restarted = null, stopped = null;
 try {
   // 1. Hit rate: cache_aware vs round_robin on the same workload shape (each run salts its prompts, so neither
   // finds the other's prefixes cached).
@@ -109,10 +111,20 @@ try {
   await r3.stop();
   routers.pop();
 
-  // 2. kill -9 one replica while non-streamed requests are in flight on it.
-  const r2 = await startRouter(bin, urls, ["--policy", "least_load", "--health-interval", "0.2"]);
+  // 2. kill -9 one replica while non-streamed requests are in flight on it (through r2), and while a stream is
+  // in flight on it (through rS, whose only replica it is).
+  const r2 = await startRouter(bin, urls, ["--policy", "least_load", "--health-interval", "0.2", "--health-timeout", "0.5"]);
   routers.push(r2);
+  const rS = await startRouter(bin, [urls[victim]]);
+  routers.push(rS);
   {
+    const streamRes = await fetch(`${rS.base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+      body: JSON.stringify({prompt: "Once", max_tokens: 480, ignore_eos: true, temperature: 0, stream: true})});
+    const streamBody = (async () => {
+      let text = "";
+      for await (const piece of streamRes.body) text += new TextDecoder().decode(piece);
+      return text;
+    })();
     const items = makeWorkload({phase: "kill", requests: 36});
     let next = 0;
     const statuses = [];
@@ -134,6 +146,12 @@ try {
     }
     reps[victim].proc.kill("SIGKILL");
     await Promise.all(clients);
+    const streamed = await streamBody;
+    check(/data: \{"error":\{"code":502,"message":"the replica failed in the middle of the stream/.test(streamed) && !streamed.includes("[DONE]"),
+          `a stream cut by the kill ends with an error event: ${JSON.stringify(streamed.slice(-160))}`);
+    check((await metrics(rS.base)).get("deepinfer_router_stream_errors_total") === 1, "/metrics counts the cut stream");
+    await rS.stop();
+    routers.splice(routers.indexOf(rS), 1);
     const ok = statuses.filter(s => s === 200).length;
     check(ok === items.length, `every non-streamed request succeeded after kill -9 of a replica with ${killedWith} in flight: ${ok}/${items.length}`);
     await sleep(500);
@@ -151,6 +169,43 @@ try {
       up = metric(await metrics(r2.base), "deepinfer_router_replica_up", urls[victim]);
     }
     check(up === 1 && r2.log().includes(`replica ${urls[victim]} answers again: taken back in`), "the restarted replica is taken back in");
+
+    // A replica that hangs (SIGSTOP) stops answering /health: taken out, its calls in flight aborted and retried;
+    // after SIGCONT it is taken back in.
+    const retriesBefore = (await metrics(r2.base)).get("deepinfer_router_retries_total");
+    const hung = makeWorkload({phase: "hang", requests: 18});
+    let nextHung = 0;
+    const hungStatuses = [];
+    const hungClients = Array.from({length: 6}, async () => {
+      while (nextHung < hung.length) {
+        const i = nextHung++;
+        const r = await fetch(`${r2.base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+          body: JSON.stringify({prompt: hung[i].prompt, max_tokens: 150, ignore_eos: true, temperature: 0})});
+        hungStatuses[i] = r.status;
+        await r.text();
+      }
+    });
+    let inFlight = 0;
+    for (let i = 0; i < 400 && inFlight < 1; ++i) {
+      inFlight = metric(await metrics(r2.base), "deepinfer_router_replica_in_flight", urls[0]);
+      if (inFlight < 1) await sleep(5);
+    }
+    reps[0].proc.kill("SIGSTOP");
+    stopped = reps[0];
+    await Promise.all(hungClients);
+    const mh = await metrics(r2.base);
+    check(hungStatuses.filter(x => x === 200).length === hung.length && metric(mh, "deepinfer_router_replica_up", urls[0]) === 0 &&
+          mh.get("deepinfer_router_retries_total") > retriesBefore && r2.log().includes(`replica ${urls[0]} down (stopped answering GET /health`),
+          `a hung replica (${inFlight} in flight) is taken out on its /health silence and its requests retried: ` +
+          `${hungStatuses.filter(x => x === 200).length}/${hung.length} ok, retries ${retriesBefore} -> ${mh.get("deepinfer_router_retries_total")}`);
+    reps[0].proc.kill("SIGCONT");
+    stopped = null;
+    up = 0;
+    for (let i = 0; i < 50 && up !== 1; ++i) {
+      await sleep(100);
+      up = metric(await metrics(r2.base), "deepinfer_router_replica_up", urls[0]);
+    }
+    check(up === 1, "after SIGCONT it is taken back in");
   }
   await r2.stop();
   routers.pop();
@@ -172,6 +227,7 @@ try {
   await r4.stop();
   routers.pop();
 } finally {
+  if (stopped) stopped.proc.kill("SIGCONT");
   for (const r of routers) await r.stop();
   for (let i = 0; i < reps.length; ++i) if (i !== victim) await reps[i].stop();
   if (restarted) await restarted.stop();
