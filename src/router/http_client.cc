@@ -39,6 +39,7 @@ const std::string* Find(const HeaderList& h, const std::string& name) {
 // without limit.
 constexpr size_t kMaxHead = 64 * 1024;
 constexpr size_t kMaxChunkLine = 1024;
+constexpr unsigned long long kMaxChunk = 64ull << 20;  // a chunk is buffered whole before it is passed on
 
 }  // namespace
 
@@ -208,6 +209,8 @@ Status HttpClient::Run(const std::string& method, const std::string& target, con
   }
   head_received_ = true;
   if (!on_head(status, resp_headers)) return Status::Ok();
+  // No body whatever the headers say (RFC 9112 6.3): a HEAD answer carries its GET's Content-Length.
+  if (method == "HEAD" || status == 204 || status == 304 || status < 200) return Status::Ok();
   return ReadBody(resp_headers, on_body);
 }
 
@@ -227,6 +230,7 @@ Status HttpClient::ReadBody(const HeaderList& headers, const BodyFn& on_body) {
       if (endp == line.c_str()) return IoError("response from " + url_.text + ": bad chunk size '" + line.substr(0, 40) + "'");
       buf_.erase(0, eol + 2);
       if (size == 0) return Status::Ok();  // the last chunk (trailers, if any, are not needed)
+      if (size > kMaxChunk) return IoError("response from " + url_.text + ": chunk of " + line.substr(0, 20) + " bytes (hex) over 64 MiB");
       while (buf_.size() < size + 2)
         if (Status s = Receive(false, &eof); !s.ok()) return s;
       if (!on_body(std::string_view(buf_).substr(0, size))) return Status::Ok();

@@ -207,6 +207,11 @@ void ReplicaSet::AbortAll() {
   cv_.notify_all();
 }
 
+bool ReplicaSet::stopping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_;
+}
+
 int ReplicaSet::NumUp() const {
   std::lock_guard<std::mutex> lock(mu_);
   int up = 0;

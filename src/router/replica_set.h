@@ -64,6 +64,7 @@ class ReplicaSet {
   void Track(int replica, HttpClient* c);
   void Untrack(int replica, HttpClient* c);
   void AbortAll();
+  bool stopping() const;  // after AbortAll or Stop: failures are the shutdown's, not the replicas'
 
   int size() const { return static_cast<int>(replicas_.size()); }
   const Url& url(int i) const { return replicas_[i].url; }

@@ -254,6 +254,10 @@ void RouterServer::Forward(HttpServer::ConnId c, const HttpRequest& req, Kind ki
     const bool cancelled = call->cancelled;
     replicas_.Release(lease.replica, !st.ok() && !cancelled);
     if (cancelled) return;  // the client is gone; its connection is closed
+    if (!st.ok() && replicas_.stopping()) {  // the router's own shutdown aborted the call: no replica failed
+      if (started) return http_.EndStream(c);
+      return Error(c, 503, "the router is shutting down");
+    }
     if (st.ok()) {
       metrics_.CountAnswer(status);
       if (is_stream) {
