@@ -2,7 +2,7 @@
 // 1. a multi-tenant workload (8 shared "system prompt" prefixes, 120 streamed requests, 4 clients): cache_aware
 //    reaches a prefix-hit rate within 10% of the ideal and beats round_robin, both measured from the replicas' own
 //    usage.prompt_tokens_details.cached_tokens (mean TTFT printed for both);
-// 3. the openai SDK (chat, streamed chat, completion) through the router, which has an API key of its own and,
+// 3. the openai SDK (chat, streamed chat, completion, response) through the router, which has an API key of its own and,
 //    among its replicas, one unreachable and one serving another model (4: both logged, shown in /metrics,
 //    excluded; requests still served); the usage shape, cached_tokens included, comes through;
 // 2. kill -9 of one replica in the middle of a run of non-streamed requests: every request succeeds (the ones in
@@ -97,6 +97,9 @@ try {
     check(chunks > 3 && text.length > 0 && usage?.completion_tokens > 0, `SDK streamed chat completion: ${chunks} chunks`);
     const c1 = await client.completions.create({model, prompt: "Once upon a time", max_tokens: 30, temperature: 0});
     check(c1.choices[0].text.startsWith(", there was a little girl named Lily"), `SDK completion: ${JSON.stringify(c1.choices[0].text.slice(0, 40))}`);
+    const resp = await client.responses.create({model, input: "Tell me a story", max_output_tokens: 8});
+    check(resp.object === "response" && ["completed", "incomplete"].includes(resp.status) && typeof resp.output_text === "string" &&
+          typeof resp.usage?.input_tokens_details?.cached_tokens === "number", `SDK response (/v1/responses): ${JSON.stringify(resp.output_text)}`);
     // The same long prompt twice: the second lands where the first was cached, and cached_tokens comes through.
     const long = makeWorkload({phase: "sdk", tenants: 1, requests: 1})[0].prompt;
     await client.completions.create({model, prompt: long, max_tokens: 2});
