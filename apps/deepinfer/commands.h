@@ -9,6 +9,7 @@ namespace deepinfer::cli {
 
 int CmdGenerate(int argc, char** argv);
 int CmdServe(int argc, char** argv);
+int CmdRoute(int argc, char** argv);
 int CmdMakeTiny(int argc, char** argv);
 int CmdConvert(int argc, char** argv);
 int CmdPull(int argc, char** argv);

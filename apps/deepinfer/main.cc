@@ -15,6 +15,7 @@ void Usage() {
       "commands:\n"
       "  generate    generate text from a prompt (streams to the terminal; --json for machine output)\n"
       "  serve       OpenAI-compatible HTTP API server (completions, chat, SSE streaming, metrics)\n"
+      "  route       cache-aware router in front of several serve replicas (same OpenAI API)\n"
       "  pull        download a model from a Hugging Face-style hub into the local cache\n"
       "  make-tiny   write a random-weight model of a supported architecture (HF directory and/or GGUF)\n"
       "  convert     convert a Hugging Face checkpoint directory to GGUF (llama.cpp's layout)\n"
@@ -44,6 +45,7 @@ int Run(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "generate") return CmdGenerate(argc - 2, argv + 2);
   if (cmd == "serve") return CmdServe(argc - 2, argv + 2);
+  if (cmd == "route") return CmdRoute(argc - 2, argv + 2);
   if (cmd == "make-tiny") return CmdMakeTiny(argc - 2, argv + 2);
   if (cmd == "convert") return CmdConvert(argc - 2, argv + 2);
   if (cmd == "pull") return CmdPull(argc - 2, argv + 2);

@@ -6,6 +6,9 @@
 //   no global    nothing in src/ outside src/dist/ (which keeps it) and src/api/ (the library's top level) reads
 //                the process's distributed context, dist::Context(): model and engine code get the communicators
 //                and the parallel plan passed in (EngineOptions::dist, LoadOptions::split, Transformer's dist)
+//   router seam  nothing in src/ or include/ outside src/router/ includes "router/..." (the CLI, apps/, does), and
+//                src/router/ includes only router/, server/, base/ and deepinfer/ (it forwards requests; it knows
+//                no engine or model)
 //
 //   node tests/layering/seams.mjs [REPO_ROOT]     exit 0: no violation; 1: violations printed
 //   node tests/layering/seams.mjs --self-test     feeds the checker a tree with known violations
@@ -23,6 +26,10 @@ export const RULES = [
    why: "the public API speaks the request language of src/protocol/, it does not reach into the HTTP server"},
   {name: "no global", files: f => f.startsWith("src/") && !f.startsWith("src/dist/") && !f.startsWith("src/api/"),
    text: /\bdist::Context\(\)/, why: "take the communicators as a parameter; only the top level reads the global"},
+  {name: "router seam", files: f => (f.startsWith("src/") || f.startsWith("include/")) && !f.startsWith("src/router/"),
+   forbidden: /^router\//, why: "only the CLI (apps/) builds on the router"},
+  {name: "router seam", files: f => f.startsWith("src/router/"), forbidden: /^(?!router\/|server\/|base\/|deepinfer\/)/,
+   why: "the router builds on the HTTP server and base only"},
 ];
 
 function sourceFiles(root, dir) {
@@ -72,17 +79,22 @@ if (process.argv.includes("--self-test")) {
   put("src/server/http.cc", '#include "server/http.h"\n');
   put("src/engine/engine.cc", '// dist::Context() is read by the top level\n  auto* d = dist::Context();\n');
   put("src/dist/parallel.cc", 'DistContext* Context() { return g; }\nvoid F() { dist::Context(); }\n');
+  put("src/engine/dist_control.cc", '#include "router/routing_policy.h"\n');
+  put("src/router/router_server.cc", '#include "router/replica_set.h"\n#include "server/http_server.h"\n#include "engine/engine.h"\n');
   let v = findViolations(dir);
-  const ok1 = v.length === 3 && v.some(x => x.includes("src/model/layer.cc:3") && x.startsWith("device seam")) &&
+  const ok1 = v.length === 5 && v.some(x => x.includes("src/engine/dist_control.cc:1") && x.startsWith("router seam")) &&
+              v.some(x => x.includes("src/router/router_server.cc:3") && x.startsWith("router seam")) && v.some(x => x.includes("src/model/layer.cc:3") && x.startsWith("device seam")) &&
               v.some(x => x.includes("src/api/model.cc:2") && x.startsWith("api seam")) &&
               v.some(x => x.includes("src/engine/engine.cc:2") && x.startsWith("no global"));
   put("src/model/layer.cc", '#include "kernels/ops.h"\n');
   put("src/api/model.cc", '#include "protocol/chat.h"\n');
   put("src/engine/engine.cc", '// dist::Context() is read by the top level\n  auto* d = opt.dist;\n');
+  put("src/engine/dist_control.cc", '#include "engine/dist_control.h"\n');
+  put("src/router/router_server.cc", '#include "router/replica_set.h"\n#include "server/http_server.h"\n');
   v = findViolations(dir);
   const ok2 = v.length === 0;
   fs.rmSync(dir, {recursive: true, force: true});
-  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/, an API file including server/ and an engine file reading dist::Context() are reported with their lines`);
+  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/, an API file including server/, an engine file reading dist::Context(), an engine file including router/ and a router file including engine/ are reported with their lines`);
   console.log(`${ok2 ? "ok  " : "FAIL"} the same tree through kernels/ops.h passes`);
   process.exit(ok1 && ok2 ? 0 : 1);
 }

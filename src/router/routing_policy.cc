@@ -1,0 +1,28 @@
+#include "router/routing_policy.h"
+
+#include "router/cache_aware_policy.h"
+#include "router/least_load_policy.h"
+#include "router/round_robin_policy.h"
+
+namespace deepinfer::router {
+
+const char* OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kCacheHit: return "cache_hit";
+    case Outcome::kCacheMiss: return "cache_miss";
+    case Outcome::kImbalance: return "imbalance";
+    case Outcome::kLeastLoad: return "least_load";
+    case Outcome::kRoundRobin: return "round_robin";
+  }
+  return "unknown";
+}
+
+StatusOr<std::unique_ptr<RoutingPolicy>> MakePolicy(const std::string& name, int num_replicas,
+                                                    const CacheAwareOptions& cache_opt) {
+  if (name == "cache_aware") return std::unique_ptr<RoutingPolicy>(new CacheAwarePolicy(num_replicas, cache_opt));
+  if (name == "least_load") return std::unique_ptr<RoutingPolicy>(new LeastLoadPolicy());
+  if (name == "round_robin") return std::unique_ptr<RoutingPolicy>(new RoundRobinPolicy());
+  return InvalidArgument("--policy must be cache_aware, least_load or round_robin, not '" + name + "'");
+}
+
+}  // namespace deepinfer::router
