@@ -14,6 +14,7 @@
 #include "model/arch/arch.h"
 #include "kv/paged_kv_cache.h"
 #include "model/make_tiny.h"
+#include "model/model.h"
 #include "startup.h"
 
 namespace deepinfer::cli {
@@ -27,9 +28,32 @@ struct KvShape {
 
 // The shapes of make-tiny's presets (the same ones `make-tiny --preset` writes): gpt-oss's even layers and five of
 // Gemma 3's six are windowed, by the families' shared pattern rule.
+// DeepSeek-V4-Flash's published config.json (the fields the KV layout reads), and DeepSeek-V3's MLA cache next to
+// it (61 layers of the 512 + 64 latent, nothing windowed).
+constexpr const char* kDeepseekV4Flash = R"({"model_type": "deepseek_v4", "vocab_size": 129280, "hidden_size": 4096,
+  "num_hidden_layers": 43, "num_attention_heads": 64, "num_key_value_heads": 1, "head_dim": 512, "qk_rope_head_dim": 64,
+  "q_lora_rank": 1024, "o_groups": 8, "o_lora_rank": 1024, "sliding_window": 128, "compress_rope_theta": 160000,
+  "compress_ratios": [0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128,
+                      4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 0],
+  "index_n_heads": 64, "index_head_dim": 128, "index_topk": 512, "n_routed_experts": 256, "num_experts_per_tok": 6,
+  "n_shared_experts": 1, "moe_intermediate_size": 2048, "intermediate_size": 2048, "routed_scaling_factor": 1.5,
+  "swiglu_limit": 10.0, "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "num_hash_layers": 3,
+  "max_position_embeddings": 1048576, "rope_scaling": {"type": "yarn", "factor": 16, "original_max_position_embeddings": 65536}})";
+
 StatusOr<KvShape> Preset(const std::string& name) {
   KvShape k;
   k.name = name;
+  if (name == "deepseek-v4-flash") {
+    DI_ASSIGN_OR_RETURN(const ModelConfig c, ParseHfConfig(kDeepseekV4Flash, "deepseek-v4-flash"));
+    k.base = c.kv_layout();
+    k.windows = c.kv_layer_windows();
+    return k;
+  }
+  if (name == "deepseek-v3") {
+    k.base = KvLayout::Plain(61, 512 + 64, 0);
+    k.windows.assign(61, 0);
+    return k;
+  }
   TinySpec s;
   if (!TinyPreset(name, &s)) return InvalidArgument("bench kv: unknown --shape '" + name + "'");
   k.base = KvLayout::Plain(s.layers, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim);
@@ -47,7 +71,7 @@ int CmdBenchKv(int argc, char** argv) {
             "context length. Counts what the engine would hold at most: every block of a full-attention layer, and a\n"
             "windowed layer's window plus the chunks in flight (two with the overlap scheduler).",
             {
-                {"shape", "", "LIST", "gpt-oss-20b,gemma-3-4b", "comma-separated shapes: gpt-oss-20b, gpt-oss-120b, or a make-tiny preset (gemma-3-1b, gemma-3-4b, ...)"},
+                {"shape", "", "LIST", "gpt-oss-20b,gemma-3-4b", "comma-separated shapes: gpt-oss-20b, gpt-oss-120b, deepseek-v4-flash, deepseek-v3 (MLA), or a make-tiny preset (gemma-3-1b, gemma-3-4b, ...)"},
                 {"ctx", "", "LIST", "8192,32768", "context lengths (tokens per sequence)"},
                 {"kv-cache", "", "SIZE", "16GiB", "the KV budget (as serve's --kv-cache, bytes with a unit)"},
                 {"kv-cache-dtype", "", "T", "bf16", "K/V element type: f32, bf16 or f16"},

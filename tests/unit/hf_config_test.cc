@@ -153,7 +153,7 @@ TEST(HfConfigTest, RejectsBrokenDeepSeekSettingsWithTheReason) {
   expect_error(edit("\"qk_rope_head_dim\": 64", "\"qk_rope_head_dim\": 63"), "MLA");
   expect_error(edit("\"num_nextn_predict_layers\": 1", "\"num_nextn_predict_layers\": 100"), "num_nextn_predict_layers");
   expect_error(edit("\"factor\": 40", "\"factor\": 0.5"), "yarn");
-  expect_error(edit("\"model_type\": \"deepseek_v3\"", "\"model_type\": \"deepseek_v4\""), "deepseek_v3");
+  expect_error(edit("\"model_type\": \"deepseek_v3\"", "\"model_type\": \"deepseek_v9\""), "deepseek_v3");
   expect_error("{\"model_type\": ", "not valid JSON");
 }
 

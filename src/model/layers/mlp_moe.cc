@@ -84,11 +84,6 @@ void SortByExpert(const int32_t* expert_of, int count, int n_experts, std::vecto
 
 }  // namespace
 
-// Rows sorted by expert (rows_, expert_first_) through their experts: row i's input is in_base + (i / in_div) *
-// in_stride, its output goes to out_base + i * hidden. One GEMM per expert over its rows, rows are independent,
-// so a row's result does not depend on which other rows share its expert. Experts run in waves of at most
-// capacity gathered rows (the buffers' size); a wave's gate/up products (and the shared experts', in the first
-// wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert the
 namespace {
 
 // gate = min(gate, limit), up = clamp(up, -limit, limit) (limit <= 1e-6: no clamp, as llama.cpp reads it).
@@ -102,6 +97,11 @@ void ClampSwiGlu(float limit, float* gate, float* up, int64_t n) {
 
 }  // namespace
 
+// Rows sorted by expert (rows_, expert_first_) through their experts: row i's input is in_base + (i / in_div) *
+// in_stride, its output goes to out_base + i * hidden. One GEMM per expert over its rows, rows are independent,
+// so a row's result does not depend on which other rows share its expert. Experts run in waves of at most
+// capacity gathered rows (the buffers' size); a wave's gate/up products (and the shared experts', in the first
+// wave) go to the pool as one dispatch, its down products as another: at decode a wave holds every expert the
 // batch touched, so the layer streams its expert weights in two passes rather than three per expert.
 void MoeMlp::RunExperts(const MoeWeights& w, const float* in_base, size_t in_stride, int in_div, float* out_base,
                         const float* xn, int n, bool shared_pending) {
