@@ -215,6 +215,10 @@ void MoeMlp::Route(const MoeWeights& w, const float* xn, int n, const int32_t* t
   ops_.MatMul(w.router, xn, n, router_logits_.data(), w.router_bias.empty() ? nullptr : w.router_bias.data());
   router_.correction_bias = w.exp_probs_bias;  // per layer (empty when the model has none)
   if (!w.tid2eid.empty()) {  // DeepSeek-V4's hash layers: the experts by token id, weighted by their scores
+    if (!tokens) {
+      DI_LOG_ERROR("moe: a hash-routed layer was given no token ids");
+      std::abort();
+    }
     RouteByToken(router_, router_logits_.data(), n, tokens, w.tid2eid.data(), route_e_.data(), route_w_.data());
     return;
   }
@@ -230,7 +234,7 @@ void MoeMlp::Forward(const MoeWeights& w, const float* xn, int n, float* out, co
 }
 
 void MoeMlp::EpBegin(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, int row0, int ranks,
-                     int tp_rank, int tp_size, int group_size, int64_t* load) {
+                     int tp_rank, int tp_size, int group_size, int64_t* load, const int32_t* tokens) {
   const int h = hidden_, K = top_k_, P = ranks, G = group_size;
   const size_t row = static_cast<size_t>(h) + 1;  // [physical slot (int32 bits), hidden floats]
   ep_w_ = &w;
@@ -238,7 +242,7 @@ void MoeMlp::EpBegin(const MoeWeights& w, const ExpertPlacement& pl, const float
   ep_n_ = n;
   ep_ranks_ = P;
   ep_group_ = G;
-  Route(w, xn, n);
+  Route(w, xn, n, tokens);
   // 1. This rank's pairs, each to the group owning one slot of its expert (replicas spread by the pair's index in
   //    the whole batch, row0 + t, so a micro-batch picks the replicas the whole batch would): to each of the
   //    group's G ranks (G > 1: each holds a 1/G slice of every expert it serves), packed by destination rank in

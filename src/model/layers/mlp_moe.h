@@ -82,8 +82,9 @@ class MoeMlp {
   // pairs by destination (ranks: comm.size()); EpDispatch and EpCombine are the two exchanges and touch only this object's buffers, so they may run on a
   // communication thread; EpExperts (compute thread) runs the received rows through this rank's experts; EpEnd
   // sums the returned outputs into out (n rows). xn, w and pl must stay valid until EpEnd.
+  // tokens: the rows' token ids (hash-routed layers need them).
   void EpBegin(const MoeWeights& w, const ExpertPlacement& pl, const float* xn, int n, int row0, int ranks, int tp_rank,
-               int tp_size, int group_size, int64_t* load);
+               int tp_size, int group_size, int64_t* load, const int32_t* tokens = nullptr);
   Status EpDispatch(dist::Communicator& comm);
   Status EpExperts(int comm_rank);
   Status EpCombine(dist::Communicator& comm);

@@ -42,12 +42,11 @@ Status MoeLayer::Forward(const LayerWeights& L, int layer, const float* xn, int 
     moe_->Forward(L.moe, xn, n, y, tokens);
     return TpAllReduce(y, n);  // tensor parallel: each rank's down projections cover its slice of the experts
   }
-  if (!L.moe.tid2eid.empty()) return Unimplemented("hash-routed MoE layers are not expert parallel yet");
   // Expert parallel: collective over every rank, even with no rows here.
   const bool live = layer >= 0 && !placement_.empty();
   dist::Communicator& comm = *dist_->moe;
   moe_->EpBegin(live ? ep_weights_[layer] : L.moe, live ? placement_[layer] : L.moe.placement, xn, n, 0, comm.size(),
-                dist_->pc.tp_rank(), dist_->pc.tp, dist_->pc.moe_tp(), live ? expert_load_[layer].data() : nullptr);
+                dist_->pc.tp_rank(), dist_->pc.tp, dist_->pc.moe_tp(), live ? expert_load_[layer].data() : nullptr, tokens);
   // The two exchanges, timed: without two-batch overlap all of their time is exposed (the executor waits).
   const auto t0 = std::chrono::steady_clock::now();
   Status s = moe_->EpDispatch(comm);
