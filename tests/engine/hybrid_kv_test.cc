@@ -188,9 +188,9 @@ RequestResult RunOne(Engine& e, const TestRequest& r) {
 // are still cached (a direct hit), evicted (the full layers' K/V reused, the windows rebuilt by recomputing at
 // most R tokens for the windowed layers only), or everything is evicted (cold). The counts follow from the
 // hit rule: cached + replayed = the shared whole blocks, replayed <= R.
-TEST(HybridKvTest, PrefixHitsAreColdExact) {
-  const int W = 16, bs = 8, R = 64;
-  const Model& m = TinyGemma3Window(W);
+// The check of PrefixHitsAreColdExact for one model: B shares each of `shares` tokens with A; blocks of bs,
+// chunks of 32, replay bound R (a multiple of bs).
+void ExpectPrefixHitsColdExact(const Model& m, int bs, int R, const std::vector<int>& shares, const char* tag) {
   std::mt19937 rng(4444);
   auto random_tokens = [&](int n) {
     std::vector<int32_t> t;
@@ -203,8 +203,8 @@ TEST(HybridKvTest, PrefixHitsAreColdExact) {
   a.params.ignore_eos = true;
   enum Mode { kKept, kEvictWindows, kEvictAll };
   const char* kModeNames[] = {"kept", "evict-windows", "evict-all"};
-  std::printf("[replay] W=%d bs=%d R=%d: shared s -> cached + replayed per mode\n", W, bs, R);
-  for (const int shared : {1, W - 1, W, W + 1, 10 * W, 200}) {
+  std::printf("[replay] %s bs=%d R=%d: shared s -> cached + replayed per mode\n", tag, bs, R);
+  for (const int shared : shares) {
     TestRequest b;
     b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
     const std::vector<int32_t> own = random_tokens(30);
@@ -232,8 +232,8 @@ TEST(HybridKvTest, PrefixHitsAreColdExact) {
         if (mode != kKept) e.EvictCachedKv(mode == kEvictWindows);
         const RequestResult got = RunOne(e, b);
         ASSERT_TRUE(e.CheckNoLeaks().ok());
-        const std::string what = "shared " + std::to_string(shared) + ", " + kModeNames[mode] + ", overlap " +
-                                 (overlap ? "on" : "off");
+        const std::string what = std::string(tag) + ": shared " + std::to_string(shared) + ", " + kModeNames[mode] +
+                                 ", overlap " + (overlap ? "on" : "off");
         ExpectSameResults(ref, {got}, what);
         // The full-attention group matches every whole shared block (B's own tokens follow).
         const int blocks = std::min(shared, static_cast<int>(b.prompt.size()) - 1) / bs * bs;
@@ -248,6 +248,20 @@ TEST(HybridKvTest, PrefixHitsAreColdExact) {
       if (overlap) std::printf("[replay] s=%3d:%s\n", shared, line.c_str());
     }
   }
+}
+
+TEST(HybridKvTest, PrefixHitsAreColdExact) {
+  const int W = 16;
+  ExpectPrefixHitsColdExact(TinyGemma3Window(W), 8, 64, {1, W - 1, W, W + 1, 10 * W, 200}, "gemma3 W=16");
+}
+
+// Issue 33, must-show 2: the same on the tiny DeepSeek-V4 (raw window 16, CSA's compressor inputs over 8
+// positions, HCA's over 128, compressed rows in full-attention layers). Blocks of 6 put hits inside a CSA 4-block
+// (6, 18: a block's first half cached, its row computed by B) and on both sides of HCA's 128 (126, 132); with the
+// windows evicted, B replays up to R = 60 positions for every windowed layer while reading A's compressed rows.
+TEST(HybridKvTest, DeepseekV4PrefixHitsAreColdExact) {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "dsv4_replay");
+  ExpectPrefixHitsColdExact(*m, 6, 60, {6, 18, 126, 132, 200}, "deepseek_v4");
 }
 
 }  // namespace
