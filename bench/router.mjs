@@ -12,7 +12,7 @@ import {makeWorkload, startRouter, runWorkload, idealHitRate} from "../tests/ser
 const bin = process.argv[2] ?? "build/deepinfer";
 const requests = Number(process.argv[3] ?? 400);
 const kvAt = process.argv.indexOf("--kv-cache");
-const replicaArgs = ["-t", "1", "--prep-workers", "1", "--max-batched-tokens", "64", ...(kvAt > 0 ? ["--kv-cache", process.argv[kvAt + 1]] : [])];
+const replicaArgs = ["-t", "1", "--prep-workers", "1", ...(kvAt > 0 ? ["--kv-cache", process.argv[kvAt + 1]] : [])];
 const reps = await Promise.all([0, 1, 2].map(() => startServer(bin, replicaArgs)));
 const urls = reps.map(r => r.base);
 const stats = xs => {

@@ -209,14 +209,14 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   std::vector<int> first(G, 0);
   int reuse = 0, start = 0;
   if (cfg_.prefix_caching) start = MatchForAdmission(s, &tables, &first, &reuse);
-  // What each group has offered the prefix cache. Without windows: every block held now, freshly allocated ones
-  // too (the engine's behaviour before groups existed, kept so that prefix-cache hits stay as they were: those
-  // blocks reach the cache once the sequence grows past them). With windows, exactly what the hit matched: a
-  // windowed block is offered only once the anchor's block of the same positions is, which then must be offered
-  // as soon as it is full, and the windows a replay rebuilds are offered again.
-  std::vector<int> published(G, -1);
-  if (windowed())
-    for (int g = 0; g < G; ++g) published[g] = (window(g) > 0 ? start : reuse) / bs;
+  // What each group has offered the prefix cache: exactly what the hit matched, so every block the sequence
+  // fills from here on is offered as soon as its tokens and K/V are written (Publish), whether or not generation
+  // ever outgrows the blocks allocated now (a prompt prefilled in one chunk with a short answer is cached too).
+  // A windowed block is offered only once the anchor's block of the same positions is, which is why the anchor's
+  // must be offered as soon as it is full; the windows a bounded replay rebuilds ([start, reuse)) are offered again.
+  // Without windows start == reuse.
+  std::vector<int> published(G);
+  for (int g = 0; g < G; ++g) published[g] = (window(g) > 0 ? start : reuse) / bs;
   auto release_held = [&] {
     for (int g = 0; g < G; ++g) pool_->Release(std::vector<int32_t>(tables[g].begin() + first[g], tables[g].end()));
   };
@@ -227,8 +227,6 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
     release_held();
     return false;
   }
-  for (int g = 0; g < G; ++g)
-    if (published[g] < 0) published[g] = static_cast<int>(tables[0].size());
   const int slot = free_slots_.back();
   free_slots_.pop_back();
   std::copy(s->tokens().begin(), s->tokens().end(), table_->row(slot));

@@ -398,6 +398,83 @@ TEST(EngineTest, PrefixCacheHitMatchesColdRunAndSkipsPrefill) {
   EXPECT_TRUE((*eng)->Shutdown().ok());
 }
 
+// A prompt prefilled in one chunk is offered to the prefix cache as soon as its blocks are written, not only once
+// generation outgrows the blocks it was admitted with: the same prompt again with max_tokens 1..4 hits every full
+// block (less the one that holds the last prompt token when the prompt ends on a block boundary: a row must run
+// to produce logits), with or without sliding windows, and its output is bitwise a cold run's. Sample 1 of an
+// n = 2 request (held until sample 0's prompt is cached) hits too.
+TEST(EngineTest, SingleChunkPromptIsCachedBeforeGenerationOutgrowsIt) {
+  struct M {
+    const char* name;
+    const Model& (*model)();
+  };
+  for (const M& mc : {M{"stories260K", Stories}, M{"tiny-qwen3", Tiny}, M{"tiny-gemma3", TinyGemma3}}) {
+    const Model& m = mc.model();
+    for (const int len : {61, 64}) {
+      std::mt19937 rng(static_cast<uint32_t>(len));
+      TestRequest r;
+      r.prompt.push_back(m.tokenizer->bos_id());
+      while (static_cast<int>(r.prompt.size()) < len) r.prompt.push_back(3 + rng() % (m.config.vocab_size - 3));
+      r.params.ignore_eos = true;
+      r.params.logprobs = 5;
+      const int expect_cached = (len - 1) / 8 * 8;  // full 8-token blocks, the last prompt token's excluded
+      for (const int max_tokens : {1, 2, 4}) {
+        for (const bool overlap : {true, false}) {
+          const std::string what = std::string(mc.name) + " prompt " + std::to_string(len) + " max_tokens " +
+                                   std::to_string(max_tokens) + (overlap ? " overlap" : " no overlap");
+          r.params.max_tokens = max_tokens;
+          EngineOptions opt = SmallEngine();
+          opt.max_batched_tokens = 512;  // the whole prompt in one chunk
+          opt.overlap = overlap;
+          EngineOptions cold = opt;
+          cold.prefix_caching = false;
+          const auto ref = RunRequests(m, cold, {r});
+          // Sequential requests on one engine: the second arrives after the first has finished.
+          auto eng = Engine::Create(m, opt);
+          ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+          for (int i = 0; i < 2; ++i) {
+            RequestResult got;
+            got.samples.resize(1);
+            ASSERT_TRUE((*eng)->Add(r.prompt, r.params, [&](const RequestOutput& ev) {
+                             SampleResult& s = got.samples[0];
+                             s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+                             for (const auto& lp : ev.logprobs) {
+                               s.logprobs.push_back(lp.logprob);
+                               s.top.push_back(lp.top);
+                             }
+                             s.text += ev.text;
+                             got.cached_tokens = ev.cached_tokens;
+                             if (ev.finished) {
+                               ++s.finals;
+                               s.finish_reason = ev.finish_reason;
+                             }
+                           }).ok());
+            const int64_t before = (*eng)->Stats().prompt_tokens_computed;
+            ASSERT_TRUE((*eng)->RunUntilIdle().ok());
+            const int64_t computed = (*eng)->Stats().prompt_tokens_computed - before;
+            ExpectSameResults(ref, {got}, what + (i == 0 ? " first" : " second"));
+            EXPECT_EQ(got.cached_tokens, i == 0 ? 0 : expect_cached) << what << " request " << i;
+            EXPECT_EQ(computed, i == 0 ? len : len - expect_cached) << what << " request " << i;
+          }
+          EXPECT_TRUE((*eng)->CheckNoLeaks().ok()) << what;
+          EXPECT_TRUE((*eng)->Shutdown().ok());
+          // n = 2: sample 1 waits for sample 0's prompt to be cached, then reuses its full blocks.
+          TestRequest two = r;
+          two.params.n = 2;
+          two.params.has_seed = true;
+          two.params.sampling.seed = 17;
+          two.params.sampling.temperature = 0.8f;
+          EngineStats st;
+          const auto cold2 = RunRequests(m, cold, {two});
+          const auto warm2 = RunRequests(m, opt, {two}, &st);
+          ExpectSameResults(cold2, warm2, what + " n=2");
+          EXPECT_EQ(st.cached_prompt_tokens, expect_cached) << what << " n=2";
+        }
+      }
+    }
+  }
+}
+
 // Must-show 6: bad requests are refused with a clear error; the others run undisturbed.
 TEST(EngineTest, InvalidRequestsAreRefusedAndOthersUndisturbed) {
   const Model& m = Stories();

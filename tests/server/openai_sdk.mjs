@@ -75,6 +75,21 @@ try {
   }
   check(role === "assistant" && chatStreamed === ch1.choices[0].message.content, "chat stream concatenates to the same message");
 
+  // A prompt prefilled in one chunk reaches the prefix cache as soon as its K/V is written, even when the answer
+  // is too short to outgrow the blocks it was admitted with: the same chat again hits every full 16-token block
+  // but the one holding the last prompt token. (The first may hit the chat template's opening, which the chats
+  // above share.)
+  const pc = {model, max_tokens: 2, temperature: 0,
+              messages: [{role: "system", content: "You tell short stories about a red fox who lives near a river."},
+                         {role: "user", content: "Tell me what the fox found in the tall grass one morning."}]};
+  const pc1 = await client.chat.completions.create(pc), pc2 = await client.chat.completions.create(pc);
+  const full = Math.floor((pc1.usage.prompt_tokens - 1) / 16) * 16;
+  check(pc1.usage.prompt_tokens_details.cached_tokens < full &&
+        pc2.usage.prompt_tokens_details.cached_tokens === full &&
+        pc2.choices[0].message.content === pc1.choices[0].message.content,
+        `one-chunk prompt, max_tokens 2, sent twice: cached ${pc1.usage.prompt_tokens_details.cached_tokens} then ` +
+        `${pc2.usage.prompt_tokens_details.cached_tokens} of ${pc1.usage.prompt_tokens} (expected < ${full} then ${full})`);
+
   // Errors surface as the SDK's typed exceptions.
   const expectError = async (cls, fn, what) => {
     try { await fn(); check(false, `${what}: no error`); }

@@ -11,16 +11,13 @@
 //    hangs (SIGSTOP) is taken out when /health goes silent, its calls in flight retried, and taken back in after
 //    SIGCONT;
 // 4. every replica unreachable: a clear log line, and requests get 503 with a JSON error.
-// The replicas run with --max-batched-tokens 64: a prompt prefilled in one chunk is not offered to the prefix cache
-// unless its sequence grows past the blocks it was admitted with (Scheduler::Admit), so short completions of
-// one-chunk prompts would never hit at all, whatever the routing.
 import net from "node:net";
 import {startServer, OpenAI, checker, metrics} from "./common.mjs";
 import {makeWorkload, startRouter, runWorkload, idealHitRate} from "./router_workload.mjs";
 
 const bin = process.argv[2];
 const {check, done} = checker();
-const replicaArgs = ["-t", "1", "--prep-workers", "1", "--max-batched-tokens", "64"];
+const replicaArgs = ["-t", "1", "--prep-workers", "1"];
 
 // A loopback port nothing listens on.
 async function deadUrl() {
