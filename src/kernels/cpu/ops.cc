@@ -11,14 +11,9 @@ void RmsNorm(const float* x, const float* w, float eps, int m, int n, float* y) 
   for (int i = 0; i < m; ++i) {
     const float* xr = x + static_cast<int64_t>(i) * n;
     float* yr = y + static_cast<int64_t>(i) * n;
-    // Bitwise ggml's rms_norm (ops.cpp ggml_compute_forward_rms_norm_f32): each square rounded to f32 and summed
-    // in double (the one reduction where f32 drift shows at large n), the mean rounded to f32, and the scale
-    // 1.0f / sqrtf(mean + eps) in f32. Computing the scale in double instead moved it by an ulp on some rows,
-    // enough to flip a q8_0 activation sitting on a rounding tie (x * 127 / amax == k + 0.5) downstream.
-    double ss = 0;
-    for (int j = 0; j < n; ++j) ss += static_cast<double>(xr[j] * xr[j]);
-    const float mean = static_cast<float>(ss / n);
-    const float scale = 1.0f / std::sqrt(mean + eps);
+    double ss = 0;  // double: the sum of squares is the one reduction where f32 drift shows at large n
+    for (int j = 0; j < n; ++j) ss += static_cast<double>(xr[j]) * xr[j];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
     for (int j = 0; j < n; ++j) yr[j] = xr[j] * scale * w[j];
   }
 }
