@@ -43,13 +43,6 @@ bool AnyDenseLayer(const ModelConfig& c) {
 int EplbGroups(int n_experts, int n_group) { return n_group > 1 && n_experts % n_group == 0 ? n_group : 1; }
 
 Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
-  // gpt-oss's biases on row-parallel products (the attention output, each expert's down projection) must be added
-  // once after the partial sums meet, and its sinks once per row of a context-parallel merge: not done yet.
-  // (Several ranks of any kind split the experts: MoE layers dispatch over the whole job.)
-  if ((c.attn_out_bias || c.moe_biases || c.attn_sinks) && pc.world > 1)
-    return Unimplemented(std::string(ArchName(c.arch)) +
-                         " across several ranks (--dp, --tp, --ep, --cp) is not implemented yet: its output-projection and "
-                         "expert biases and its attention sinks are not split; run it in one process");
   // DeepSeek-V4 runs attention data parallel with expert parallelism (each rank's attention and compressed KV
   // whole, the experts dispatched); splitting its heads (the single K=V latent replicated) or its rows is not done.
   if (c.is_dsv4() && (pc.tp > 1 || pc.cp > 1))
@@ -228,7 +221,15 @@ class TpSharder {
       if (p.ways == 1) continue;
       const int64_t first = p.first * d.tp_unit, n = p.count * d.tp_unit;
       const bool rows = d.tp_split == TpSplit::kColumn;
-      if (d.vector) {  // biases, W_UK^T: the rank's elements
+      if (d.tp_split == TpSplit::kRowBias) {  // added once by the all-reduce: part 0 keeps it, the others add zeros
+        if (p.first != 0) std::fill(d.vector->begin(), d.vector->end(), 0.f);
+      } else if (d.vector && d.form == TensorForm::kExpertVectors) {  // {E, n}: each expert's elements
+        const size_t width = static_cast<size_t>(d.shape[1]), E = d.vector->size() / width;
+        std::vector<float> part(E * static_cast<size_t>(n));
+        for (size_t e = 0; e < E; ++e)
+          std::copy_n(d.vector->begin() + static_cast<std::ptrdiff_t>(e * width + first), n, part.begin() + static_cast<std::ptrdiff_t>(e * n));
+        *d.vector = std::move(part);
+      } else if (d.vector) {  // biases, W_UK^T: the rank's elements
         *d.vector = VecSlice(*d.vector, static_cast<size_t>(first), static_cast<size_t>(n));
       } else if (d.experts) {
         for (size_t e = 0; e < d.experts->size(); ++e) {

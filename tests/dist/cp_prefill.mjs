@@ -62,12 +62,16 @@ const models = [
    chunks: ["512"]},
   // Sliding windows of 100 on two layers of three: a rank's rows read only their window of the K/V everyone wrote.
   {name: "gemma3", make: ["--arch", "gemma3", "--layers", "3", "--swa-pattern", "3", "--window", "100"], chunks: ["512"]},
+  // gpt-oss: each row's softmax takes its head's sink once (every rank computes whole rows: no merge to count it twice).
+  {name: "gpt_oss", make: ["--arch", "gpt_oss", "--format", "gguf", "--window", "100", "--experts", "8", "--experts-used", "2"],
+   file: "model.gguf", chunks: ["512"]},
 ];
 for (const m of models) {
   const dir = path.join(tmp, m.name);
-  deepinfer(["make-tiny", "--out", dir, "-q", ...m.make]);
+  if (m.file) fs.mkdirSync(dir, {recursive: true});  // --format gguf: --out names the file
+  deepinfer(["make-tiny", "--out", m.file ? path.join(dir, m.file) : dir, "-q", ...m.make]);
   for (const chunk of m.chunks ?? ["2048", "512"]) {
-    const args = ["logprobs", "-m", dir, "--tokens", JSON.stringify(prompt), "--chunk", chunk, ...(m.extra ?? [])];
+    const args = ["logprobs", "-m", m.file ? path.join(dir, m.file) : dir, "--tokens", JSON.stringify(prompt), "--chunk", chunk, ...(m.extra ?? [])];
     const ref = JSON.parse(deepinfer(args));
     const splits = [[2, ["--cp", "2"]], [4, ["--cp", "4"]]];
     if (m.name === "llama" && chunk === "512") splits.push([4, ["--cp", "2", "--tp", "2"]]);

@@ -1,6 +1,7 @@
 // Must-show 1 of the MoE-parallelism issue: expert parallelism + attention data parallelism under mpirun give
 // the same tokens, text, finish reasons and log-probs as one process, bit for bit, on tiny DeepSeek-V3 (MLA,
-// expert groups, shared experts), Qwen3-MoE, Mixtral and DeepSeek-V4, with overlap on and off. 220 mixed offline requests
+// expert groups, shared experts), Qwen3-MoE, Mixtral, DeepSeek-V4 and gpt-oss (sinks, windows, expert biases),
+// with overlap on and off. 220 mixed offline requests
 // (greedy, seeded sampling with top-k/top-p/min-p, penalties, logit bias, stop strings and ids, n > 1, log-probs,
 // shared prefixes) through `deepinfer generate --input`, and the log says both groups received requests.
 // Only usage.cached_tokens may differ (each group has its own prefix cache).
@@ -53,14 +54,15 @@ const normalize = text => text.trim().split("\n").map(l => {
 
 // DeepSeek-V4 (hash-routed first layers, hyper-connections, compressed KV: attention data parallel, experts
 // dispatched) at -np 2 and 4; it has no two-batch-overlap forward, so those configurations are not run for it.
-const archs = ["deepseek_v3", "qwen3_moe", "mixtral", "deepseek_v4"].filter(a => !only || a === only);
-if (only) check(archs.length > 0, `architecture filter '${only}' selects ${archs.length} of deepseek_v3, qwen3_moe, mixtral, deepseek_v4`);
+const all = ["deepseek_v3", "qwen3_moe", "mixtral", "deepseek_v4", "gpt_oss"];
+const archs = all.filter(a => !only || a === only);
+if (only) check(archs.length > 0, `architecture filter '${only}' selects ${archs.length} of ${all.join(", ")}`);
 for (const arch of archs) {
   const mdir = path.join(dir, arch);
-  const v4 = arch === "deepseek_v4";
+  const v4 = arch === "deepseek_v4", gguf_only = v4 || arch === "gpt_oss";
   fs.mkdirSync(mdir, {recursive: true});
   const mk = run(bin, ["make-tiny", "--arch", arch, "-q", "--experts", "8", "--experts-used", "2",
-                       ...(v4 ? ["--format", "gguf", "-o", path.join(mdir, "model.gguf")] : ["--out", mdir])]);
+                       ...(gguf_only ? ["--format", "gguf", "-o", path.join(mdir, "model.gguf")] : ["--out", mdir])]);
   check(mk.status === 0, `${arch}: make-tiny (${mk.stderr.trim().slice(-200)})`);
   const model = path.join(mdir, "model.gguf");
   const common = ["--input", input, "--max-num-seqs", "16", "--max-batched-tokens", "128", "--kv-cache", "64MiB"];

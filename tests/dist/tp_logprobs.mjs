@@ -118,6 +118,10 @@ const cases = [
   {name: "qwen3_moe", make: ["--arch", "qwen3_moe"], splits: MOE},
   {name: "mixtral", make: ["--arch", "mixtral", "--layers", "2"], splits: MOE},
   {name: "qwen2_moe", make: ["--arch", "qwen2_moe"], splits: MOE},          // gated shared expert
+  // gpt-oss: sinks split with the heads, the o_proj and expert down biases added once after the row-parallel
+  // sums (held by the first part's rank only), expert gate/up biases split with each expert's FFN columns.
+  {name: "gpt_oss", make: ["--arch", "gpt_oss", "--format", "gguf", "--experts", "8", "--experts-used", "2"],
+   file: "model.gguf", splits: MOE},
   // MLA, a dense first layer, routed + shared experts, the MTP module (embedding and head split too).
   {name: "deepseek_v3", make: ["--arch", "deepseek_v3", "--mtp", "--experts", "16", "--experts-used", "4", "--layers", "3"],
    splits: [...MOE, ["--dp", "4", "--ep", "2"]], extra: ["--mtp"]},
@@ -133,7 +137,9 @@ if (only && !cases.some(c => c.name.startsWith(only)) && !"refusal".startsWith(o
 for (const c of cases) {
   if (only && !c.name.startsWith(only)) continue;
   const dir = path.join(tmp, c.name);
-  deepinfer(["make-tiny", "--out", dir, "-q", ...c.make]);
+  // --format gguf writes one file (--out names it), the default an HF directory holding model.gguf too.
+  if (c.make.includes("gguf")) fs.mkdirSync(dir, {recursive: true});
+  deepinfer(["make-tiny", "--out", c.make.includes("gguf") ? path.join(dir, c.file) : dir, "-q", ...c.make]);
   const args = ["logprobs", "-m", c.file ? path.join(dir, c.file) : dir, ...tokens, ...(c.extra ?? [])];
   const ref = JSON.parse(deepinfer(args));
   for (const split of c.splits) {

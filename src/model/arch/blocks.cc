@@ -50,7 +50,7 @@ void GqaTensors(const ModelConfig& c, GqaWeights& w, TensorList& t) {
   t.Matrix(TensorId::kAttnOut, h, qd, &w.wo, 1.f / std::sqrt(qd)).RowParallel(TpBy::kHeads, hd);
   // gpt-oss: the output projection's bias (added once, after a row-parallel sum) and one sink logit per query
   // head, drawn around 1 with a wide spread so a tiny model's sinks take a real share of the softmax.
-  if (c.attn_out_bias) t.Vector(TensorId::kAttnOutBias, h, &w.bo, 0.1f, 0.f);
+  if (c.attn_out_bias) t.Vector(TensorId::kAttnOutBias, h, &w.bo, 0.1f, 0.f).RowParallelBias(TpBy::kHeads);
   if (c.attn_sinks) t.Vector(TensorId::kAttnSinks, c.n_heads, &w.sinks, 1.f, 1.f).ColumnParallel(TpBy::kHeads, 1);
 }
 
@@ -111,7 +111,7 @@ void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t)
   if (c.moe_biases) {  // gpt-oss: each expert's projections have biases
     t.ExpertVectors(TensorId::kFfnGateExpsBias, E, ff, &m.gate_bias, 0.2f).ColumnParallel(TpBy::kExpertFfn);
     t.ExpertVectors(TensorId::kFfnUpExpsBias, E, ff, &m.up_bias, 0.2f).ColumnParallel(TpBy::kExpertFfn);
-    t.ExpertVectors(TensorId::kFfnDownExpsBias, E, h, &m.down_bias, 0.1f);
+    t.ExpertVectors(TensorId::kFfnDownExpsBias, E, h, &m.down_bias, 0.1f).RowParallelBias(TpBy::kExpertFfn);
   }
   if (c.shared_ffn <= 0) return;
   SwiGluTensors(c, {TensorId::kFfnGateShexp, TensorId::kFfnUpShexp, TensorId::kFfnDownShexp}, c.shared_ffn, m.shared,

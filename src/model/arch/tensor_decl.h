@@ -86,6 +86,8 @@ struct TensorDecl {
   // Modifiers, chained on the declaration a TensorList adder returns.
   TensorDecl& ColumnParallel(TpBy by, int64_t unit = 1) { return Split(TpSplit::kColumn, by, unit); }
   TensorDecl& RowParallel(TpBy by, int64_t unit = 1) { return Split(TpSplit::kRow, by, unit); }
+  // The bias of a product split RowParallel(by): kept by the part-0 rank only (model/layers/linear.h).
+  TensorDecl& RowParallelBias(TpBy by) { return Split(TpSplit::kRowBias, by, 1); }
   TensorDecl& Optional(const TensorView* fallback) { return Present(Presence::kOptional, fallback); }
   TensorDecl& Optional(const std::vector<float>* fallback) {
     presence = Presence::kOptional;

@@ -54,8 +54,8 @@ Status GqaAttention::Forward(const GqaWeights& w, const BatchView& b, int l, Pag
   shape.window = window;
   shape.sinks = w.sinks.empty() ? nullptr : w.sinks.data();
   ops_.PagedAttention(q_.data(), b.seqs, b.num_seqs, kv.k(l), kv.v(l), kv.dtype(), shape, scale_, attn_.data());
-  // The output bias is added here only because a model with one runs in one process (model/shard.cc refuses a
-  // split): under tensor parallelism it would belong after the row-parallel all-reduce.
+  // Under tensor parallelism only the first rank holds the output bias (the others hold zeros: model/shard.cc),
+  // so the row-parallel all-reduce adds it once.
   ops_.MatMul(w.wo, attn_.data(), n, out, w.bo.empty() ? nullptr : w.bo.data());
   return Status::Ok();
 }

@@ -3,6 +3,8 @@
 // role, declared with the tensor (model/arch/tensor_decl.h) and applied by model/shard.cc:
 //   column-parallel  output rows split across ranks, no reduction (q/k/v, gate/up, router): RowSlice(w, r0, n)
 //   row-parallel     input columns split across ranks, partial sums all-reduced (o_proj, down)
+//   row-parallel bias  the bias of a row-parallel product: whole on the rank holding the first part, zeros on the
+//                    others, so the all-reduce adds it once (gpt-oss's o_proj and expert down biases)
 // Routed experts are one TensorView per expert, so an expert placement is a choice of which views a rank holds.
 #pragma once
 #include <cstdint>
@@ -11,7 +13,7 @@
 
 namespace deepinfer {
 
-enum class TpSplit { kReplicated, kColumn, kRow };
+enum class TpSplit { kReplicated, kColumn, kRow, kRowBias };
 
 // Rows [r0, r0 + rows) of a weight matrix as a view (a column-parallel shard, a per-head slice). FP8 block
 // scales stay indexed by the parent's rows.
