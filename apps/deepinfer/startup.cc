@@ -85,6 +85,11 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
   opt->max_batched_tokens = static_cast<int>(args.GetInt("max-batched-tokens"));
   opt->prefix_caching = !args.Has("no-prefix-cache");
   opt->swa_full = args.Has("swa-full");
+  if (args.Has("swa-replay")) {
+    const std::string mode = args.Get("swa-replay");
+    if (mode != "exact" && mode != "approx") return InvalidArgument("--swa-replay must be exact or approx, not '" + mode + "'");
+    opt->swa_replay_approx = mode == "approx";
+  }
   if (args.Has("swa-replay-max")) {
     opt->swa_replay_max = static_cast<int>(args.GetInt("swa-replay-max"));
     if (opt->swa_replay_max < 0) return InvalidArgument("--swa-replay-max must be >= 0");

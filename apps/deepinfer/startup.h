@@ -29,6 +29,7 @@ Status CheckKvCacheDtype(const std::string& name);
       {"max-num-seqs", "", "N", "64", "concurrent sequences (rows per step; each of n samples counts)"},                \
       {"max-batched-tokens", "", "N", "512", "tokens per engine step (prefill chunk budget plus decode rows)"},          \
       {"no-prefix-cache", "", "", "", "do not reuse K/V of earlier prompts with the same prefix"},                      \
+      {"swa-replay", "", "MODE", "exact", "DeepSeek-V4 prefix hits: exact rebuilds the sliding windows and compressor rings from cached blocks (outputs bitwise a cold run's); approx is DeepSeek-V4.1's encoder-side replay: windows are never cached, a hit at H recomputes [H-W, H) plus the open compressor block, reading nothing below (less memory, not equal to a cold run)"}, \
       {"swa-full", "", "", "", "keep every layer's K/V for every position, sliding-window layers too (llama.cpp's flag): more memory; by default a windowed layer's blocks are released once they leave its window"}, \
       {"swa-replay-max", "", "N", "4 x window", "prefix hits on sliding-window models: recompute at most N prompt tokens to rebuild evicted windows (reusing the full-attention layers' K/V); 0: reuse only up to the last cached window"}, \
       {"no-overlap", "", "", "", "schedule the next step only after the current one finished (overlap depth 0)"},      \

@@ -55,6 +55,7 @@ struct EngineOptions {
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
   bool swa_full = false;            // keep sliding-window layers' K/V for every position (no hybrid KV cache)
   int swa_replay_max = -1;          // bounded replay: prompt tokens a prefix hit may recompute (-1: 4 x window)
+  bool swa_replay_approx = false;   // DeepSeek-V4: --swa-replay approx (V4.1's encoder-side replay; not exact)
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
   // Inter-token latency target in milliseconds: each step's prefill chunk is sized from the measured cost of recent
   // steps so that a step with decoding streams is predicted to finish within it (prompts still get at least one

@@ -64,6 +64,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   e.prefix_caching = o.prefix_caching;
   e.swa_full = o.swa_full;
   e.swa_replay_max = o.swa_replay_max;
+  e.swa_replay_approx = o.swa_replay_approx;
   e.overlap = o.overlap;
   e.target_itl_ms = o.target_itl_ms;
   e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order

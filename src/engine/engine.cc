@@ -71,6 +71,18 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
   sched_cfg_.swa_replay_max = ReplayBound(layout, opt.swa_replay_max, sched_cfg_.max_model_len);
+  if (opt.swa_replay_approx) {
+    // A hit at H replays from H - W, moved back to the open block of every compressor (CSA pools the previous
+    // block too), so each block the replay or the rest of the prompt closes finds all its inputs recomputed.
+    const int window = config.sliding_window;
+    const std::vector<int> ratios = config.dsv4.compress_ratio;
+    sched_cfg_.approx_replay_from = [window, ratios](int hit) {
+      int from = hit - window;
+      for (int r : ratios)
+        if (r > 0) from = std::min(from, hit / r * r - (r == 4 ? r : 0));
+      return std::max(0, from);
+    };
+  }
   sched_cfg_.prefix_caching = opt.prefix_caching;
   sched_cfg_.prefix_drop_last_block = opt.speculative.method == SpecMethod::kMtp;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
@@ -92,6 +104,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     return InvalidArgument("--speculative is not supported in multi-process runs yet (run one process)");
   // Sliding-window layers get KV groups of their own, whose blocks are released as the window moves on (a
   // hybrid cache); --swa-full keeps every layer's K/V for every position, as llama.cpp's flag of that name.
+  if (opt.swa_replay_approx && !c.is_dsv4())
+    return InvalidArgument(std::string("--swa-replay approx is DeepSeek-V4.1's replay of DeepSeek-V4's windowed and "
+                                       "compressed layers; ") + ArchName(c.arch) + " takes --swa-replay exact (the default)");
+  if (opt.swa_replay_approx && opt.swa_full)
+    return InvalidArgument("--swa-replay approx caches no sliding window and --swa-full keeps every one: choose one");
   KvLayout layout = RankKvLayout(model);
   if (!opt.swa_full && !c.mla) {
     layout = GroupKvLayout(layout, c.kv_layer_windows());

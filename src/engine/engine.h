@@ -103,6 +103,7 @@ class Engine {
   const KvLayout& kv_layout() const { return kv_layout_; }
   int kv_group_in_use(int g) const { return pool_->in_use(g); }
   int kv_group_peak(int g) const { return pool_->peak(g); }
+  int kv_cached_blocks() const { return pool_->num_cached(); }  // blocks the prefix cache can match (every group)
   // Tests (when idle): evicts the cached, unreferenced blocks of the windowed KV groups (windowed_only) or of
   // every group, as memory pressure would.
   void EvictCachedKv(bool windowed_only) {

@@ -29,6 +29,11 @@ struct EngineOptions {
   // cached recomputes at most this many prompt tokens for the windowed layers to rebuild them, reusing the
   // full-attention layers' K/V. -1: four times the largest window; 0: never (the hit stops where a window is).
   int swa_replay_max = -1;
+  // --swa-replay approx (DeepSeek-V4 only; docs/design/deepseek_v4.md "Bounded replay, approximate"): DeepSeek-V4.1's
+  // encoder-side scheme. Windowed state is never cached; a prefix hit at H recomputes [H - W, H) plus the open
+  // compressor blocks, whose window attention reads nothing below that start. Not equal to a cold run (the
+  // receptive field of stacked windows is cut); false: exact replay from cached windows (bitwise a cold run).
+  bool swa_replay_approx = false;
   bool overlap = true;              // depth 1 (true) or 0
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default

@@ -113,6 +113,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
     f.block_table = so.block_tables.data() + r.block_table_off;
     f.num_blocks = static_cast<int>(r.num_blocks);
     f.kv_cached_end = r.kv_cached_end;
+    f.window_floor = r.window_floor;
     f.want_logits = r.samples;
     f.all_logits = r.dynamic && plan.k > 0;  // verify rows: the target's distribution at every draft
     plan.hidden_row = hidden_rows;

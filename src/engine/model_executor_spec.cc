@@ -17,6 +17,7 @@ SeqForward RowForward(const SchedulerOutputs& so, const SequenceMetadata& r, con
   f.block_table = so.block_tables.data() + r.block_table_off;
   f.num_blocks = static_cast<int>(r.num_blocks);
   f.kv_cached_end = r.kv_cached_end;
+  f.window_floor = r.window_floor;
   f.tokens = tokens;
   f.start = start;
   f.n = n;
@@ -101,6 +102,7 @@ Status ModelExecutor::RunDraft(const SchedulerOutputs& so) {
     f.block_table = so.block_tables.data() + r.block_table_off;
     f.num_blocks = static_cast<int>(r.num_blocks);
     f.kv_cached_end = r.kv_cached_end;
+    f.window_floor = r.window_floor;
     if (!r.dynamic) {
       f.start = plan.begin;
       f.n = plan.n;

@@ -121,6 +121,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   r.num_blocks = static_cast<uint32_t>((s->sched() + q_len + bs - 1) / bs);
   r.block_table_off = static_cast<uint32_t>(out->block_tables.size());
   if (s->replay_end() > s->sched()) r.kv_cached_end = s->replay_end();
+  r.window_floor = s->window_floor();
   for (int g = 0; g < num_groups(); ++g) {
     const std::vector<int32_t>& t = s->table(g);
     const int first = std::min(s->first(g), static_cast<int>(r.num_blocks));
@@ -170,11 +171,22 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
       }
       return true;
     };
-    compute = hit;
-    while (compute > 0 && !window_at(compute)) --compute;
-    hit = std::max(compute, std::min(hit, compute + cfg_.swa_replay_max / bs));
+    if (cfg_.approx_replay_from) {
+      // Approximate (DeepSeek-V4.1's encoder-side replay): no window is cached; every windowed group restarts
+      // empty at the replay's start, and its rows read nothing below it.
+      compute = hit > 0 ? cfg_.approx_replay_from(hit * bs) / bs : 0;
+      for (int g = 0; g < G; ++g)
+        if (window(g) > 0) {
+          (*first)[g] = compute;
+          (*tables)[g].assign(compute, -1);
+        }
+    } else {
+      compute = hit;
+      while (compute > 0 && !window_at(compute)) --compute;
+      hit = std::max(compute, std::min(hit, compute + cfg_.swa_replay_max / bs));
+    }
     for (int g = 0; g < G; ++g) {
-      if (window(g) > 0) {
+      if (window(g) > 0 && !cfg_.approx_replay_from) {
         const int lo = WindowKeepFrom(window(g), compute * bs, bs);
         (*first)[g] = lo;
         (*tables)[g].assign(lo, -1);  // never held
@@ -233,6 +245,7 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   cached_tokens_ += start;
   replayed_tokens_ += reuse - start;
   s->Admit(slot, ++slot_gen_[slot], std::move(tables), std::move(first), start, reuse, std::move(published));
+  s->set_window_floor(cfg_.approx_replay_from ? start : 0);
   running_.push_back(s);
   EmitRow(s, chunk, out);
   *budget -= chunk;
@@ -354,7 +367,9 @@ void Scheduler::Publish(Sequence* s) {
   for (int g = 0; g < s->num_groups(); ++g) {
     const int full = std::min(valid / bs, static_cast<int>(s->table(g).size()));
     if (full <= s->num_published(g)) continue;
-    // A windowed group's blocks are tied to the anchor's (group 0, full attention) when there is one.
+    // A windowed group's blocks are tied to the anchor's (group 0, full attention) when there is one. Under
+    // approximate replay they are never offered: a hit rebuilds them.
+    if (window(g) > 0 && cfg_.approx_replay_from) continue;
     const bool tie = window(g) > 0 && window(0) == 0;
     pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g), tie ? &s->table(0) : nullptr);
     s->Published(g, full);

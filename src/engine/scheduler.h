@@ -35,6 +35,10 @@ struct SchedulerConfig {
   // position C where every windowed group still holds its window reuses the full groups' K/V up to C + this
   // many tokens (rounded down to blocks) and recomputes [C, ..) for the windowed groups only. 0: reuse up to C.
   int swa_replay_max = 0;
+  // Approximate replay (--swa-replay approx, DeepSeek-V4): the windowed groups are never published, and a hit at H
+  // (the full groups' match) recomputes from approx_replay_from(H) for the windowed groups, whose attention reads
+  // nothing below that (Sequence::window_floor). Unset: exact replay.
+  std::function<int(int hit)> approx_replay_from;
   // The latency target (Engine, --target-itl-ms): given the step's decode rows, the most prefill tokens it may
   // add (prefill chunks and admissions). Unset: only max_batched_tokens limits them.
   std::function<int(const SchedulerOutputs& decode_rows)> prefill_limit;

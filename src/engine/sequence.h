@@ -121,6 +121,10 @@ class Sequence {
   // Positions [0, replay_end) of the full-attention groups came from the prefix cache: rows below it rebuild
   // only the windowed groups' K/V (the full groups' is read, never rewritten). 0 without a replay.
   int replay_end() const { return replay_end_; }
+  // Windowed groups read nothing below this position: the start of an approximate replay (--swa-replay approx),
+  // whose windows were not restored. 0 otherwise.
+  int window_floor() const { return window_floor_; }
+  void set_window_floor(int position) { window_floor_ = position; }
   bool held() const { return held_; }
   int preemptions() const { return preemptions_; }
 
@@ -300,7 +304,7 @@ class Sequence {
   std::deque<int> floors_;                     // per row in flight, oldest first: its lowest query position
   int slot_ = -1;
   uint32_t slot_gen_ = 0;
-  int cached_tokens_ = 0, replayed_tokens_ = 0, replay_end_ = 0;
+  int cached_tokens_ = 0, replayed_tokens_ = 0, replay_end_ = 0, window_floor_ = 0;
   bool held_ = false;
   int preemptions_ = 0;
   int64_t spec_proposed_ = 0, spec_accepted_ = 0;

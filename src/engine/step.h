@@ -29,6 +29,7 @@ struct SequenceMetadata {
   // Bounded replay: the full-attention groups already hold positions [0, kv_cached_end) (a prefix hit): this
   // row recomputes them for the windowed groups only and writes no full-group K/V below it. 0: none.
   int32_t kv_cached_end = 0;
+  int32_t window_floor = 0;       // windowed groups read nothing below it (SeqForward::window_floor)
   const SamplingParams* sampling = nullptr;      // owned by the request, alive while the row is in flight
   uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
   int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report

@@ -77,7 +77,8 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCach
   }
   // Per KV group: the physical K/V row of every position each sequence reads and of each token it writes. A
   // window-W group reads only [start - W + 1, ..) (the attention kernels never read below the first row's
-  // window): its rows start there (AttnSeq::rows_first), and the blocks before may already be released.
+  // window): its rows start there (AttnSeq::rows_first), and the blocks before may already be released. An
+  // approximate replay's rows read from its start on (SeqForward::window_floor).
   grp_.resize(G);
   for (int g = 0; g < G; ++g) {
     GroupRows& gr = grp_[g];
@@ -91,7 +92,7 @@ Status ForwardPass::Plan(const SeqForward* seqs, int num_seqs, const PagedKvCach
     for (int s = 0; s < num_seqs; ++s) {
       const SeqForward& q = seqs[s];
       const int32_t* table = q.block_table + static_cast<size_t>(g) * q.num_blocks;
-      const int lo = window > 0 ? std::max(0, q.start - window + 1) : 0;
+      const int lo = window > 0 ? std::max({0, q.start - window + 1, q.window_floor}) : 0;
       gr.rows_begin.push_back(gr.rows.size());
       gr.rows_first.push_back(lo);
       for (int p = lo; p < q.start + q.n; ++p) {

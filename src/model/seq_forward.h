@@ -19,6 +19,9 @@ struct SeqForward {
   // Positions below this already hold their K/V in every full-attention (window 0) group: their rows read it and
   // do not write it (a bounded replay rebuilding a window; the blocks may be shared through the prefix cache).
   int kv_cached_end = 0;
+  // Sliding-window groups read nothing below this position (an approximate replay's start, --swa-replay approx:
+  // their blocks below it were never restored). 0: each row reads its whole window.
+  int window_floor = 0;
 };
 
 }  // namespace deepinfer

@@ -264,5 +264,119 @@ TEST(HybridKvTest, DeepseekV4PrefixHitsAreColdExact) {
   ExpectPrefixHitsColdExact(*m, 6, 60, {6, 18, 126, 132, 200}, "deepseek_v4");
 }
 
+// Issue 33, must-show 3: --swa-replay approx (DeepSeek-V4.1's encoder-side replay). No window is cached: a hit at
+// H (the full groups' whole blocks) replays from S = min(H - W, the open HCA block, the CSA block before the open
+// one), block-aligned, and the windowed layers read nothing below S. Checked: the counters (cached = S, replayed =
+// H - S, bounded by W + 128 + bs), determinism across runs and batch layouts, bitwise the cold run when S = 0
+// (nothing is cut), and a nonzero drift from the exact (cold) run when S > 0, whose size is printed: top-1
+// agreement and the largest |log-prob| difference of the greedy tokens over the next 64.
+TEST(HybridKvTest, DeepseekV4ApproxReplayIsDeterministicAndBounded) {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "dsv4_approx");
+  const int bs = 6, W = m->config.sliding_window;
+  std::mt19937 rng(3333);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m->config.vocab_size - 3)));
+    return t;
+  };
+  TestRequest a;
+  a.prompt = random_tokens(200);
+  a.params.max_tokens = 4;
+  a.params.ignore_eos = true;
+  std::vector<TestRequest> others(2);
+  for (TestRequest& o : others) {
+    o.prompt = random_tokens(40);
+    o.params.max_tokens = 20;
+    o.params.ignore_eos = true;
+  }
+  EngineOptions o = Options(true);
+  o.block_size = bs;
+  o.max_batched_tokens = 32;
+  o.swa_replay_approx = true;
+  EngineOptions cold = o;
+  cold.prefix_caching = false;
+  cold.swa_replay_approx = false;
+  std::printf("[approx] deepseek_v4 W=%d bs=%d: shared -> cached + replayed, drift over 64 greedy tokens\n", W, bs);
+  for (const int shared : {18, 60, 132, 200}) {
+    TestRequest b;
+    b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
+    const std::vector<int32_t> own = random_tokens(30);
+    b.prompt.insert(b.prompt.end(), own.begin(), own.end());
+    b.params.max_tokens = 64;
+    b.params.ignore_eos = true;
+    b.params.logprobs = 1;
+    const RequestResult ref = RunRequests(*m, cold, {b})[0];
+    // The replay's start for a hit at H, as the engine derives it (ratios 4 and 128 on this model).
+    const int hit = std::min(shared, static_cast<int>(b.prompt.size()) - 1) / bs * bs;
+    const int from = std::max(0, std::min({hit - W, hit / 128 * 128, hit / 4 * 4 - 4})) / bs * bs;
+    std::vector<RequestResult> runs;
+    for (const bool batched : {false, false, true}) {
+      for (const bool overlap : {true, false}) {
+        EngineOptions oo = o;
+        oo.overlap = overlap;
+        auto eng = Engine::Create(*m, oo);
+        ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+        Engine& e = **eng;
+        RunOne(e, a);
+        // Only the full-attention groups are cached: A's 203 written positions, in whole blocks, per group.
+        int full_groups = 0;
+        for (int g = 0; g < e.kv_layout().num_groups(); ++g) full_groups += e.kv_layout().window(g) == 0;
+        EXPECT_EQ(e.kv_cached_blocks(), full_groups * ((200 + 4 - 1) / bs)) << "approx caches no window";
+        RequestResult got;
+        got.samples.resize(1);
+        std::vector<RequestResult> side(others.size());
+        auto id = e.Add(b.prompt, b.params, [&](const RequestOutput& ev) { Append(ev, &got); });
+        ASSERT_TRUE(id.ok());
+        if (batched)  // B shares its steps with two unrelated requests
+          for (size_t k = 0; k < others.size(); ++k) {
+            side[k].samples.resize(1);
+            ASSERT_TRUE(e.Add(others[k].prompt, others[k].params, [&, k](const RequestOutput& ev) { Append(ev, &side[k]); }).ok());
+          }
+        ASSERT_TRUE(e.RunUntilIdle().ok());
+        ASSERT_TRUE(e.CheckNoLeaks().ok());
+        const std::string what = "shared " + std::to_string(shared) + (batched ? ", batched" : ", alone") +
+                                 ", overlap " + (overlap ? "on" : "off");
+        EXPECT_EQ(got.cached_tokens, from) << what;
+        EXPECT_EQ(got.replayed_tokens, hit - from) << what;
+        EXPECT_LE(got.replayed_tokens, W + 128 + bs) << what;
+        runs.push_back(got);
+      }
+    }
+    for (size_t k = 1; k < runs.size(); ++k) ExpectSameResults({runs[0]}, {runs[k]}, "approx, shared " + std::to_string(shared));
+    const SampleResult &x = runs[0].samples[0], &y = ref.samples[0];
+    ASSERT_EQ(x.tokens.size(), 64u);
+    int agree = 0, diverged = -1;
+    double max_diff = 0;
+    for (size_t i = 0; i < x.tokens.size(); ++i) {
+      if (x.tokens[i] != y.tokens[i]) {
+        if (diverged < 0) diverged = static_cast<int>(i);
+        continue;
+      }
+      ++agree;
+      if (diverged < 0) max_diff = std::max(max_diff, static_cast<double>(std::abs(x.logprobs[i] - y.logprobs[i])));
+    }
+    if (from == 0) ExpectSameResults({ref}, {runs[0]}, "approx with nothing cut (S = 0) equals the cold run");
+    else EXPECT_TRUE(max_diff > 0 || diverged >= 0) << "shared " << shared << ": approx replay cut the windows at " << from
+                                                    << " yet equals the exact run: are windows still cached?";
+    std::printf("[approx] shared %3d: hit %3d, cached %3d + replayed %3d; top-1 agreement %d/64, first divergence %d, "
+                "max |dlogprob| before it %.3g\n",
+                shared, hit, runs[0].cached_tokens, runs[0].replayed_tokens, agree, diverged, max_diff);
+  }
+}
+
+// --swa-replay approx is DeepSeek-V4's: another model is refused with the reason, and so is --swa-full with it.
+TEST(HybridKvTest, ApproxReplayIsRefusedWhereItDoesNotApply) {
+  EngineOptions o = Options(true);
+  o.swa_replay_approx = true;
+  auto gemma = Engine::Create(TinyGemma3Window(16), o);
+  ASSERT_FALSE(gemma.ok());
+  EXPECT_NE(gemma.status().message().find("--swa-replay approx"), std::string::npos) << gemma.status().ToString();
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "dsv4_approx_refusal");
+  o.swa_full = true;
+  auto full = Engine::Create(*m, o);
+  ASSERT_FALSE(full.ok());
+  EXPECT_NE(full.status().message().find("--swa-full"), std::string::npos) << full.status().ToString();
+}
+
 }  // namespace
 }  // namespace deepinfer::testing

@@ -218,7 +218,8 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
         Row(kv, cache_layer, slot, dst);
         return static_cast<const float*>(dst);
       };
-      for (int pp = std::max(0, p - window_ + 1); pp <= p; ++pp) keys.push_back(key_row(kl.raw, SlotOf(rq, pp)));
+      // Not below rows_first: an approximate replay (--swa-replay approx) restored nothing before its start.
+      for (int pp = std::max(rq.rows_first, p - window_ + 1); pp <= p; ++pp) keys.push_back(key_row(kl.raw, SlotOf(rq, pp)));
       if (ratio != 0) {
         const AttnSeq& cs = comp->seqs[s];
         const AttnSeq* is = ratio == 4 ? &b.ForGroup(kv.group_of(kl.index_key)).seqs[s] : nullptr;
