@@ -103,7 +103,8 @@ const cases = [
   // gpt-oss checkpoints hold them), which must give bitwise the GGUF's log-probs; so must the HF directory of the
   // MXFP4-experts case (experts as HF's MXFP4 gate_up_proj_blocks / _scales, down_proj_blocks / _scales, every
   // other matrix f32, as the released checkpoints pair bf16 attention with MXFP4 experts), which the loader repacks
-  // into the GGUF's bytes. Its expert matmuls quantize activations to q8_0: the quantized bar.
+  // into the GGUF's bytes. Its expert matmuls quantize activations to q8_0: the quantized bar (measured: max
+  // 1.5e-2, mean 5.8e-5, both files; the f32 case's HF directory 5.7e-5 as its GGUF).
   {arch: "gpt_oss", dtype: "f32", flags: ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8",
                                           "--experts-used", "4", "--expert-ffn", "32", "--window", "16", "--rope-theta", "150000"],
    promptLen: 140, formatsBitwise: true},

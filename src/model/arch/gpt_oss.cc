@@ -141,6 +141,9 @@ const ArchSpec& GptOssArch() {
       .tiny_adjust = [](TinySpec* s) {
         if (s->window == 0) s->window = 16;
         s->swa_period = kSwaPeriod;
+        // No dense MLP: intermediate_size is the experts' width (HF), which the GGUF's feed_forward_length repeats
+        // (llama.cpp's converter), so both files describe the same configuration.
+        s->intermediate = s->moe_intermediate;
       },
       .tiny_hf_config = [](const TinySpec& s, nlohmann::json* cfg) {
         (*cfg)["num_local_experts"] = s.experts;
