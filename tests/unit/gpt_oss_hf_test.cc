@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <ostream>
 
 #include "format/gguf.h"
 #include "model/convert.h"
@@ -107,6 +108,8 @@ struct TinyCase {
   const char* name;
   DType dtype, expert_dtype;
 };
+// Test names (ctest's too) show the case's name, not its bytes.
+void PrintTo(const TinyCase& c, std::ostream* os) { *os << c.name; }
 
 class GptOssHfModel : public ::testing::TestWithParam<TinyCase> {
  protected:
