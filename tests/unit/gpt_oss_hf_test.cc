@@ -8,9 +8,11 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <ostream>
 
 #include "format/gguf.h"
+#include "format/safetensors.h"
 #include "model/convert.h"
 #include "model/make_tiny.h"
 #include "model/model.h"
@@ -204,6 +206,76 @@ TEST_P(GptOssHfModel, ConvertedHfDirIsTheTinyGguf) {
     experts += name.find("_exps.weight") != std::string::npos;
   }
   EXPECT_EQ(experts, 3 * 3);
+}
+
+// Re-saves that flatten the blocks to [E, rows, cols / 2] load the same bytes; a `_blocks` without its `_scales`,
+// or blocks of the wrong width, are refused naming the tensor.
+TEST(GptOssHfMxfp4, FlattenedBlocksLoadAndBrokenOnesAreRefused) {
+  const fs::path base = fs::temp_directory_path() / ("deepinfer_gptoss_hf_edit_" + std::to_string(::getpid()));
+  fs::remove_all(base);
+  TinySpec s;
+  s.arch = Arch::kGptOss;
+  s.vocab = 300;
+  s.hidden = 64;
+  s.layers = 2;
+  s.heads = 4;
+  s.kv_heads = 2;
+  s.head_dim = 16;
+  s.experts = 4;
+  s.experts_used = 2;
+  s.moe_intermediate = 64;
+  s.expert_dtype = DType::kMXFP4;
+  const fs::path plain = base / "plain";
+  ASSERT_TRUE(MakeTinyModel(s, TinyFormat::kBoth, plain.string(), true).ok());
+  auto st = SafetensorsModel::OpenDir(plain.string());
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  // A copy of the directory with its tensors edited by `edit` (return false to drop one).
+  auto variant = [&](const std::string& name, const std::function<bool(SafetensorsEntry&)>& edit) {
+    const fs::path dir = base / name;
+    fs::create_directories(dir);
+    std::vector<SafetensorsEntry> entries;
+    for (const auto& [n, v] : (*st)->tensors()) {
+      const uint8_t* p = static_cast<const uint8_t*>(v.data);
+      SafetensorsEntry e{n, v.dtype, v.shape, std::vector<uint8_t>(p, p + v.nbytes)};
+      if (edit(e)) entries.push_back(std::move(e));
+    }
+    EXPECT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), entries).ok());
+    for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) fs::copy_file(plain / f, dir / f);
+    return dir;
+  };
+  auto ends = [](const std::string& n, const std::string& suffix) {
+    return n.size() >= suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
+  const fs::path flat = variant("flat", [&](SafetensorsEntry& e) {
+    if (ends(e.name, "_blocks")) e.shape = {e.shape[0], e.shape[1], e.shape[2] * 16};
+    return true;
+  });
+  auto a = LoadModelFromPath(plain.string());
+  auto b = LoadModelFromPath(flat.string());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (int l = 0; l < s.layers; ++l)
+    for (int e = 0; e < s.experts; ++e)
+      for (auto [x, y] : {std::pair{&(*a)->layers[l].moe.up[e], &(*b)->layers[l].moe.up[e]},
+                          std::pair{&(*a)->layers[l].moe.down[e], &(*b)->layers[l].moe.down[e]}}) {
+        ASSERT_EQ(x->nbytes, y->nbytes);
+        ASSERT_EQ(std::memcmp(x->data, y->data, x->nbytes), 0);
+      }
+  const fs::path no_scales = variant("no_scales", [&](SafetensorsEntry& e) { return e.name != "model.layers.1.mlp.experts.down_proj_scales"; });
+  auto c = LoadModelFromPath(no_scales.string());
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("model.layers.1.mlp.experts.down_proj_scales"), std::string::npos) << c.status().ToString();
+  const fs::path narrow = variant("narrow", [&](SafetensorsEntry& e) {
+    if (e.name == "model.layers.0.mlp.experts.gate_up_proj_blocks") {
+      e.shape[2] = 1;  // half the row's blocks
+      e.bytes.resize(e.bytes.size() / 2);
+    }
+    return true;
+  });
+  auto d = LoadModelFromPath(narrow.string());
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("gate_up_proj_blocks"), std::string::npos) << d.status().ToString();
+  fs::remove_all(base);
 }
 
 INSTANTIATE_TEST_SUITE_P(Experts, GptOssHfModel,
