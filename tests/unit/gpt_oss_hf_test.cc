@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <functional>
 #include <ostream>
 
@@ -206,6 +208,25 @@ TEST_P(GptOssHfModel, ConvertedHfDirIsTheTinyGguf) {
     experts += name.find("_exps.weight") != std::string::npos;
   }
   EXPECT_EQ(experts, 3 * 3);
+  // The released configs' rope_scaling.truncate: false (which GGUF cannot express; llama.cpp rounds) converts as
+  // llama.cpp's converter converts it: the same tensors.
+  {
+    std::ifstream in(dir_ / "config.json");
+    nlohmann::json cfg = nlohmann::json::parse(in);
+    cfg["rope_scaling"]["truncate"] = false;
+    std::ofstream(dir_ / "config.json") << cfg.dump();
+  }
+  const std::string out2 = (dir_ / "converted_untruncated.gguf").string();
+  st = ConvertHfToGguf(dir_.string(), out2, opts);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  auto got2 = GgufFile::Open(out2);
+  ASSERT_TRUE(got2.ok());
+  for (const auto& [name, t] : (*want)->tensors()) {
+    const TensorView* g = (*got2)->FindTensor(name);
+    ASSERT_NE(g, nullptr) << name;
+    ASSERT_EQ(g->nbytes, t.nbytes) << name;
+    EXPECT_EQ(std::memcmp(g->data, t.data, t.nbytes), 0) << name;
+  }
 }
 
 // Re-saves that flatten the blocks to [E, rows, cols / 2] load the same bytes; a `_blocks` without its `_scales`,

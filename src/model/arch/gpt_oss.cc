@@ -17,6 +17,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "base/logging.h"
 #include "format/gguf.h"
 #include "model/arch/arch.h"
 #include "model/arch/blocks.h"
@@ -125,8 +126,11 @@ const ArchSpec& GptOssArch() {
       .gguf_convertible = [](const ModelConfig& c) -> Status {
         if (c.swa_layers != SwaLayerPattern(c.n_layers, kSwaPeriod))
           return Unimplemented("llama.cpp's gpt-oss windows the even layers only (layer_types differs)");
+        // The released configs say truncate: false; GGUF has no key for it and llama.cpp rounds the ramp to whole
+        // dims for every gpt-oss GGUF. Its converter writes the file all the same, and so does convert.
         if (!c.yarn.truncate)
-          return Unimplemented("llama.cpp rounds YaRN's ramp to whole dims (the config says truncate: false)");
+          DI_LOG_WARN("gpt-oss: the config's YaRN ramp is unrounded (rope_scaling.truncate: false); GGUF cannot say so and "
+                      "llama.cpp (and deepinfer on the GGUF) rounds it, as for every gpt-oss GGUF");
         return Status::Ok();
       },
       .gguf_metadata = [](const ModelConfig& c, const std::string& p, GgufWriter& w) {
