@@ -13,11 +13,12 @@ int CmdMakeTiny(int argc, char** argv) {
             "(default) OUT becomes an HF directory (config.json, model.safetensors, tokenizer.json) that also holds\n"
             "OUT/model.gguf with the same weights, so llama.cpp can run the identical model.",
             {
-                {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3 | olmo2 | smollm3 | gemma3 | gpt_oss (GGUF only)"},
+                {"arch", "", "ARCH", "llama", "llama | mistral | qwen2 | qwen3 | qwen3_moe | qwen2_moe | mixtral | deepseek_v3 | olmo2 | smollm3 | gemma3 | gpt_oss"},
                 {"preset", "", "NAME", "", "realistic shape: llama-3.2-1b | qwen3-0.6b | qwen2.5-0.5b | gemma-3-1b | gemma-3-4b | gpt-oss-20b | gpt-oss-120b (sets arch and sizes; --layers cuts it)"},
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
                 {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K..q6_K | mxfp4 (quantized types: every matrix in the GGUF; the HF copy holds the dequantized values)"},
+                {"expert-dtype", "", "TYPE", "", "gpt_oss: the routed experts' type when it differs from --dtype (mxfp4: the GGUF holds ggml's MXFP4 experts, the HF copy the same blocks in HF's *_blocks / *_scales packing)"},
                 {"seed", "", "N", "1", "random seed"},
                 {"vocab-seed", "", "N", "--seed", "tokenizer seed: models made with the same --vocab-seed and --vocab share a vocabulary (a target and its draft)"},
                 {"vocab", "", "N", "512", "vocabulary size"},
@@ -101,6 +102,11 @@ int CmdMakeTiny(int argc, char** argv) {
   if (args.Has("vocab-seed")) s.vocab_seed = static_cast<uint64_t>(args.GetInt("vocab-seed"));
   s.dtype = DTypeFromName(args.Get("dtype"));
   if (s.dtype == DType::kInvalid || s.dtype == DType::kI32 || !CanQuantizeRow(s.dtype)) return Fail(InvalidArgument("unknown --dtype '" + args.Get("dtype") + "'"));
+  if (args.Has("expert-dtype") && !args.Get("expert-dtype").empty()) {
+    s.expert_dtype = DTypeFromName(args.Get("expert-dtype"));
+    if (s.expert_dtype == DType::kInvalid || s.expert_dtype == DType::kI32 || !CanQuantizeRow(s.expert_dtype))
+      return Fail(InvalidArgument("unknown --expert-dtype '" + args.Get("expert-dtype") + "'"));
+  }
   const std::string fmt = args.Get("format");
   TinyFormat f = fmt == "hf" ? TinyFormat::kHf : fmt == "gguf" ? TinyFormat::kGguf : TinyFormat::kBoth;
   if (fmt != "hf" && fmt != "gguf" && fmt != "both") return Fail(InvalidArgument("--format must be hf, gguf or both"));

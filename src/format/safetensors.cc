@@ -19,6 +19,7 @@ DType DTypeFromSafetensors(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;
   if (s == "I32") return DType::kI32;
+  if (s == "U8") return DType::kU8;
   return DType::kInvalid;
 }
 
@@ -29,6 +30,7 @@ const char* SafetensorsDTypeName(DType t) {
     case DType::kBF16: return "BF16";
     case DType::kF8E4M3: return "F8_E4M3";
     case DType::kI32: return "I32";
+    case DType::kU8: return "U8";
     default: return nullptr;
   }
 }

@@ -129,6 +129,9 @@ class TensorEmitter {
 
   // The type matrix `name` of `src` dtype and `cols` columns is written as.
   DType OutType(const std::string& name, DType src, int64_t cols) const {
+    // MXFP4 (HF gpt-oss's experts, repacked by the loader) is written as it is, whatever the output type, as
+    // llama.cpp's converter does: no dequantization, no requantization with other exponents.
+    if (src == DType::kMXFP4) return DType::kMXFP4;
     const bool quantized = outtype_ != DType::kInvalid && GetDTypeInfo(outtype_).block_elems > 1;
     // Routers stay exact, as llama.cpp's quantizer leaves ffn_gate_inp.
     if (quantized && name.find("ffn_gate_inp") != std::string::npos) return DType::kF32;

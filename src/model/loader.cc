@@ -18,6 +18,7 @@
 #include "model/arch/model_tensors.h"
 #include "model/model.h"
 #include "model/shard.h"
+#include "tensor/mxfp4_hf.h"
 
 namespace deepinfer {
 
@@ -42,6 +43,8 @@ namespace {
 struct TensorSource {
   std::string file;
   std::function<const TensorView*(const std::string&)> find;
+  // Where tensors the loader builds (repacked HF gpt-oss experts) are kept: the Model's shard_buffers.
+  std::vector<std::unique_ptr<HostBuffer>>* owned = nullptr;
 };
 
 Status Expect(const TensorSource& src, const std::string& name, std::vector<int64_t> shape, TensorView* out) {
@@ -151,8 +154,101 @@ Status LoadExperts(const TensorSource& src, const Names& N, const TensorDecl& d)
   return Status::Ok();
 }
 
+bool IsFusedGateUp(TensorId id) {
+  return id == TensorId::kFfnGateExps || id == TensorId::kFfnUpExps || id == TensorId::kFfnGateExpsBias ||
+         id == TensorId::kFfnUpExpsBias;
+}
+
+// Which of gate_up's interleaved rows a declaration reads: gate the even ones, up the odd ones (transformers'
+// GptOssExperts: gate = gate_up[..., ::2], up = gate_up[..., 1::2]).
+int64_t FusedParity(TensorId id) { return id == TensorId::kFfnUpExps || id == TensorId::kFfnUpExpsBias ? 1 : 0; }
+
+// HF gpt-oss experts (ArchSpec::hf_oai_experts) into per-expert {rows, cols} views of a buffer the model owns.
+// gate/up come from the fused gate_up_proj (every second row), down from down_proj. MXFP4 `_blocks` [E, R, nb, 16]
+// (or flattened [E, R, nb * 16]) with `_scales` [E, R, nb] (R = the file's rows, nb = cols / 32) become ggml's
+// block_mxfp4 rows; float tensors [E, cols, R] (x @ W) are transposed, keeping their type.
+Status LoadOaiExperts(const TensorSource& src, const Names& N, const TensorDecl& d) {
+  const int64_t E = d.shape[0], rows = d.shape[1], cols = d.shape[2];
+  const bool fused = IsFusedGateUp(d.id);
+  const int64_t stride = fused ? 2 : 1, parity = fused ? FusedParity(d.id) : 0, R = rows * stride;
+  const std::string name = N(d.id, d.layer);
+  std::vector<TensorView>& out = *d.experts;
+  out.assign(static_cast<size_t>(E), TensorView{});
+  auto numel = [](const TensorView& t) {
+    int64_t n = 1;
+    for (int64_t x : t.shape) n *= x;
+    return n;
+  };
+  if (const TensorView* blocks = src.find(name + "_blocks")) {
+    const TensorView* scales = src.find(name + "_scales");
+    if (!scales) return NotFound(src.file + ": '" + name + "_blocks' has no '" + name + "_scales'");
+    if (cols % 32) return InvalidArgument(src.file + ": '" + name + "_blocks': MXFP4 rows must be a multiple of 32 wide");
+    const int64_t nb = cols / 32;
+    const bool shape_ok = (blocks->shape == std::vector<int64_t>{E, R, nb, 16} || blocks->shape == std::vector<int64_t>{E, R, nb * 16}) &&
+                          scales->shape == std::vector<int64_t>{E, R, nb};
+    if (blocks->dtype != DType::kU8 || scales->dtype != DType::kU8 || !shape_ok || numel(*blocks) != E * R * nb * 16)
+      return InvalidArgument(src.file + ": '" + name + "_blocks' / '_scales' must be U8 [" + std::to_string(E) + ", " +
+                             std::to_string(R) + ", " + std::to_string(nb) + ", 16] / [.., " + std::to_string(nb) +
+                             "], are " + DTypeName(blocks->dtype) + " " + blocks->ShapeString() + " / " +
+                             DTypeName(scales->dtype) + " " + scales->ShapeString());
+    const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockMXFP4), expert_bytes = row_bytes * static_cast<size_t>(rows);
+    DI_ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buf, HostBuffer::Allocate(expert_bytes * static_cast<size_t>(E)));
+    uint8_t* dst = buf->data();
+    const uint8_t* hb = static_cast<const uint8_t*>(blocks->data);
+    const uint8_t* hs = static_cast<const uint8_t*>(scales->data);
+    ComputePool().Run([&](int tid, int nt) {
+      for (int64_t e = tid; e < E; e += nt)
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t sr = e * R + r * stride + parity;  // the file's row
+          HfMxfp4ToBlocks(hb + sr * nb * 16, hs + sr * nb,
+                          reinterpret_cast<BlockMXFP4*>(dst + static_cast<size_t>(e) * expert_bytes + static_cast<size_t>(r) * row_bytes),
+                          static_cast<size_t>(nb));
+        }
+    });
+    for (int64_t e = 0; e < E; ++e) {
+      TensorView& v = out[static_cast<size_t>(e)];
+      v.dtype = DType::kMXFP4;
+      v.shape = {rows, cols};
+      v.nbytes = expert_bytes;
+      v.data = dst + static_cast<size_t>(e) * expert_bytes;
+    }
+    src.owned->push_back(std::move(buf));
+    return Status::Ok();
+  }
+  const TensorView* w = src.find(name);
+  if (!w) return NotFound(src.file + ": missing tensor '" + name + "' (or its MXFP4 '" + name + "_blocks' / '_scales')");
+  if (w->shape != std::vector<int64_t>{E, cols, R})
+    return InvalidArgument(src.file + ": tensor '" + name + "' has shape " + w->ShapeString() + ", expected [" +
+                           std::to_string(E) + ", " + std::to_string(cols) + ", " + std::to_string(R) + "]");
+  if (w->dtype != DType::kF32 && w->dtype != DType::kF16 && w->dtype != DType::kBF16)
+    return InvalidArgument(src.file + ": tensor '" + name + "' must be f32, f16 or bf16 (or MXFP4 _blocks/_scales), is " + DTypeName(w->dtype));
+  const size_t es = GetDTypeInfo(w->dtype).block_bytes, expert_bytes = es * static_cast<size_t>(rows * cols);
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buf, HostBuffer::Allocate(expert_bytes * static_cast<size_t>(E)));
+  uint8_t* dst = buf->data();
+  const uint8_t* in = static_cast<const uint8_t*>(w->data);
+  ComputePool().Run([&](int tid, int nt) {
+    for (int64_t e = tid; e < E; e += nt)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t* line = in + (static_cast<size_t>(e * cols + c) * static_cast<size_t>(R)) * es;  // in[e][c][:]
+        for (int64_t r = 0; r < rows; ++r)
+          std::memcpy(dst + static_cast<size_t>(e) * expert_bytes + static_cast<size_t>(r * cols + c) * es,
+                      line + static_cast<size_t>(r * stride + parity) * es, es);
+      }
+  });
+  for (int64_t e = 0; e < E; ++e) {
+    TensorView& v = out[static_cast<size_t>(e)];
+    v.dtype = w->dtype;
+    v.shape = {rows, cols};
+    v.nbytes = expert_bytes;
+    v.data = dst + static_cast<size_t>(e) * expert_bytes;
+  }
+  src.owned->push_back(std::move(buf));
+  return Status::Ok();
+}
+
 // Reads the tensors of one list (model/arch/tensor_decl.h) into the members they declare.
 Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N, const TensorList& list) {
+  const bool oai = N.format == WeightFormat::kHf && N.arch.hf_oai_experts;  // gpt-oss's fused HF experts
   bool previous = true;  // whether the declaration before this one was read
   for (const TensorDecl& d : list) {
     const std::string name = N(d.id, d.layer);
@@ -178,6 +274,17 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
         break;
       case TensorForm::kExpertVectors: {  // {E, n} in any float type, held as E * n f32
         TensorView t;
+        if (oai && IsFusedGateUp(d.id)) {  // gpt-oss's gate_up_proj_bias [E, 2n]: every second element
+          const int64_t E = d.shape[0], n = d.shape[1];
+          DI_RETURN_IF_ERROR(Expect(src, name, {E, 2 * n}, &t));
+          if (GetDTypeInfo(t.dtype).block_elems != 1 || t.dtype == DType::kF8E4M3 || t.dtype == DType::kU8 || t.dtype == DType::kI32)
+            return InvalidArgument(src.file + ": tensor '" + name + "' must be f32, f16 or bf16");
+          std::vector<float> both(static_cast<size_t>(E * 2 * n));
+          DequantizeRow(t.dtype, t.data, both.data(), both.size());
+          d.vector->resize(static_cast<size_t>(E * n));
+          for (int64_t i = 0; i < E * n; ++i) (*d.vector)[static_cast<size_t>(i)] = both[static_cast<size_t>(2 * i + FusedParity(d.id))];
+          break;
+        }
         DI_RETURN_IF_ERROR(Expect(src, name, d.shape, &t));
         if (GetDTypeInfo(t.dtype).block_elems != 1 || t.dtype == DType::kF8E4M3)
           return InvalidArgument(src.file + ": tensor '" + name + "' must be f32, f16 or bf16");
@@ -189,7 +296,9 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
         DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix));
         d.matrix->shape = d.shape;  // GGUF stores it as a vector {n}
         break;
-      case TensorForm::kExperts: DI_RETURN_IF_ERROR(LoadExperts(src, N, d)); break;
+      case TensorForm::kExperts:
+        DI_RETURN_IF_ERROR(oai ? LoadOaiExperts(src, N, d) : LoadExperts(src, N, d));
+        break;
       case TensorForm::kMlaKvB:
         DI_RETURN_IF_ERROR(LoadMlaKvB(c, src, N, d, *list.Find(TensorForm::kMlaKB), *list.Find(TensorForm::kMlaVB)));
         break;
@@ -285,7 +394,8 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
                      if (body != "model." && n.rfind("model.", 0) == 0) return sp->Find(body + n.substr(6));
                      if (head != "lm_head." && n.rfind("lm_head.", 0) == 0) return sp->Find(head + n.substr(8));
                      return sp->Find(n);
-                   }};
+                   },
+                   &m->shard_buffers};
   DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kHf));
   DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromHfDir(dir));
   m->safetensors = std::move(st);

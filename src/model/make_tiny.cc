@@ -13,6 +13,7 @@
 #include "model/arch/arch.h"
 #include "model/arch/model_tensors.h"
 #include "model/model.h"
+#include "tensor/mxfp4_hf.h"
 
 namespace deepinfer {
 namespace fs = std::filesystem;
@@ -208,6 +209,49 @@ std::vector<float> SplitKvB(const ModelConfig& cfg, const std::vector<float>& kv
   return out;
 }
 
+// gpt-oss's fused HF experts (ArchSpec::hf_oai_experts). The values are drawn under the names of unfused HF
+// experts and biases (mlp.experts.{e}.gate_proj.weight, mlp.experts.gate_bias, ...), so the GGUF is the same
+// whichever way the HF copy packs them.
+std::string OaiSeedName(TensorId id, int layer, int expert) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+  switch (id) {
+    case TensorId::kFfnGateExps: return p + std::to_string(expert) + ".gate_proj.weight";
+    case TensorId::kFfnUpExps: return p + std::to_string(expert) + ".up_proj.weight";
+    case TensorId::kFfnDownExps: return p + std::to_string(expert) + ".down_proj.weight";
+    case TensorId::kFfnGateExpsBias: return p + "gate_bias";
+    case TensorId::kFfnUpExpsBias: return p + "up_bias";
+    default: return p + "down_bias";
+  }
+}
+
+// HF's fused expert tensors from `parts` (gate and up, or down alone), each E stacked {rows, cols} matrices:
+// the file's row r of expert e is row r / parts of part r % parts. MXFP4 (`encoded`: each part's GGUF bytes):
+// `<name>_blocks` U8 [E, R, cols / 32, 16] and `<name>_scales` U8 [E, R, cols / 32] in HF's nibble order; other
+// types: `<name>` [E, cols, R] (x @ W) in `hf_type`, holding the values.
+void AddOaiExperts(const std::string& name, int64_t E, int64_t rows, int64_t cols, DType type,
+                   const std::vector<const std::vector<float>*>& parts, const std::vector<const std::vector<uint8_t>*>& encoded,
+                   DType hf_type, std::vector<SafetensorsEntry>* st) {
+  const int64_t np = static_cast<int64_t>(parts.size()), R = rows * np;
+  if (type == DType::kMXFP4) {
+    const int64_t nb = cols / 32;
+    std::vector<uint8_t> blocks(static_cast<size_t>(E * R * nb * 16)), scales(static_cast<size_t>(E * R * nb));
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t r = 0; r < R; ++r) {
+        const auto* src = reinterpret_cast<const BlockMXFP4*>(encoded[static_cast<size_t>(r % np)]->data()) + (e * rows + r / np) * nb;
+        BlocksToHfMxfp4(src, blocks.data() + (e * R + r) * nb * 16, scales.data() + (e * R + r) * nb, static_cast<size_t>(nb));
+      }
+    st->push_back({name + "_blocks", DType::kU8, {E, R, nb, 16}, std::move(blocks)});
+    st->push_back({name + "_scales", DType::kU8, {E, R, nb}, std::move(scales)});
+    return;
+  }
+  std::vector<float> t(static_cast<size_t>(E * R * cols));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        t[static_cast<size_t>((e * cols + c) * R + r)] = (*parts[static_cast<size_t>(r % np)])[static_cast<size_t>((e * rows + r / np) * cols + c)];
+  st->push_back({name, hf_type, {E, cols, R}, Encode(hf_type, t)});
+}
+
 Status WriteText(const fs::path& p, const std::string& s) {
   std::ofstream out(p);
   out << s;
@@ -245,6 +289,16 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   if (family.hf_weights_unsupported && format != TinyFormat::kGguf)
     return Unimplemented("make-tiny: " + arch + " is written as GGUF only (--format gguf): " + family.hf_weights_unsupported);
   if (family.tiny_adjust) family.tiny_adjust(&s);
+  // The routed experts' type (gpt_oss may hold them in another type than the rest, as the released GGUFs do).
+  const DType expert_dtype = s.expert_dtype == DType::kInvalid ? store_dtype : s.expert_dtype;
+  if (expert_dtype != store_dtype) {
+    const int eblk = GetDTypeInfo(expert_dtype).block_elems;
+    if (!family.hf_oai_experts) return InvalidArgument("make-tiny: --expert-dtype is for gpt_oss");
+    if (expert_dtype == DType::kF8E4M3 || !CanQuantizeRow(expert_dtype) || s.hidden % eblk || s.moe_intermediate % eblk)
+      return InvalidArgument(std::string("make-tiny: --expert-dtype ") + DTypeName(expert_dtype) + " needs hidden and the expert FFN multiples of " + std::to_string(eblk));
+  }
+  // HF's float experts hold the values in the HF type (f32 when the experts are quantized but not MXFP4).
+  const DType hf_expert_dtype = GetDTypeInfo(expert_dtype).block_elems > 1 ? DType::kF32 : hf_dtype;
   if (moe && (s.experts < 1 || s.experts_used < 1 || s.experts_used > s.experts || s.moe_intermediate % blk))
     return InvalidArgument("make-tiny: experts_used must be in [1, experts] and the expert FFN a multiple of the block");
 
@@ -258,6 +312,9 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       {"tie_word_embeddings", s.tie_embeddings}, {"hidden_act", "silu"}, {"bos_token_id", vocab.bos},
       {"eos_token_id", vocab.eos}, {"torch_dtype", hf_dtype == DType::kBF16 ? "bfloat16" : hf_dtype == DType::kF16 ? "float16" : "float32"}};
   if (family.tiny_hf_config) family.tiny_hf_config(s, &cfg);
+  if (family.hf_oai_experts && expert_dtype == DType::kMXFP4)  // as openai/gpt-oss-20b's config.json
+    cfg["quantization_config"] = {{"quant_method", "mxfp4"},
+                                  {"modules_to_not_convert", {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"}}};
   if (s.rope_linear != 1.0) cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", s.rope_linear}};
   if (s.llama3_rope_scaling)
     cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
@@ -306,11 +363,50 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   };
   for (const TensorList* list : lists) {
     std::vector<float> kv_b;  // MLA: kv_b's values, which the GGUF may hold split (k_b, v_b follow it)
+    std::vector<float> oai_gate, oai_gate_bias;  // gpt-oss: gate's values, written to HF fused with up's
+    std::vector<uint8_t> oai_gate_bytes;
     for (const TensorDecl& d : *list) {
       bar.Update(++done);
       if (d.presence == Presence::kNotStored || d.presence == Presence::kIfPresent) continue;
       const std::string hf = TensorName(family, WeightFormat::kHf, d.id, d.layer);
       const std::string gg = TensorName(family, WeightFormat::kGguf, d.id, d.layer);
+      if (family.hf_oai_experts && d.form == TensorForm::kExperts) {
+        const int64_t E = d.shape[0], rows = d.shape[1], cols = d.shape[2];
+        std::vector<float> stacked;
+        for (int e = 0; e < E; ++e) {
+          const std::vector<float> v = RoundTrip(expert_dtype, RandomTensor(s.seed, OaiSeedName(d.id, d.layer, e), static_cast<size_t>(rows * cols), d.tiny_std, d.tiny_center));
+          stacked.insert(stacked.end(), v.begin(), v.end());
+        }
+        std::vector<uint8_t> bytes = Encode(expert_dtype, stacked);
+        if (want_gguf) gw.AddTensor(gg, expert_dtype, d.shape, bytes);
+        if (d.id == TensorId::kFfnGateExps) {
+          oai_gate = std::move(stacked);
+          oai_gate_bytes = std::move(bytes);
+        } else if (want_hf && d.id == TensorId::kFfnUpExps) {
+          AddOaiExperts(hf, E, rows, cols, expert_dtype, {&oai_gate, &stacked}, {&oai_gate_bytes, &bytes}, hf_expert_dtype, &st);
+        } else if (want_hf) {
+          AddOaiExperts(hf, E, rows, cols, expert_dtype, {&stacked}, {&bytes}, hf_expert_dtype, &st);
+        }
+        continue;
+      }
+      if (family.hf_oai_experts && d.form == TensorForm::kExpertVectors) {
+        const int64_t E = d.shape[0], n = d.shape[1];
+        const std::vector<float> v = RoundTrip(vec_dtype, RandomTensor(s.seed, OaiSeedName(d.id, d.layer, -1), static_cast<size_t>(E * n), d.tiny_std, d.tiny_center));
+        if (want_gguf) gw.AddTensor(gg, DType::kF32, d.shape, Encode(DType::kF32, v));
+        if (d.id == TensorId::kFfnGateExpsBias) {
+          oai_gate_bias = v;
+        } else if (want_hf && d.id == TensorId::kFfnUpExpsBias) {  // [E, 2n], gate and up interleaved
+          std::vector<float> both(static_cast<size_t>(E * 2 * n));
+          for (int64_t i = 0; i < E * n; ++i) {
+            both[static_cast<size_t>(2 * i)] = oai_gate_bias[static_cast<size_t>(i)];
+            both[static_cast<size_t>(2 * i + 1)] = v[static_cast<size_t>(i)];
+          }
+          st.push_back({hf, vec_dtype, {E, 2 * n}, Encode(vec_dtype, both)});
+        } else if (want_hf) {
+          st.push_back({hf, vec_dtype, d.shape, Encode(vec_dtype, v)});
+        }
+        continue;
+      }
       switch (d.form) {
         case TensorForm::kMatrix:
         case TensorForm::kVector:

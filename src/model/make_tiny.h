@@ -26,6 +26,9 @@ struct TinySpec {
   bool llama3_rope_scaling = false;
   double rope_linear = 1.0;  // rope_scaling linear with this factor (1: none)
   DType dtype = DType::kF32;
+  // gpt_oss: the routed experts' type (kInvalid: dtype). MXFP4 experts go to the HF directory as HF's MXFP4
+  // blocks and scales, the GGUF's bytes repacked.
+  DType expert_dtype = DType::kInvalid;
   // qwen3_moe: every layer routes over `experts` experts (moe_intermediate each), experts_used per token.
   int experts = 8, experts_used = 2, moe_intermediate = 32;
   // deepseek_v3: MLA sizes (q_lora 0 = a plain q projection, as V2-Lite), shared experts, leading dense layers,

@@ -14,6 +14,8 @@ enum class DType : uint8_t {
   kQ4_1, kQ5_0, kQ5_1, kQ8_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K, kQ8_K, kIQ4_NL, kIQ4_XS,
   // OCP microscaling FP4 (gpt-oss and DeepSeek-V4 experts): 32 e2m1 values sharing a power-of-two scale.
   kMXFP4,
+  // Raw bytes (safetensors U8): HF gpt-oss's MXFP4 expert blocks and scales, repacked by the loader.
+  kU8,
   kInvalid
 };
 

@@ -48,6 +48,13 @@ const cases = [
   {arch: "deepseek_v3", flags: ["--q-lora", "0", "--rope-scaling", "yarn", "--seed", "9"], name: "deepseek_v2-lite-yarn"},
   {arch: "deepseek_v3", dtype: "f8_e4m3", outtype: "f32", name: "deepseek_v3-fp8",
    flags: ["--hidden", "256", "--heads", "8", "--expert-ffn", "160", "--q-lora", "192", "--kv-lora", "160", "--layers", "2"]},
+  // gpt-oss from HF: fused, interleaved experts (f32 x @ W tensors; MXFP4 _blocks / _scales written through as
+  // llama.cpp's converter writes them, in ggml's nibble order; the quantized bar of tiny_logprobs.mjs).
+  {arch: "gpt_oss", flags: ["--layers", "3", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8", "--experts-used", "4",
+                            "--expert-ffn", "32", "--window", "16", "--rope-theta", "150000"]},
+  {arch: "gpt_oss", flags: ["--layers", "3", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8", "--experts-used", "4",
+                            "--expert-ffn", "64", "--window", "20", "--rope-theta", "150000", "--expert-dtype", "mxfp4", "--seed", "4"],
+   name: "gpt_oss-mxfp4-experts", tol: 0.5, meanTol: 2e-2},
   // bf16: as in tiny_logprobs.mjs, a few isolated positions may cross a bf16 rounding step (<= 5e-2).
   {arch: "llama", dtype: "bf16", flags: [], tol: 1e-3, meanTol: 1e-3, flips: {tol: 5e-2, max: 6}},
 ];

@@ -72,7 +72,7 @@ const ds = model("ds8", ["--arch", "deepseek_v3", "--hidden", "256", "--kv-lora"
                          "--expert-ffn", "256", "--experts", "8", "--experts-used", "2", "--layers", "3"]);
 const f16 = model("m256-f16", ["--hidden", "256", "--ffn", "512", "--dtype", "f16"]);
 const gqa4 = model("m256-gqa4", ["--hidden", "256", "--ffn", "512", "--heads", "8", "--kv-heads", "2", "--layers", "16"]);
-// gpt-oss (GGUF only): biases per expert ({E, n}, kept f32 as llama.cpp keeps every non-"weight" tensor), sinks,
+// gpt-oss (a GGUF input): biases per expert ({E, n}, kept f32 as llama.cpp keeps every non-"weight" tensor), sinks,
 // the router (f32 in llama.cpp's mixes), MXFP4 experts under mxfp4_moe.
 const gptOss = path.join(tmp, "gptoss");
 fs.mkdirSync(gptOss, {recursive: true});

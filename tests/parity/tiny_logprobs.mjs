@@ -89,7 +89,7 @@ const cases = [
    promptLen: 160, tol: 1e-2, meanTol: 1e-3, formatsBitwise: true},
   {arch: "gemma3", dtype: "f32", flags: ["--layers", "4", "--swa-pattern", "2", "--window", "23", "--seed", "3", "--tie", "--rope-theta", "1000000"],
    name: "gemma3-w23-alt", promptLen: 130, tol: 1e-2, meanTol: 1e-3, formatsBitwise: true},
-  // gpt-oss (GGUF only: deepinfer does not read HF gpt-oss checkpoints yet): q/k/v/o biases, query width 128 !=
+  // gpt-oss: q/k/v/o biases, query width 128 !=
   // hidden 64, one softmax sink per head, even layers windowed (16, over a 140-token prompt), YaRN (factor 32 over
   // 4096, cos/sin scaled by 1 + 0.1 ln 32), a router with a bias choosing 4 of 8 experts on raw logits and
   // weighting them by a softmax over the 4, expert biases and the clamped SwiGLU. f32 (the f32 bar) and MXFP4
@@ -98,10 +98,20 @@ const cases = [
   // tokens, four of six seeds cross a q8_0 rounding step somewhere after position 54 and stay ~0.1 apart from
   // there (max 0.06..1.0, mean up to 1.9e-2). The f32 case shows why late: its difference grows with position
   // (6e-6 at the start, 5.7e-5 at 137) as the engines' RoPE angles round differently (ggml multiplies theta up
-  // in f32, deepinfer takes pow in double).
+  // in f32, deepinfer takes pow in double). The f32 case also runs the HF directory (experts fused in
+  // gate_up_proj [E, hidden, 2 ff], gate and up columns interleaved, and down_proj [E, ff, hidden], as dequantized
+  // gpt-oss checkpoints hold them), which must give bitwise the GGUF's log-probs; so must the HF directory of the
+  // MXFP4-experts case (experts as HF's MXFP4 gate_up_proj_blocks / _scales, down_proj_blocks / _scales, every
+  // other matrix f32, as the released checkpoints pair bf16 attention with MXFP4 experts), which the loader repacks
+  // into the GGUF's bytes. Its expert matmuls quantize activations to q8_0: the quantized bar (measured: max
+  // 1.5e-2, mean 5.8e-5, both files; the f32 case's HF directory 5.7e-5 as its GGUF).
   {arch: "gpt_oss", dtype: "f32", flags: ["--layers", "4", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8",
                                           "--experts-used", "4", "--expert-ffn", "32", "--window", "16", "--rope-theta", "150000"],
-   promptLen: 140, ggufOnly: true},
+   promptLen: 140, formatsBitwise: true},
+  {arch: "gpt_oss", dtype: "f32", flags: ["--layers", "3", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8",
+                                          "--experts-used", "4", "--expert-ffn", "64", "--window", "20", "--rope-theta", "150000",
+                                          "--expert-dtype", "mxfp4", "--seed", "4"],
+   name: "gpt_oss-mxfp4-experts", tol: 0.5, meanTol: 2e-2, formatsBitwise: true},
   {arch: "gpt_oss", dtype: "mxfp4", flags: ["--layers", "3", "--heads", "8", "--kv-heads", "2", "--head-dim", "16", "--experts", "8",
                                             "--experts-used", "4", "--expert-ffn", "64", "--window", "20", "--rope-theta", "150000",
                                             "--seed", "4"],

@@ -91,6 +91,13 @@ struct ArchSpec {
   float hf_norm_offset = 0.f;
   // Why the family's HF weights cannot be read yet (null: they can); its GGUF files still load.
   const char* hf_weights_unsupported = nullptr;
+  // gpt-oss: HF stores each layer's routed experts fused, as OpenAI's checkpoints do: gate and up in one
+  // gate_up_proj with their rows interleaved (gate even, up odd; its bias likewise), down_proj alone, either as
+  // MXFP4 `<name>_blocks` / `<name>_scales` (U8, rows {out, in}, HF's nibble order) or as float tensors in x @ W
+  // layout [E, in, out]. The families' HF names of kFfnGateExps / kFfnUpExps / kFfnDownExps (and their biases)
+  // name the fused tensors. The loader repacks them into per-expert {out, in} views (MXFP4 as ggml's
+  // block_mxfp4, bit for bit what llama.cpp's converter writes); make-tiny writes them so.
+  bool hf_oai_experts = false;
   // config.json defaults of the family's HF config class (a JSON object), for keys a checkpoint leaves out.
   const char* hf_defaults = nullptr;
   // RoPE as stored in GGUF files. kAdjacentPairs for llama-style families: llama.cpp's converter permutes the

@@ -9,12 +9,15 @@
 // shared expert, untied head. Its forward is LlamaForward (the pre-norm layer); the family's parts are in the
 // layers (attention sinks and output bias, the router's scoring, the experts' biases and activation).
 //
-// HF checkpoints are not read yet: they store each layer's experts fused and interleaved (gate_up_proj) in
-// MXFP4 blocks with a nibble order of their own, which the loader does not repack; GGUF files (what llama.cpp's
-// converter writes, and what users download) load. docs/design/gpt_oss.md has the whole specification.
+// HF checkpoints store each layer's experts fused (gate_up_proj, gate and up rows interleaved; down_proj) either
+// in MXFP4 blocks with a nibble order of their own (`*_blocks` / `*_scales`, the released checkpoints) or as float
+// tensors in x @ W layout (dequantized re-uploads); the loader repacks them (ArchSpec::hf_oai_experts) into the
+// GGUF's per-expert {out, in} matrices, MXFP4 bit for bit as llama.cpp's converter writes them.
+// docs/design/gpt_oss.md has the whole specification.
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "base/logging.h"
 #include "format/gguf.h"
 #include "model/arch/arch.h"
 #include "model/arch/blocks.h"
@@ -117,16 +120,17 @@ const ArchSpec& GptOssArch() {
       .gguf_arch = "gpt-oss",
       .attn_bias = true,
       .moe = true,
-      .hf_weights_unsupported = "HF gpt-oss checkpoints store their experts fused, interleaved and in MXFP4 blocks of their own "
-                                "nibble order, which deepinfer does not repack yet: use a GGUF (llama.cpp's "
-                                "convert_hf_to_gguf.py writes one)",
+      .hf_oai_experts = true,
       .hf_config = ReadHfConfig,
       .gguf_config = ReadGgufConfig,
       .gguf_convertible = [](const ModelConfig& c) -> Status {
         if (c.swa_layers != SwaLayerPattern(c.n_layers, kSwaPeriod))
           return Unimplemented("llama.cpp's gpt-oss windows the even layers only (layer_types differs)");
+        // The released configs say truncate: false; GGUF has no key for it and llama.cpp rounds the ramp to whole
+        // dims for every gpt-oss GGUF. Its converter writes the file all the same, and so does convert.
         if (!c.yarn.truncate)
-          return Unimplemented("llama.cpp rounds YaRN's ramp to whole dims (the config says truncate: false)");
+          DI_LOG_WARN("gpt-oss: the config's YaRN ramp is unrounded (rope_scaling.truncate: false); GGUF cannot say so and "
+                      "llama.cpp (and deepinfer on the GGUF) rounds it, as for every gpt-oss GGUF");
         return Status::Ok();
       },
       .gguf_metadata = [](const ModelConfig& c, const std::string& p, GgufWriter& w) {
@@ -141,6 +145,9 @@ const ArchSpec& GptOssArch() {
       .tiny_adjust = [](TinySpec* s) {
         if (s->window == 0) s->window = 16;
         s->swa_period = kSwaPeriod;
+        // No dense MLP: intermediate_size is the experts' width (HF), which the GGUF's feed_forward_length repeats
+        // (llama.cpp's converter), so both files describe the same configuration.
+        s->intermediate = s->moe_intermediate;
       },
       .tiny_hf_config = [](const TinySpec& s, nlohmann::json* cfg) {
         (*cfg)["num_local_experts"] = s.experts;
@@ -169,6 +176,13 @@ const ArchSpec& GptOssArch() {
           {TensorId::kFfnNorm, WeightFormat::kGguf, "post_attention_norm.weight"},
           {TensorId::kFfnRouter, WeightFormat::kHf, "mlp.router.weight"},
           {TensorId::kFfnRouterBias, WeightFormat::kHf, "mlp.router.bias"},
+          // The fused experts (hf_oai_experts): gate and up are the even and odd rows of gate_up_proj.
+          {TensorId::kFfnGateExps, WeightFormat::kHf, "mlp.experts.gate_up_proj"},
+          {TensorId::kFfnUpExps, WeightFormat::kHf, "mlp.experts.gate_up_proj"},
+          {TensorId::kFfnDownExps, WeightFormat::kHf, "mlp.experts.down_proj"},
+          {TensorId::kFfnGateExpsBias, WeightFormat::kHf, "mlp.experts.gate_up_proj_bias"},
+          {TensorId::kFfnUpExpsBias, WeightFormat::kHf, "mlp.experts.gate_up_proj_bias"},
+          {TensorId::kFfnDownExpsBias, WeightFormat::kHf, "mlp.experts.down_proj_bias"},
       },
       .layer_tensors = GqaLayerTensors,
   };
