@@ -216,6 +216,7 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
     return g.ok() ? InvalidArgument("grammar: given as source but not compiled") : g.status();
   }
   if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
+  if (p.gate.enabled() && !p.grammar) return InvalidArgument("a grammar gate needs a grammar");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
   const int64_t blocks = MaxSeqBlocks(kv_layout_, opt_.block_size, longest, KvAhead());
   if (blocks > pool_->num_blocks())
@@ -251,6 +252,9 @@ StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
   if (req->params.grammar)
     for (int i = 0; i < req->params.n; ++i)
       req->matchers.push_back(std::make_unique<grammar::GrammarMatcher>(v.token_sets_));
+  if (req->params.grammar && req->params.gate.enabled())
+    for (int i = 0; i < req->params.n; ++i)
+      req->gates.push_back(std::make_unique<GrammarGateState>(req->params.gate, v.token_sets_->trie(), req->prompt));
   const uint64_t id = req->id;
   DI_RETURN_IF_ERROR(inbox_.Push(std::move(req)));
   return id;

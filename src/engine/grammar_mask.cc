@@ -3,21 +3,44 @@
 #include <algorithm>
 #include <limits>
 
+#include "engine/grammar_gate.h"
 #include "grammar/matcher.h"
 
 namespace deepinfer {
 
 bool SyncMatcher(grammar::GrammarMatcher* m, const int32_t* hist, int prompt_len, int pos) {
-  const int want = pos - prompt_len;
+  return SyncMatcherFrom(m, hist, prompt_len, pos, 0);
+}
+
+bool SyncMatcherFrom(grammar::GrammarMatcher* m, const int32_t* hist, int first, int pos, int lead) {
+  const int want = lead + pos - first;
   const auto& toks = m->step_tokens();
   const int have = static_cast<int>(toks.size());
-  if (have == want && (want == 0 || toks.back() == hist[pos - 1])) return true;
-  int common = 0;
-  while (common < have && common < want && toks[common] == hist[prompt_len + common]) ++common;
+  if (have == want && (want == lead || toks.back() == hist[pos - 1])) return true;
+  int common = std::min(lead, have);
+  while (common < have && common < want && toks[common] == hist[first + common - lead]) ++common;
   m->Rollback(have - common);
   for (int i = common; i < want; ++i)
-    if (!m->AcceptToken(hist[prompt_len + i])) return false;
+    if (!m->AcceptToken(hist[first + i - lead])) return false;
   return true;
+}
+
+bool ConstrainRow(grammar::GrammarMatcher* m, GrammarGateState* gate, const int32_t* hist, int prompt_len, int pos,
+                  float* logits, int vocab, std::vector<uint32_t>* bits) {
+  if (!gate) {
+    if (!SyncMatcher(m, hist, prompt_len, pos)) return false;
+    ApplyGrammarMask(m, logits, vocab, bits);
+    return true;
+  }
+  switch (gate->Sync(m, hist, prompt_len, pos)) {
+    case GrammarGateState::Phase::kOpen:
+      ApplyGrammarMask(m, logits, vocab, bits);
+      return true;
+    case GrammarGateState::Phase::kLost: return false;
+    default:
+      gate->Mask(logits, vocab);
+      return false;
+  }
 }
 
 void ApplyGrammarMask(grammar::GrammarMatcher* m, float* logits, int vocab, std::vector<uint32_t>* bits) {

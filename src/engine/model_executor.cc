@@ -73,8 +73,8 @@ void ModelExecutor::SampleRow(const SequenceMetadata& r, float* logits, int pos,
   ApplyPenalties(logits, vocab_, *r.sampling, hist, pos, r.prompt_len, &scratch->counts);
   // The grammar mask for this position depends on the token sampled at the previous one, which this
   // executor wrote into the token table itself: the overlap loop never waits on the host for it.
-  const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
-  if (constrained) ApplyGrammarMask(r.matcher, logits, vocab_, &scratch->mask_bits);
+  const bool constrained =
+      r.matcher && ConstrainRow(r.matcher, r.gate, hist, r.prompt_len, pos, logits, vocab_, &scratch->mask_bits);
   out->token = SampleToken(logits, vocab_, *r.sampling, static_cast<uint64_t>(pos), r.sample_index);
   if (constrained) r.matcher->AcceptToken(out->token);
   if (r.logprobs >= 0) {

@@ -185,8 +185,8 @@ void ModelExecutor::VerifyRow(const SequenceMetadata& r, RowPlan& plan, const fl
     // Penalties and the grammar see the drafts before `pos` as history: they are the committed tokens
     // whenever this position's result is used (every draft before it was accepted).
     ApplyPenalties(lg, vocab_, sp, hist, pos, r.prompt_len, &counts_);
-    const bool constrained = r.matcher && SyncMatcher(r.matcher, hist, r.prompt_len, pos);
-    if (constrained) ApplyGrammarMask(r.matcher, lg, vocab_, &mask_bits_);
+    const bool constrained =
+        r.matcher && ConstrainRow(r.matcher, r.gate, hist, r.prompt_len, pos, lg, vocab_, &mask_bits_);
     const bool drafted = j < plan.k;
     bool accept = false;
     if (drafted && rejection) {

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "deepinfer/status.h"
@@ -23,6 +24,22 @@ struct SpecParams {
   SpecMethod method = SpecMethod::kNone;
 };
 
+// A gated grammar, for chat formats whose answer is a run of headed messages (Harmony, gpt-oss: analysis, then
+// final or a tool call). A header starts at a `header_begin` token (or where the output starts when the prompt
+// has none) and is complete when its text equals one of the listed headers: after an open header the grammar
+// constrains the message's body; after a free header the body is unconstrained. While the header is being
+// written, only tokens that continue some listed header are allowed (a marker as its one token, text as any
+// tokens that spell it), and until the grammar has started, end-of-generation ids are refused, so the answer
+// cannot end before the constrained message. The grammar itself is llama.cpp's lazy grammar with the header as
+// the trigger, matched on token ids because the markers are control tokens the grammar cannot see.
+struct GrammarGate {
+  std::vector<int32_t> header_begin;                      // Harmony: <|start|>
+  std::vector<std::pair<int32_t, std::string>> markers;   // ids a header holds as one token each, and their text
+  std::vector<std::string> open_headers, free_headers;    // full header texts, markers written as their text
+  bool feed_header = false;  // the grammar's sentences begin with the open header's text (it picks the body rule)
+  bool enabled() const { return !open_headers.empty(); }
+};
+
 struct RequestParams {
   SamplingParams sampling;       // sampling.seed is used only when has_seed
   bool has_seed = false;         // otherwise the engine draws a seed for the request
@@ -37,6 +54,9 @@ struct RequestParams {
   // engine thread). grammar_source is its GBNF text, which multi-process runs send to the other ranks.
   std::shared_ptr<const grammar::Grammar> grammar;
   std::string grammar_source;
+  // Gated structured output (engine/grammar_gate.h): when set, the grammar constrains only the body of a message
+  // whose header is one of gate.open_headers, so a reasoning channel before it runs free.
+  GrammarGate gate;
   SpecParams speculative;
   // Scheduling priority, vLLM's semantics: lower values are admitted and prefilled first, and a waiting request
   // may preempt a running one of a strictly higher value; equal values keep arrival order. Outputs never depend

@@ -132,6 +132,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   r.sample_index = static_cast<uint32_t>(s->index());
   r.logprobs = s->req()->params.logprobs;
   if (!s->req()->matchers.empty()) r.matcher = s->req()->matchers[s->index()].get();
+  if (!s->req()->gates.empty()) r.gate = s->req()->gates[s->index()].get();
   r.spec_method = static_cast<uint8_t>(s->req()->spec_method);  // prefill rows too: proposers keep their caches
   r.spec_k = s->req()->spec_k;
   // Length limits are known now, so the row that produces the last allowed token is the last one scheduled.

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/output_text.h"
+#include "engine/grammar_gate.h"
 #include "grammar/matcher.h"
 #include "engine/request.h"
 #include "engine/stream.h"
@@ -41,6 +42,7 @@ struct Request {
   int unfinished = 0;  // samples not yet finished
   // One grammar matcher per sample when params.grammar is set. Only the executor (stream thread) touches them.
   std::vector<std::unique_ptr<grammar::GrammarMatcher>> matchers;
+  std::vector<std::unique_ptr<GrammarGateState>> gates;  // one per sample when params.gate is enabled
   // Speculative decoding, resolved from params.speculative and the engine's options at ingestion.
   SpecMethod spec_method = SpecMethod::kNone;
   int spec_k = 0;

@@ -14,6 +14,7 @@ namespace deepinfer {
 namespace grammar {
 class GrammarMatcher;
 }
+class GrammarGateState;
 
 // One row of one step: a run of consecutive positions of one sequence.
 struct SequenceMetadata {
@@ -34,6 +35,7 @@ struct SequenceMetadata {
   uint32_t sample_index = 0;      // RNG sub-stream (which of the request's n samples)
   int32_t logprobs = -1;          // < 0: none, else top-k alternatives to report
   grammar::GrammarMatcher* matcher = nullptr;  // structured output: owned by the request, like sampling
+  GrammarGateState* gate = nullptr;            // a gated grammar's phase (engine/grammar_gate.h), with matcher
   // Speculative decoding (engine/speculative.h). A decode row of a speculating sequence is "dynamic": a step
   // still in flight may commit a run of any length, so the host cannot know q_begin; the executor takes it from
   // its own per-slot length (what the previous step committed) and runs 1 + (up to spec_k drafts) positions.

@@ -540,6 +540,14 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
     }
   }
   if (choice != "none" && choice != "auto" && choice != "required" && choice != "named") return InvalidArgument(kChoices);
+  if (parse.harmony && params->grammar && choice != "required" && choice != "named") {
+    // response_format on Harmony: the schema is the final answer's, after free analysis messages. Other
+    // constraints (guided_grammar, structured_outputs) keep constraining the whole output: a GBNF grammar is the
+    // way to spell the Harmony markers themselves.
+    const auto rf = body.find("response_format");
+    const std::string type = rf != body.end() && rf->is_object() ? rf->value("type", std::string()) : std::string();
+    if (type == "json_object" || type == "json_schema") HarmonyFinalGate(harmony_, &params->gate);
+  }
   if (choice == "none") return parse;  // tools may be shown to the template, but calls are not parsed
   if (!has_tools) return InvalidArgument("'tool_choice' is \"" + choice + "\" but no 'tools' are given");
   parse.format = tool_format_;
@@ -563,7 +571,8 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
       return InvalidArgument("'tool_choice' \"" + choice + "\" constrains the output itself; it cannot be combined with "
                              "response_format / structured_outputs / guided_*");
     DI_ASSIGN_OR_RETURN(const grammar::JsonWhitespace ws, JsonWhitespaceOf(body));
-    auto gbnf = ToolCallGbnf(*tools, parse.format, named, parallel, ws);
+    auto gbnf = parse.harmony ? HarmonyToolCallGbnf(*tools, named, ws, harmony_, &params->gate)
+                              : ToolCallGbnf(*tools, parse.format, named, parallel, ws);
     if (!gbnf.ok()) return gbnf.status();  // it names the field: tools[i].function.parameters or tool_choice
     auto g = grammar::CompileGbnf(*gbnf);
     if (!g.ok()) return Internal("tool-call grammar failed to compile: " + g.status().message());

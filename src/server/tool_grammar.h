@@ -10,6 +10,8 @@
 
 #include "deepinfer/status.h"
 #include "grammar/json_schema.h"
+#include "engine/request.h"
+#include "protocol/harmony.h"
 #include "protocol/tool_parse.h"
 
 namespace deepinfer {
@@ -20,5 +22,16 @@ namespace deepinfer {
 // among the tools.
 StatusOr<std::string> ToolCallGbnf(const nlohmann::json& tools, ToolFormat format, const std::string& only,
                                    bool parallel, grammar::JsonWhitespace ws = grammar::JsonWhitespace::kCompact);
+
+// Harmony (gpt-oss) forced calls: the model may reason (analysis) and write preambles first, so the grammar is
+// gated (GrammarGate, engine/request.h): it starts at a call header `<|channel|>commentary to=functions.NAME
+// <|constrain|>json<|message|>` (or the recipient in the role) of an allowed function, which the grammar reads to
+// pick NAME's argument rule, and the turn cannot end before it (llama.cpp's grammar for required tool_choice
+// on gpt-oss: `(start any)* start tool_call`). One call: gpt-oss ends a turn with <|call|> after it.
+StatusOr<std::string> HarmonyToolCallGbnf(const nlohmann::json& tools, const std::string& only, grammar::JsonWhitespace ws,
+                                          const HarmonyTokens& t, GrammarGate* gate);
+// Harmony structured output: the grammar applies to the final channel's body (`<|channel|>final[ <|constrain|>json]
+// <|message|>`), after free analysis messages, as llama.cpp's response_format grammar on gpt-oss.
+void HarmonyFinalGate(const HarmonyTokens& t, GrammarGate* gate);
 
 }  // namespace deepinfer

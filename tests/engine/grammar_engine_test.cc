@@ -1,6 +1,7 @@
 // Grammar-constrained rows inside the engine's mixed workload: overlap on/off identity, batch invariance and
 // constant preemption (the matcher is rolled back and replayed from the token table) change nothing, and every
-// constrained sample that finished is a full match of its regex under std::regex (an independent matcher).
+// constrained sample that finished is a full match of its regex under std::regex (an independent matcher); the
+// same for gated grammars (engine/grammar_gate.h), whose grammar starts only after an open header.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -87,6 +88,72 @@ TEST(GrammarEngine, ConstrainedRowsInTheMixedWorkload) {
     }
   }
   EXPECT_GT(finished, 40) << "too few constrained samples finished to check";
+}
+
+// Gated grammars (engine/grammar_gate.h) in the same workload: the gate is generic, so here a "header" follows
+// a token ending in "." and must be " Lily said" (open: the regex then constrains the body) or " The" (a free body).
+// Overlap off, constant preemption, speculative drafts (rolled back across header and opening) and alone vs
+// batched give the same tokens; every finished sample's body after " Lily said" is a full regex match, and
+// nothing ends before it (the end of generation is refused until the grammar has started).
+TEST(GrammarEngine, GatedRowsInTheMixedWorkload) {
+  auto model = LoadModelFromPath(SharedModels() + "/stories260K.gguf");
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const Model& m = **model;
+  GrammarGate gate;
+  for (int32_t id = 0; id < m.config.vocab_size; ++id) {  // every token that ends a sentence begins a header
+    const std::string b = m.tokenizer->TokenBytes(id);
+    if (!b.empty() && b.back() == '.') gate.header_begin.push_back(id);
+  }
+  ASSERT_FALSE(gate.header_begin.empty());
+  const std::string body = " (cat|dog|bird)( and (cat|dog|bird)){0,4}\\.";
+  auto g = grammar::CompileRegex(body);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  gate.open_headers = {" Lily said"};
+  gate.free_headers = {" The"};
+  auto reqs = MixedWorkload(120, m.config.vocab_size, m.tokenizer->bos_id(), 47, {"Lily", "."});
+  std::vector<size_t> gated;
+  for (size_t i = 0; i < reqs.size(); i += 2) {
+    gated.push_back(i);
+    reqs[i].params.grammar = *g;
+    reqs[i].params.gate = gate;
+    reqs[i].params.stop.clear();
+    reqs[i].params.max_tokens = 140;
+    reqs[i].abort_after = -1;
+  }
+  EngineOptions on = Small(), off = Small();
+  off.overlap = false;
+  auto ref = RunRequests(m, on, reqs);
+  ExpectSameResults(ref, RunRequests(m, off, reqs), "gated rows, overlap off");
+  EngineOptions tiny = Small();
+  tiny.block_size = 4;
+  tiny.num_kv_blocks = 80;  // the longest gated request fits alone
+  EngineStats st;
+  ExpectSameResults(ref, RunRequests(m, tiny, reqs, &st), "gated rows under constant preemption");
+  EXPECT_GT(st.preemptions, 20);
+  for (SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
+    EngineOptions spec = Small();
+    spec.speculative.method = method;
+    spec.speculative.num_tokens = 4;
+    if (method == SpecMethod::kDraft) spec.speculative.draft_model = &m;
+    ExpectSameResults(ref, RunRequests(m, spec, reqs), std::string("gated rows, speculative ") + SpecMethodName(method));
+  }
+  for (size_t i : {gated[0], gated[5]}) ExpectSameResults({ref[i]}, RunRequests(m, on, {reqs[i]}), "gated row alone");
+  const std::regex re(body);
+  int finished = 0, reasoned = 0;
+  for (size_t i : gated)
+    for (const SampleResult& s : ref[i].samples) {
+      const size_t at = s.text.find(" Lily said");
+      if (s.finish_reason != "stop") {
+        EXPECT_EQ(s.finish_reason, "length") << s.text;
+        continue;
+      }
+      ++finished;
+      ASSERT_NE(at, std::string::npos) << "finished before the open header: '" << s.text << "'";
+      EXPECT_TRUE(std::regex_match(s.text.substr(at + 10), re)) << s.text;
+      if (at > 0) ++reasoned;  // free messages came first
+    }
+  EXPECT_GT(finished, 20) << "too few gated samples finished to check";
+  EXPECT_GT(reasoned, 5) << "too few gated samples wrote a free message before the open one";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Harmony (gpt-oss) chat through the official `openai` SDK (issue 32, must-show 6): an answer with reasoning and
 // a tool call comes back as reasoning_content and tool_calls, streamed and not, and the prompt is gpt-oss's real
-// template rendered as @huggingface/jinja renders it.
+// template rendered as @huggingface/jinja renders it. Then gated grammars: tool_choice "required" / named and
+// response_format json_schema give calls / content that validate, with free analysis before them.
 //
 // The model is a random-weight make-tiny llama whose tokenizer.json carries o200k_harmony's markers (on the ids of
 // its last ordinary tokens), served with the real gpt-oss template. Random weights never write Harmony by
@@ -177,13 +178,98 @@ try {
   check(rDeltas === rText && aDeltas === fc?.arguments && done?.output.some(o => o.type === "function_call" && o.arguments === fc?.arguments),
         `responses streamed: reasoning and argument deltas equal the non-streamed items`);
 
-  // 6. tool_choice required cannot be enforced on Harmony yet: refused, not silently unconstrained.
-  let status = 0, message = "";
-  try { await client.chat.completions.create({...ask, guided_grammar: undefined, tool_choice: "required"}); }
-  catch (e) { status = e.status; message = e.message; }
-  check(status === 400 && message.includes("Harmony"), `tool_choice required on Harmony: 400 (${message.slice(0, 100)})`);
+  // 6. Gated grammars (engine/grammar_gate.h): tool_choice "required", a named function and response_format
+  // constrain only the message after the call / final header, and the analysis messages before it run free, as
+  // llama.cpp's gpt-oss grammar lets them. No guided_grammar here: the gate alone keeps the headers to Harmony's
+  // and the body to the schema. This server's markers are special tokens, as a gpt-oss GGUF has them, so the
+  // grammar cannot see them and only the gate places them. logit_bias: <|start|> leaves a free body now and then
+  // (a random model writes no <|end|><|start|> of its own), <|channel|> (allowed only in a header) puts the
+  // recipient after the channel, and the turn's end token is preferred where the grammar allows it.
+  await gatedGrammars();
 } finally {
   check(await srv.stop() === 0, "server shut down cleanly");
   fs.rmSync(tmp, {recursive: true, force: true});
 }
 done("harmony");
+
+async function gatedGrammars() {
+  const sdir = path.join(tmp, "special");
+  fs.cpSync(dir, sdir, {recursive: true});
+  const stj = JSON.parse(fs.readFileSync(path.join(sdir, "tokenizer.json"), "utf8"));
+  for (const t of stj.added_tokens) if (MARKERS.includes(t.content)) t.special = true;
+  fs.writeFileSync(path.join(sdir, "tokenizer.json"), JSON.stringify(stj));
+  const s2 = await startServer(bin, ["-m", sdir, "--chat-template", tmpl]);
+  const c2 = new OpenAI({baseURL: `${s2.base}/v1`, apiKey: "x", maxRetries: 0});
+  const model = (await c2.models.list()).data[0].id;
+  const weather = {type: "object", properties: {city: {type: "string", maxLength: 12}}, required: ["city"], additionalProperties: false};
+  const time = {type: "object", properties: {zone: {type: "integer"}}, required: ["zone"], additionalProperties: false};
+  const gtools = [{type: "function", function: {name: "get_weather", description: "Gets the weather.", parameters: weather}},
+                  {type: "function", function: {name: "get_time", description: "Gets the time.", parameters: time}}];
+  // The schemas above, checked by hand: exactly the properties, of their types.
+  const valid = (schema, v) => v !== null && typeof v === "object" && !Array.isArray(v) &&
+    JSON.stringify(Object.keys(v).sort()) === JSON.stringify(Object.keys(schema.properties).sort()) &&
+    Object.entries(schema.properties).every(([k, p]) => p.type === "integer" ? Number.isInteger(v[k]) :
+      typeof v[k] === "string" && [...v[k]].length <= p.maxLength);  // code points, as JSON Schema counts
+  const parse = s => { try { return JSON.parse(s); } catch { return undefined; } };
+  // <|message|> is lowered where a header could end as a preamble (`commentary<|message|>`) or go on to a call's
+  // recipient; where it is the one token a header allows, the bias does not matter.
+  const bias = end => ({[id["<|start|>"]]: 8, [id["<|channel|>"]]: 100, [id["<|message|>"]]: -4, [id[end]]: 100});
+  // The same answer streamed: reasoning, content and calls from the deltas.
+  const streamed = async ask => {
+    const out = {reasoning: "", content: "", calls: [], finish: null};
+    for await (const ch of await c2.chat.completions.create({...ask, stream: true}))
+      for (const c of ch.choices) {
+        out.reasoning += c.delta.reasoning_content ?? "";
+        out.content += c.delta.content ?? "";
+        for (const t of c.delta.tool_calls ?? []) {
+          out.calls[t.index] ??= {name: "", arguments: ""};
+          out.calls[t.index].name += t.function?.name ?? "";
+          out.calls[t.index].arguments += t.function?.arguments ?? "";
+        }
+        if (c.finish_reason) out.finish = c.finish_reason;
+      }
+    return out;
+  };
+  try {
+    const cases = [
+      {what: "tool_choice required", tool_choice: "required", names: ["get_weather", "get_time"]},
+      // get_weather: the function these seeds' unforced choice is not.
+      {what: "a named tool_choice", tool_choice: {type: "function", function: {name: "get_weather"}}, names: ["get_weather"]},
+    ];
+    for (const k of cases) {
+      let reasoned = 0;
+      for (let seed = 0; seed < 4; ++seed) {
+        const ask = {model, messages: [{role: "user", content: "Weather in Oslo?"}], tools: gtools, tool_choice: k.tool_choice,
+                     max_tokens: 800, temperature: 1, seed, logit_bias: bias("<|call|>")};
+        const one = (await c2.chat.completions.create(ask)).choices[0];
+        const m = one.message, call = m.tool_calls?.[0];
+        const schema = call?.function.name === "get_time" ? time : weather;
+        if (m.reasoning_content) ++reasoned;
+        check(one.finish_reason === "tool_calls" && m.tool_calls?.length === 1 && k.names.includes(call.function.name) &&
+              valid(schema, parse(call.function.arguments)),
+              `${k.what}, seed ${seed}: one call whose arguments validate (${one.finish_reason}: ${JSON.stringify(m).slice(0, 300)})`);
+        const st = await streamed(ask);
+        check(st.finish === "tool_calls" && st.reasoning === (m.reasoning_content ?? "") && st.calls.length === 1 &&
+              st.calls[0].name === call?.function.name && st.calls[0].arguments === call?.function.arguments,
+              `${k.what}, seed ${seed}: streamed, the same reasoning and call`);
+      }
+      // The free analysis messages: random text no JSON grammar would allow, before the constrained call.
+      check(reasoned > 0, `${k.what}: ${reasoned} of 4 answers reasoned (free analysis) before the call`);
+    }
+    let reasoned = 0;
+    for (let seed = 0; seed < 4; ++seed) {
+      const ask = {model, messages: [{role: "user", content: "Weather in Oslo?"}], max_tokens: 800, temperature: 1, seed,
+                   logit_bias: bias("<|return|>"), response_format: {type: "json_schema", json_schema: {name: "w", schema: weather, strict: true}}};
+      const one = (await c2.chat.completions.create(ask)).choices[0];
+      if (one.message.reasoning_content) ++reasoned;
+      check(one.finish_reason === "stop" && valid(weather, parse(one.message.content)) && !one.message.tool_calls,
+            `response_format json_schema, seed ${seed}: the content validates (${JSON.stringify(one.message).slice(0, 300)})`);
+      const st = await streamed(ask);
+      check(st.finish === "stop" && st.content === one.message.content && st.reasoning === (one.message.reasoning_content ?? ""),
+            `response_format json_schema, seed ${seed}: streamed, the same reasoning and content`);
+    }
+    check(reasoned > 0, `response_format: ${reasoned} of 4 answers reasoned (free analysis) before the final answer`);
+  } finally {
+    check(await s2.stop() === 0, "the special-marker server shut down cleanly");
+  }
+}

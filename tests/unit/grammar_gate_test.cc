@@ -1,0 +1,204 @@
+// The gated grammar (engine/grammar_gate.h) on token sequences over a small Harmony-like vocabulary, through the
+// executor's own grammar stage (ConstrainRow, then AcceptToken on the sampled token as SampleRow does): before
+// the open header the grammar does not apply (an analysis body takes tokens the grammar refuses, and the
+// matcher holds nothing), headers are held to the listed ones, end-of-generation is refused until the grammar
+// has started, and after the header the grammar's mask applies; rollbacks across the opening re-derive it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/grammar_gate.h"
+#include "engine/grammar_mask.h"
+#include "grammar/compile.h"
+#include "grammar/matcher.h"
+#include "grammar/token_sets.h"
+#include "grammar/token_trie.h"
+#include "protocol/harmony.h"
+#include "server/tool_grammar.h"
+
+namespace deepinfer {
+namespace {
+
+// Markers are control tokens (no bytes in the trie), as a gpt-oss GGUF has them.
+enum : int32_t { kStart, kChannel, kMessage, kEnd, kCall, kConstrain, kAssistant, kAnalysis, kFinal, kLBrace, kRBrace,
+                 kKeyA, kColon, kOne, kX, kSpace, kFin, kAl, kCommentary, kToF, kJson, kLt, kChannelText, kToG,
+                 kKeyB, kVocab };
+const std::vector<std::string> kBytes = {"", "", "", "", "", "", "assistant", "analysis", "final", "{", "}",
+                                         "\"a\"", ":", "1", "x", " ", "fin", "al", "commentary", " to=functions.f",
+                                         "json", "<", "|channel|>", " to=functions.g", "\"b\""};
+
+GrammarGate FinalGate() {
+  HarmonyTokens t;
+  t.start = kStart, t.channel = kChannel, t.message = kMessage, t.end = kEnd, t.call = kCall, t.constrain = kConstrain;
+  GrammarGate g;
+  HarmonyFinalGate(t, &g);
+  return g;
+}
+
+bool Finite(float v) { return std::isfinite(v); }
+
+// One sample's grammar stage, driven token by token as the executor drives it.
+struct Row {
+  Row(std::shared_ptr<const grammar::Grammar> g, const GrammarGate& spec)
+      : trie(std::make_shared<grammar::TokenTrie>(kBytes, std::vector<int32_t>{kCall})),
+        m(grammar::TokenSets::Build(std::move(g), trie)),
+        spec(spec),
+        hist{kX, kStart, kAssistant},  // a prompt ending in the generation prompt <|start|>assistant
+        gate(this->spec, trie.get(), hist) {}
+  // The logits the stage leaves at the end of the history (all 0 before it).
+  std::vector<float> Logits() {
+    std::vector<float> l(kVocab, 0.f);
+    accept = ConstrainRow(&m, &gate, hist.data(), 3, static_cast<int>(hist.size()), l.data(), kVocab, &bits);
+    return l;
+  }
+  // The phase at the end of the history (the gate is synced when the next position's mask is made).
+  GrammarGateState::Phase Phase() {
+    Logits();
+    return gate.phase();
+  }
+  void Take(int32_t t) {
+    const std::vector<float> l = Logits();
+    ASSERT_TRUE(Finite(l[t])) << "token " << t << " is masked at position " << hist.size();
+    if (accept) {
+      ASSERT_TRUE(m.AcceptToken(t));
+    }
+    hist.push_back(t);
+  }
+  std::shared_ptr<const grammar::TokenTrie> trie;
+  grammar::GrammarMatcher m;
+  GrammarGate spec;
+  std::vector<int32_t> hist;
+  GrammarGateState gate;
+  std::vector<uint32_t> bits;
+  bool accept = false;
+};
+
+std::vector<int32_t> Allowed(const std::vector<float>& l) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < static_cast<int32_t>(l.size()); ++i)
+    if (Finite(l[i])) out.push_back(i);
+  return out;
+}
+
+// What a free body allows: all but the end of the turn and the header markers.
+std::vector<int32_t> FreeBody() {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < kVocab; ++i)
+    if (i != kCall && i != kChannel && i != kMessage && i != kConstrain) out.push_back(i);
+  return out;
+}
+
+std::shared_ptr<const grammar::Grammar> Json() {
+  auto g = grammar::CompileGbnf("root ::= \"{\" \"\\\"a\\\"\" \":\" [0-9] \"}\"\n");
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return *g;
+}
+
+TEST(GrammarGate, AnalysisRunsFreeAndTheGrammarStartsAfterTheFinalHeader) {
+  Row r(Json(), FinalGate());
+  // The header: only <|channel|> continues "assistant" (never text that spells it: "<" "|channel|>").
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kChannel});
+  EXPECT_FALSE(r.accept);
+  r.Take(kChannel);
+  // "analysis", "final" or "fin"+"al": the listed headers' channel names, in any tokenization.
+  EXPECT_EQ(Allowed(r.Logits()), (std::vector<int32_t>{kAnalysis, kFinal, kFin}));
+  r.Take(kAnalysis);
+  r.Take(kMessage);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kFree);
+  // The analysis body is unconstrained: "x", "<" and "}" (which the grammar refuses first) are all allowed, as
+  // is every text token; only the end of the turn and stray header markers are refused, and the matcher has
+  // seen nothing.
+  for (int32_t t : {kX, kLt, kRBrace, kX}) r.Take(t);
+  std::vector<float> l = r.Logits();
+  EXPECT_FALSE(r.accept);
+  EXPECT_EQ(r.m.num_steps(), 0);
+  EXPECT_EQ(Allowed(l), FreeBody());
+  r.Take(kEnd);
+  r.Take(kStart);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kHeader);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kAssistant});
+  for (int32_t t : {kAssistant, kChannel, kFin, kAl}) r.Take(t);
+  // "final" is complete: the header's end marker, or the space of ` <|constrain|>json`.
+  EXPECT_EQ(Allowed(r.Logits()), (std::vector<int32_t>{kMessage, kSpace}));
+  r.Take(kMessage);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kOpen);
+  // From here the grammar: "{" only, then the object; the end of generation once it is complete.
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kLBrace});
+  EXPECT_TRUE(r.accept);
+  for (int32_t t : {kLBrace, kKeyA, kColon, kOne}) r.Take(t);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kRBrace});
+  r.Take(kRBrace);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kCall});
+
+  // Rolled back into the analysis body (a preemption or rejected drafts): free again, the matcher emptied; and
+  // forward again to the same place: the grammar's state is rebuilt.
+  std::vector<int32_t> full = r.hist;
+  r.hist.resize(8);
+  l = r.Logits();
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kFree);
+  EXPECT_EQ(r.m.num_steps(), 0);
+  EXPECT_TRUE(Finite(l[kX]));
+  r.hist = full;
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kCall});
+  // Rolled back into the final header (after "fin"): the header is replayed, "al" is what comes next.
+  r.hist.resize(15);
+  ASSERT_EQ(r.hist.back(), kFin);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kAl});
+}
+
+TEST(GrammarGate, AnUnlistedHeaderIsFreeAndTheFirstMessageMayBeTheAnswer) {
+  Row r(Json(), FinalGate());
+  for (int32_t t : {kChannel, kFinal, kMessage}) r.Take(t);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kOpen);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kLBrace});
+  // A header none of the lists has (a masked token forced in, e.g. by a rejected mask): the body is free.
+  Row u(Json(), FinalGate());
+  u.hist.push_back(kChannel);
+  u.hist.push_back(kCommentary);
+  EXPECT_EQ(Allowed(u.Logits()), FreeBody());
+  EXPECT_EQ(u.Phase(), GrammarGateState::Phase::kFree);
+}
+
+// Forced tool calls: the header names the function and the grammar reads it, so each function gets its own
+// arguments' schema.
+TEST(GrammarGate, HarmonyToolCallHeaderPicksTheFunctionsSchema) {
+  const nlohmann::json tools = nlohmann::json::parse(R"([
+    {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}},
+    {"type": "function", "function": {"name": "g", "parameters": {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}}}])");
+  HarmonyTokens t;
+  t.start = kStart, t.channel = kChannel, t.message = kMessage, t.end = kEnd, t.call = kCall, t.constrain = kConstrain;
+  GrammarGate spec;
+  auto gbnf = HarmonyToolCallGbnf(tools, "", grammar::JsonWhitespace::kCompact, t, &spec);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().ToString();
+  EXPECT_TRUE(spec.feed_header);
+  auto g = grammar::CompileGbnf(*gbnf);
+  ASSERT_TRUE(g.ok()) << g.status().ToString() << "\n" << *gbnf;
+  for (const bool to_g : {false, true}) {
+    Row r(*g, spec);
+    r.Take(kChannel);
+    // analysis (free), a commentary preamble (free) or a call: no final answer, so no "final".
+    EXPECT_EQ(Allowed(r.Logits()), (std::vector<int32_t>{kAnalysis, kCommentary}));
+    for (int32_t x : {kAnalysis, kMessage, kX, kRBrace, kEnd, kStart, kAssistant, kChannel, kCommentary}) r.Take(x);
+    EXPECT_EQ(r.m.num_steps(), 0);  // the reasoning never reached the grammar
+    // A preamble ends here, or a call's recipient follows (" " and " to=functions.f" both spell it).
+    EXPECT_EQ(Allowed(r.Logits()), (std::vector<int32_t>{kMessage, kSpace, kToF, kToG}));
+    for (int32_t x : {to_g ? kToG : kToF, kSpace, kConstrain, kJson, kMessage}) r.Take(x);
+    ASSERT_EQ(r.Phase(), GrammarGateState::Phase::kOpen);
+    EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{kLBrace});
+    r.Take(kLBrace);
+    const std::vector<float> l = r.Logits();
+    EXPECT_TRUE(Finite(l[to_g ? kKeyB : kKeyA]));  // the named function's key, not the other's
+    EXPECT_FALSE(Finite(l[to_g ? kKeyA : kKeyB]));
+    EXPECT_FALSE(Finite(l[kCall]));
+    for (int32_t x : {to_g ? kKeyB : kKeyA, kColon, kOne, kRBrace}) r.Take(x);
+    EXPECT_TRUE(Finite(r.Logits()[kCall]));
+    EXPECT_FALSE(Finite(r.Logits()[kX]));
+  }
+  // A named function: only its header opens.
+  GrammarGate only;
+  ASSERT_TRUE(HarmonyToolCallGbnf(tools, "g", grammar::JsonWhitespace::kCompact, t, &only).ok());
+  for (const std::string& h : only.open_headers) EXPECT_NE(h.find("functions.g"), std::string::npos) << h;
+}
+
+}  // namespace
+}  // namespace deepinfer
