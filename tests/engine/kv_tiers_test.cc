@@ -337,5 +337,40 @@ TEST(KvTiersTest, RefusesWithoutPrefixCacheAndWithoutSize) {
   EXPECT_NE(e2.status().message().find("--kv-store-size"), std::string::npos);
 }
 
+// A hybrid cache (sliding-window groups) is refused with the reason and the way out (--swa-full), and works
+// with --swa-full: one full-attention group whose blocks the tiers store whole.
+TEST(KvTiersTest, SlidingWindowModelsNeedSwaFull) {
+  TinySpec spec = SmallSpec(Arch::kGemma3);
+  spec.layers = 3;
+  spec.window = 16;
+  spec.swa_period = 3;
+  auto m = MakeTiny(spec, "tiers_gemma3");
+  ASSERT_TRUE(m);
+  EngineOptions o = TierEngine();
+  o.kv_offload_ram_bytes = size_t{64} << 20;
+  auto refused = Engine::Create(*m, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("sliding-window"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("--swa-full"), std::string::npos);
+  o.swa_full = true;
+  std::mt19937 rng(505);
+  const auto a = RandomPrompt(&rng, kPromptLen, m->config.vocab_size);
+  EngineOptions cold = TierEngine();
+  cold.prefix_caching = false;
+  cold.swa_full = true;
+  auto ce = MakeEngine(*m, cold);
+  ASSERT_TRUE(ce);
+  const RequestResult ref = RunOne(*ce, a);
+  auto e = MakeEngine(*m, o);
+  ASSERT_TRUE(e);
+  RunOne(*e, a);
+  e->EvictCachedKv(false);  // as memory pressure would
+  e->FlushKvTiers();
+  const RequestResult again = RunOne(*e, a);
+  ExpectSameResults({ref}, {again}, "RAM hit with --swa-full");
+  EXPECT_EQ(again.cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits, kFullHit / 8);
+}
+
 }  // namespace
 }  // namespace deepinfer::testing
