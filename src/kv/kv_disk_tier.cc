@@ -232,7 +232,7 @@ bool KvDiskTier::Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, co
     std::memcpy(&h, scratch->data(), sizeof h);
     ok = HeaderValid(h) && h.model_digest == digest_ && h.chain_hash == chain_hash && h.parent_hash == parent_hash &&
          size_t{h.num_tokens} * 4 + h.kv_bytes == n && h.payload_checksum == Checksum64(payload, n) &&
-         prefix_n <= n && std::memcmp(payload, prefix, prefix_n) == 0;
+         prefix_n <= n && (prefix_n == 0 || std::memcmp(payload, prefix, prefix_n) == 0);
   }
   if (!ok) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -109,8 +109,13 @@ void KvTiers::WriterLoop() {
     Job job = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
+    if (job.promote) job.data = TakeBuffer();
     lock.unlock();
-    if (disk_) {
+    if (job.promote) {
+      // Validated again as any read is (another server may have replaced or removed the file meanwhile).
+      if (!disk_->Get(job.key, job.chain, job.parent, nullptr, 0, job.data.data(), entry_bytes_, &promote_scratch_))
+        job.data.clear();
+    } else if (disk_) {
       const size_t w = disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), job.data.data(),
                                   job.data.size());
       if (w > 0) {
@@ -118,7 +123,7 @@ void KvTiers::WriterLoop() {
         ++disk_blocks_;
       }
     }
-    if (ram_ && !ram_->Contains(job.key)) {
+    if (ram_ && !job.data.empty() && !ram_->Contains(job.key)) {
       const size_t n = job.data.size();
       ram_->Put(job.key, job.parent, &job.data, &evicted);
       if (job.data.empty()) {  // moved in: stored
@@ -154,18 +159,14 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
   if (disk_ && disk_->Get(key, chain, parent, tok, token_bytes_, staging_.data(), entry_bytes_, &disk_scratch_)) {
     ++disk_hits_;
     disk_read_ += static_cast<int64_t>(entry_bytes_ + sizeof(DiskBlockHeader));
-    if (ram_) {  // promote: the next miss of the pool finds it in RAM
-      std::vector<uint8_t> buf;
+    if (ram_) {  // promote (on the writer thread): the pool's next miss of it finds it in RAM
       {
         std::lock_guard<std::mutex> lock(mu_);
-        buf = TakeBuffer();
+        if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) return true;  // behind: skip the promotion
+        queued_bytes_ += entry_bytes_;
+        queue_.push_back(Job{key, chain, parent, {}, true});
       }
-      std::memcpy(buf.data(), staging_.data(), entry_bytes_);
-      std::vector<std::vector<uint8_t>> evicted;
-      ram_->Put(key, parent, &buf, &evicted);
-      std::lock_guard<std::mutex> lock(mu_);
-      for (auto& b : evicted)
-        if (spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(b));
+      cv_.notify_one();
     }
     return true;
   }

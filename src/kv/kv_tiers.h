@@ -67,6 +67,9 @@ class KvTiers {
   struct Job {
     uint64_t key, chain, parent;
     std::vector<uint8_t> data;
+    // A disk hit to copy into RAM: the writer reads the file again (from the page cache) so the engine thread
+    // neither copies nor allocates for it.
+    bool promote = false;
   };
   Options opt_;
   PagedKvCache* kv_;
@@ -86,6 +89,8 @@ class KvTiers {
 
   // Engine thread only.
   std::vector<uint8_t> staging_, disk_scratch_;
+  // Writer thread only.
+  std::vector<uint8_t> promote_scratch_;
 
   std::atomic<int64_t> ram_hits_{0}, disk_hits_{0}, ram_read_{0}, disk_read_{0}, ram_written_{0}, disk_written_{0},
       ram_blocks_{0}, disk_blocks_{0}, dropped_{0}, loads_{0}, load_ns_{0};

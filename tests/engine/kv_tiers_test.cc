@@ -176,6 +176,7 @@ TEST(KvTiersTest, DiskTierServesAfterRestart) {
     e->FlushKvTiers();
     EXPECT_GE(e->Stats().kv_tiers.disk_blocks_written, kFullHit / 8);
   }  // the engine is gone: only the files remain
+  o.kv_offload_ram_bytes = size_t{64} << 20;  // and a RAM tier, which the disk hits are promoted to
   auto e = MakeEngine(m, o);
   ASSERT_TRUE(e);
   EXPECT_GE(e->Stats().kv_tiers.disk_entries, kFullHit / 8) << "the restarted store indexes the earlier entries";
@@ -184,6 +185,14 @@ TEST(KvTiersTest, DiskTierServesAfterRestart) {
   EXPECT_EQ(again.cached_tokens, kFullHit);
   EXPECT_EQ(e->Stats().kv_tiers.disk_hits, kFullHit / 8);
   EXPECT_EQ(e->Stats().kv_tiers.disk_rejected_reads, 0);
+  // The disk hits were promoted to RAM (off the engine thread): once the pool evicts them, RAM serves them.
+  e->FlushKvTiers();
+  e->EvictCachedKv(false);
+  const RequestResult third = RunOne(*e, a);
+  ExpectSameResults({ref}, {third}, "RAM hit of promoted blocks");
+  EXPECT_EQ(third.cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits, kFullHit / 8);
+  EXPECT_EQ(e->Stats().kv_tiers.disk_hits, kFullHit / 8);
 }
 
 // Must-show 2: whatever was done to the stored files, a restarted engine never serves a block that does not
