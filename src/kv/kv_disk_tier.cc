@@ -191,12 +191,6 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
       DI_LOG_WARN("kv store: cannot write %s (%s); entries that do not fit are skipped", path.c_str(), std::strerror(err));
     return 0;
   }
-  // The rename is durable only once the directory entry is.
-  const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
   std::lock_guard<std::mutex> lock(mu_);
   if (!map_.count(key)) {
     Entry& e = map_[key];
@@ -247,6 +241,14 @@ bool KvDiskTier::Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, co
   }
   std::memcpy(out, payload, n);
   return true;
+}
+
+void KvDiskTier::SyncDirectory() {
+  const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    (void)::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 bool KvDiskTier::Contains(uint64_t key) const {

@@ -2,7 +2,7 @@
 // key, least-recently-used first out when the files' bytes pass the capacity.
 //
 // Crash and sharing safety: a file is written to a unique temporary name, fsynced, then renamed over its final
-// name (atomic on POSIX), and the directory is fsynced; so a reader, in this process or another server sharing
+// name (atomic on POSIX), and the directory is fsynced once per burst (SyncDirectory); so a reader, in this process or another server sharing
 // the directory, sees either no file or a whole one, and a kill -9 leaves at most a stray temporary file. Every
 // read validates the header (magic, version, model digest, chain and parent hash, sizes, header checksum) and
 // the payload checksum: anything that does not validate is a miss, and the file is removed. At start-up (Open)
@@ -42,6 +42,9 @@ class KvDiskTier {
   // error, which is logged once and counted).
   size_t Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, uint32_t num_tokens, const uint8_t* data,
              size_t n);
+  // Makes the renames so far durable (fsync of the directory). Put leaves it to the caller so that a burst of
+  // writes pays for it once: until then a crash can lose the newest entries (misses), never tear one.
+  void SyncDirectory();
   // Reads and validates the entry into out[0, n): true only when it is whole, of this model, of this prefix
   // (chain and parent hash, and the leading prefix_n bytes equal `prefix`). A file that fails is removed.
   // `scratch` is the caller's reusable buffer.

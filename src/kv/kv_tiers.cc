@@ -102,8 +102,16 @@ void KvTiers::Offer(const std::vector<int32_t>& table, const int32_t* tokens, in
 
 void KvTiers::WriterLoop() {
   std::vector<std::vector<uint8_t>> evicted;
+  bool dir_dirty = false;  // files renamed since the directory was last fsynced
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (queue_.empty() && dir_dirty) {  // a burst is stored: make its renames durable, once
+      lock.unlock();
+      disk_->SyncDirectory();
+      dir_dirty = false;
+      lock.lock();
+      continue;
+    }
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stop_ and nothing left to store
     Job job = std::move(queue_.front());
@@ -119,6 +127,7 @@ void KvTiers::WriterLoop() {
       const size_t w = disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), job.data.data(),
                                   job.data.size());
       if (w > 0) {
+        dir_dirty = true;
         disk_written_ += static_cast<int64_t>(w);
         ++disk_blocks_;
       }
