@@ -95,6 +95,24 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
     if (opt->swa_replay_max < 0) return InvalidArgument("--swa-replay-max must be >= 0");
   }
   opt->overlap = !args.Has("no-overlap");
+  // KV tiers: sizes in bytes with a unit (a fraction of RAM would make the store's size depend on the machine).
+  auto tier_size = [&](const char* flag, size_t* bytes) -> Status {
+    double fraction = 0;
+    Status s = ParseSize(args.Get(flag), bytes, &fraction);
+    if (!s.ok() || *bytes == 0)
+      return InvalidArgument(std::string("--") + flag + ": '" + args.Get(flag) + "' is not a size in bytes (4GiB, 512MiB)");
+    return Status::Ok();
+  };
+  if (args.Has("kv-offload-ram")) DI_RETURN_IF_ERROR(tier_size("kv-offload-ram", &opt->kv_offload_ram_bytes));
+  if (args.Has("kv-store")) {
+    opt->kv_store_dir = args.Get("kv-store");
+    if (opt->kv_store_dir.empty()) return InvalidArgument("--kv-store needs a directory");
+    if (!args.Has("kv-store-size")) return InvalidArgument("--kv-store needs --kv-store-size SIZE (the most bytes it may hold)");
+  }
+  if (args.Has("kv-store-size")) {
+    if (!args.Has("kv-store")) return InvalidArgument("--kv-store-size is only used with --kv-store DIR");
+    DI_RETURN_IF_ERROR(tier_size("kv-store-size", &opt->kv_store_bytes));
+  }
   if (args.Has("target-itl-ms")) {
     const std::string v = args.Get("target-itl-ms");
     char* end = nullptr;

@@ -57,6 +57,11 @@ struct EngineOptions {
   int swa_replay_max = -1;          // bounded replay: prompt tokens a prefix hit may recompute (-1: 4 x window)
   bool swa_replay_approx = false;   // DeepSeek-V4: --swa-replay approx (V4.1's encoder-side replay; not exact)
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
+  // KV tiers behind the prefix cache: a host-RAM tier of this many bytes (0: none) and a disk tier in
+  // kv_store_dir (empty: none) of at most kv_store_bytes, which a restarted engine of the same model reuses.
+  size_t kv_offload_ram_bytes = 0;
+  std::string kv_store_dir;
+  size_t kv_store_bytes = 0;
   // Inter-token latency target in milliseconds: each step's prefill chunk is sized from the measured cost of recent
   // steps so that a step with decoding streams is predicted to finish within it (prompts still get at least one
   // KV block per step). 0: off (--max-batched-tokens alone). Outputs are identical either way.

@@ -66,6 +66,9 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   e.swa_replay_max = o.swa_replay_max;
   e.swa_replay_approx = o.swa_replay_approx;
   e.overlap = o.overlap;
+  e.kv_offload_ram_bytes = o.kv_offload_ram_bytes;
+  e.kv_store_dir = o.kv_store_dir;
+  e.kv_store_bytes = o.kv_store_bytes;
   e.target_itl_ms = o.target_itl_ms;
   e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
   e.speculative.num_tokens = o.num_speculative_tokens;

@@ -8,6 +8,7 @@
 
 #include "base/host_buffer.h"
 #include "base/logging.h"
+#include "engine/kv_identity.h"
 #include "engine/kv_sizing.h"
 #include "engine/model_executor.h"
 #include "kv/kv_groups.h"
@@ -58,6 +59,28 @@ Status ValidateOptions(const EngineOptions& opt) {
     return InvalidArgument("--target-itl-ms is not supported with --tp or --cp > 1 yet (the ranks of an attention "
                            "group would time their steps apart and schedule differently); use --dp groups of one "
                            "rank, or no target");
+  return Status::Ok();
+}
+
+// The KV tiers store and load group 0's blocks of one process's cache; what they cannot yet do exactly is refused
+// with the reason rather than served approximately.
+Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, bool multi_process) {
+  if (!opt.prefix_caching)
+    return InvalidArgument("--kv-offload-ram / --kv-store sit behind the prefix cache: drop --no-prefix-cache");
+  if (!opt.kv_store_dir.empty() && opt.kv_store_bytes == 0)
+    return InvalidArgument("--kv-store needs --kv-store-size SIZE (the most bytes the store may hold)");
+  if (layout.num_groups() > 1 || layout.window(0) > 0)
+    return InvalidArgument("--kv-offload-ram / --kv-store: this model's KV cache has sliding-window groups (a hybrid "
+                           "cache); the tiers store full-attention blocks only, and a prefix hit also needs the "
+                           "windows' blocks, which are not stored yet. Add --swa-full (every layer keeps every "
+                           "position: one full-attention group) to use the tiers with this model");
+  if (opt.speculative.draft_model || opt.speculative.method == SpecMethod::kMtp)
+    return InvalidArgument("--kv-offload-ram / --kv-store do not store the draft model's or MTP module's K/V yet "
+                           "(their caches share the target's blocks): use --speculative ngram or none");
+  if (multi_process)
+    return InvalidArgument("--kv-offload-ram / --kv-store are not supported in multi-process runs (--dp/--tp/--cp/"
+                           "--ep) yet: the ranks of a group would have to agree on each hit's length; run one "
+                           "process per replica");
   return Status::Ok();
 }
 
@@ -165,6 +188,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                 spec.method == SpecMethod::kNgram
                     ? (", n-gram " + std::to_string(spec.ngram_min) + ".." + std::to_string(spec.ngram_max)).c_str()
                     : "");
+  if (opt.kv_offload_ram_bytes > 0 || !opt.kv_store_dir.empty()) {
+    DI_RETURN_IF_ERROR(CheckKvTiers(opt, layout, dctx != nullptr));
+    KvTiers::Options to;
+    to.ram_bytes = opt.kv_offload_ram_bytes;
+    to.disk_dir = opt.kv_store_dir;
+    to.disk_bytes = opt.kv_store_bytes;
+    to.model_digest = ModelKvDigest(model, layout, opt.kv_dtype, opt.block_size, dctx ? dctx->pc.rank : 0);
+    DI_ASSIGN_OR_RETURN(e->tiers_, KvTiers::Create(to, kv.get()));
+    e->sched_->SetTiers(e->tiers_.get());
+  }
   e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, spec,
                                                  std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs, dctx);
   if (dctx) {
@@ -692,6 +725,7 @@ EngineStats Engine::Stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
+  if (tiers_) s.kv_tiers = tiers_->Stats();
   if (dist_ && dist_->is_root()) {
     // The job's totals: every group's leader's counters as last reported (rank 0's own are the freshest).
     const std::vector<RankReport> reports = dist_->Reports();

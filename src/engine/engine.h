@@ -106,6 +106,10 @@ class Engine {
   int kv_cached_blocks() const { return pool_->num_cached(); }  // blocks the prefix cache can match (every group)
   // Tests (when idle): evicts the cached, unreferenced blocks of the windowed KV groups (windowed_only) or of
   // every group, as memory pressure would.
+  // Tests: waits until every block offered to the KV tiers is stored (no-op without tiers).
+  void FlushKvTiers() {
+    if (tiers_) tiers_->Flush();
+  }
   void EvictCachedKv(bool windowed_only) {
     pool_->EvictCached([&](int g) { return !windowed_only || kv_layout_.window(g) > 0; });
   }
@@ -147,6 +151,8 @@ class Engine {
   std::unique_ptr<TokenTable> table_;
   std::unique_ptr<Scheduler> sched_;
   std::unique_ptr<Executor> executor_;
+  // Declared after the executor, which owns the KV cache the tiers read and write: destroyed first.
+  std::unique_ptr<KvTiers> tiers_;
   Stream stream_;
   WorkerStepState ring_[2];
   WorkerStepState* prev_ = nullptr;

@@ -4,10 +4,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "dist/parallel.h"
 #include "engine/speculative.h"
 #include "engine/step_cost_model.h"
+#include "kv/kv_tier_stats.h"
 #include "tensor/dtype.h"
 
 namespace deepinfer {
@@ -35,6 +37,12 @@ struct EngineOptions {
   // receptive field of stacked windows is cut); false: exact replay from cached windows (bitwise a cold run).
   bool swa_replay_approx = false;
   bool overlap = true;              // depth 1 (true) or 0
+  // KV tiers behind the prefix cache (kv/kv_tiers.h; docs/architecture.md "KV tiers and persistence"): a host-RAM
+  // tier of this many bytes (--kv-offload-ram; 0: none), and a disk tier in this directory (--kv-store; empty:
+  // none) of at most kv_store_bytes (--kv-store-size). Full-attention KV layouts in one process only.
+  size_t kv_offload_ram_bytes = 0;
+  std::string kv_store_dir;
+  size_t kv_store_bytes = 0;
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
   // Latency target (--target-itl-ms; docs/architecture.md "Latency target"): each step's prefill is sized so that
@@ -55,6 +63,7 @@ struct EngineStats {
   int64_t replayed_prompt_tokens = 0;  // prompt tokens recomputed to rebuild sliding windows for prefix hits
   int64_t priority_preemptions = 0;  // preemptions that made room for a more urgent (lower priority value) request
   int waiting = 0, running = 0;
+  KvTierStats kv_tiers;  // the KV tiers' counters (enabled == false without tiers)
   int kv_blocks_total = 0, kv_blocks_free = 0;
   double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
   double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream

@@ -152,6 +152,12 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
   for (int g = 0; g < G; ++g) {
     if (by_window && window(g) > 0) continue;
     (*tables)[g] = pool_->MatchPrefix(tokens, known, g);
+    // Past the pool's match, the tiers (RAM, then disk) may hold the prefix's next blocks: they are loaded into
+    // fresh pool blocks and count as cached. Only as many as the hit can use (the last token always runs).
+    if (tiers_ && G == 1 && !windowed()) {
+      const int most = (known - 1) / bs - (cfg_.prefix_drop_last_block ? 1 : 0);
+      tiers_->LoadPrefix(pool_, tokens, most, &(*tables)[g]);
+    }
     hit = std::min(hit, static_cast<int>((*tables)[g].size()));
   }
   // At least one token must run to produce logits: drop a hit that covers everything.
@@ -373,6 +379,8 @@ void Scheduler::Publish(Sequence* s) {
     if (window(g) > 0 && cfg_.approx_replay_from) continue;
     const bool tie = window(g) > 0 && window(0) == 0;
     pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g), tie ? &s->table(0) : nullptr);
+    // Write-through: the new full blocks are copied now (their K/V is final) and stored off this thread.
+    if (tiers_ && g == 0 && s->num_groups() == 1) tiers_->Offer(s->table(0), s->tokens().data(), s->num_published(0), full);
     s->Published(g, full);
   }
 }

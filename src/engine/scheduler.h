@@ -16,6 +16,7 @@
 #include "engine/step.h"
 #include "engine/token_table.h"
 #include "kv/block_pool.h"
+#include "kv/kv_tiers.h"
 
 namespace deepinfer {
 
@@ -63,6 +64,9 @@ class Scheduler {
   // in flight or will run (Sequence::read_floor). Called once a processed step's fence has passed, so no step
   // that read them is still running (docs/architecture.md, "Hybrid KV cache").
   void Slide(Sequence* s);
+  // The KV tiers behind the prefix cache (one full-attention group only; null: none). Admission continues a
+  // pool match into them; publication writes new blocks through to them.
+  void SetTiers(KvTiers* tiers) { tiers_ = tiers; }
   // Slots whose last step has passed go back to the free list.
   void Reclaim(Fence completed);
 
@@ -111,6 +115,7 @@ class Scheduler {
   SchedulerConfig cfg_;
   BlockPool* pool_;
   TokenTable* table_;
+  KvTiers* tiers_ = nullptr;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   std::vector<int32_t> free_slots_;

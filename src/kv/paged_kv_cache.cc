@@ -104,4 +104,26 @@ void PagedKvCache::CopyBlock(int32_t src, int32_t dst) {
   }
 }
 
+void PagedKvCache::ReadBlock(int32_t block, uint8_t* out) const {
+  const size_t kb = k_row_bytes_ * block_size_, vb = v_row_bytes_ * block_size_;
+  for (int p = 0; p < num_planes_; ++p) {
+    const uint8_t* k = buf_->data() + static_cast<size_t>(p) * (k_plane_bytes_ + v_plane_bytes_);
+    std::memcpy(out, k + block * kb, kb);
+    out += kb;
+    if (vb) std::memcpy(out, k + k_plane_bytes_ + block * vb, vb);
+    out += vb;
+  }
+}
+
+void PagedKvCache::WriteBlock(int32_t block, const uint8_t* in) {
+  const size_t kb = k_row_bytes_ * block_size_, vb = v_row_bytes_ * block_size_;
+  for (int p = 0; p < num_planes_; ++p) {
+    uint8_t* k = buf_->data() + static_cast<size_t>(p) * (k_plane_bytes_ + v_plane_bytes_);
+    std::memcpy(k + block * kb, in, kb);
+    in += kb;
+    if (vb) std::memcpy(k + k_plane_bytes_ + block * vb, in, vb);
+    in += vb;
+  }
+}
+
 }  // namespace deepinfer

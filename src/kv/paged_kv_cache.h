@@ -53,6 +53,11 @@ class PagedKvCache {
   void WriteEncoded(int layer, const uint8_t* k, const uint8_t* v, const int32_t* rows, int n);
   // Copies every plane's rows of block src into block dst.
   void CopyBlock(int32_t src, int32_t dst);
+  // One block's bytes across every plane (its K rows then its V rows, plane by plane), as the KV tiers
+  // (kv/kv_tiers.h) store them: ReadBlock copies them out, WriteBlock back into (another) block.
+  size_t block_bytes() const { return static_cast<size_t>(num_planes_) * (k_row_bytes_ + v_row_bytes_) * block_size_; }
+  void ReadBlock(int32_t block, uint8_t* out) const;
+  void WriteBlock(int32_t block, const uint8_t* in);
 
  private:
   PagedKvCache() = default;

@@ -18,6 +18,42 @@ void Metric(std::string* out, const char* name, const char* type, const char* he
   *out += std::string(name) + labels + " " + Num(v) + "\n";
 }
 
+// The KV tiers (--kv-offload-ram, --kv-store): one series per tier under a `tier` label.
+void RenderKvTiers(const KvTierStats& t, const std::string& model, std::string* out) {
+  auto two = [&](const char* name, const char* type, const char* help, double ram, double disk) {
+    *out += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+    *out += std::string(name) + "{model_name=\"" + model + "\",tier=\"ram\"} " + Num(ram) + "\n";
+    *out += std::string(name) + "{model_name=\"" + model + "\",tier=\"disk\"} " + Num(disk) + "\n";
+  };
+  const std::string m = "{model_name=\"" + model + "\"}";
+  two("deepinfer_kv_tier_hits_total", "counter", "KV blocks a prefix hit loaded from the tier (the pool had evicted them).",
+      static_cast<double>(t.ram_hits), static_cast<double>(t.disk_hits));
+  two("deepinfer_kv_tier_read_bytes_total", "counter", "Bytes loaded from the tier.", static_cast<double>(t.ram_bytes_read),
+      static_cast<double>(t.disk_bytes_read));
+  two("deepinfer_kv_tier_written_bytes_total", "counter", "Bytes written through to the tier.",
+      static_cast<double>(t.ram_bytes_written), static_cast<double>(t.disk_bytes_written));
+  two("deepinfer_kv_tier_entries", "gauge", "KV blocks the tier holds.", static_cast<double>(t.ram_entries),
+      static_cast<double>(t.disk_entries));
+  two("deepinfer_kv_tier_bytes", "gauge", "Bytes the tier holds.", static_cast<double>(t.ram_bytes),
+      static_cast<double>(t.disk_bytes));
+  two("deepinfer_kv_tier_capacity_bytes", "gauge", "The tier's capacity.", static_cast<double>(t.ram_capacity),
+      static_cast<double>(t.disk_capacity));
+  Metric(out, "deepinfer_kv_tier_load_seconds_sum", "counter", "Seconds spent loading prefix blocks from the tiers.", m,
+         t.load_seconds);
+  Metric(out, "deepinfer_kv_tier_load_seconds_count", "counter", "Admissions that loaded prefix blocks from the tiers.", m,
+         static_cast<double>(t.loads));
+  Metric(out, "deepinfer_kv_tier_dropped_writes_total", "counter",
+         "Blocks not written through because the writer was behind (the engine never waits for it).", m,
+         static_cast<double>(t.dropped_offers));
+  Metric(out, "deepinfer_kv_store_rejected_reads_total", "counter",
+         "Stored blocks that failed validation on read (truncated, corrupt): served as misses and removed.", m,
+         static_cast<double>(t.disk_rejected_reads));
+  Metric(out, "deepinfer_kv_store_write_errors_total", "counter", "Stored blocks that could not be written (a full disk).", m,
+         static_cast<double>(t.disk_write_errors));
+  Metric(out, "deepinfer_kv_store_evictions_total", "counter", "Stored blocks removed to stay within --kv-store-size.", m,
+         static_cast<double>(t.disk_evictions));
+}
+
 }  // namespace
 
 void Histogram::Observe(double v) {
@@ -72,6 +108,7 @@ std::string ServerMetrics::Render(const EngineStats& st, const std::string& mode
   Metric(&out, "deepinfer_swa_replayed_tokens_total", "counter",
          "Prompt tokens recomputed to rebuild sliding windows for prefix-cache hits (bounded replay).", m,
          static_cast<double>(st.replayed_prompt_tokens));
+  if (st.kv_tiers.enabled) RenderKvTiers(st.kv_tiers, model, &out);
   Metric(&out, "deepinfer_preemptions_total", "counter", "Sequences preempted (recomputed later) for lack of KV blocks.", m,
          static_cast<double>(st.preemptions));
   Metric(&out, "deepinfer_engine_steps_total", "counter", "Engine steps launched.", m, static_cast<double>(st.steps));

@@ -1,0 +1,82 @@
+// The disk tier of the KV store (--kv-store DIR, --kv-store-size): one file per prefix block, named by its tier
+// key, least-recently-used first out when the files' bytes pass the capacity.
+//
+// Crash and sharing safety: a file is written to a unique temporary name, fsynced, then renamed over its final
+// name (atomic on POSIX), and the directory is fsynced once per burst (SyncDirectory); so a reader, in this process or another server sharing
+// the directory, sees either no file or a whole one, and a kill -9 leaves at most a stray temporary file. Every
+// read validates the header (magic, version, model digest, chain and parent hash, sizes, header checksum) and
+// the payload checksum: anything that does not validate is a miss, and the file is removed. At start-up (Open)
+// each file's header is checked; files that fail are removed and counted as rejected, files of another model
+// (another digest) are left alone for whoever owns them and counted as foreign.
+//
+// Thread-safe: the tiers' writer thread stores and evicts, the engine thread reads.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "deepinfer/status.h"
+
+namespace deepinfer {
+
+class KvDiskTier {
+ public:
+  struct OpenReport {
+    int64_t entries = 0, rejected = 0, foreign = 0, temp_removed = 0;
+    size_t bytes = 0;
+  };
+  // Creates the directory if needed and indexes the valid entries of `model_digest` (oldest file = least
+  // recent). Entries beyond the capacity are evicted now.
+  static StatusOr<std::unique_ptr<KvDiskTier>> Open(const std::string& dir, size_t capacity_bytes,
+                                                    uint64_t model_digest, OpenReport* report);
+
+  const std::string& dir() const { return dir_; }
+  size_t capacity() const { return capacity_; }
+  // Writes one entry (data = tokens then K/V bytes, of which the first `token_bytes` are the tokens) and evicts
+  // least-recent files past the capacity. Returns the bytes written (0: present already, too large, or an I/O
+  // error, which is logged once and counted).
+  size_t Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, uint32_t num_tokens, const uint8_t* data,
+             size_t n);
+  // Makes the renames so far durable (fsync of the directory). Put leaves it to the caller so that a burst of
+  // writes pays for it once: until then a crash can lose the newest entries (misses), never tear one.
+  void SyncDirectory();
+  // Reads and validates the entry into out[0, n): true only when it is whole, of this model, of this prefix
+  // (chain and parent hash, and the leading prefix_n bytes equal `prefix`). A file that fails is removed.
+  // `scratch` is the caller's reusable buffer.
+  bool Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, const uint8_t* prefix, size_t prefix_n,
+           uint8_t* out, size_t n, std::vector<uint8_t>* scratch);
+  bool Contains(uint64_t key) const;
+
+  size_t bytes() const;
+  size_t entries() const;
+  int64_t rejected_reads() const;  // reads that failed validation (corrupt, truncated, vanished)
+  int64_t write_errors() const;
+  int64_t evictions() const;
+
+ private:
+  KvDiskTier(std::string dir, size_t capacity, uint64_t digest) : dir_(std::move(dir)), capacity_(capacity), digest_(digest) {}
+  std::string PathOf(uint64_t key) const;
+  void Forget(uint64_t key);  // drops the index entry (mu_ held)
+  void EvictPastCapacity();   // mu_ held
+
+  struct Entry {
+    size_t bytes = 0;
+    std::list<uint64_t>::iterator lru_pos;
+  };
+  const std::string dir_;
+  const size_t capacity_;
+  const uint64_t digest_;
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, Entry> map_;
+  std::list<uint64_t> lru_;  // least recent first
+  size_t bytes_ = 0;
+  int64_t rejected_reads_ = 0, write_errors_ = 0, evictions_ = 0;
+  uint64_t temp_seq_ = 0;
+};
+
+}  // namespace deepinfer

@@ -1,0 +1,254 @@
+#include "kv/kv_tiers.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "base/logging.h"
+#include "kv/kv_tier_format.h"
+#include "kv/prefix_hash.h"
+
+namespace deepinfer {
+
+namespace {
+constexpr size_t kMaxSpareBuffers = 64;  // recycled entry buffers kept; more are freed
+}
+
+KvTiers::KvTiers(const Options& opt, PagedKvCache* kv)
+    : opt_(opt),
+      kv_(kv),
+      block_size_(kv->block_size()),
+      token_bytes_(static_cast<size_t>(kv->block_size()) * sizeof(int32_t)),
+      entry_bytes_(token_bytes_ + kv->block_bytes()) {
+  if (opt_.max_queue_bytes == 0) opt_.max_queue_bytes = std::max<size_t>(64 * entry_bytes_, size_t{256} << 20);
+  staging_.resize(entry_bytes_);
+}
+
+StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCache* kv) {
+  std::unique_ptr<KvTiers> t(new KvTiers(opt, kv));
+  if (opt.ram_bytes > 0) {
+    if (opt.ram_bytes < t->entry_bytes_)
+      return InvalidArgument("--kv-offload-ram " + std::to_string(opt.ram_bytes) + " bytes holds no KV block (one is " +
+                             std::to_string(t->entry_bytes_) + " bytes)");
+    t->ram_ = std::make_unique<KvRamTier>(opt.ram_bytes);
+  }
+  if (!opt.disk_dir.empty()) {
+    const size_t file_bytes = sizeof(DiskBlockHeader) + t->entry_bytes_;
+    if (opt.disk_bytes < file_bytes)
+      return InvalidArgument("--kv-store-size " + std::to_string(opt.disk_bytes) + " bytes holds no KV block (one file is " +
+                             std::to_string(file_bytes) + " bytes)");
+    KvDiskTier::OpenReport& rep = t->open_report_;
+    DI_ASSIGN_OR_RETURN(t->disk_, KvDiskTier::Open(opt.disk_dir, opt.disk_bytes, opt.model_digest, &rep));
+    DI_LOG_INFO("kv store %s: %lld entries of this model found (%.1f MiB of %.1f MiB), %lld rejected and removed, "
+                "%lld of other models left alone, %lld stale temporary files removed",
+                opt.disk_dir.c_str(), static_cast<long long>(rep.entries), rep.bytes / 1048576.0,
+                opt.disk_bytes / 1048576.0, static_cast<long long>(rep.rejected), static_cast<long long>(rep.foreign),
+                static_cast<long long>(rep.temp_removed));
+  }
+  DI_LOG_INFO("kv tiers: RAM %.1f MiB, disk %s (%.1f MiB); %zu bytes per block (%d tokens), model digest %016llx",
+              opt.ram_bytes / 1048576.0, opt.disk_dir.empty() ? "off" : opt.disk_dir.c_str(), opt.disk_bytes / 1048576.0,
+              t->entry_bytes_, t->block_size_, static_cast<unsigned long long>(opt.model_digest));
+  t->writer_ = std::thread([p = t.get()] { p->WriterLoop(); });
+  return t;
+}
+
+KvTiers::~KvTiers() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (writer_.joinable()) writer_.join();
+}
+
+std::vector<uint8_t> KvTiers::TakeBuffer() {
+  if (spare_.empty()) return std::vector<uint8_t>(entry_bytes_);  // warm-up only: buffers are recycled
+  std::vector<uint8_t> b = std::move(spare_.back());
+  spare_.pop_back();
+  b.resize(entry_bytes_);
+  return b;
+}
+
+void KvTiers::Offer(const std::vector<int32_t>& table, const int32_t* tokens, int from, int to) {
+  to = std::min(to, static_cast<int>(table.size()));
+  if (from >= to) return;
+  uint64_t parent = 0, chain = kPrefixHashSeed;
+  for (int i = 0; i < to; ++i) {
+    parent = i == 0 ? 0 : chain;
+    chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
+    if (i < from) continue;
+    const uint64_t key = TierKey(opt_.model_digest, chain);
+    // A block every tier holds already (one loaded from them, or another request's twin) costs no copy.
+    if ((!ram_ || ram_->Contains(key)) && (!disk_ || disk_->Contains(key))) continue;
+    Job job{key, chain, parent, {}};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) {
+        ++dropped_;  // the writer is behind: never stall the engine for it
+        continue;
+      }
+      job.data = TakeBuffer();
+      queued_bytes_ += entry_bytes_;
+    }
+    std::memcpy(job.data.data(), tokens + static_cast<size_t>(i) * block_size_, token_bytes_);
+    kv_->ReadBlock(table[i], job.data.data() + token_bytes_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(job));
+    }
+    cv_.notify_one();
+  }
+}
+
+void KvTiers::WriterLoop() {
+  std::vector<std::vector<uint8_t>> evicted;
+  bool dir_dirty = false;  // files renamed since the directory was last fsynced
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    if (queue_.empty() && dir_dirty) {  // a burst is stored: make its renames durable, once
+      lock.unlock();
+      disk_->SyncDirectory();
+      dir_dirty = false;
+      lock.lock();
+      continue;
+    }
+    cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+    if (queue_.empty()) break;  // stop_ and nothing left to store
+    Job job = std::move(queue_.front());
+    queue_.pop_front();
+    writing_ = true;
+    if (job.promote) job.data = TakeBuffer();
+    lock.unlock();
+    if (job.promote) {
+      // Validated again as any read is (another server may have replaced or removed the file meanwhile).
+      if (!disk_->Get(job.key, job.chain, job.parent, nullptr, 0, job.data.data(), entry_bytes_, &promote_scratch_))
+        job.data.clear();
+    } else if (disk_) {
+      const size_t w = disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), job.data.data(),
+                                  job.data.size());
+      if (w > 0) {
+        dir_dirty = true;
+        disk_written_ += static_cast<int64_t>(w);
+        ++disk_blocks_;
+      }
+    }
+    if (ram_ && !job.data.empty() && !ram_->Contains(job.key)) {
+      const size_t n = job.data.size();
+      ram_->Put(job.key, job.parent, &job.data, &evicted);
+      if (job.data.empty()) {  // moved in: stored
+        ram_written_ += static_cast<int64_t>(n);
+        ++ram_blocks_;
+      }
+    }
+    lock.lock();
+    queued_bytes_ -= entry_bytes_;
+    if (job.data.capacity() >= entry_bytes_ && spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(job.data));
+    for (auto& b : evicted)
+      if (spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(b));
+    evicted.clear();
+    writing_ = false;
+    if (queue_.empty()) idle_cv_.notify_all();
+  }
+  writing_ = false;
+  idle_cv_.notify_all();
+}
+
+void KvTiers::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
+}
+
+bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens) {
+  const auto* tok = reinterpret_cast<const uint8_t*>(tokens);
+  if (ram_ && ram_->Get(key, parent, tok, token_bytes_, staging_.data(), entry_bytes_)) {
+    ++ram_hits_;
+    ram_read_ += static_cast<int64_t>(entry_bytes_);
+    return true;
+  }
+  if (disk_ && disk_->Get(key, chain, parent, tok, token_bytes_, staging_.data(), entry_bytes_, &disk_scratch_)) {
+    ++disk_hits_;
+    disk_read_ += static_cast<int64_t>(entry_bytes_ + sizeof(DiskBlockHeader));
+    if (ram_) {  // promote (on the writer thread): the pool's next miss of it finds it in RAM
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) return true;  // behind: skip the promotion
+        queued_bytes_ += entry_bytes_;
+        queue_.push_back(Job{key, chain, parent, {}, true});
+      }
+      cv_.notify_one();
+    }
+    return true;
+  }
+  return false;
+}
+
+int KvTiers::LoadPrefix(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table) {
+  const int start = static_cast<int>(table->size());
+  if (start >= max_blocks) return 0;
+  // The chain up to the pool's match (the blocks are the pool's; only their hashes are needed here).
+  uint64_t chain = kPrefixHashSeed;
+  for (int i = 0; i < start; ++i) chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
+  const auto t0 = std::chrono::steady_clock::now();
+  int added = 0;
+  const int64_t ram_before = ram_hits_;
+  for (int i = start; i < max_blocks; ++i) {
+    const int32_t* own = tokens + static_cast<size_t>(i) * block_size_;
+    const uint64_t parent = i == 0 ? 0 : chain;
+    const uint64_t next = ChainHash(chain, own, block_size_);
+    const uint64_t key = TierKey(opt_.model_digest, next);
+    if (!(ram_ && ram_->Contains(key)) && !(disk_ && disk_->Contains(key))) break;
+    if (pool->num_available() < 1) break;
+    if (!Fetch(key, next, parent, own)) break;  // failed validation: a miss
+    auto got = pool->Allocate(1, 0);            // a free or evicted block: no step in flight reads it
+    if (!got.ok()) break;
+    const int32_t b = (*got)[0];
+    kv_->WriteBlock(b, staging_.data() + token_bytes_);
+    table->push_back(b);
+    chain = next;
+    ++added;
+  }
+  if (added > 0) {
+    pool->Publish(*table, tokens, static_cast<int>(table->size()), 0, start);
+    ++loads_;
+    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+    load_ns_ += ns;
+    const int from_ram = static_cast<int>(ram_hits_ - ram_before);
+    DI_LOG_DEBUG("kv tiers: prefix blocks %d..%d loaded (%d from RAM, %d from disk) in %.3f ms", start, start + added - 1,
+                 from_ram, added - from_ram, ns * 1e-6);
+  }
+  return added;
+}
+
+KvTierStats KvTiers::Stats() const {
+  KvTierStats s;
+  s.enabled = true;
+  s.ram_hits = ram_hits_;
+  s.disk_hits = disk_hits_;
+  s.ram_bytes_read = ram_read_;
+  s.disk_bytes_read = disk_read_;
+  s.ram_bytes_written = ram_written_;
+  s.disk_bytes_written = disk_written_;
+  s.ram_blocks_written = ram_blocks_;
+  s.disk_blocks_written = disk_blocks_;
+  s.dropped_offers = dropped_;
+  s.loads = loads_;
+  s.load_seconds = static_cast<double>(load_ns_.load()) * 1e-9;
+  if (ram_) {
+    s.ram_entries = static_cast<int64_t>(ram_->entries());
+    s.ram_bytes = static_cast<int64_t>(ram_->bytes());
+    s.ram_capacity = static_cast<int64_t>(ram_->capacity());
+  }
+  if (disk_) {
+    s.disk_entries = static_cast<int64_t>(disk_->entries());
+    s.disk_bytes = static_cast<int64_t>(disk_->bytes());
+    s.disk_capacity = static_cast<int64_t>(disk_->capacity());
+    s.disk_rejected_reads = disk_->rejected_reads();
+    s.disk_write_errors = disk_->write_errors();
+    s.disk_evictions = disk_->evictions();
+    s.disk_rejected_at_open = open_report_.rejected;
+    s.disk_foreign_at_open = open_report_.foreign;
+  }
+  return s;
+}
+
+}  // namespace deepinfer

@@ -1,0 +1,385 @@
+// The KV tiers behind the prefix cache (--kv-offload-ram, --kv-store; kv/kv_tiers.h), end to end through the
+// engine on tiny random models: a prefix the pool evicted is served from RAM, or from disk after a restart, with
+// outputs bitwise those of a cold run and the loaded blocks counted as cached tokens; stored files that were
+// corrupted, truncated or written by another model are misses, never served; a full store evicts and keeps going.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine_harness.h"
+#include "kv/prefix_hash.h"
+#include "model/make_tiny.h"
+
+namespace deepinfer::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+TinySpec TierSpec(uint64_t seed) {
+  TinySpec s = SmallSpec(Arch::kLlama);
+  s.seed = seed;
+  s.vocab_seed = 7;  // every model here shares one vocabulary: only the weights tell them apart
+  return s;
+}
+
+const Model& TierModel() {
+  static std::unique_ptr<Model> m = MakeTiny(TierSpec(1), "tiers_a");
+  return *m;
+}
+// The same architecture, shapes and vocabulary with other weights (another seed): its K/V must never be reused.
+const Model& OtherModel() {
+  static std::unique_ptr<Model> m = MakeTiny(TierSpec(2), "tiers_b");
+  return *m;
+}
+
+// A fresh directory per test, removed at the end.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag)
+      : path(fs::temp_directory_path() / ("deepinfer_kvstore_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::vector<int32_t> RandomPrompt(std::mt19937* rng, int n, int vocab) {
+  std::vector<int32_t> p(n);
+  for (auto& t : p) t = 3 + static_cast<int32_t>((*rng)() % (vocab - 3));
+  return p;
+}
+
+RequestParams Params() {
+  RequestParams p;
+  p.max_tokens = 12;
+  p.ignore_eos = true;
+  p.logprobs = 2;
+  p.sampling.temperature = 0.8f;  // seeded sampling: the log-probs and the draws both depend on every K/V byte
+  p.has_seed = true;
+  p.sampling.seed = 11;
+  return p;
+}
+
+// A small pool (the working set of three prompts does not fit) with 8-token blocks.
+EngineOptions TierEngine() {
+  EngineOptions o;
+  o.max_num_seqs = 4;
+  o.max_batched_tokens = 64;
+  o.block_size = 8;
+  o.num_kv_blocks = 26;
+  return o;
+}
+
+// Runs one request to completion on `e` (RunUntilIdle on this thread).
+RequestResult RunOne(Engine& e, const std::vector<int32_t>& prompt) {
+  RequestResult out;
+  out.samples.resize(1);
+  auto id = e.Add(prompt, Params(), [&out](const RequestOutput& ev) {
+    SampleResult& s = out.samples[0];
+    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (const auto& lp : ev.logprobs) {
+      s.logprobs.push_back(lp.logprob);
+      s.top.push_back(lp.top);
+    }
+    s.text += ev.text;
+    out.cached_tokens = ev.cached_tokens;
+    if (ev.finished) {
+      ++s.finals;
+      s.finish_reason = ev.finish_reason;
+    }
+  });
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(e.RunUntilIdle().ok());
+  return out;
+}
+
+// The prompt's output with no prefix cache and no tiers: the reference every hit must equal bit for bit.
+RequestResult Cold(const Model& m, const std::vector<int32_t>& prompt) {
+  EngineOptions o = TierEngine();
+  o.prefix_caching = false;
+  auto e = Engine::Create(m, o);
+  EXPECT_TRUE(e.ok());
+  return RunOne(**e, prompt);
+}
+
+std::unique_ptr<Engine> MakeEngine(const Model& m, const EngineOptions& o) {
+  auto e = Engine::Create(m, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+std::vector<fs::path> StoreFiles(const fs::path& dir) {
+  std::vector<fs::path> out;
+  for (const auto& f : fs::directory_iterator(dir))
+    if (f.path().extension() == ".kvb") out.push_back(f.path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+constexpr int kPromptLen = 101;
+constexpr int kFullHit = (kPromptLen - 1) / 8 * 8;  // every full block but the one holding the last prompt token
+
+// Must-show 1 (RAM): a prompt's blocks are evicted from the pool by other traffic, then the same prompt again is
+// a hit from the RAM tier: cached tokens counted, outputs bitwise the cold run's.
+TEST(KvTiersTest, RamTierServesWhatThePoolEvicted) {
+  const Model& m = TierModel();
+  std::mt19937 rng(101);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  const auto b = RandomPrompt(&rng, 150, m.config.vocab_size);
+  const auto c = RandomPrompt(&rng, 150, m.config.vocab_size);
+  const RequestResult ref = Cold(m, a);
+  EngineOptions o = TierEngine();
+  o.kv_offload_ram_bytes = size_t{64} << 20;
+  auto e = MakeEngine(m, o);
+  ASSERT_TRUE(e);
+  const RequestResult first = RunOne(*e, a);
+  EXPECT_EQ(first.cached_tokens, 0);
+  RunOne(*e, b);  // other traffic: the pool of 26 blocks cannot keep a's 14 blocks through b's and c's 21
+  RunOne(*e, c);
+  e->FlushKvTiers();
+  const int64_t ram_hits_before = e->Stats().kv_tiers.ram_hits;
+  const RequestResult again = RunOne(*e, a);
+  const KvTierStats st = e->Stats().kv_tiers;
+  ExpectSameResults({ref}, {first}, "first run");
+  ExpectSameResults({ref}, {again}, "RAM-tier hit");
+  EXPECT_EQ(again.cached_tokens, kFullHit);
+  EXPECT_GT(st.ram_hits - ram_hits_before, 0) << "the pool had evicted a's blocks: the hit must come from RAM";
+  EXPECT_GT(st.ram_bytes_written, 0);
+  EXPECT_GT(st.ram_bytes_read, 0);
+  EXPECT_EQ(st.disk_hits, 0);
+  EXPECT_TRUE(e->CheckNoLeaks().ok());
+}
+
+// Must-show 1 (disk): a fresh engine on the same --kv-store serves the prefix from disk.
+TEST(KvTiersTest, DiskTierServesAfterRestart) {
+  const Model& m = TierModel();
+  TempDir dir("restart");
+  std::mt19937 rng(202);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  const RequestResult ref = Cold(m, a);
+  EngineOptions o = TierEngine();
+  o.kv_store_dir = dir.path.string();
+  o.kv_store_bytes = size_t{64} << 20;
+  {
+    auto e = MakeEngine(m, o);
+    ASSERT_TRUE(e);
+    ExpectSameResults({ref}, {RunOne(*e, a)}, "first run");
+    e->FlushKvTiers();
+    EXPECT_GE(e->Stats().kv_tiers.disk_blocks_written, kFullHit / 8);
+  }  // the engine is gone: only the files remain
+  o.kv_offload_ram_bytes = size_t{64} << 20;  // and a RAM tier, which the disk hits are promoted to
+  auto e = MakeEngine(m, o);
+  ASSERT_TRUE(e);
+  EXPECT_GE(e->Stats().kv_tiers.disk_entries, kFullHit / 8) << "the restarted store indexes the earlier entries";
+  const RequestResult again = RunOne(*e, a);
+  ExpectSameResults({ref}, {again}, "disk-tier hit after restart");
+  EXPECT_EQ(again.cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.disk_hits, kFullHit / 8);
+  EXPECT_EQ(e->Stats().kv_tiers.disk_rejected_reads, 0);
+  // The disk hits were promoted to RAM (off the engine thread): once the pool evicts them, RAM serves them.
+  e->FlushKvTiers();
+  e->EvictCachedKv(false);
+  const RequestResult third = RunOne(*e, a);
+  ExpectSameResults({ref}, {third}, "RAM hit of promoted blocks");
+  EXPECT_EQ(third.cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits, kFullHit / 8);
+  EXPECT_EQ(e->Stats().kv_tiers.disk_hits, kFullHit / 8);
+}
+
+// Must-show 2: whatever was done to the stored files, a restarted engine never serves a block that does not
+// validate; its output stays the cold run's.
+enum class Damage { kFlipPayload, kFlipOneFile, kTruncate, kOtherModel };
+
+void RunDamaged(Damage damage) {
+  const Model& m = TierModel();
+  TempDir dir("damage" + std::to_string(static_cast<int>(damage)));
+  std::mt19937 rng(303);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  EngineOptions o = TierEngine();
+  o.kv_store_dir = dir.path.string();
+  o.kv_store_bytes = size_t{64} << 20;
+  {
+    auto e = MakeEngine(m, o);
+    ASSERT_TRUE(e);
+    RunOne(*e, a);
+  }
+  std::vector<fs::path> files = StoreFiles(dir.path);
+  ASSERT_GE(static_cast<int>(files.size()), kFullHit / 8);
+  if (damage == Damage::kFlipOneFile) {
+    // The file of block 4: its header's chain hash (offset 24, after magic, version, header size and digest).
+    const uint64_t want = PrefixChainHashes(a.data(), kPromptLen, 8)[4];
+    std::vector<fs::path> block4;
+    for (const fs::path& f : files) {
+      std::ifstream in(f, std::ios::binary);
+      uint64_t chain = 0;
+      in.seekg(24);
+      in.read(reinterpret_cast<char*>(&chain), sizeof chain);
+      if (chain == want) block4.push_back(f);
+    }
+    ASSERT_EQ(block4.size(), 1u);
+    files = block4;
+  }
+  for (const fs::path& f : files) {
+    const auto size = fs::file_size(f);
+    if (damage == Damage::kTruncate) {
+      fs::resize_file(f, size - 5);
+    } else if (damage != Damage::kOtherModel) {
+      std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+      // One byte in the K/V payload, past the 72-byte header and the block's tokens: the header still validates.
+      const std::streamoff at = 72 + 8 * 4 + static_cast<std::streamoff>(rng() % (size - 72 - 32));
+      io.seekg(at);
+      char byte = 0;
+      io.read(&byte, 1);
+      byte = static_cast<char>(byte ^ 0x40);
+      io.seekp(at);
+      io.write(&byte, 1);
+    }
+  }
+  const Model& served = damage == Damage::kOtherModel ? OtherModel() : m;
+  const RequestResult ref = Cold(served, a);
+  auto e = MakeEngine(served, o);
+  ASSERT_TRUE(e);
+  const RequestResult got = RunOne(*e, a);
+  const KvTierStats st = e->Stats().kv_tiers;
+  ExpectSameResults({ref}, {got}, "after damage");
+  switch (damage) {
+    case Damage::kFlipPayload:  // headers validate at start-up; every read fails its checksum
+      EXPECT_EQ(got.cached_tokens, 0);
+      EXPECT_EQ(st.disk_hits, 0);
+      EXPECT_GE(st.disk_rejected_reads, 1);
+      break;
+    case Damage::kFlipOneFile:  // the chain is served up to the damaged block, not through it
+      EXPECT_EQ(got.cached_tokens, 4 * 8);
+      EXPECT_EQ(st.disk_rejected_reads, 1);
+      EXPECT_EQ(st.disk_hits, 4);
+      break;
+    case Damage::kTruncate:  // rejected (and removed) at start-up
+      EXPECT_EQ(got.cached_tokens, 0);
+      EXPECT_EQ(st.disk_hits, 0);
+      EXPECT_GE(st.disk_rejected_at_open, kFullHit / 8);
+      break;
+    case Damage::kOtherModel:  // another model's entries: never this model's hits, and left alone
+      EXPECT_EQ(got.cached_tokens, 0);
+      EXPECT_GE(st.disk_foreign_at_open, kFullHit / 8);
+      EXPECT_EQ(st.disk_hits, 0);
+      break;
+  }
+}
+
+TEST(KvTiersTest, FlippedPayloadByteIsAMiss) { RunDamaged(Damage::kFlipPayload); }
+TEST(KvTiersTest, OneDamagedFileStopsTheHitThere) { RunDamaged(Damage::kFlipOneFile); }
+TEST(KvTiersTest, TruncatedFileIsRejectedAtStartup) { RunDamaged(Damage::kTruncate); }
+TEST(KvTiersTest, AnotherModelNeverReusesEntries) { RunDamaged(Damage::kOtherModel); }
+
+// Must-show 3: a store too small for the traffic evicts least-recently-used files, stays within its size, and
+// keeps serving what it holds.
+TEST(KvTiersTest, FullStoreEvictsLruAndKeepsWorking) {
+  const Model& m = TierModel();
+  TempDir dir("full");
+  std::mt19937 rng(404);
+  EngineOptions o = TierEngine();
+  o.kv_store_dir = dir.path.string();
+  o.kv_store_bytes = size_t{64} << 20;
+  size_t file_bytes = 0;
+  {
+    auto e = MakeEngine(m, o);
+    ASSERT_TRUE(e);
+    RunOne(*e, RandomPrompt(&rng, 17, m.config.vocab_size));
+    e->FlushKvTiers();
+    const KvTierStats st = e->Stats().kv_tiers;
+    ASSERT_GT(st.disk_entries, 0);
+    file_bytes = static_cast<size_t>(st.disk_bytes / st.disk_entries);
+  }
+  fs::remove_all(dir.path);
+  o.kv_store_bytes = 6 * file_bytes;  // six blocks
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) prompts.push_back(RandomPrompt(&rng, kPromptLen, m.config.vocab_size));
+  const auto d = RandomPrompt(&rng, 33, m.config.vocab_size);  // 4 reusable blocks: fits
+  {
+    auto e = MakeEngine(m, o);
+    ASSERT_TRUE(e);
+    for (const auto& p : prompts) {
+      RunOne(*e, p);
+      e->FlushKvTiers();
+      const KvTierStats st = e->Stats().kv_tiers;
+      EXPECT_LE(static_cast<size_t>(st.disk_bytes), o.kv_store_bytes);
+      EXPECT_LE(st.disk_entries, 6);
+    }
+    EXPECT_GT(e->Stats().kv_tiers.disk_evictions, 0);
+    RunOne(*e, d);
+    e->FlushKvTiers();
+    EXPECT_LE(static_cast<int>(StoreFiles(dir.path).size()), 6);
+  }
+  auto e = MakeEngine(m, o);
+  ASSERT_TRUE(e);
+  const RequestResult got = RunOne(*e, d);
+  ExpectSameResults({Cold(m, d)}, {got}, "hit from a full store");
+  EXPECT_EQ(got.cached_tokens, 32);
+  EXPECT_EQ(e->Stats().kv_tiers.disk_hits, 4);
+  // The evicted prompts are misses now, and still right.
+  const RequestResult old = RunOne(*e, prompts[0]);
+  ExpectSameResults({Cold(m, prompts[0])}, {old}, "an evicted prompt");
+}
+
+// The flags refuse what the tiers cannot store exactly, naming why.
+TEST(KvTiersTest, RefusesWithoutPrefixCacheAndWithoutSize) {
+  const Model& m = TierModel();
+  EngineOptions o = TierEngine();
+  o.kv_offload_ram_bytes = size_t{1} << 20;
+  o.prefix_caching = false;
+  auto e = Engine::Create(m, o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("prefix cache"), std::string::npos);
+  o = TierEngine();
+  o.kv_store_dir = "/nonexistent-dir-for-test";
+  auto e2 = Engine::Create(m, o);
+  ASSERT_FALSE(e2.ok());
+  EXPECT_NE(e2.status().message().find("--kv-store-size"), std::string::npos);
+}
+
+// A hybrid cache (sliding-window groups) is refused with the reason and the way out (--swa-full), and works
+// with --swa-full: one full-attention group whose blocks the tiers store whole.
+TEST(KvTiersTest, SlidingWindowModelsNeedSwaFull) {
+  TinySpec spec = SmallSpec(Arch::kGemma3);
+  spec.layers = 3;
+  spec.window = 16;
+  spec.swa_period = 3;
+  auto m = MakeTiny(spec, "tiers_gemma3");
+  ASSERT_TRUE(m);
+  EngineOptions o = TierEngine();
+  o.kv_offload_ram_bytes = size_t{64} << 20;
+  auto refused = Engine::Create(*m, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("sliding-window"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("--swa-full"), std::string::npos);
+  o.swa_full = true;
+  std::mt19937 rng(505);
+  const auto a = RandomPrompt(&rng, kPromptLen, m->config.vocab_size);
+  EngineOptions cold = TierEngine();
+  cold.prefix_caching = false;
+  cold.swa_full = true;
+  auto ce = MakeEngine(*m, cold);
+  ASSERT_TRUE(ce);
+  const RequestResult ref = RunOne(*ce, a);
+  auto e = MakeEngine(*m, o);
+  ASSERT_TRUE(e);
+  RunOne(*e, a);
+  e->EvictCachedKv(false);  // as memory pressure would
+  e->FlushKvTiers();
+  const RequestResult again = RunOne(*e, a);
+  ExpectSameResults({ref}, {again}, "RAM hit with --swa-full");
+  EXPECT_EQ(again.cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits, kFullHit / 8);
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
