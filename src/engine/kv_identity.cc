@@ -56,6 +56,16 @@ uint64_t ModelKvDigest(const Model& m, const KvLayout& layout, DType kv_dtype, i
   d.Pod(c.mla);
   for (double v : {c.rope_theta, c.rope_theta_swa, c.rope_linear_factor}) d.Pod(v);
   d.Pod(static_cast<int>(c.rope_style));
+  // Everything else that changes a K/V row's bits: YaRN (an HF gpt-oss with truncate: false and its GGUF
+  // conversion hold the same weights but rotate differently), the windowed layers' RoPE scaling, norms.
+  for (double v : {c.yarn.factor, c.yarn.original_ctx, c.yarn.beta_fast, c.yarn.beta_slow, c.dsv4.compress_rope_theta})
+    d.Pod(v);
+  d.Pod(c.yarn.mscale);
+  d.Pod(c.yarn.truncate);
+  d.Pod(c.swa_rope_scaled);
+  d.Pod(c.rms_eps);
+  d.Pod(c.query_pre_attn_scalar);
+  d.Pod(static_cast<int>(c.qk_norm));
   if (!c.rope_freq_factors.empty())
     d.Bytes(c.rope_freq_factors.data(), c.rope_freq_factors.size() * sizeof(float));
   for (int l = 0; l < c.n_layers; ++l) d.Pod(c.LayerWindow(l));

@@ -14,6 +14,16 @@ void PutParams(Writer& w, const RequestParams& p) {
   w.Put(p.ignore_eos), w.Put(p.logprobs), w.Put(p.include_stop_str_in_output);
   w.Put(p.priority);  // every rank's scheduler must order the same way
   w.PutString(p.grammar ? p.grammar_source : std::string());
+  // The grammar's gate (gpt-oss's Harmony headers): without it another rank would constrain from the first token.
+  const GrammarGate& g = p.gate;
+  w.PutVector(g.header_begin);
+  w.Put<uint64_t>(g.markers.size());
+  for (const auto& [id, text] : g.markers) w.Put(id), w.PutString(text);
+  for (const std::vector<std::string>* headers : {&g.open_headers, &g.free_headers}) {
+    w.Put<uint64_t>(headers->size());
+    for (const std::string& h : *headers) w.PutString(h);
+  }
+  w.Put(g.feed_header);
 }
 
 RequestParams GetParams(Reader& r) {
@@ -35,6 +45,18 @@ RequestParams GetParams(Reader& r) {
     auto g = grammar::ParseGbnf(p.grammar_source);
     if (g.ok()) p.grammar = *g;
   }
+  GrammarGate& g = p.gate;
+  g.header_begin = r.GetVector<int32_t>();
+  const uint64_t markers = r.Get<uint64_t>();
+  for (uint64_t i = 0; i < markers && r.ok(); ++i) {
+    const int32_t id = r.Get<int32_t>();
+    g.markers.emplace_back(id, r.GetString());
+  }
+  for (std::vector<std::string>* headers : {&g.open_headers, &g.free_headers}) {
+    const uint64_t count = r.Get<uint64_t>();
+    for (uint64_t i = 0; i < count && r.ok(); ++i) headers->push_back(r.GetString());
+  }
+  g.feed_header = r.Get<bool>();
   return p;
 }
 

@@ -181,9 +181,9 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
   const std::string tmp = path + tmp_suffix;
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   bool ok = fd >= 0 && WriteAll(fd, &h, sizeof h) && WriteAll(fd, data, n) && ::fsync(fd) == 0;
-  const int err = errno;
-  if (fd >= 0) ok = (::close(fd) == 0) && ok;
-  if (ok) ok = ::rename(tmp.c_str(), path.c_str()) == 0;
+  int err = ok ? 0 : errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) ok = false, err = errno;
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;  // the cause named is the step that failed
   if (!ok) {
     ::unlink(tmp.c_str());
     std::lock_guard<std::mutex> lock(mu_);

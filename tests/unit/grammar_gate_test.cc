@@ -9,6 +9,7 @@
 
 #include "engine/grammar_gate.h"
 #include "engine/grammar_mask.h"
+#include "engine/wire.h"
 #include "grammar/compile.h"
 #include "grammar/matcher.h"
 #include "grammar/token_sets.h"
@@ -198,6 +199,29 @@ TEST(GrammarGate, HarmonyToolCallHeaderPicksTheFunctionsSchema) {
   GrammarGate only;
   ASSERT_TRUE(HarmonyToolCallGbnf(tools, "g", grammar::JsonWhitespace::kCompact, t, &only).ok());
   for (const std::string& h : only.open_headers) EXPECT_NE(h.find("functions.g"), std::string::npos) << h;
+}
+
+// Multi-process runs send each request's parameters to the other ranks: the gate must arrive whole, or those
+// ranks would constrain from the first token.
+TEST(GrammarGate, TravelsToOtherRanksWhole) {
+  RequestParams p;
+  p.gate.header_begin = {200006};
+  p.gate.markers = {{200005, "<|channel|>"}, {200008, "<|message|>"}};
+  p.gate.open_headers = {"assistant<|channel|>final<|message|>", "assistant<|channel|>final <|constrain|>json<|message|>"};
+  p.gate.free_headers = {"assistant<|channel|>analysis<|message|>"};
+  p.gate.feed_header = true;
+  p.priority = 3;
+  wire::Writer w;
+  wire::PutParams(w, p);
+  wire::Reader r(w.bytes().data(), w.bytes().size());
+  const RequestParams q = wire::GetParams(r);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(q.gate.header_begin, p.gate.header_begin);
+  EXPECT_EQ(q.gate.markers, p.gate.markers);
+  EXPECT_EQ(q.gate.open_headers, p.gate.open_headers);
+  EXPECT_EQ(q.gate.free_headers, p.gate.free_headers);
+  EXPECT_TRUE(q.gate.feed_header);
+  EXPECT_EQ(q.priority, 3);
 }
 
 }  // namespace

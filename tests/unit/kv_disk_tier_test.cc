@@ -155,30 +155,5 @@ TEST(KvDiskTierTest, EvictsLeastRecentlyUsed) {
   EXPECT_TRUE(Read(*t, 3, &out, &scratch));
 }
 
-// Measurement, not run by default (10,000 fsynced writes take a while on a slow disk): how long a restart takes to
-// index a 10,000-entry store. Run: build/tests/kv_store_tests --gtest_also_run_disabled_tests
-// --gtest_filter='*TenThousand*'
-TEST(KvDiskTierTest, DISABLED_TenThousandEntriesReopenInSeconds) {
-  TempDir dir("tenk");
-  constexpr int kEntries = 10000;
-  {
-    auto t = Open(dir.path, size_t{1} << 30);
-    ASSERT_TRUE(t);
-    const std::vector<uint8_t> p = Payload(0);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < kEntries; ++i) t->Put(Key(i), Chain(i), 0, kTokens, p.data(), p.size());
-    t->SyncDirectory();
-    std::printf("wrote %d entries in %.2f s\n", kEntries,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  KvDiskTier::OpenReport rep;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto t = Open(dir.path, size_t{1} << 30, &rep);
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("reopened %lld entries in %.3f s\n", static_cast<long long>(rep.entries), s);
-  EXPECT_EQ(rep.entries, kEntries);
-  EXPECT_LT(s, 10.0);
-}
-
 }  // namespace
 }  // namespace deepinfer

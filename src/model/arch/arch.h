@@ -59,6 +59,9 @@ class GgufConfigReader {
   StatusOr<std::vector<double>> Numbers(const char* key) const;
   // A boolean stored as bool or integer; def when missing.
   bool Bool(const char* key, bool def) const;
+  // rope.scaling of type yarn: its factor and original context into *y (true), false when the type is missing or
+  // something else (the family refuses what it does not run); out-of-range values are an error.
+  StatusOr<bool> Yarn(YarnParams* y) const;
   const GgufFile& file() const { return g_; }
   Status Invalid(const std::string& what) const { return InvalidArgument(path_ + ": " + what); }
   const std::string& path() const { return path_; }

@@ -180,15 +180,9 @@ Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
     v.index_head_dim = static_cast<int>(id);
     v.index_topk = static_cast<int>(ik);
   }
-  if (auto t = g.String("rope.scaling.type"); t.ok() && *t == "yarn") {
-    auto f = g.Float("rope.scaling.factor");
-    DI_ASSIGN_OR_RETURN(int64_t oc, g.Int("rope.scaling.original_context_length", 0, true));
-    if (!f.ok() || !(*f >= 1 && *f < 1e6) || oc <= 0) return g.Invalid("rope.scaling yarn needs factor >= 1 and original_context_length");
-    c->yarn.factor = *f;
-    c->yarn.original_ctx = static_cast<double>(oc);
-  } else if (t.ok() && *t != "none") {
+  DI_ASSIGN_OR_RETURN(const bool yarn, g.Yarn(&c->yarn));
+  if (auto t = g.String("rope.scaling.type"); !yarn && t.ok() && *t != "none")
     return Unimplemented(g.path() + ": deepseek4 with rope.scaling.type '" + *t + "'");
-  }
   return Finish(c, g.path());
 }
 

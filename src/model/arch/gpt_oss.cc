@@ -92,17 +92,13 @@ Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   c->sliding_window = static_cast<int>(window);
   c->swa_layers = SwaLayerPattern(c->n_layers, static_cast<int>(period));
   if (auto v = g.Float("rope.freq_base_swa"); v.ok()) c->rope_theta_swa = *v;
-  if (auto t = g.String("rope.scaling.type"); t.ok() && *t == "yarn") {
-    auto f = g.Float("rope.scaling.factor");
-    DI_ASSIGN_OR_RETURN(int64_t oc, g.Int("rope.scaling.original_context_length", 0, true));
-    if (!f.ok() || !(*f >= 1 && *f < 1e6) || oc <= 0) return g.Invalid("rope.scaling yarn needs factor >= 1 and original_context_length");
-    c->yarn.factor = *f;
-    c->yarn.original_ctx = static_cast<double>(oc);
+  DI_ASSIGN_OR_RETURN(const bool yarn, g.Yarn(&c->yarn));
+  if (yarn) {
     // llama.cpp's gpt-oss keeps beta_fast 32 / beta_slow 1 whatever the file says, and rounds the ramp's ends.
     double attn_factor = 1.0;
     if (auto a = g.Float("rope.scaling.attn_factor"); a.ok()) attn_factor = *a;
     c->yarn.mscale = YarnMscale(c->yarn.factor) * static_cast<float>(attn_factor);
-  } else if (t.ok() && *t != "none") {
+  } else if (auto t = g.String("rope.scaling.type"); t.ok() && *t != "none") {
     return Unimplemented(g.path() + ": gpt-oss with rope.scaling.type '" + *t + "' is not supported");
   }
   SetFamilyRules(c);

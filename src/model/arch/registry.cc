@@ -157,4 +157,15 @@ bool GgufConfigReader::Bool(const char* k, bool def) const {
   return def;
 }
 
+StatusOr<bool> GgufConfigReader::Yarn(YarnParams* y) const {
+  auto t = String("rope.scaling.type");
+  if (!t.ok() || *t != "yarn") return false;
+  auto f = Float("rope.scaling.factor");
+  DI_ASSIGN_OR_RETURN(int64_t oc, Int("rope.scaling.original_context_length", 0, true));
+  if (!f.ok() || !(*f >= 1 && *f < 1e6) || oc <= 0) return Invalid("rope.scaling yarn needs factor >= 1 and original_context_length");
+  y->factor = *f;
+  y->original_ctx = static_cast<double>(oc);
+  return true;
+}
+
 }  // namespace deepinfer

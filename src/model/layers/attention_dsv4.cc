@@ -45,7 +45,12 @@ Dsv4Attention::Dsv4Attention(const Ops& ops, const ModelConfig& c, int max_token
   int ring_planes = 0;
   for (const Dsv4KvLayer& k : kv_layers_) ring_planes = std::max(ring_planes, k.ring_planes);
   ring_.resize(m * std::max(1, ring_planes) * hd_);
-  comp_.resize(static_cast<size_t>(std::max(hd_, idx_hd_)));
+  const size_t widest = static_cast<size_t>(std::max(hd_, idx_hd_));
+  comp_.resize(widest);
+  packed_.resize(m * std::max(1, ring_planes) * hd_);
+  tmp_.resize(m * 2 * widest);  // CSA's compressor: 2 hd; the indexer's: 2 index_head_dim
+  cand_vals_.resize(128 * widest);  // HCA's 128 positions (CSA: 2 x 4)
+  cand_scores_.resize(cand_vals_.size());
   o_.resize(q_.size());
   z_.resize(m * groups_ * o_lora_);
   idx_q_.resize(m * std::max(1, idx_heads_ * idx_hd_));
@@ -79,15 +84,16 @@ const float* Dsv4Attention::Row(const PagedKvCache& kv, int layer, int32_t slot,
 }
 
 void Dsv4Attention::CompressBlock(const PagedKvCache& kv, const Dsv4KvLayer& kl, const BatchView& b, int seq, int ratio,
-                                  int block, int hd, int kv_off, int score_off, int width, const std::vector<float>& norm,
-                                  float* row) const {
+                                  int block, int hd, int kv_off, int score_off, const std::vector<float>& norm, float* row) {
   // The candidates: CSA pools the previous block's tokens through the first half of the projections and its
   // own through the second; HCA its own tokens through the whole width. A block before position 0 has none.
   const bool overlap = ratio == 4;
   const int first = overlap ? ratio * block - ratio : ratio * block;
   const int count = overlap ? 2 * ratio : ratio;
-  std::vector<float> vals(static_cast<size_t>(count) * hd), scores(static_cast<size_t>(count) * hd, kNegInf);
-  std::fill(vals.begin(), vals.end(), 0.f);
+  std::vector<float>& vals = cand_vals_;
+  std::vector<float>& scores = cand_scores_;
+  std::fill_n(vals.begin(), static_cast<size_t>(count) * hd, 0.f);
+  std::fill_n(scores.begin(), static_cast<size_t>(count) * hd, kNegInf);
   const int planes = kl.ring_planes;
   for (int j = 0; j < count; ++j) {
     const int p = first + j;
@@ -102,7 +108,6 @@ void Dsv4Attention::CompressBlock(const PagedKvCache& kv, const Dsv4KvLayer& kl,
     std::memcpy(vals.data() + static_cast<size_t>(j) * hd, row_a_.data() + kv_off + half, sizeof(float) * hd);
     std::memcpy(scores.data() + static_cast<size_t>(j) * hd, row_a_.data() + score_off + half, sizeof(float) * hd);
   }
-  (void)width;
   for (int ch = 0; ch < hd; ++ch) {
     float mx = kNegInf;
     for (int j = 0; j < count; ++j) mx = std::max(mx, scores[static_cast<size_t>(j) * hd + ch]);
@@ -149,12 +154,14 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
     // into the ring planes, plane-major so that each plane's n rows are contiguous for the write.
     const int cw = (ratio == 4 ? 2 : 1) * hd, iw = 2 * idx_hd_, planes = kl.ring_planes;
     const int row_w = planes * hd;
-    std::vector<float> packed(static_cast<size_t>(n) * row_w, 0.f), tmp(static_cast<size_t>(n) * std::max(cw, iw));
+    float* packed = packed_.data();
+    float* tmp = tmp_.data();
+    std::fill_n(packed, static_cast<size_t>(n) * row_w, 0.f);
     auto put = [&](const TensorView& proj, const std::vector<float>* ape, int width, int off) {
-      ops_.MatMul(proj, xn, n, tmp.data());
+      ops_.MatMul(proj, xn, n, tmp);
       for (int i = 0; i < n; ++i) {
-        float* dst = packed.data() + static_cast<size_t>(i) * row_w + off;
-        const float* src = tmp.data() + static_cast<size_t>(i) * width;
+        float* dst = packed + static_cast<size_t>(i) * row_w + off;
+        const float* src = tmp + static_cast<size_t>(i) * width;
         const float* bias = ape ? ape->data() + static_cast<size_t>(b.pos[i] % ratio) * width : nullptr;
         for (int j = 0; j < width; ++j) dst[j] = bias ? src[j] + bias[j] : src[j];
       }
@@ -168,26 +175,27 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
     for (int pl = 0; pl < planes; ++pl) {
       float* plane = ring_.data() + static_cast<size_t>(pl) * n * hd;
       for (int i = 0; i < n; ++i)
-        std::memcpy(plane + static_cast<size_t>(i) * hd, packed.data() + static_cast<size_t>(i) * row_w + pl * hd, sizeof(float) * hd);
+        std::memcpy(plane + static_cast<size_t>(i) * hd, packed + static_cast<size_t>(i) * row_w + pl * hd, sizeof(float) * hd);
       DI_RETURN_IF_ERROR(WriteBatchKv(b.ForGroup(kv.group_of(kl.ring + pl)), kv, kl.ring + pl, plane, nullptr));
     }
     // Blocks the batch completes: their rows go to the slot of the closing token (skipped where the cache
     // already holds that position, slot -1: a prefix hit's replayed rows).
     comp = &b.ForGroup(kv.group_of(kl.comp));
     const BatchView* index = ratio == 4 ? &b.ForGroup(kv.group_of(kl.index_key)) : nullptr;
-    std::vector<float> key(static_cast<size_t>(hd), 0.f);
+    float* key = comp_.data();
     for (int s = 0; s < b.num_seqs; ++s) {
       const AttnSeq& rs = comp->seqs[s];
       for (int i = 0; i < rs.m; ++i) {
         const int p = rs.start + i, r = static_cast<int>(rs.q_row) + i;
         if ((p + 1) % ratio != 0 || comp->kv_slots[r] < 0) continue;
         const int block = (p + 1) / ratio - 1;
-        CompressBlock(kv, kl, b, s, ratio, block, hd, 0, cw, cw, w.comp_norm, key.data());
-        kv.Write(kl.comp, key.data(), nullptr, &comp->kv_slots[r], 1);
+        std::fill_n(key, hd, 0.f);
+        CompressBlock(kv, kl, b, s, ratio, block, hd, 0, cw, w.comp_norm, key);
+        kv.Write(kl.comp, key, nullptr, &comp->kv_slots[r], 1);
         if (index && index->kv_slots[r] >= 0) {
-          std::fill(key.begin(), key.end(), 0.f);
-          CompressBlock(kv, kl, b, s, ratio, block, idx_hd_, 2 * cw, 2 * cw + iw, iw, w.idx_comp_norm, key.data());
-          kv.Write(kl.index_key, key.data(), nullptr, &index->kv_slots[r], 1);
+          std::fill_n(key, hd, 0.f);
+          CompressBlock(kv, kl, b, s, ratio, block, idx_hd_, 2 * cw, 2 * cw + iw, w.idx_comp_norm, key);
+          kv.Write(kl.index_key, key, nullptr, &index->kv_slots[r], 1);
         }
       }
     }
@@ -202,9 +210,9 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
   }
 
   // Attention per query row over its window and the compressed rows it may see.
-  std::vector<const float*> keys;
-  std::vector<std::vector<float>> owned;  // converted rows when the cache is not f32
-  std::vector<float> logits;
+  std::vector<const float*>& keys = keys_;
+  std::vector<std::vector<float>>& owned = owned_;  // converted rows when the cache is not f32 (kept between calls)
+  std::vector<float>& logits = logits_;
   for (int s = 0; s < b.num_seqs; ++s) {
     const AttnSeq& rq = raw.seqs[s];
     for (int i = 0; i < rq.m; ++i) {

@@ -52,10 +52,10 @@ class Dsv4Attention {
   // pos[i]; inverse turns the other way.
   void TailRope(const RopeTable& t, float* x, int n, int heads, int hd, const int32_t* pos, bool inverse) const;
   // One block's compressed row (width `hd`): the per-channel softmax over the block's scored inputs (and, for
-  // CSA, the previous block's) of sequence `seq` of the batch, RMSNorm, RoPE at the block's first position. ring_off: where the block's kv and
-  // score vectors start in a packed ring row; width: the compressor's output width (c * hd).
+  // CSA, the previous block's) of sequence `seq` of the batch, RMSNorm, RoPE at the block's first position.
+  // kv_off / score_off: where the block's kv and score vectors start in a packed ring row.
   void CompressBlock(const PagedKvCache& kv, const Dsv4KvLayer& kl, const BatchView& b, int seq, int ratio, int block,
-                     int hd, int kv_off, int score_off, int width, const std::vector<float>& norm, float* row) const;
+                     int hd, int kv_off, int score_off, const std::vector<float>& norm, float* row);
   // A cache row of `layer` at `slot` as f32 (kept in row_ if the cache is not f32).
   const float* Row(const PagedKvCache& kv, int layer, int32_t slot, float* scratch) const;
 
@@ -67,7 +67,14 @@ class Dsv4Attention {
   float eps_, scale_;
   RopeTable rope_plain_, rope_compress_;
   std::vector<float> ones_;
-  std::vector<float> qr_, q_, kv_, ring_, comp_, o_, z_, idx_q_, idx_w_, scores_, probs_, keys_;
+  // Scratch sized at construction (max_tokens rows), so a forward allocates nothing: the projections, the packed
+  // compressor inputs (packed_, tmp_), one compressed row (comp_), a block's candidates (cand_vals_ /
+  // cand_scores_: up to 128 positions), each query row's keys (keys_, converted into owned_ when the cache is not
+  // f32) and logits.
+  std::vector<float> qr_, q_, kv_, ring_, packed_, tmp_, comp_, cand_vals_, cand_scores_, o_, z_, idx_q_, idx_w_,
+      scores_, logits_;
+  std::vector<const float*> keys_;
+  std::vector<std::vector<float>> owned_;
   std::vector<int32_t> picked_;
   mutable std::vector<float> row_a_, row_b_;
 };

@@ -47,22 +47,19 @@ void HyperConnection::Sinkhorn(float* c) const {
     const float inv = static_cast<float>(1.0 / sum);
     for (int d = 0; d < h; ++d) col[d] = col[d] * inv + hc_eps_;
   }
-  auto over_src = [&] {  // each destination's row normalized over the sources
-    for (int dst = 0; dst < h; ++dst) {
+  // Element (dst, src) is c[dst + h * src]: normalizing each of h lines of h elements, a line `stride` apart from
+  // the next and its elements `step` apart, in the same summation order either way.
+  auto normalize = [&](int stride, int step) {
+    for (int line = 0; line < h; ++line) {
+      float* v = c + static_cast<ptrdiff_t>(line) * stride;
       float s = 0;
-      for (int src = 0; src < h; ++src) s += c[dst + h * src];
+      for (int k = 0; k < h; ++k) s += v[k * step];
       s += hc_eps_;
-      for (int src = 0; src < h; ++src) c[dst + h * src] /= s;
+      for (int k = 0; k < h; ++k) v[k * step] /= s;
     }
   };
-  auto over_dst = [&] {  // each source's column normalized over the destinations
-    for (int src = 0; src < h; ++src) {
-      float s = 0;
-      for (int dst = 0; dst < h; ++dst) s += c[dst + h * src];
-      s += hc_eps_;
-      for (int dst = 0; dst < h; ++dst) c[dst + h * src] /= s;
-    }
-  };
+  auto over_src = [&] { normalize(1, h); };  // each destination's row over the sources
+  auto over_dst = [&] { normalize(h, 1); };  // each source's column over the destinations
   over_src();
   for (int i = 1; i < iters_; ++i) {
     over_dst();
