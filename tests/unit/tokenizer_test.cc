@@ -87,8 +87,11 @@ TEST(TokenizerTest, SpmEncoderMatchesTheNaiveMergeOnRandomText) {
   }
 }
 
-// The merge used to rescan every pair after each merge (quadratic: ~40 s for 60 KB). 8x the text must cost
-// about 8x the time; the bound (16x, and 1 MB in under 5 s) leaves room for a loaded machine, not for n^2 (64x).
+// The merge used to rescan every pair after each merge (quadratic: ~40 s for 60 KB). 8x the text must cost about
+// 8x the time. The heap merge is O(n log n) and its symbols and heap (~48 bytes per input byte) outgrow the caches:
+// on a quiet machine a byte costs ~200 ns up to 256 KB, ~530 ns at 1 MB and ~830 ns at 8 MB, so 1 MB -> 8 MB reads
+// ~12.5x, and under a parallel ctest sharing the caches it read 17.3x. The bound is n^1.5 (24x, the midpoint between
+// linear and quadratic on a log scale, as HfTokenizerTest.EncodeIsLinearInInputSize has it); n^2 would read 64x.
 TEST(TokenizerTest, SpmEncodeScalesLinearly) {
   auto t = Stories();
   std::string mb;
@@ -112,7 +115,7 @@ TEST(TokenizerTest, SpmEncodeScalesLinearly) {
   const double t1 = std::min(time(mb), time(mb));
   const double t8 = time(mb8);
   EXPECT_LT(t1, 5.0);
-  EXPECT_LT(t8, 16 * t1 + 0.05) << "1 MB: " << t1 << " s, 8 MB: " << t8 << " s";
+  EXPECT_LT(t8, 24 * t1 + 0.05) << "1 MB: " << t1 << " s, 8 MB: " << t8 << " s";
 }
 
 TEST(TokenizerTest, StreamDecoderNeverSplitsUtf8AndConcatenatesToDecode) {
