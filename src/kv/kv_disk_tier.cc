@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -50,6 +51,10 @@ bool ReadAll(int fd, void* p, size_t n) {
     n -= static_cast<size_t>(r);
   }
   return true;
+}
+
+int64_t SteadySeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 // The header checks that need no payload: magic, version, layout, its own checksum.
@@ -106,6 +111,10 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
       ++rep.foreign;  // another model's entry: never served here, and not ours to delete
       continue;
     }
+    if (read_ok && std::memcmp(h.magic, kDiskBlockMagic, sizeof h.magic) == 0 && h.version != kDiskBlockVersion) {
+      ++rep.foreign;  // another deepinfer version's entry (a server of that version may share the directory)
+      continue;
+    }
     const bool ok = read_ok && HeaderValid(h) && TierKey(model_digest, h.chain_hash) == key &&
                     static_cast<uint64_t>(st.st_size) == sizeof h + uint64_t{h.num_tokens} * 4 + h.kv_bytes;
     if (!ok) {
@@ -127,7 +136,7 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
     e.lru_pos = t->lru_.insert(t->lru_.end(), f.key);
     t->bytes_ += f.bytes;
   }
-  t->EvictPastCapacity();
+  t->Unlink(t->EvictDownTo(t->capacity_));
   rep.entries = static_cast<int64_t>(t->map_.size());
   rep.bytes = t->bytes_;
   if (report) *report = rep;
@@ -142,13 +151,18 @@ void KvDiskTier::Forget(uint64_t key) {
   map_.erase(it);
 }
 
-void KvDiskTier::EvictPastCapacity() {
-  while (bytes_ > capacity_ && !lru_.empty()) {
-    const uint64_t key = lru_.front();
-    ::unlink(PathOf(key).c_str());
-    Forget(key);
+std::vector<uint64_t> KvDiskTier::EvictDownTo(size_t limit) {
+  std::vector<uint64_t> victims;
+  while (bytes_ > limit && !lru_.empty()) {
+    victims.push_back(lru_.front());
+    Forget(lru_.front());
     ++evictions_;
   }
+  return victims;
+}
+
+void KvDiskTier::Unlink(const std::vector<uint64_t>& keys) const {
+  for (uint64_t key : keys) ::unlink(PathOf(key).c_str());
 }
 
 size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, uint32_t num_tokens,
@@ -176,30 +190,69 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
   h.payload_checksum = Checksum64(data, n);
   h.header_checksum = HeaderChecksum(h);
   const std::string path = PathOf(key);
-  char tmp_suffix[64];
-  std::snprintf(tmp_suffix, sizeof tmp_suffix, ".%d.%" PRIu64 ".tmp", static_cast<int>(::getpid()), temp_seq_++);
-  const std::string tmp = path + tmp_suffix;
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  bool ok = fd >= 0 && WriteAll(fd, &h, sizeof h) && WriteAll(fd, data, n) && ::fsync(fd) == 0;
-  int err = ok ? 0 : errno;
-  if (fd >= 0 && ::close(fd) != 0 && ok) ok = false, err = errno;
-  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) ok = false, err = errno;  // the cause named is the step that failed
+  int err = 0;
+  bool ok = WriteFile(path, h, data, n, &err);
+  if (!ok && (err == ENOSPC || err == EDQUOT)) {
+    // The disk (or a quota) filled below --kv-store-size: other files, another server, or a capacity larger than
+    // the disk. Make room by evicting the least recent entries (this entry's size, or a sixteenth of what is
+    // stored, whichever is more, so that a full disk does not cost one failed write per block), retry once, and
+    // from now on keep the store below the size it reached: the disk's real capacity for it.
+    std::vector<uint64_t> victims;
+    size_t limit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      limit = bytes_ > std::max(file_bytes, bytes_ / 16) ? bytes_ - std::max(file_bytes, bytes_ / 16) : 0;
+      if (!found_full_ || limit < full_limit_) full_limit_ = limit;
+      found_full_ = true;
+      if (disk_full_events_++ == 0)
+        DI_LOG_WARN("kv store: the disk under %s is full at %.1f MiB stored (--kv-store-size %.1f MiB); evicting the "
+                    "least recent entries and keeping the store below %.1f MiB from now on", dir_.c_str(),
+                    static_cast<double>(bytes_) / (1 << 20), static_cast<double>(capacity_) / (1 << 20),
+                    static_cast<double>(limit) / (1 << 20));
+      victims = EvictDownTo(limit);
+    }
+    Unlink(victims);
+    ok = !victims.empty() && WriteFile(path, h, data, n, &err);
+  }
   if (!ok) {
-    ::unlink(tmp.c_str());
     std::lock_guard<std::mutex> lock(mu_);
-    if (write_errors_++ == 0)  // once: a full disk would otherwise log every block
+    if (write_errors_++ == 0)  // once: a failing disk would otherwise log every block
       DI_LOG_WARN("kv store: cannot write %s (%s); entries that do not fit are skipped", path.c_str(), std::strerror(err));
     return 0;
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!map_.count(key)) {
-    Entry& e = map_[key];
-    e.bytes = file_bytes;
-    e.lru_pos = lru_.insert(lru_.end(), key);
-    bytes_ += file_bytes;
+  std::vector<uint64_t> victims;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!map_.count(key)) {
+      Entry& e = map_[key];
+      e.bytes = file_bytes;
+      e.lru_pos = lru_.insert(lru_.end(), key);
+      e.time_s = SteadySeconds();
+      bytes_ += file_bytes;
+    }
+    victims = EvictDownTo(found_full_ ? std::min(capacity_, full_limit_) : capacity_);
   }
-  EvictPastCapacity();
+  // Outside the lock: the engine thread's reads never wait on the unlinks. Only this (the writer) thread stores,
+  // so no Put of an evicted key can run between the eviction and its unlink.
+  Unlink(victims);
   return file_bytes;
+}
+
+bool KvDiskTier::WriteFile(const std::string& path, const DiskBlockHeader& h, const uint8_t* data, size_t n,
+                           int* err) {
+  char tmp_suffix[64];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::snprintf(tmp_suffix, sizeof tmp_suffix, ".%d.%" PRIu64 ".tmp", static_cast<int>(::getpid()), temp_seq_++);
+  }
+  const std::string tmp = path + tmp_suffix;
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && WriteAll(fd, &h, sizeof h) && WriteAll(fd, data, n) && ::fsync(fd) == 0;
+  *err = ok ? 0 : errno;
+  if (fd >= 0 && ::close(fd) != 0 && ok) ok = false, *err = errno;
+  if (ok && ::rename(tmp.c_str(), path.c_str()) != 0) ok = false, *err = errno;  // the cause named is the step that failed
+  if (!ok) ::unlink(tmp.c_str());
+  return ok;
 }
 
 bool KvDiskTier::Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, const uint8_t* prefix, size_t prefix_n,
@@ -251,6 +304,21 @@ void KvDiskTier::SyncDirectory() {
   }
 }
 
+bool KvDiskTier::Touch(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  lru_.splice(lru_.end(), lru_, it->second.lru_pos);
+  const int64_t now = SteadySeconds();
+  if (now - it->second.time_s < 60) return false;
+  it->second.time_s = now;
+  return true;
+}
+
+void KvDiskTier::RefreshTime(uint64_t key) const {
+  (void)::utimensat(AT_FDCWD, PathOf(key).c_str(), nullptr, 0);  // gone meanwhile (evicted): nothing to order
+}
+
 bool KvDiskTier::Contains(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return map_.count(key) != 0;
@@ -279,6 +347,16 @@ int64_t KvDiskTier::write_errors() const {
 int64_t KvDiskTier::evictions() const {
   std::lock_guard<std::mutex> lock(mu_);
   return evictions_;
+}
+
+int64_t KvDiskTier::disk_full_events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return disk_full_events_;
+}
+
+size_t KvDiskTier::effective_capacity() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return found_full_ ? std::min(capacity_, full_limit_) : capacity_;
 }
 
 }  // namespace deepinfer

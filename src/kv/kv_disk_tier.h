@@ -7,7 +7,11 @@
 // read validates the header (magic, version, model digest, chain and parent hash, sizes, header checksum) and
 // the payload checksum: anything that does not validate is a miss, and the file is removed. At start-up (Open)
 // each file's header is checked; files that fail are removed and counted as rejected, files of another model
-// (another digest) are left alone for whoever owns them and counted as foreign.
+// (another digest) or of another format version are left alone for whoever owns them and counted as foreign.
+//
+// A full disk: a write that fails with ENOSPC or EDQUOT below the capacity evicts the least recent entries and
+// retries once, and the store then keeps below the size it had reached (effective_capacity): the service
+// degrades to a smaller store, logged once and counted (disk_full_events), and never fails a request.
 //
 // Thread-safe: the tiers' writer thread stores and evicts, the engine thread reads.
 #pragma once
@@ -23,6 +27,8 @@
 #include "deepinfer/status.h"
 
 namespace deepinfer {
+
+struct DiskBlockHeader;  // kv/kv_tier_format.h
 
 class KvDiskTier {
  public:
@@ -51,22 +57,35 @@ class KvDiskTier {
   bool Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, const uint8_t* prefix, size_t prefix_n,
            uint8_t* out, size_t n, std::vector<uint8_t>* scratch);
   bool Contains(uint64_t key) const;
+  // Marks the entry most recent (the pool served this block). Returns true when its file's modification time,
+  // which orders the entries after a restart, should be refreshed (RefreshTime, off the engine thread): at most
+  // once a minute per entry, so a hot prefix costs no system call per request.
+  bool Touch(uint64_t key);
+  void RefreshTime(uint64_t key) const;
 
   size_t bytes() const;
   size_t entries() const;
   int64_t rejected_reads() const;  // reads that failed validation (corrupt, truncated, vanished)
   int64_t write_errors() const;
   int64_t evictions() const;
+  int64_t disk_full_events() const;  // writes that found the disk full (ENOSPC, EDQUOT)
+  size_t effective_capacity() const;  // the capacity, or less once the disk was found full
 
  private:
   KvDiskTier(std::string dir, size_t capacity, uint64_t digest) : dir_(std::move(dir)), capacity_(capacity), digest_(digest) {}
   std::string PathOf(uint64_t key) const;
   void Forget(uint64_t key);  // drops the index entry (mu_ held)
-  void EvictPastCapacity();   // mu_ held
+  // Drops least-recent index entries until the stored bytes are at most `limit` (mu_ held); returns their keys,
+  // whose files the caller unlinks after releasing mu_.
+  std::vector<uint64_t> EvictDownTo(size_t limit);
+  void Unlink(const std::vector<uint64_t>& keys) const;
+  // temp -> fsync -> rename; false with *err the failing step's errno.
+  bool WriteFile(const std::string& path, const DiskBlockHeader& h, const uint8_t* data, size_t n, int* err);
 
   struct Entry {
     size_t bytes = 0;
     std::list<uint64_t>::iterator lru_pos;
+    int64_t time_s = INT64_MIN / 2;  // steady seconds of the file's last write or time refresh (found at Open: never)
   };
   const std::string dir_;
   const size_t capacity_;
@@ -75,7 +94,9 @@ class KvDiskTier {
   std::unordered_map<uint64_t, Entry> map_;
   std::list<uint64_t> lru_;  // least recent first
   size_t bytes_ = 0;
-  int64_t rejected_reads_ = 0, write_errors_ = 0, evictions_ = 0;
+  int64_t rejected_reads_ = 0, write_errors_ = 0, evictions_ = 0, disk_full_events_ = 0;
+  bool found_full_ = false;
+  size_t full_limit_ = 0;  // once found_full_: the store's bound from then on
   uint64_t temp_seq_ = 0;
 };
 

@@ -42,6 +42,14 @@ bool KvRamTier::Get(uint64_t key, uint64_t parent_hash, const uint8_t* prefix, s
   return true;
 }
 
+bool KvRamTier::Touch(uint64_t key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = map_.find(key);
+  if (it == map_.end()) return false;
+  lru_.splice(lru_.end(), lru_, it->second.lru_pos);
+  return true;
+}
+
 bool KvRamTier::Contains(uint64_t key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return map_.count(key) != 0;

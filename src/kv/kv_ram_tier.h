@@ -25,6 +25,9 @@ class KvRamTier {
   // leading `prefix_n` bytes (the block's tokens) equal the caller's: the collision check. Marks it most recent.
   bool Get(uint64_t key, uint64_t parent_hash, const uint8_t* prefix, size_t prefix_n, uint8_t* out, size_t n);
   bool Contains(uint64_t key) const;
+  // Marks the entry most recent (the pool served this block: its prefix is in use, keep it longest). False when
+  // absent.
+  bool Touch(uint64_t key);
 
   size_t bytes() const;
   size_t entries() const;

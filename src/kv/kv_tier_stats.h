@@ -18,6 +18,9 @@ struct KvTierStats {
   double load_seconds = 0;
   // Disk entries that failed validation on read (served as misses), write errors (a full disk), evictions.
   int64_t disk_rejected_reads = 0, disk_write_errors = 0, disk_evictions = 0;
+  // Writes that found the disk full below --kv-store-size (the store then keeps below the size it had reached,
+  // which disk_capacity reports).
+  int64_t disk_full_events = 0;
   // The disk tier's start-up scan: files that failed validation (removed) and files of other models (left alone).
   int64_t disk_rejected_at_open = 0, disk_foreign_at_open = 0;
   // Sizes now.

@@ -119,6 +119,13 @@ void KvTiers::WriterLoop() {
     writing_ = true;
     if (job.promote) job.data = TakeBuffer();
     lock.unlock();
+    if (job.refresh_time) {  // no data, no queued bytes
+      disk_->RefreshTime(job.key);
+      lock.lock();
+      writing_ = false;
+      if (queue_.empty()) idle_cv_.notify_all();
+      continue;
+    }
     if (job.promote) {
       // Validated again as any read is (another server may have replaced or removed the file meanwhile).
       if (!disk_->Get(job.key, job.chain, job.parent, nullptr, 0, job.data.data(), entry_bytes_, &promote_scratch_))
@@ -184,10 +191,23 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
 
 int KvTiers::LoadPrefix(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table) {
   const int start = static_cast<int>(table->size());
-  if (start >= max_blocks) return 0;
   // The chain up to the pool's match (the blocks are the pool's; only their hashes are needed here).
+  // The pool's hits are touched in the tiers too: a prefix every request shares is served from the pool and never
+  // written again, and without this it would be the first the tiers evict (and the oldest file after a restart).
   uint64_t chain = kPrefixHashSeed;
-  for (int i = 0; i < start; ++i) chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
+  bool refresh = false;
+  for (int i = 0; i < start; ++i) {
+    chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
+    const uint64_t key = TierKey(opt_.model_digest, chain);
+    if (ram_) ram_->Touch(key);
+    if (disk_ && disk_->Touch(key)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Job{key, chain, 0, {}, false, true});
+      refresh = true;
+    }
+  }
+  if (refresh) cv_.notify_one();
+  if (start >= max_blocks) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   int added = 0;
   const int64_t ram_before = ram_hits_;
@@ -241,10 +261,11 @@ KvTierStats KvTiers::Stats() const {
   if (disk_) {
     s.disk_entries = static_cast<int64_t>(disk_->entries());
     s.disk_bytes = static_cast<int64_t>(disk_->bytes());
-    s.disk_capacity = static_cast<int64_t>(disk_->capacity());
+    s.disk_capacity = static_cast<int64_t>(disk_->effective_capacity());
     s.disk_rejected_reads = disk_->rejected_reads();
     s.disk_write_errors = disk_->write_errors();
     s.disk_evictions = disk_->evictions();
+    s.disk_full_events = disk_->disk_full_events();
     s.disk_rejected_at_open = open_report_.rejected;
     s.disk_foreign_at_open = open_report_.foreign;
   }

@@ -8,6 +8,8 @@
 // Read: at admission, after the pool's own match, LoadPrefix continues the match block by block into RAM, then
 // disk, loading each hit into a fresh pool block and publishing it there, so the request gets it as cached
 // tokens. The load runs on the engine thread at admission (a synchronous first version: the batch waits for it).
+// The blocks the pool itself matched are touched in the tiers (most recent), so that a prefix every request
+// shares, served from the pool and never written again, is not the first the tiers evict.
 //
 // Keys are the prefix chain hashes salted with the model-identity digest (engine/kv_identity.h); every load
 // also compares the block's tokens and its parent's chain hash, as the pool does.
@@ -70,6 +72,8 @@ class KvTiers {
     // A disk hit to copy into RAM: the writer reads the file again (from the page cache) so the engine thread
     // neither copies nor allocates for it.
     bool promote = false;
+    // A pool hit on a stored block: refresh its file's time (the order after a restart).
+    bool refresh_time = false;
   };
   Options opt_;
   PagedKvCache* kv_;

@@ -48,8 +48,12 @@ void RenderKvTiers(const KvTierStats& t, const std::string& model, std::string* 
   Metric(out, "deepinfer_kv_store_rejected_reads_total", "counter",
          "Stored blocks that failed validation on read (truncated, corrupt): served as misses and removed.", m,
          static_cast<double>(t.disk_rejected_reads));
-  Metric(out, "deepinfer_kv_store_write_errors_total", "counter", "Stored blocks that could not be written (a full disk).", m,
+  Metric(out, "deepinfer_kv_store_write_errors_total", "counter",
+         "Stored blocks that could not be written (an I/O error, or a full disk with nothing left to evict).", m,
          static_cast<double>(t.disk_write_errors));
+  Metric(out, "deepinfer_kv_store_disk_full_total", "counter",
+         "Writes that found the disk full below --kv-store-size: least recent entries evicted, the store kept smaller.", m,
+         static_cast<double>(t.disk_full_events));
   Metric(out, "deepinfer_kv_store_evictions_total", "counter", "Stored blocks removed to stay within --kv-store-size.", m,
          static_cast<double>(t.disk_evictions));
 }

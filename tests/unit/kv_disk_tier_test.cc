@@ -3,11 +3,13 @@
 // served; eviction is least recently used by bytes.
 #include <gtest/gtest.h>
 
+#include <sys/mount.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -153,6 +155,84 @@ TEST(KvDiskTierTest, EvictsLeastRecentlyUsed) {
   EXPECT_TRUE(Read(*t, 0, &out, &scratch));
   EXPECT_FALSE(Read(*t, 1, &out, &scratch));
   EXPECT_TRUE(Read(*t, 3, &out, &scratch));
+}
+
+// A disk that fills below --kv-store-size: a 256 KiB tmpfs under a store told it may use 64 MiB. Each write
+// that finds the disk full evicts the least recent entries and is retried, the store then stays below the size it
+// reached, every write after the first full one succeeds, and whatever it holds reads back whole.
+TEST(KvDiskTierTest, AFullDiskDegradesToWhatFits) {
+  TempDir dir("full");
+  // CI runs as root (as the multi-process tests do); a machine that cannot mount fails here, never skips.
+  ASSERT_EQ(::mount("tmpfs", dir.path.c_str(), "tmpfs", 0, "size=256k"), 0)
+      << "mounting a 256 KiB tmpfs on " << dir.path << " needs root (CAP_SYS_ADMIN): " << std::strerror(errno);
+  struct Unmount {
+    const fs::path& p;
+    ~Unmount() { ::umount(p.c_str()); }
+  } unmount{dir.path};
+  const size_t file = sizeof(DiskBlockHeader) + kEntryBytes;
+  auto t = Open(dir.path, size_t{64} << 20);
+  ASSERT_TRUE(t);
+  constexpr int kEntries = 200;  // ~840 KiB of files: more than three times the disk
+  int first_full = -1, failed_after = 0;
+  for (int i = 0; i < kEntries; ++i) {
+    const std::vector<uint8_t> p = Payload(i);
+    const size_t wrote = t->Put(Key(i), Chain(i), 0, kTokens, p.data(), p.size());
+    if (first_full < 0 && t->disk_full_events() > 0) first_full = i;
+    else if (first_full >= 0 && wrote != file) ++failed_after;
+  }
+  ASSERT_GE(first_full, 0) << "the disk never filled";
+  EXPECT_GT(first_full, 10);  // it held something before it filled
+  EXPECT_EQ(failed_after, 0) << "writes failed after the store adapted to the disk";
+  EXPECT_LT(t->effective_capacity(), size_t{256} << 10);
+  EXPECT_LE(t->bytes(), t->effective_capacity());
+  EXPECT_LE(t->disk_full_events(), 3) << "the store kept running into the full disk instead of staying below it";
+  EXPECT_GT(t->entries(), 10u);
+  // The newest entries are there and whole; the oldest were evicted; nothing reads back wrong.
+  std::vector<uint8_t> out, scratch;
+  int present = 0;
+  for (int i = 0; i < kEntries; ++i) {
+    if (!t->Contains(Key(i))) continue;
+    ++present;
+    ASSERT_TRUE(Read(*t, i, &out, &scratch)) << i;
+    EXPECT_EQ(out, Payload(i)) << i;
+  }
+  EXPECT_EQ(static_cast<size_t>(present), t->entries());
+  EXPECT_TRUE(t->Contains(Key(kEntries - 1)));
+  EXPECT_FALSE(t->Contains(Key(0)));
+  EXPECT_EQ(t->rejected_reads(), 0);
+  // No temporary file is left behind by the failed writes.
+  for (const auto& e : fs::directory_iterator(dir.path)) EXPECT_EQ(e.path().extension(), ".kvb") << e.path();
+}
+
+// Files of another format version (a server of another deepinfer release sharing the directory) are neither
+// indexed nor removed.
+TEST(KvDiskTierTest, AnotherVersionsFilesAreLeftAlone) {
+  TempDir dir("version");
+  {
+    auto t = Open(dir.path, size_t{64} << 20);
+    ASSERT_TRUE(t);
+    const std::vector<uint8_t> p = Payload(0);
+    t->Put(Key(0), Chain(0), 0, kTokens, p.data(), p.size());
+  }
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.kvb", static_cast<unsigned long long>(Key(0)));
+  const fs::path f = dir.path / name;
+  {
+    std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
+    DiskBlockHeader h;
+    io.read(reinterpret_cast<char*>(&h), sizeof h);
+    h.version = kDiskBlockVersion + 1;
+    h.header_checksum = HeaderChecksum(h);
+    io.seekp(0);
+    io.write(reinterpret_cast<const char*>(&h), sizeof h);
+  }
+  KvDiskTier::OpenReport rep;
+  auto t = Open(dir.path, size_t{64} << 20, &rep);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(rep.entries, 0);
+  EXPECT_EQ(rep.foreign, 1);
+  EXPECT_EQ(rep.rejected, 0);
+  EXPECT_TRUE(fs::exists(f));
 }
 
 }  // namespace
