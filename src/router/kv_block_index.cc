@@ -79,6 +79,10 @@ size_t KvBlockIndex::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return blocks_.size();
 }
+size_t KvBlockIndex::footprint() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return blocks_.size() + predicted_.size();
+}
 ReplicaLoad KvBlockIndex::load() const {
   std::lock_guard<std::mutex> lock(mu_);
   return load_;

@@ -47,6 +47,7 @@ class KvBlockIndex {
   bool synced() const { return block_size() > 0; }
   bool mismatch() const;
   size_t size() const;     // blocks held (as reported)
+  size_t footprint() const;  // blocks held or predicted: how much of the replica's cache the router expects in use
   ReplicaLoad load() const;
   uint64_t events() const;   // stored + removed entries received
   uint64_t resyncs() const;  // snapshots after the first

@@ -22,6 +22,7 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
     int64_t load = 0;
     int matched = 0;
     double kv_use = 0;
+    size_t footprint = 0;
     const std::vector<uint64_t>* hashes = nullptr;
   };
   // One hash chain per block size the replicas reported (normally one).
@@ -36,6 +37,7 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
     const ReplicaLoad rl = idx.load();
     Score& s = score[i];
     s.load = std::max<int64_t>(replicas[i].in_flight, rl.known ? rl.waiting + rl.running : 0);
+    s.footprint = idx.footprint();
     s.kv_use = rl.kv_total_blocks > 0 ? static_cast<double>(rl.kv_used_blocks) / static_cast<double>(rl.kv_total_blocks) : 0;
     if (bs > 0) {
       any_synced = true;
@@ -57,8 +59,10 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
     int best = -1;
     for (size_t i = 0; i < replicas.size(); ++i) {
       if (!replicas[i].available) continue;
-      if (best < 0 || score[i].load < score[best].load ||
-          (score[i].load == score[best].load && score[i].kv_use < score[best].kv_use))
+      const Score& a = score[i];
+      const Score& b = best < 0 ? a : score[best];
+      if (best < 0 || a.load < b.load || (a.load == b.load && a.kv_use < b.kv_use) ||
+          (a.load == b.load && a.kv_use == b.kv_use && a.footprint < b.footprint))
         best = static_cast<int>(i);
     }
     return best;
