@@ -86,9 +86,9 @@ async function complete(base, prompt, key) {
 const servers = [];
 const routers = [];
 try {
-  // 1. The endpoint on a replica of 24 blocks of 16 tokens (stories260K: 5 layers x 64 K/V floats x 2 x 4 bytes).
+  // 1. The endpoint on a replica of 24 blocks of 16 tokens (stories260K: 5 layers x 32 K and 32 V floats x 4 bytes a token).
   const KEY = "kv-sekret";
-  const tiny = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--api-key", KEY, "--kv-cache", String(24 * 16 * 2560),
+  const tiny = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--api-key", KEY, "--kv-cache", String(24 * 16 * 1280),
                                        "--max-num-seqs", "2"]);
   servers.push(tiny);
   const blocksLine = tiny.log().match(/KV cache: (\d+) blocks/);
@@ -132,9 +132,9 @@ try {
   sub.close();
   sub2.close();
 
-  // 2. Hit rate: three replicas of 48 blocks each (about four tenants' prefixes), cache_aware from KV events vs
+  // 2. Hit rate: three replicas of 48 blocks each (about four tenants' prefixes; round_robin's replicas see all eight), cache_aware from KV events vs
   // round_robin (each run salts its prompts, so neither finds the other's prefixes cached).
-  const reps = await Promise.all([0, 1, 2].map(() => startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(48 * 16 * 2560)])));
+  const reps = await Promise.all([0, 1, 2].map(() => startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(48 * 16 * 1280)])));
   servers.push(...reps);
   const urls = reps.map(r => r.base);
   const runs = {};
