@@ -86,7 +86,18 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
       d.replica = best;
       d.outcome = Outcome::kCacheHit;
     } else {
-      d.replica = least_loaded();
+      // SGLang's miss: the smallest cache (blocks held or predicted), the most room for a new prefix; the
+      // predictions make new prefixes spread even before the replicas' events report them.
+      int room = -1;
+      for (size_t i = 0; i < replicas.size(); ++i) {
+        if (!replicas[i].available) continue;
+        const Score& a = score[i];
+        const Score& b = room < 0 ? a : score[room];
+        if (room < 0 || a.footprint < b.footprint || (a.footprint == b.footprint && a.load < b.load) ||
+            (a.footprint == b.footprint && a.load == b.load && a.kv_use < b.kv_use))
+          room = static_cast<int>(i);
+      }
+      d.replica = room;
       d.outcome = Outcome::kCacheMiss;
     }
   }

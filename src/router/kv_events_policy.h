@@ -6,8 +6,9 @@
 // clients, the in-flight count covers the report's lag; their sum would count the router's requests twice).
 // Imbalanced load (max - min > balance_abs_threshold and max > balance_rel_threshold * min): the least loaded.
 // Otherwise the replica with the most leading blocks if they cover over cache_threshold of the prompt's blocks,
-// else the least loaded (ties: the lowest reported KV use, then the fewest blocks held or predicted: the most
-// room for a new prefix, and new prefixes spread even between two load reports). The chosen
+// else (a miss) SGLang's smallest cache: the fewest blocks held or predicted, the most room for a new prefix
+// (ties: the least loaded, then the lowest reported KV use); under imbalance the least loaded (ties: KV use,
+// then the smallest cache). The chosen
 // replica's index then predicts the prompt's blocks until its events confirm them.
 // Requests the router has no token ids for (/v1/responses, or before any replica's first snapshot) go through
 // the text-tree policy (cache_aware_policy.h), which sees every request so that it stays warm.

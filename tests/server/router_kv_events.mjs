@@ -132,9 +132,9 @@ try {
   sub.close();
   sub2.close();
 
-  // 2. Hit rate: three replicas of 48 blocks each (about four tenants' prefixes; round_robin's replicas see all eight), cache_aware from KV events vs
+  // 2. Hit rate: three replicas of 64 blocks each (about five tenants' prefixes; round_robin's replicas see all eight), cache_aware from KV events vs
   // round_robin (each run salts its prompts, so neither finds the other's prefixes cached).
-  const reps = await Promise.all([0, 1, 2].map(() => startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(48 * 16 * 1280)])));
+  const reps = await Promise.all([0, 1, 2].map(() => startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(64 * 16 * 1280)])));
   servers.push(...reps);
   const urls = reps.map(r => r.base);
   const runs = {};
