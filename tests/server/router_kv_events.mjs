@@ -7,7 +7,8 @@
 //    workload (8 long shared prefixes, 96 streamed requests, seeded): the prefix-hit rate from the replicas'
 //    usage.prompt_tokens_details.cached_tokens is within 10% of the ideal and above round_robin's on the same
 //    replicas (a salted workload of its own); the router's /metrics shows the events it received, its per-replica
-//    events-based hit estimate, and cache_hit decisions.
+//    events-based hit estimate, and cache_hit decisions; a replica stopped is forgotten (unsynced, no blocks), and
+//    started again on its port is subscribed to again and its cold snapshot replaces the set.
 // 3. a router whose chat template differs from the replicas' reports them mismatched (/metrics, log) and still
 //    serves requests.
 import fs from "node:fs";
@@ -156,6 +157,33 @@ try {
     console.log(`${policy}${extra.length ? " (KV events)" : ""}: hit rate ${w.hitRate.toFixed(3)} (ideal ${ideal.toFixed(3)}), ` +
                 `mean TTFT ${w.meanTtft.toFixed(1)} ms, requests per replica ${per.join("/")}`);
     runs[policy] = {...w, ideal, m};
+    if (policy === "cache_aware") {
+      // A replica that goes away: its stream breaks and the router forgets its blocks; started again on the same
+      // port it is subscribed to again (backoff), and its fresh snapshot (a cold cache) replaces the old set.
+      const k = 2, port = reps[k].port, url = urls[k];
+      const gauge = async (name) => {
+        const mm = (await metrics(r.base)).text.match(new RegExp(`^${name}\\{replica="${url.replace(/[.]/g, "\\.")}"\\} ([0-9.e+-]+)$`, "m"));
+        return mm ? Number(mm[1]) : NaN;
+      };
+      const before = await gauge("deepinfer_router_replica_kv_blocks");
+      await reps[k].stop();
+      servers.splice(servers.indexOf(reps[k]), 1);
+      let cleared = false;
+      for (let i = 0; i < 50 && !cleared; ++i) {
+        cleared = await gauge("deepinfer_router_replica_kv_synced") === 0 && await gauge("deepinfer_router_replica_kv_blocks") === 0;
+        if (!cleared) await sleep(100);
+      }
+      check(before > 0 && cleared, `replica stopped: its ${before} blocks forgotten, its stream marked unsynced`);
+      reps[k] = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(64 * 16 * 1280), "--port", String(port)]);
+      servers.push(reps[k]);
+      let back = false;
+      for (let i = 0; i < 60 && !back; ++i) {
+        back = await gauge("deepinfer_router_replica_kv_synced") === 1;
+        if (!back) await sleep(100);
+      }
+      check(back && await gauge("deepinfer_router_replica_kv_resyncs_total") >= 1 && await gauge("deepinfer_router_replica_kv_blocks") === 0,
+            "restarted on the same port: subscribed again, its cold snapshot replaced the set (a resync counted)");
+    }
     await r.stop();
     routers.pop();
   }
