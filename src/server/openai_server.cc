@@ -197,7 +197,8 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
   if (p == "/v1/models" || model_route) {
     if (!is_get) return Error(c, 405, "use GET");
-    // kv_digest: the model and KV identity (kv_identity.h), which `deepinfer route --model` compares with its own.
+    // kv_digest: the model and KV identity (kv_identity.h); prompt_digest: what turns requests into token ids
+    // (protocol/prompt_digest.h), which `deepinfer route --model` compares with its own.
     const json model = {{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
                         {"max_model_len", engine_.max_model_len()},
                         {"kv_digest", KvEventPublisher::Hex(engine_.model_digest())},
