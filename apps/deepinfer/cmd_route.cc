@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "base/logging.h"
@@ -49,10 +51,17 @@ int CmdRoute(int argc, char** argv) {
             "retried on another) and taken back in when it answers again; one serving another model is excluded.\n"
             "Policies: cache_aware (SGLang's: a per-replica approximate prefix tree of the prompts sent; the longest\n"
             "match wins when it covers over --cache-threshold of the prompt and the load is balanced, else the least\n"
-            "loaded replica), least_load (fewest requests in flight), round_robin.",
+            "loaded replica), least_load (fewest requests in flight), round_robin.\n"
+            "With --model (the GGUF file or HF directory the replicas serve), cache_aware is fed by the replicas' KV\n"
+            "events instead (GET /v1/kv_events): the router tokenizes each prompt as serve does, hashes its KV blocks\n"
+            "and scores each replica by the leading blocks its prefix cache holds, with the same thresholds against\n"
+            "load (the replica's reported queue and running requests, or the router's in-flight count if higher).",
             {
                 {"replica", "", "URL", "", "a replica's base URL, http://HOST:PORT (repeat the flag, or comma-separate, for more)"},
                 {"policy", "", "NAME", "cache_aware", "cache_aware, least_load or round_robin"},
+                {"model", "m", "PATH", "", "cache_aware: the model the replicas serve (GGUF file or HF directory; its tokenizer and chat template only are read): route by the replicas' KV events (GET /v1/kv_events) instead of the text tree"},
+                {"chat-template", "", "FILE", "model's", "with --model: the Jinja chat template file the replicas were given with --chat-template"},
+                {"replica-api-key", "", "KEY", "--api-key's", "with --model: the key the router's own KV event subscriptions send to the replicas"},
                 {"host", "", "ADDR", "127.0.0.1", "address to bind (0.0.0.0 for all interfaces)"},
                 {"port", "", "N", "8000", "port (0 = any free port, printed at startup)"},
                 {"api-key", "", "KEY", "", "require Authorization: Bearer KEY on /v1/* (or DEEPINFER_API_KEY); the client's Authorization header is forwarded to the replicas as given"},
@@ -77,6 +86,15 @@ int CmdRoute(int argc, char** argv) {
   ro.api_key = args.Get("api-key");
   if (ro.api_key.empty())
     if (const char* k = std::getenv("DEEPINFER_API_KEY")) ro.api_key = k;
+  ro.model_path = args.Get("model");
+  if (args.Has("chat-template")) {
+    std::ifstream in(args.Get("chat-template"), std::ios::binary);
+    if (!in) return Fail(NotFound(args.Get("chat-template") + ": cannot open"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    ro.chat_template = ss.str();
+  }
+  ro.replica_api_key = args.Has("replica-api-key") ? args.Get("replica-api-key") : ro.api_key;
   ro.cache.cache_threshold = args.GetFloat("cache-threshold");
   ro.cache.balance_abs_threshold = args.GetInt("balance-abs-threshold");
   ro.cache.balance_rel_threshold = args.GetFloat("balance-rel-threshold");

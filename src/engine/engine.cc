@@ -109,6 +109,8 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.prefix_caching = opt.prefix_caching;
   sched_cfg_.prefix_drop_last_block = opt.speculative.method == SpecMethod::kMtp;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
+  kv_events_ = std::make_unique<KvEventLog>();
+  pool_->set_event_log(kv_events_.get());
   table_ = std::make_unique<TokenTable>(opt.max_num_seqs, sched_cfg_.max_model_len);
   SetUpLatencyTarget();
   sched_ = std::make_unique<Scheduler>(sched_cfg_, pool_.get(), table_.get());
@@ -175,6 +177,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                 full_blocks * PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype) * opt.block_size / 1048576.0);
   }
   std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks, layout));
+  e->model_digest_ = ModelKvDigest(model, layout, opt.kv_dtype, opt.block_size, dctx ? dctx->pc.rank : 0);
   std::unique_ptr<PagedKvCache> draft_kv, mtp_kv;
   if (spec.draft_model) {
     DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*spec.draft_model), blocks, opt.block_size, opt.kv_dtype));

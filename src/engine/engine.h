@@ -28,6 +28,7 @@
 #include "engine/speculative.h"
 #include "engine/step.h"
 #include "engine/step_cost_model.h"
+#include "kv/kv_event_log.h"
 #include "engine/stream.h"
 #include "engine/token_table.h"
 #include "kv/block_pool.h"
@@ -110,6 +111,11 @@ class Engine {
   void FlushKvTiers() {
     if (tiers_) tiers_->Flush();
   }
+  // Thread-safe: the prefix cache's change log (full-attention group 0) for GET /v1/kv_events.
+  const KvEventLog& kv_events() const { return *kv_events_; }
+  // The KV identity digest (kv_identity.h) of the model and KV settings, so a router can check that its replicas
+  // and its own tokenizer agree; 0 from CreateWithExecutor (no model).
+  uint64_t model_digest() const { return model_digest_; }
   void EvictCachedKv(bool windowed_only) {
     pool_->EvictCached([&](int g) { return !windowed_only || kv_layout_.window(g) > 0; });
   }
@@ -147,6 +153,9 @@ class Engine {
   EngineOptions opt_;
   SchedulerConfig sched_cfg_;
   KvLayout kv_layout_;
+  // Before the pool, which reports to it.
+  std::unique_ptr<KvEventLog> kv_events_;
+  uint64_t model_digest_ = 0;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<TokenTable> table_;
   std::unique_ptr<Scheduler> sched_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kv/kv_event_log.h"
 #include "kv/prefix_hash.h"
 
 namespace deepinfer {
@@ -57,7 +58,10 @@ StatusOr<std::vector<int32_t>> BlockPool::Allocate(int n, int group) {
 void BlockPool::Uncache(int32_t b) {
   Block& blk = blocks_[b];
   auto it = by_hash_.find(blk.hash);
-  if (it != by_hash_.end() && it->second == b) by_hash_.erase(it);
+  if (it != by_hash_.end() && it->second == b) {
+    by_hash_.erase(it);
+    if (events_ && blk.cached && blk.group == 0) events_->Removed(blk.hash);
+  }
   blk.cached = false;
   blk.tokens.clear();
 }
@@ -139,6 +143,7 @@ void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* token
     blk.twin = twin;
     blk.twin_gen = twin < 0 ? 0 : blocks_[twin].gen;
     by_hash_[key] = blocks[i];
+    if (events_ && group == 0) events_->Stored(key, blk.parent < 0 ? 0 : blocks_[blk.parent].hash);
   }
 }
 

@@ -15,6 +15,8 @@
 
 namespace deepinfer {
 
+class KvEventLog;
+
 class BlockPool {
  public:
   BlockPool(int num_blocks, int block_size);
@@ -68,6 +70,11 @@ class BlockPool {
     }
   }
 
+  // Where group 0's blocks entering and leaving the prefix cache are reported (GET /v1/kv_events); null: nowhere.
+  // Group 0 only: its keys are the plain chain hashes a router can compute from token ids, and in a hybrid cache
+  // it is the full-attention anchor a prefix hit starts from.
+  void set_event_log(KvEventLog* log) { events_ = log; }
+
   // Blocks of group g referenced now, and the most since the last ResetPeaks (tests, bench, logs).
   int in_use(int group) const { return group < static_cast<int>(in_use_.size()) ? in_use_[group] : 0; }
   int peak(int group) const { return group < static_cast<int>(peak_.size()) ? peak_[group] : 0; }
@@ -103,6 +110,7 @@ class BlockPool {
   std::unordered_map<uint64_t, int32_t> by_hash_;
   uint64_t next_gen_ = 1;
   std::vector<int> in_use_, peak_;  // per group
+  KvEventLog* events_ = nullptr;
 };
 
 }  // namespace deepinfer

@@ -63,6 +63,10 @@ Decision CacheAwarePolicy::Pick(std::string_view text, const std::vector<Replica
   return d;
 }
 
+void CacheAwarePolicy::Learn(int replica, std::string_view text) {
+  if (replica >= 0 && replica < static_cast<int>(trees_.size())) trees_[replica].Insert(text);
+}
+
 void CacheAwarePolicy::OnReplicaDown(int replica) {
   if (replica >= 0 && replica < static_cast<int>(trees_.size())) trees_[replica].Clear();
 }

@@ -18,6 +18,8 @@ class CacheAwarePolicy : public RoutingPolicy {
   const char* name() const override { return "cache_aware"; }
   Decision Pick(std::string_view text, const std::vector<ReplicaView>& replicas) override;
   void OnReplicaDown(int replica) override;
+  // `text` was sent to `replica` by another policy's choice (kv_events_policy.h keeps this tree warm).
+  void Learn(int replica, std::string_view text);
   size_t EstimateSize(int replica) const override;
 
  private:

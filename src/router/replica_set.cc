@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
+#include "router/kv_block_index.h"
 
 namespace deepinfer::router {
 
@@ -133,6 +134,10 @@ void ReplicaSet::HealthLoop() {
 }
 
 ReplicaSet::Lease ReplicaSet::Acquire(std::string_view text, const std::vector<int>& exclude) {
+  return Acquire(text, nullptr, exclude);
+}
+
+ReplicaSet::Lease ReplicaSet::Acquire(std::string_view text, const std::vector<int32_t>* ids, const std::vector<int>& exclude) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<ReplicaView> views(replicas_.size());
   for (size_t i = 0; i < replicas_.size(); ++i) {
@@ -141,7 +146,7 @@ ReplicaSet::Lease ReplicaSet::Acquire(std::string_view text, const std::vector<i
     views[i].in_flight = replicas_[i].in_flight;
   }
   Lease l;
-  l.decision = policy_->Pick(text, views);
+  l.decision = ids ? policy_->PickTokens(text, *ids, views) : policy_->Pick(text, views);
   l.replica = l.decision.replica;
   if (l.replica >= 0) {
     Replica& r = replicas_[l.replica];
@@ -149,6 +154,8 @@ ReplicaSet::Lease ReplicaSet::Acquire(std::string_view text, const std::vector<i
     ++r.requests;
     r.matched_chars += l.decision.matched_chars;
     r.text_chars += l.decision.text_chars;
+    r.matched_blocks += l.decision.matched_blocks;
+    r.prompt_blocks += l.decision.prompt_blocks;
   }
   return l;
 }
@@ -257,6 +264,21 @@ std::vector<ReplicaSnapshot> ReplicaSet::Snapshot() const {
     s.matched_chars = r.matched_chars;
     s.text_chars = r.text_chars;
     s.estimate_chars = policy_->EstimateSize(static_cast<int>(i));
+    s.matched_blocks = r.matched_blocks;
+    s.prompt_blocks = r.prompt_blocks;
+    if (const KvBlockIndex* idx = policy_->kv_index(static_cast<int>(i))) {
+      s.kv_events = true;
+      s.kv_synced = idx->synced();
+      s.kv_mismatch = idx->mismatch();
+      s.kv_blocks = idx->size();
+      s.kv_events_received = idx->events();
+      s.kv_resyncs = idx->resyncs();
+      const ReplicaLoad load = idx->load();
+      s.reported_waiting = load.waiting;
+      s.reported_running = load.running;
+      s.reported_kv_used = load.kv_used_blocks;
+      s.reported_kv_total = load.kv_total_blocks;
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -36,6 +36,13 @@ struct ReplicaSnapshot {
   uint64_t requests = 0, failures = 0, down_events = 0;
   uint64_t matched_chars = 0, text_chars = 0;  // the policy's prefix-match estimates over the requests sent here
   size_t estimate_chars = 0;                   // the policy's per-replica tree size
+  // A policy fed by KV events: blocks of the prompts sent here that its events said it held, prompt blocks,
+  // and its event stream's state.
+  uint64_t matched_blocks = 0, prompt_blocks = 0;
+  bool kv_events = false, kv_synced = false, kv_mismatch = false;
+  size_t kv_blocks = 0;
+  uint64_t kv_events_received = 0, kv_resyncs = 0;
+  int64_t reported_waiting = 0, reported_running = 0, reported_kv_used = 0, reported_kv_total = 0;
 };
 
 class ReplicaSet {
@@ -54,6 +61,10 @@ class ReplicaSet {
   };
   // The policy's pick for `text` among the replicas up and not in `exclude`; counted in flight until Release.
   Lease Acquire(std::string_view text, const std::vector<int>& exclude);
+  // The same with the prompt's token ids (route --model), for a policy fed by KV events.
+  Lease Acquire(std::string_view text, const std::vector<int32_t>* ids, const std::vector<int>& exclude);
+  // The policy's KV event index of a replica (nullptr without one), for its subscriber.
+  KvBlockIndex* kv_index(int replica) { return policy_->kv_index(replica); }
   // For requests without a prompt (model list, tokenize): the least loaded replica up, not counted by the policy.
   Lease AcquireAny(const std::vector<int>& exclude);
   void Release(int replica, bool failed);
@@ -82,6 +93,7 @@ class ReplicaSet {
     std::string model;
     int64_t in_flight = 0;
     uint64_t requests = 0, failures = 0, down_events = 0, matched_chars = 0, text_chars = 0;
+    uint64_t matched_blocks = 0, prompt_blocks = 0;
     std::set<HttpClient*> calls;
   };
   struct Probe {

@@ -54,6 +54,35 @@ std::string RouterMetrics::Render(const std::string& policy, const std::vector<R
               [](const ReplicaSnapshot& r) { return r.text_chars ? static_cast<double>(r.matched_chars) / static_cast<double>(r.text_chars) : 0.0; });
   per_replica("deepinfer_router_replica_tree_chars", "gauge", "Characters in the policy's approximate prefix tree for the replica.",
               [](const ReplicaSnapshot& r) { return static_cast<double>(r.estimate_chars); });
+  bool kv = false;
+  for (const ReplicaSnapshot& r : replicas) kv |= r.kv_events;
+  if (kv) {  // route --model: the policy is fed by the replicas' KV events
+    per_replica("deepinfer_router_replica_kv_hit_rate_estimate", "gauge",
+                "From the replica's KV events: leading prompt blocks it held when a request was sent there / prompt blocks sent.",
+                [](const ReplicaSnapshot& r) { return r.prompt_blocks ? static_cast<double>(r.matched_blocks) / static_cast<double>(r.prompt_blocks) : 0.0; });
+    per_replica("deepinfer_router_replica_kv_matched_blocks_total", "counter", "Prompt blocks the replica held (by its events) when requests were sent there.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.matched_blocks); });
+    per_replica("deepinfer_router_replica_kv_prompt_blocks_total", "counter", "Full prompt blocks of the requests sent to the replica.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.prompt_blocks); });
+    per_replica("deepinfer_router_replica_kv_blocks", "gauge", "Blocks the replica's prefix cache holds by its events.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.kv_blocks); });
+    per_replica("deepinfer_router_replica_kv_events_total", "counter", "KV events (blocks stored or removed) received from the replica.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.kv_events_received); });
+    per_replica("deepinfer_router_replica_kv_resyncs_total", "counter",
+                "Snapshots received after the first (reconnects, or the replica's log outran the stream).",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.kv_resyncs); });
+    per_replica("deepinfer_router_replica_kv_synced", "gauge", "1 while the replica's event stream is connected and past its snapshot.",
+                [](const ReplicaSnapshot& r) { return r.kv_synced ? 1.0 : 0.0; });
+    per_replica("deepinfer_router_replica_kv_mismatch", "gauge",
+                "1 when the replica's tokenizer or chat template differs from the router's --model (its blocks are not scored).",
+                [](const ReplicaSnapshot& r) { return r.kv_mismatch ? 1.0 : 0.0; });
+    per_replica("deepinfer_router_replica_reported_waiting", "gauge", "Requests waiting, as the replica last reported.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.reported_waiting); });
+    per_replica("deepinfer_router_replica_reported_running", "gauge", "Requests running, as the replica last reported.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.reported_running); });
+    per_replica("deepinfer_router_replica_reported_kv_used_blocks", "gauge", "KV blocks in use, as the replica last reported.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.reported_kv_used); });
+  }
 
   Head(&out, "deepinfer_router_decisions_total", "counter",
        "Routing decisions by outcome: cache_hit (longest prefix match over the threshold), cache_miss (least loaded), "

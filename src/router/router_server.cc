@@ -61,18 +61,27 @@ StatusOr<std::unique_ptr<RouterServer>> RouterServer::Create(RouterOptions opt) 
     if (Status s = ParseUrl(r, &u); !s.ok()) return s;
     urls.push_back(std::move(u));
   }
-  auto policy = MakePolicy(opt.policy, static_cast<int>(urls.size()), opt.cache);
+  std::unique_ptr<PromptTokenizer> tokens;
+  if (!opt.model_path.empty()) {
+    auto t = PromptTokenizer::Load(opt.model_path, opt.chat_template);
+    if (!t.ok()) return t.status();
+    tokens = std::move(*t);
+  }
+  auto policy = MakePolicy(opt.policy, static_cast<int>(urls.size()), opt.cache, tokens != nullptr);
   if (!policy.ok()) return policy.status();
-  return std::unique_ptr<RouterServer>(new RouterServer(std::move(opt), std::move(*policy), std::move(urls)));
+  return std::unique_ptr<RouterServer>(new RouterServer(std::move(opt), std::move(*policy), std::move(urls), std::move(tokens)));
 }
 
-RouterServer::RouterServer(RouterOptions opt, std::unique_ptr<RoutingPolicy> policy, std::vector<Url> urls)
+RouterServer::RouterServer(RouterOptions opt, std::unique_ptr<RoutingPolicy> policy, std::vector<Url> urls,
+                           std::unique_ptr<PromptTokenizer> tokens)
     : opt_(std::move(opt)),
+      tokens_(std::move(tokens)),
       replicas_(std::move(urls), std::move(policy), opt_.health),
       http_(opt_.http, [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
             [this](HttpServer::ConnId c) { OnClose(c); }) {}
 
 RouterServer::~RouterServer() {
+  kv_subscribers_.clear();  // stops their threads before the policy's indexes go
   replicas_.AbortAll();
   std::unique_lock<std::mutex> lock(workers_mu_);
   workers_cv_.wait(lock, [&] { return workers_.load() == 0; });
@@ -82,6 +91,16 @@ RouterServer::~RouterServer() {
 
 Status RouterServer::Listen() {
   replicas_.Start();
+  for (int i = 0; i < replicas_.size(); ++i) {
+    KvBlockIndex* index = replicas_.kv_index(i);
+    if (!index) continue;
+    KvEventSubscriberOptions so;
+    so.api_key = opt_.replica_api_key;
+    so.prompt_digest = tokens_ ? tokens_->digest() : 0;
+    so.connect_timeout_s = opt_.connect_timeout_s;
+    kv_subscribers_.push_back(std::make_unique<KvEventSubscriber>(replicas_.url(i), index, so));
+    kv_subscribers_.back()->Start();
+  }
   if (Status s = http_.Listen(); !s.ok()) return s;
   DI_LOG_INFO("route: OpenAI API on http://%s:%d/v1 over %d replica(s); /health, /metrics%s", opt_.http.host.c_str(),
               http_.port(), replicas_.size(), opt_.api_key.empty() ? "" : "; API key required");
@@ -197,10 +216,19 @@ void RouterServer::SetClient(const std::shared_ptr<Call>& call, HttpClient* clie
 
 void RouterServer::Forward(HttpServer::ConnId c, const HttpRequest& req, Kind kind, const std::shared_ptr<Call>& call) {
   std::string text;
+  std::vector<int32_t> ids;
+  bool have_ids = false;
   if (kind == Kind::kPolicy) {
     // A body that is not JSON goes to a replica all the same, which answers it with its own 400.
     const json body = json::parse(req.body, nullptr, false);
     if (!body.is_discarded()) text = PromptText(body);
+    if (tokens_) {
+      auto r = tokens_->Ids(req.path, req.body);
+      if (r.ok()) {
+        ids = std::move(*r);
+        have_ids = true;
+      }
+    }
   }
   HeaderList headers;
   for (auto& [k, v] : req.headers)
@@ -210,7 +238,7 @@ void RouterServer::Forward(HttpServer::ConnId c, const HttpRequest& req, Kind ki
   std::vector<int> tried;
   std::string last_error;
   for (;;) {
-    const ReplicaSet::Lease lease = kind == Kind::kPolicy ? replicas_.Acquire(text, tried) : replicas_.AcquireAny(tried);
+    const ReplicaSet::Lease lease = kind == Kind::kPolicy ? replicas_.Acquire(text, have_ids ? &ids : nullptr, tried) : replicas_.AcquireAny(tried);
     if (lease.replica < 0) {
       metrics_.CountNoReplica();
       if (tried.empty()) return Error(c, 503, "no replica available: " + replicas_.Summary());

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "deepinfer/status.h"
+#include "router/kv_event_subscriber.h"
+#include "router/prompt_tokenizer.h"
 #include "router/replica_set.h"
 #include "router/router_metrics.h"
 #include "server/http_server.h"
@@ -29,6 +31,11 @@ struct RouterOptions {
   double connect_timeout_s = 2;
   double upstream_timeout_s = 600;  // a replica silent this long in the middle of an answer has failed
   int max_in_flight = 4096;         // forwarded requests at once before new ones get 429
+  // --model: the model the replicas serve, for the router's own token ids; with policy cache_aware the replicas'
+  // KV events then drive it (kv_events_policy.h). "": the text tree alone.
+  std::string model_path;
+  std::string chat_template;    // the replicas' --chat-template source ("" = the model's)
+  std::string replica_api_key;  // for the router's own calls to replicas (GET /v1/kv_events)
 };
 
 class RouterServer {
@@ -51,7 +58,8 @@ class RouterServer {
     std::atomic<bool> cancelled{false};
     HttpClient* client = nullptr;  // the replica call in progress (guarded by calls_mu_)
   };
-  RouterServer(RouterOptions opt, std::unique_ptr<RoutingPolicy> policy, std::vector<Url> urls);
+  RouterServer(RouterOptions opt, std::unique_ptr<RoutingPolicy> policy, std::vector<Url> urls,
+               std::unique_ptr<PromptTokenizer> tokens);
   void Handle(HttpServer::ConnId c, HttpRequest& req);
   void OnClose(HttpServer::ConnId c);
   void Options(HttpServer::ConnId c, const HttpRequest& req);
@@ -62,7 +70,9 @@ class RouterServer {
   void SetClient(const std::shared_ptr<Call>& call, HttpClient* client);
 
   RouterOptions opt_;
+  std::unique_ptr<PromptTokenizer> tokens_;  // null without --model
   ReplicaSet replicas_;
+  std::vector<std::unique_ptr<KvEventSubscriber>> kv_subscribers_;  // one per replica when the policy takes events
   RouterMetrics metrics_;
   HttpServer http_;
   std::mutex calls_mu_;

@@ -1,6 +1,7 @@
 #include "router/routing_policy.h"
 
 #include "router/cache_aware_policy.h"
+#include "router/kv_events_policy.h"
 #include "router/least_load_policy.h"
 #include "router/round_robin_policy.h"
 
@@ -18,7 +19,8 @@ const char* OutcomeName(Outcome o) {
 }
 
 StatusOr<std::unique_ptr<RoutingPolicy>> MakePolicy(const std::string& name, int num_replicas,
-                                                    const CacheAwareOptions& cache_opt) {
+                                                    const CacheAwareOptions& cache_opt, bool kv_events) {
+  if (name == "cache_aware" && kv_events) return std::unique_ptr<RoutingPolicy>(new KvEventsPolicy(num_replicas, cache_opt));
   if (name == "cache_aware") return std::unique_ptr<RoutingPolicy>(new CacheAwarePolicy(num_replicas, cache_opt));
   if (name == "least_load") return std::unique_ptr<RoutingPolicy>(new LeastLoadPolicy());
   if (name == "round_robin") return std::unique_ptr<RoutingPolicy>(new RoundRobinPolicy());

@@ -11,6 +11,7 @@
 #include "dist/communicator.h"
 #include "protocol/chat.h"
 #include "protocol/openai_request.h"
+#include "protocol/prompt_digest.h"
 #include "grammar/compile.h"
 #include "server/answer_encoder.h"
 #include "server/answer_json.h"
@@ -97,6 +98,10 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
   if (opt_.webui) webui_ = std::make_unique<WebUi>();
   prep_ = std::make_unique<WorkQueue>(opt_.prep_threads, 5);
   prep_small_ = std::make_unique<WorkQueue>(1, 5);
+  KvEventPublisherOptions kv_opt;
+  kv_opt.model_name = name_;
+  kv_opt.prompt_digest = prompt_digest_ = PromptDigest(tok_, chat_->source());
+  kv_events_ = std::make_unique<KvEventPublisher>(engine_, http_, kv_opt);
 }
 
 OpenAiServer::~OpenAiServer() = default;
@@ -179,6 +184,12 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
     metrics_.requests_ok++;
     return http_.Respond(c, 200, "application/json", DumpJson(*object) + "\n");
   }
+  if (p == "/v1/kv_events") {
+    if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
+    if (!is_get) return Error(c, 405, "use GET");
+    metrics_.requests_ok++;
+    return kv_events_->Subscribe(c);
+  }
   const bool model_route = p.rfind("/v1/models/", 0) == 0 && p.size() > 11;
   const bool known = model_route || p == "/v1/models" || p == "/v1/completions" || p == "/v1/chat/completions" || p == "/v1/responses" || p == "/tokenize" ||
                      p == "/detokenize";
@@ -186,8 +197,12 @@ void OpenAiServer::Handle(HttpServer::ConnId c, HttpRequest& req) {
   if (!Authorized(req)) return Error(c, 401, "missing or invalid API key (Authorization: Bearer KEY)");
   if (p == "/v1/models" || model_route) {
     if (!is_get) return Error(c, 405, "use GET");
+    // kv_digest: the model and KV identity (kv_identity.h); prompt_digest: what turns requests into token ids
+    // (protocol/prompt_digest.h), which `deepinfer route --model` compares with its own.
     const json model = {{"id", name_}, {"object", "model"}, {"created", UnixNow()}, {"owned_by", "deepinfer"},
-                        {"max_model_len", engine_.max_model_len()}};
+                        {"max_model_len", engine_.max_model_len()},
+                        {"kv_digest", KvEventPublisher::Hex(engine_.model_digest())},
+                        {"prompt_digest", KvEventPublisher::Hex(prompt_digest_)}};
     if (model_route) {
       // OpenAI's shape for a missing model: 404, invalid_request_error, code model_not_found.
       const std::string id = PercentDecode(p.substr(11));
@@ -583,6 +598,7 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
 }
 
 void OpenAiServer::OnClose(HttpServer::ConnId c) {
+  kv_events_->Unsubscribe(c);
   if (preparing_.erase(c) > 0) {
     preparing_count_--;
     metrics_.requests_aborted_by_client++;

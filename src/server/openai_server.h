@@ -1,5 +1,5 @@
 // The OpenAI-compatible API over the engine: /v1/completions, /v1/chat/completions (SSE streaming or not),
-// /v1/models, /health, /metrics, /tokenize, /detokenize, and the web chat page at / (server/webui.h). Requests are validated into engine parameters
+// /v1/models, /health, /metrics, /tokenize, /detokenize, /v1/kv_events (server/kv_event_publisher.h), and the web chat page at / (server/webui.h). Requests are validated into engine parameters
 // (openai_request.h), errors come back in OpenAI's JSON shape with the right status, a client that disconnects
 // aborts its request (its KV is freed at once), and a full queue answers 429 with Retry-After.
 //
@@ -23,6 +23,7 @@
 #include "model/model.h"
 #include "server/api_call.h"
 #include "server/http_server.h"
+#include "server/kv_event_publisher.h"
 #include "server/responses.h"
 #include "server/metrics.h"
 #include "server/webui.h"
@@ -108,6 +109,7 @@ class OpenAiServer {
   std::vector<PendingOutput> draining_;  // the batch DrainOutputs is handling (HTTP thread only)
   std::atomic<uint64_t> next_id_{1};
   size_t max_prompt_bytes_ = 0;
+  uint64_t prompt_digest_ = 0;  // protocol/prompt_digest.h, reported in /v1/models for routers
   ToolFormat tool_format_ = ToolFormat::kNone;  // the chat template's tool-call format
   bool parse_thinking_ = false;                 // the template writes <think> blocks
   HarmonyTokens harmony_;                       // tool_format_ kHarmony: the vocabulary's markers
@@ -123,6 +125,8 @@ class OpenAiServer {
   // to prep_small_, the rest to prep_ (--prep-workers threads).
   static constexpr size_t kSmallBodyBytes = 64 << 10;
   std::unique_ptr<WorkQueue> prep_, prep_small_;
+  // GET /v1/kv_events (its thread sends on http_, so it goes before it).
+  std::unique_ptr<KvEventPublisher> kv_events_;
 };
 
 }  // namespace deepinfer

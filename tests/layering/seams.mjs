@@ -8,7 +8,9 @@
 //                and the parallel plan passed in (EngineOptions::dist, LoadOptions::split, Transformer's dist)
 //   router seam  nothing in src/ or include/ outside src/router/ includes "router/..." (the CLI, apps/, does), and
 //                src/router/ includes only router/, server/, base/ and deepinfer/ (it forwards requests; it knows
-//                no engine or model)
+//                no engine), plus what `route --model` needs to compute a prompt's KV block hashes as serve does:
+//                tokenizer/, protocol/ (chat template, prompt parsing, prompt digest), model/model.h (the Model a
+//                ChatFormatter reads: tokenizer and source, no weights) and kv/prefix_hash.h (the chain hash)
 //
 //   node tests/layering/seams.mjs [REPO_ROOT]     exit 0: no violation; 1: violations printed
 //   node tests/layering/seams.mjs --self-test     feeds the checker a tree with known violations
@@ -28,8 +30,8 @@ export const RULES = [
    text: /\bdist::Context\(\)/, why: "take the communicators as a parameter; only the top level reads the global"},
   {name: "router seam", files: f => (f.startsWith("src/") || f.startsWith("include/")) && !f.startsWith("src/router/"),
    forbidden: /^router\//, why: "only the CLI (apps/) builds on the router"},
-  {name: "router seam", files: f => f.startsWith("src/router/"), forbidden: /^(?!router\/|server\/|base\/|deepinfer\/)/,
-   why: "the router builds on the HTTP server and base only"},
+  {name: "router seam", files: f => f.startsWith("src/router/"), forbidden: /^(?!router\/|server\/|base\/|deepinfer\/|tokenizer\/|protocol\/|model\/model\.h$|kv\/prefix_hash\.h$)/,
+   why: "the router builds on the HTTP server and base only (and, for its token ids, the tokenizer, protocol/, model.h and the chain hash)"},
 ];
 
 function sourceFiles(root, dir) {

@@ -1,0 +1,103 @@
+#include "router/kv_block_index.h"
+
+namespace deepinfer::router {
+
+void KvBlockIndex::Reset(int block_size, const std::vector<uint64_t>& hashes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  block_size_ = block_size;
+  blocks_.clear();
+  blocks_.insert(hashes.begin(), hashes.end());
+  for (uint64_t h : hashes) predicted_.erase(h);
+  snapshots_++;
+}
+
+void KvBlockIndex::Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (uint64_t h : stored) {
+    blocks_.insert(h);
+    predicted_.erase(h);  // confirmed
+  }
+  for (uint64_t h : removed) {
+    blocks_.erase(h);
+    predicted_.erase(h);  // evicted: whatever was predicted of it is gone too
+  }
+  events_ += stored.size() + removed.size();
+}
+
+void KvBlockIndex::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  block_size_ = 0;
+  blocks_.clear();
+  predicted_.clear();
+  load_ = ReplicaLoad{};
+}
+
+void KvBlockIndex::SetLoad(const ReplicaLoad& load) {
+  std::lock_guard<std::mutex> lock(mu_);
+  load_ = load;
+  load_.known = true;
+}
+
+void KvBlockIndex::SetMismatch(bool m) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mismatch_ = m;
+}
+
+void KvBlockIndex::Predict(const std::vector<uint64_t>& hashes, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mismatch_ || block_size_ <= 0) return;
+  // Expired predictions go when the map has grown past what the replica could hold twice over.
+  if (predicted_.size() > 2 * blocks_.size() + 4096)
+    for (auto it = predicted_.begin(); it != predicted_.end();) it = it->second <= now ? predicted_.erase(it) : std::next(it);
+  for (uint64_t h : hashes)
+    if (!blocks_.count(h)) predicted_[h] = now + predict_ttl_;
+}
+
+int KvBlockIndex::LeadingBlocks(const std::vector<uint64_t>& hashes, Clock::time_point now) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mismatch_ || block_size_ <= 0) return 0;
+  int n = 0;
+  for (uint64_t h : hashes) {
+    if (!blocks_.count(h)) {
+      auto it = predicted_.find(h);
+      if (it == predicted_.end() || it->second <= now) break;
+    }
+    ++n;
+  }
+  return n;
+}
+
+int KvBlockIndex::block_size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return block_size_;
+}
+bool KvBlockIndex::mismatch() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mismatch_;
+}
+size_t KvBlockIndex::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return blocks_.size();
+}
+size_t KvBlockIndex::footprint() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return blocks_.size() + predicted_.size();
+}
+ReplicaLoad KvBlockIndex::load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return load_;
+}
+uint64_t KvBlockIndex::events() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_;
+}
+uint64_t KvBlockIndex::snapshots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshots_;
+}
+uint64_t KvBlockIndex::resyncs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return snapshots_ > 0 ? snapshots_ - 1 : 0;
+}
+
+}  // namespace deepinfer::router

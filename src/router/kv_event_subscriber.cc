@@ -1,0 +1,177 @@
+#include "router/kv_event_subscriber.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "base/logging.h"
+
+namespace deepinfer::router {
+
+namespace {
+using json = nlohmann::json;
+
+bool ParseHex(const json& j, uint64_t* out) {
+  if (!j.is_string()) return false;
+  const std::string& s = j.get_ref<const std::string&>();
+  if (s.empty() || s.size() > 16) return false;
+  char* end = nullptr;
+  *out = std::strtoull(s.c_str(), &end, 16);
+  return end == s.c_str() + s.size();
+}
+}  // namespace
+
+KvEventSubscriber::KvEventSubscriber(Url url, KvBlockIndex* index, KvEventSubscriberOptions opt)
+    : url_(std::move(url)), index_(index), opt_(std::move(opt)) {}
+
+KvEventSubscriber::~KvEventSubscriber() { Stop(); }
+
+void KvEventSubscriber::Start() { thread_ = std::thread([this] { Loop(); }); }
+
+void KvEventSubscriber::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    if (client_) client_->Abort();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+bool KvEventSubscriber::OnEvent(std::string_view data) {
+  const json j = json::parse(data, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return false;
+  const std::string type = j.value("type", "");
+  if (type == "snapshot") {
+    uint64_t digest = 0;
+    const bool mismatch = opt_.prompt_digest != 0 && (!j.contains("prompt_digest") || !ParseHex(j["prompt_digest"], &digest) ||
+                                                      digest != opt_.prompt_digest);
+    if (mismatch != logged_mismatch_) {
+      if (mismatch)
+        DI_LOG_ERROR("route: replica %s tokenizes differently from --model (prompt digest %s, the router's %016llx): "
+                     "its KV events are ignored and it is routed by load only", url_.text.c_str(),
+                     j.value("prompt_digest", std::string("none")).c_str(), static_cast<unsigned long long>(opt_.prompt_digest));
+      else
+        DI_LOG_INFO("route: replica %s tokenizes as --model again: its KV events are used", url_.text.c_str());
+      logged_mismatch_ = mismatch;
+    }
+    index_->SetMismatch(mismatch);
+    const int bs = j.value("block_size", 0);
+    if (bs <= 0 || j.value("hash_scheme", "") != "fnv1a64-chain-v1") return false;
+    std::vector<uint64_t> hashes;
+    if (auto it = j.find("hashes"); it != j.end() && it->is_array()) {
+      hashes.reserve(it->size());
+      for (const json& h : *it) {
+        uint64_t v;
+        if (ParseHex(h, &v)) hashes.push_back(v);
+      }
+    }
+    index_->Reset(bs, hashes);
+    return true;
+  }
+  if (type == "delta") {
+    if (!index_->synced()) return false;  // cleared meanwhile (taken out): start over from a snapshot
+    std::vector<uint64_t> stored, removed;
+    if (auto it = j.find("stored"); it != j.end() && it->is_array())
+      for (const json& e : *it) {
+        uint64_t v;
+        if (e.is_object() && e.contains("hash") && ParseHex(e["hash"], &v)) stored.push_back(v);
+      }
+    if (auto it = j.find("removed"); it != j.end() && it->is_array())
+      for (const json& e : *it) {
+        uint64_t v;
+        if (ParseHex(e, &v)) removed.push_back(v);
+      }
+    index_->Apply(stored, removed);
+    return true;
+  }
+  if (type == "load") {
+    ReplicaLoad l;
+    l.waiting = j.value("waiting", int64_t{0});
+    l.running = j.value("running", int64_t{0});
+    l.kv_used_blocks = j.value("kv_used_blocks", int64_t{0});
+    l.kv_total_blocks = j.value("kv_total_blocks", int64_t{0});
+    index_->SetLoad(l);
+    return true;
+  }
+  return true;  // an event type of a later version: ignored
+}
+
+bool KvEventSubscriber::OnBytes(std::string_view bytes) {
+  buf_.append(bytes.data(), bytes.size());
+  size_t end;
+  while ((end = buf_.find("\n\n")) != std::string::npos) {
+    const std::string ev = buf_.substr(0, end);
+    buf_.erase(0, end + 2);
+    // The data lines of the event, joined (the publisher writes one).
+    std::string data;
+    size_t pos = 0;
+    while (pos < ev.size()) {
+      size_t nl = ev.find('\n', pos);
+      if (nl == std::string::npos) nl = ev.size();
+      const std::string_view line(ev.data() + pos, nl - pos);
+      if (line.rfind("data:", 0) == 0) data.append(line.substr(line.size() > 5 && line[5] == ' ' ? 6 : 5));
+      pos = nl + 1;
+    }
+    if (!data.empty() && !OnEvent(data)) return false;
+  }
+  return true;
+}
+
+void KvEventSubscriber::Loop() {
+  double backoff = opt_.backoff_min_s;
+  HeaderList headers = {{"Accept", "text/event-stream"}};
+  if (!opt_.api_key.empty()) headers.emplace_back("Authorization", "Bearer " + opt_.api_key);
+  bool was_connected = false;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+    }
+    HttpClient client(url_, opt_.connect_timeout_s, opt_.idle_timeout_s);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      client_ = &client;
+    }
+    buf_.clear();
+    int status = 0;
+    bool synced_once = false;
+    const Status st = client.Run(
+        "GET", "/v1/kv_events", headers, "",
+        [&](int s, const HeaderList&) {
+          status = s;
+          return s == 200;
+        },
+        [&](std::string_view data) {
+          if (!OnBytes(data)) return false;
+          if (!synced_once && index_->synced()) {
+            synced_once = true;
+            if (!was_connected) DI_LOG_INFO("route: KV events of %s: subscribed (%zu blocks cached)", url_.text.c_str(), index_->size());
+            was_connected = true;
+          }
+          return true;
+        });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      client_ = nullptr;
+      if (stop_) return;
+    }
+    // Whatever the replica held is unknown from now until its next snapshot.
+    index_->Clear();
+    if (synced_once) backoff = opt_.backoff_min_s;
+    if (was_connected && synced_once)
+      DI_LOG_WARN("route: KV events of %s: stream ended (%s); reconnecting", url_.text.c_str(),
+                  st.ok() ? (status == 200 ? "closed by the replica" : ("HTTP " + std::to_string(status)).c_str()) : st.message().c_str());
+    else if (status != 0 && status != 200)
+      DI_LOG_WARN("route: KV events of %s: HTTP %d (a replica without /v1/kv_events, or another --api-key); retrying",
+                  url_.text.c_str(), status);
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return stop_; });
+    if (stop_) return;
+    backoff = std::min(opt_.backoff_max_s, backoff * 2);
+  }
+}
+
+}  // namespace deepinfer::router

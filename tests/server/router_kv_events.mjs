@@ -1,0 +1,227 @@
+// The router fed by KV events (issue 35, "router from KV events"):
+// 1. serve's GET /v1/kv_events on a replica with a tiny KV pool and an API key: 401 without the key; a snapshot
+//    first (block size, hash scheme, the prompt digest /v1/models reports); after a completion, a delta that
+//    stores exactly the prompt's block chain hashes (computed here from /tokenize ids with the FNV-1a chain of
+//    src/kv/prefix_hash.h); after enough other prompts to fill the pool, a delta that removes them.
+// 2. three replicas with small KV pools behind `route --model` (cache_aware from KV events) on a multi-tenant
+//    workload (8 long shared prefixes, 96 streamed requests, seeded): the prefix-hit rate from the replicas'
+//    usage.prompt_tokens_details.cached_tokens is within 10% of the ideal and above round_robin's on the same
+//    replicas (a salted workload of its own); the router's /metrics shows the events it received, its per-replica
+//    events-based hit estimate, and cache_hit decisions; a replica stopped is forgotten (unsynced, no blocks), and
+//    started again on its port is subscribed to again and its cold snapshot replaces the set.
+// 3. a router whose chat template differs from the replicas' reports them mismatched (/metrics, log) and still
+//    serves requests.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import {startServer, checker, metrics, sharedModels} from "./common.mjs";
+import {makeWorkload, startRouter, runWorkload, idealHitRate} from "./router_workload.mjs";
+
+const bin = process.argv[2];
+const {check, done} = checker();
+const model = path.join(sharedModels, "stories260K.gguf");
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+
+// kv/prefix_hash.h PrefixChainHashes, in BigInt: 64-bit FNV-1a over each id's four 16-bit quarters.
+function chainHashes(ids, bs) {
+  const mask = (1n << 64n) - 1n;
+  let h = 1469598103934665603n;
+  const out = [];
+  for (let b = 0; (b + 1) * bs <= ids.length; ++b) {
+    for (let t = b * bs; t < (b + 1) * bs; ++t) {
+      const v = BigInt(ids[t] >>> 0);
+      for (let i = 0n; i < 4n; ++i) {
+        h ^= (v >> (16n * i)) & 0xffffn;
+        h = (h * 1099511628211n) & mask;
+      }
+    }
+    out.push(h.toString(16).padStart(16, "0"));
+  }
+  return out;
+}
+
+// A GET /v1/kv_events subscription: its events in order, and a wait for one that satisfies `pred`.
+async function subscribe(base, key) {
+  const ctl = new AbortController();
+  const r = await fetch(`${base}/v1/kv_events`, {headers: key ? {Authorization: `Bearer ${key}`} : {}, signal: ctl.signal});
+  const events = [];
+  let waiters = [];
+  (async () => {
+    const dec = new TextDecoder();
+    let buf = "";
+    try {
+      for await (const piece of r.body) {
+        buf += dec.decode(piece, {stream: true});
+        let end;
+        while ((end = buf.indexOf("\n\n")) >= 0) {
+          const ev = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          const data = ev.split("\n").find(l => l.startsWith("data: "));
+          if (data) events.push(JSON.parse(data.slice(6)));
+          waiters = waiters.filter(w => !w());
+        }
+      }
+    } catch {}
+  })();
+  const waitFor = (pred, ms = 5000) => new Promise(resolve => {
+    const t = setTimeout(() => resolve(null), ms);
+    const w = () => { const e = events.find(pred); if (e) { clearTimeout(t); resolve(e); return true; } return false; };
+    if (!w()) waiters.push(w);
+  });
+  return {status: r.status, headers: r.headers, events, waitFor, close: () => ctl.abort()};
+}
+
+async function tokenize(base, prompt, key) {
+  const r = await fetch(`${base}/tokenize`, {method: "POST", headers: {"Content-Type": "application/json", Authorization: `Bearer ${key}`},
+                                             body: JSON.stringify({prompt})});
+  return (await r.json()).tokens;
+}
+
+async function complete(base, prompt, key) {
+  const r = await fetch(`${base}/v1/completions`, {method: "POST",
+    headers: {"Content-Type": "application/json", ...(key ? {Authorization: `Bearer ${key}`} : {})},
+    body: JSON.stringify({prompt, max_tokens: 2, temperature: 0})});
+  return r.json();
+}
+
+const servers = [];
+const routers = [];
+try {
+  // 1. The endpoint on a replica of 24 blocks of 16 tokens (stories260K: 5 layers x 32 K and 32 V floats x 4 bytes a token).
+  const KEY = "kv-sekret";
+  const tiny = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--api-key", KEY, "--kv-cache", String(24 * 16 * 1280),
+                                       "--max-num-seqs", "2"]);
+  servers.push(tiny);
+  const blocksLine = tiny.log().match(/KV cache: (\d+) blocks/);
+  console.log(`tiny replica: ${blocksLine ? blocksLine[0] : tiny.log().split("\n").find(l => l.includes("KV cache"))}`);
+  const denied = await fetch(`${tiny.base}/v1/kv_events`);
+  check(denied.status === 401, `GET /v1/kv_events without the API key: ${denied.status}`);
+  const sub = await subscribe(tiny.base, KEY);
+  check(sub.status === 200 && (sub.headers.get("content-type") ?? "").startsWith("text/event-stream"), `subscribed: ${sub.status} ${sub.headers.get("content-type")}`);
+  const snap = await sub.waitFor(e => e.type === "snapshot");
+  const models = await (await fetch(`${tiny.base}/v1/models`, {headers: {Authorization: `Bearer ${KEY}`}})).json();
+  check(snap && snap.block_size === 16 && snap.hash_scheme === "fnv1a64-chain-v1" && snap.group === 0 && Array.isArray(snap.hashes) &&
+        snap.hashes.length === 0 && /^[0-9a-f]{16}$/.test(snap.prompt_digest) && snap.prompt_digest === models.data[0].prompt_digest,
+        `first event: an empty snapshot with block size, hash scheme and the prompt digest of /v1/models (${JSON.stringify(snap)?.slice(0, 200)})`);
+  const p1 = "Once upon a time there was a little girl who liked to play in the park with her dog and her friends every single day.";
+  const ids1 = await tokenize(tiny.base, p1, KEY);
+  const want = chainHashes(ids1, 16);
+  await complete(tiny.base, p1, KEY);
+  const storedAll = await sub.waitFor(() => want.every(h => sub.events.some(e => e.type === "delta" && e.stored.some(s => s.hash === h))));
+  const stored = sub.events.filter(e => e.type === "delta").flatMap(e => e.stored);
+  check(want.length >= 2 && storedAll !== null, `the prompt's ${want.length} block hashes (from /tokenize ids) reported stored`);
+  const s1 = stored.find(s => s.hash === want[1]);
+  check(s1 && s1.parent === want[0] && stored.find(s => s.hash === want[0])?.parent === "0000000000000000",
+        "each stored block names its parent (the previous block's chain hash; zeros for the first)");
+  // Other prompts, enough to fill 24 blocks: the pool evicts p1's blocks and says so.
+  for (let i = 0; i < 6; ++i)
+    await complete(tiny.base, `Prompt ${i}: the sun was big and the cat saw a tree, and they ran home to mom and dad. ${"x ".repeat(30)}`, KEY);
+  const removed = await sub.waitFor(() => want.every(h => sub.events.some(e => e.type === "delta" && e.removed.includes(h))));
+  check(removed !== null, "after the pool filled with other prompts, the same hashes reported removed");
+  const firstStore = sub.events.findIndex(e => e.type === "delta" && e.stored.some(s => s.hash === want[0]));
+  const firstRemove = sub.events.findIndex(e => e.type === "delta" && e.removed.includes(want[0]));
+  check(firstStore >= 0 && firstRemove > firstStore, `stored (event ${firstStore}) before removed (event ${firstRemove}); seq increasing: ` +
+        sub.events.filter(e => e.seq !== undefined).every((e, i, a) => i === 0 || e.seq >= a[i - 1].seq));
+  const load = await sub.waitFor(e => e.type === "load");
+  check(load && load.kv_total_blocks > 0 && load.kv_total_blocks <= 24 && Number.isInteger(load.waiting) && Number.isInteger(load.running),
+        `load events: ${JSON.stringify(load)}`);
+  // A second subscriber's snapshot is the pool's cached set now.
+  const sub2 = await subscribe(tiny.base, KEY);
+  const snap2 = await sub2.waitFor(e => e.type === "snapshot");
+  check(snap2 && snap2.hashes.length > 0 && !want.some(h => snap2.hashes.includes(h)),
+        `a new subscriber's snapshot holds ${snap2?.hashes.length} blocks, none of the evicted prompt's`);
+  sub.close();
+  sub2.close();
+
+  // 2. Hit rate: three replicas of 64 blocks each (about five tenants' prefixes; round_robin's replicas see all eight), cache_aware from KV events vs
+  // round_robin (each run salts its prompts, so neither finds the other's prefixes cached).
+  const reps = await Promise.all([0, 1, 2].map(() => startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(64 * 16 * 1280)])));
+  servers.push(...reps);
+  const urls = reps.map(r => r.base);
+  const runs = {};
+  for (const [phase, policy, extra] of [["k", "cache_aware", ["--model", model]], ["r", "round_robin", []]]) {
+    const r = await startRouter(bin, urls, ["--policy", policy, ...extra]);
+    routers.push(r);
+    if (policy === "cache_aware") {  // wait for the three snapshots
+      for (let i = 0; i < 50; ++i) {
+        const m = await metrics(r.base);
+        if (urls.every(u => m.text.includes(`deepinfer_router_replica_kv_synced{replica="${u}"} 1`))) break;
+        await sleep(100);
+      }
+    }
+    const items = makeWorkload({seed: 35, phase, requests: 96});
+    const ideal = await idealHitRate(urls[0], items);
+    const w = await runWorkload(r.base, items, {concurrency: 4, maxTokens: 2});
+    const m = await metrics(r.base);
+    const per = urls.map((u, k) => w.results.filter(x => x.replica === String(k)).length);
+    console.log(`${policy}${extra.length ? " (KV events)" : ""}: hit rate ${w.hitRate.toFixed(3)} (ideal ${ideal.toFixed(3)}), ` +
+                `mean TTFT ${w.meanTtft.toFixed(1)} ms, requests per replica ${per.join("/")}`);
+    runs[policy] = {...w, ideal, m};
+    if (policy === "cache_aware") {
+      // A replica that goes away: its stream breaks and the router forgets its blocks; started again on the same
+      // port it is subscribed to again (backoff), and its fresh snapshot (a cold cache) replaces the old set.
+      const k = 2, port = reps[k].port, url = urls[k];
+      const gauge = async (name) => {
+        const mm = (await metrics(r.base)).text.match(new RegExp(`^${name}\\{replica="${url.replace(/[.]/g, "\\.")}"\\} ([0-9.e+-]+)$`, "m"));
+        return mm ? Number(mm[1]) : NaN;
+      };
+      const before = await gauge("deepinfer_router_replica_kv_blocks");
+      await reps[k].stop();
+      servers.splice(servers.indexOf(reps[k]), 1);
+      let cleared = false;
+      for (let i = 0; i < 50 && !cleared; ++i) {
+        cleared = await gauge("deepinfer_router_replica_kv_synced") === 0 && await gauge("deepinfer_router_replica_kv_blocks") === 0;
+        if (!cleared) await sleep(100);
+      }
+      check(before > 0 && cleared, `replica stopped: its ${before} blocks forgotten, its stream marked unsynced`);
+      reps[k] = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(64 * 16 * 1280), "--port", String(port)]);
+      servers.push(reps[k]);
+      let back = false;
+      for (let i = 0; i < 60 && !back; ++i) {
+        back = await gauge("deepinfer_router_replica_kv_synced") === 1;
+        if (!back) await sleep(100);
+      }
+      check(back && await gauge("deepinfer_router_replica_kv_resyncs_total") >= 1 && await gauge("deepinfer_router_replica_kv_blocks") === 0,
+            "restarted on the same port: subscribed again, its cold snapshot replaced the set (a resync counted)");
+    }
+    await r.stop();
+    routers.pop();
+  }
+  const ca = runs.cache_aware, rr = runs.round_robin;
+  check(ca.results.length === 96 && ca.results.every(x => x.prompt > 100), "96 streamed requests through the router");
+  check(ca.hitRate >= 0.9 * ca.ideal, `KV-events hit rate ${ca.hitRate.toFixed(3)} within 10% of the ideal ${ca.ideal.toFixed(3)}`);
+  check(ca.hitRate > rr.hitRate + 0.05, `KV events beat round_robin on hit rate: ${ca.hitRate.toFixed(3)} vs ${rr.hitRate.toFixed(3)}`);
+  const get = (name, u) => {
+    const mm = ca.m.text.match(new RegExp(`^${name}\\{replica="${u.replace(/[.]/g, "\\.")}"\\} ([0-9.e+-]+)$`, "m"));
+    return mm ? Number(mm[1]) : NaN;
+  };
+  const events = urls.map(u => get("deepinfer_router_replica_kv_events_total", u));
+  const est = urls.map(u => get("deepinfer_router_replica_kv_hit_rate_estimate", u));
+  console.log(`router /metrics: KV events per replica ${events.join("/")}, events-based hit estimate ${est.map(x => x.toFixed(2)).join("/")}`);
+  check(events.every(x => x > 0), "the router received KV events from every replica");
+  check(est.every(x => x > 0.5 && x <= 1), "the events-based hit estimate per replica is in (0.5, 1]");
+  const hits = ca.m.get('deepinfer_router_decisions_total\\{policy="cache_aware_kv_events",outcome="cache_hit"\\}');
+  check(hits > 60, `most requests routed as cache hits by the events (${hits})`);
+
+  // 3. A router whose chat template is not the replicas': mismatched, logged, routed by load, still serving.
+  const tmpl = path.join(fs.mkdtempSync(path.join(os.tmpdir(), "kvev-")), "other.jinja");
+  fs.writeFileSync(tmpl, "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}");
+  const bad = await startRouter(bin, urls, ["--model", model, "--chat-template", tmpl]);
+  routers.push(bad);
+  let mm = null;
+  for (let i = 0; i < 50; ++i) {
+    mm = await metrics(bad.base);
+    if (urls.every(u => mm.text.includes(`deepinfer_router_replica_kv_mismatch{replica="${u}"} 1`))) break;
+    await sleep(100);
+  }
+  check(urls.every(u => mm.text.includes(`deepinfer_router_replica_kv_mismatch{replica="${u}"} 1`)) &&
+        /tokenizes differently from --model/.test(bad.log()), "another chat template: every replica reported mismatched, logged");
+  const ans = await complete(bad.base, "Once upon a time");
+  check(ans.choices?.length === 1, "requests are still served through it");
+} catch (e) {
+  check(false, `exception: ${e.stack}`);
+} finally {
+  for (const r of routers) await r.stop();
+  for (const s of servers) await s.stop();
+}
+done("router_kv_events");
