@@ -53,6 +53,10 @@ bool ReadAll(int fd, void* p, size_t n) {
   return true;
 }
 
+// A full disk: the store's bound never goes under this many entries, and is lifted after this long without one.
+constexpr size_t kMinFullFiles = 4;
+constexpr int kFullRecoverySeconds = 300;
+
 int64_t SteadySeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -177,6 +181,12 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
       lru_.splice(lru_.end(), lru_, it->second.lru_pos);
       return 0;
     }
+    if (found_full_ && SteadySeconds() - full_at_s_ >= kFullRecoverySeconds) {
+      found_full_ = false;
+      DI_LOG_INFO("kv store: no full disk under %s for %d s; the store may grow to --kv-store-size again", dir_.c_str(),
+                  kFullRecoverySeconds);
+    }
+    if (found_full_ && file_bytes > full_limit_) return 0;  // would be evicted as soon as written
   }
   DiskBlockHeader h{};
   std::memcpy(h.magic, kDiskBlockMagic, sizeof h.magic);
@@ -196,20 +206,26 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
     // The disk (or a quota) filled below --kv-store-size: other files, another server, or a capacity larger than
     // the disk. Make room by evicting the least recent entries (this entry's size, or a sixteenth of what is
     // stored, whichever is more, so that a full disk does not cost one failed write per block), retry once, and
-    // from now on keep the store below the size it reached: the disk's real capacity for it.
+    // for a while keep the store below the size it reached: the disk's real room for it. The bound never goes
+    // under kMinFullFiles entries (a disk filled by someone else would otherwise shrink the store to nothing: each
+    // write then deleted at once) and is lifted after kFullRecoverySeconds without a full disk (that someone may
+    // have freed the room).
     std::vector<uint64_t> victims;
     size_t limit;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      limit = bytes_ > std::max(file_bytes, bytes_ / 16) ? bytes_ - std::max(file_bytes, bytes_ / 16) : 0;
+      const size_t room = std::max(file_bytes, bytes_ / 16);
+      const size_t target = bytes_ > room ? bytes_ - room : 0;
+      limit = std::max(target, kMinFullFiles * file_bytes);
       if (!found_full_ || limit < full_limit_) full_limit_ = limit;
       found_full_ = true;
+      full_at_s_ = SteadySeconds();
       if (disk_full_events_++ == 0)
         DI_LOG_WARN("kv store: the disk under %s is full at %.1f MiB stored (--kv-store-size %.1f MiB); evicting the "
-                    "least recent entries and keeping the store below %.1f MiB from now on", dir_.c_str(),
-                    static_cast<double>(bytes_) / (1 << 20), static_cast<double>(capacity_) / (1 << 20),
-                    static_cast<double>(limit) / (1 << 20));
-      victims = EvictDownTo(limit);
+                    "least recent entries and keeping the store below %.1f MiB until the disk has had room for %d s",
+                    dir_.c_str(), static_cast<double>(bytes_) / (1 << 20), static_cast<double>(capacity_) / (1 << 20),
+                    static_cast<double>(full_limit_) / (1 << 20), kFullRecoverySeconds);
+      victims = EvictDownTo(target);
     }
     Unlink(victims);
     ok = !victims.empty() && WriteFile(path, h, data, n, &err);

@@ -10,8 +10,9 @@
 // (another digest) or of another format version are left alone for whoever owns them and counted as foreign.
 //
 // A full disk: a write that fails with ENOSPC or EDQUOT below the capacity evicts the least recent entries and
-// retries once, and the store then keeps below the size it had reached (effective_capacity): the service
-// degrades to a smaller store, logged once and counted (disk_full_events), and never fails a request.
+// retries once, and the store then keeps below the size it had reached (effective_capacity, never under four
+// entries) until five minutes pass without a full disk: the service degrades to a smaller store, logged once and
+// counted (disk_full_events), and never fails a request.
 //
 // Thread-safe: the tiers' writer thread stores and evicts, the engine thread reads.
 #pragma once
@@ -96,7 +97,8 @@ class KvDiskTier {
   size_t bytes_ = 0;
   int64_t rejected_reads_ = 0, write_errors_ = 0, evictions_ = 0, disk_full_events_ = 0;
   bool found_full_ = false;
-  size_t full_limit_ = 0;  // once found_full_: the store's bound from then on
+  size_t full_limit_ = 0;  // while found_full_: the store's bound
+  int64_t full_at_s_ = 0;  // steady seconds of the last full-disk write
   uint64_t temp_seq_ = 0;
 };
 

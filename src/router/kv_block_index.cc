@@ -11,8 +11,11 @@ void KvBlockIndex::Reset(int block_size, const std::vector<uint64_t>& hashes) {
   snapshots_++;
 }
 
-void KvBlockIndex::Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed) {
+bool KvBlockIndex::Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Cleared (the replica taken out) since the caller last looked: a delta must not refill an index with no
+  // snapshot under it; the caller starts over from a snapshot.
+  if (block_size_ <= 0) return false;
   for (uint64_t h : stored) {
     blocks_.insert(h);
     predicted_.erase(h);  // confirmed
@@ -22,6 +25,7 @@ void KvBlockIndex::Apply(const std::vector<uint64_t>& stored, const std::vector<
     predicted_.erase(h);  // evicted: whatever was predicted of it is gone too
   }
   events_ += stored.size() + removed.size();
+  return true;
 }
 
 void KvBlockIndex::Clear() {

@@ -30,7 +30,8 @@ class KvBlockIndex {
   // A snapshot: the replica holds exactly `hashes` now (on connect, and on every resync).
   void Reset(int block_size, const std::vector<uint64_t>& hashes);
   // A delta, applied in order: stored first, then removed (the publisher splits deltas where that matters).
-  void Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed);
+  // False (nothing applied) when the index was cleared since its snapshot.
+  bool Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed);
   // The replica went down or its stream broke: nothing is known until the next snapshot.
   void Clear();
   void SetLoad(const ReplicaLoad& load);

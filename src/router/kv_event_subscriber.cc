@@ -71,7 +71,6 @@ bool KvEventSubscriber::OnEvent(std::string_view data) {
     return true;
   }
   if (type == "delta") {
-    if (!index_->synced()) return false;  // cleared meanwhile (taken out): start over from a snapshot
     std::vector<uint64_t> stored, removed;
     if (auto it = j.find("stored"); it != j.end() && it->is_array())
       for (const json& e : *it) {
@@ -83,8 +82,7 @@ bool KvEventSubscriber::OnEvent(std::string_view data) {
         uint64_t v;
         if (ParseHex(e, &v)) removed.push_back(v);
       }
-    index_->Apply(stored, removed);
-    return true;
+    return index_->Apply(stored, removed);  // false: cleared meanwhile (taken out), start over from a snapshot
   }
   if (type == "load") {
     ReplicaLoad l;
@@ -98,10 +96,18 @@ bool KvEventSubscriber::OnEvent(std::string_view data) {
   return true;  // an event type of a later version: ignored
 }
 
+namespace {
+constexpr size_t kMaxEventBytes = size_t{256} << 20;  // a snapshot of ~13M blocks
+}  // namespace
+
 bool KvEventSubscriber::OnBytes(std::string_view bytes) {
+  // A snapshot of a large cache arrives in many reads: the search for the event's end resumes where the last one
+  // stopped (one scan in all, not one per read), and a peer that never ends an event is cut off past the bound.
+  const size_t resume = buf_.size() > 0 ? buf_.size() - 1 : 0;
   buf_.append(bytes.data(), bytes.size());
-  size_t end;
-  while ((end = buf_.find("\n\n")) != std::string::npos) {
+  if (buf_.size() > kMaxEventBytes) return false;
+  size_t end = buf_.find("\n\n", resume);
+  for (; end != std::string::npos; end = buf_.find("\n\n")) {
     const std::string ev = buf_.substr(0, end);
     buf_.erase(0, end + 2);
     // The data lines of the event, joined (the publisher writes one).

@@ -23,6 +23,7 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
     int matched = 0;
     double kv_use = 0;
     size_t footprint = 0;
+    bool synced = false;  // its events are applied (a snapshot came, same prompt digest)
     const std::vector<uint64_t>* hashes = nullptr;
   };
   // One hash chain per block size the replicas reported (normally one).
@@ -39,6 +40,7 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
     s.load = std::max<int64_t>(replicas[i].in_flight, rl.known ? rl.waiting + rl.running : 0);
     s.footprint = idx.footprint();
     s.kv_use = rl.kv_total_blocks > 0 ? static_cast<double>(rl.kv_used_blocks) / static_cast<double>(rl.kv_total_blocks) : 0;
+    s.synced = bs > 0 && !idx.mismatch();
     if (bs > 0) {
       any_synced = true;
       auto it = chains.find(bs);
@@ -87,16 +89,23 @@ Decision KvEventsPolicy::PickTokens(std::string_view text, const std::vector<int
       d.outcome = Outcome::kCacheHit;
     } else {
       // SGLang's miss: the smallest cache (blocks held or predicted), the most room for a new prefix; the
-      // predictions make new prefixes spread even before the replicas' events report them.
-      int room = -1;
+      // predictions make new prefixes spread even before the replicas' events report them. Only replicas whose
+      // events are applied have a known cache: one not synced (a broken stream, no endpoint, mid-reconnect) or
+      // of another prompt digest would always look empty and take every miss, so it competes by load alone.
+      int room = -1, unsynced = -1;
       for (size_t i = 0; i < replicas.size(); ++i) {
         if (!replicas[i].available) continue;
         const Score& a = score[i];
+        if (!a.synced) {
+          if (unsynced < 0 || a.load < score[unsynced].load) unsynced = static_cast<int>(i);
+          continue;
+        }
         const Score& b = room < 0 ? a : score[room];
         if (room < 0 || a.footprint < b.footprint || (a.footprint == b.footprint && a.load < b.load) ||
             (a.footprint == b.footprint && a.load == b.load && a.kv_use < b.kv_use))
           room = static_cast<int>(i);
       }
+      if (room < 0 || (unsynced >= 0 && score[unsynced].load < score[room].load)) room = unsynced;
       d.replica = room;
       d.outcome = Outcome::kCacheMiss;
     }

@@ -96,7 +96,7 @@ try {
       await Promise.all(inflight);
       if (before > 0) ++killedWhileWriting;
     }
-    check(killedWhileWriting === 3, `kill -9 after blocks were written, in ${killedWhileWriting} of 3 rounds`);
+    check(killedWhileWriting === 3, `kill -9 with requests in flight after blocks were written, in ${killedWhileWriting} of 3 rounds`);
     const srv = await startServer(bin, [...serveArgs, "--kv-store", dir, "--kv-store-size", "256M"]);
     const cached = await serveAll(srv, "after three kill -9", cold);
     const hits = diskMetric(await metrics(srv.base), "deepinfer_kv_tier_hits_total");

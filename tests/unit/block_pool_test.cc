@@ -54,6 +54,28 @@ TEST(BlockPoolTest, PrefixHitSharesBlocksAndSkipsPartialBlock) {
   EXPECT_EQ(pool.MatchPrefix(toks.data(), 8).size(), 2u);
 }
 
+// Two requests admitted together compute the same head in their own blocks; the first to publish caches it, the
+// second's copy is not published. The second's later (divergent) blocks must chain to the cached head, or no
+// request could ever hit them (MatchPrefix follows the cached chain).
+TEST(BlockPoolTest, BlocksAfterAHeadAnotherRequestCachedFirstAreReachable) {
+  BlockPool pool(16, 4);
+  auto a_toks = Seq(12), b_toks = Seq(12);
+  b_toks[8] = 7;  // the same two head blocks, a different third
+  auto a = *pool.Allocate(3), b = *pool.Allocate(3);
+  pool.Publish(a, a_toks.data(), 3);
+  pool.Publish(b, b_toks.data(), 3);
+  EXPECT_EQ(pool.num_cached(), 4);  // a's three, b's third
+  auto hit = pool.MatchPrefix(b_toks.data(), 12);
+  ASSERT_EQ(hit.size(), 3u);
+  EXPECT_EQ(hit[0], a[0]);
+  EXPECT_EQ(hit[1], a[1]);
+  EXPECT_EQ(hit[2], b[2]);
+  pool.Release(hit);
+  pool.Release(a);
+  pool.Release(b);
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+}
+
 TEST(BlockPoolTest, EvictsLeastRecentlyReleasedFirst) {
   BlockPool pool(4, 2);
   const auto s1 = Seq(2, 1), s2 = Seq(2, 50);
