@@ -2,12 +2,12 @@
 # Sanitizer pass: builds everything with clang under ASan+UBSan (build-san/), runs the unit tests, the engine
 # tests and the CLI error checks there (LeakSanitizer included), the engine tests under ThreadSanitizer
 # (build-tsan/), then runs each libFuzzer target for a short budget
-# (FUZZ_SECONDS, default 60) from a seed corpus of real files. Any report fails the script.
+# (FUZZ_SECONDS, default 30) from a seed corpus of real files. Any report fails the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-secs="${FUZZ_SECONDS:-60}"
+secs="${FUZZ_SECONDS:-30}"
 cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=ON -DDEEPINFER_SANITIZE=ON >/dev/null
+  -DCMAKE_UNITY_BUILD="${DEEPINFER_UNITY_BUILD:-ON}" -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=ON -DDEEPINFER_SANITIZE=ON >/dev/null
 cmake --build build-san -j "$(nproc)" --target deepinfer unit_tests engine_tests gguf_fuzz safetensors_fuzz http_fuzz grammar_fuzz
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # A gtest binary whose run skipped a case fails this pass: a skip is not a pass. The one allowed skip is a CPU
@@ -24,7 +24,11 @@ gtest_no_skips() {
   rm -f "$log"
 }
 echo "[asan] unit tests"
-gtest_no_skips build-san/tests/unit_tests --gtest_brief=1
+# Left out here: the two tests that bound how the tokenizers' CPU time grows with the input (8 MB of text, 140 s
+# instrumented; the encoders they drive run instrumented in every other tokenizer test, and instrumented time is not
+# what they measure).
+gtest_no_skips build-san/tests/unit_tests --gtest_brief=1 \
+  --gtest_filter='-HfTokenizerTest.EncodeIsLinearInInputSize:TokenizerTest.SpmEncodeScalesLinearly'
 # The sanitizers check memory and threads, not numerics: the equivalence suite runs on every model in the
 # Release ctest; here the two MoE families that only add routing variants (Mixtral, Qwen2-MoE; the MoE path is
 # covered by Qwen3-MoE and DeepSeek-V3) are left out, which keeps the sanitizer pass inside CI's budget on 2 cores.
@@ -56,6 +60,9 @@ for m in TinyDeepseekV3 TinySmolLM3 TinyGptOss TinyQwen3Moe TinyOlmo2 TinyQwen3;
 done
 SAN_ENGINE_FILTER+=':GrammarEngine.ConstrainedRowsInTheMixedWorkload:HybridKvTest.SwaMemoryStaysBounded'
 SAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/Stories260KNgram'
+# The abort fuzz (three engine variants, requests aborted at random from another thread) with 500 requests per
+# variant rather than ctest's 1,500: instrumented, the 1,500 took over three minutes under each sanitizer.
+export DEEPINFER_TEST_ABORT_FUZZ_REQUESTS=500
 echo "[asan] engine tests"
 gtest_no_skips build-san/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 echo "[asan] server: openai SDK end to end, and 300 streams with 100 disconnects"
@@ -76,7 +83,7 @@ bash tests/e2e/cli_errors.sh build-san/deepinfer >/dev/null
 # ThreadSanitizer over the engine: the loop thread, the executor stream, the compute pool and client threads
 # (Add/Abort from outside), including the random abort fuzz.
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
-  -DDEEPINFER_TESTS=ON -DDEEPINFER_TSAN=ON >/dev/null
+  -DCMAKE_UNITY_BUILD="${DEEPINFER_UNITY_BUILD:-ON}" -DDEEPINFER_TESTS=ON -DDEEPINFER_TSAN=ON >/dev/null
 cmake --build build-tsan -j "$(nproc)" --target engine_tests
 echo "[tsan] engine tests"
 # ThreadSanitizer looks for races, so it runs what has threads: the engine loop against client threads (Add/Abort,
@@ -90,6 +97,10 @@ TSAN_ENGINE_FILTER="$SAN_ENGINE_FILTER:Models/EngineEquivalence.*/TinyDeepseekV4
 TSAN_ENGINE_FILTER+=':GrammarEngine.*:HybridKvTest.*:EngineTest.SingleChunkPromptIsCachedBeforeGenerationOutgrowsIt'
 TSAN_ENGINE_FILTER+=':EngineTest.UrgentRequestOvertakesLongPromptsAndChangesNoOutput:EngineTest.HalfPrecisionKvCache'
 TSAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/TinyGemma3WindowedSelfDraft'
+# MTP speculation on DeepSeek-V3 (80 s under TSan) adds no thread: its heads run on the executor thread and the pool
+# RequestIsBatchInvariant/TinyDeepseekV3 drives here, and the speculative rows on the overlapped stream run in the
+# self-draft cases of the SpecEngineTest suite.
+TSAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/TinyDeepseekV3Mtp'
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 gtest_no_skips build-tsan/tests/engine_tests --gtest_brief=1 \
   --gtest_filter="$TSAN_ENGINE_FILTER"
 

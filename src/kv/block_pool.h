@@ -83,6 +83,8 @@ class BlockPool {
   // Every block unreferenced (cached blocks count as free). Returns a description of the leak otherwise.
   Status CheckNoLeaks() const;
   int ref_count(int32_t block) const { return blocks_[block].refs; }
+  // The key a cached block is found by: for group 0, the chain hash of the prefix it ends (ChainHashes).
+  uint64_t cached_key(int32_t block) const { return blocks_[block].hash; }
 
  private:
   struct Block {

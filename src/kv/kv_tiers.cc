@@ -80,7 +80,7 @@ void KvTiers::Offer(const std::vector<int32_t>& table, const int32_t* tokens, in
     const uint64_t key = TierKey(opt_.model_digest, chain);
     // A block every tier holds already (one loaded from them, or another request's twin) costs no copy.
     if ((!ram_ || ram_->Contains(key)) && (!disk_ || disk_->Contains(key))) continue;
-    Job job{key, chain, parent, {}};
+    Job job{Job::Kind::kStore, key, chain, parent, {}};
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) {
@@ -117,16 +117,16 @@ void KvTiers::WriterLoop() {
     Job job = std::move(queue_.front());
     queue_.pop_front();
     writing_ = true;
-    if (job.promote) job.data = TakeBuffer();
+    if (job.kind == Job::Kind::kPromote) job.data = TakeBuffer();
     lock.unlock();
-    if (job.refresh_time) {  // no data, no queued bytes
+    if (job.kind == Job::Kind::kRefreshTime) {  // no data, no queued bytes
       disk_->RefreshTime(job.key);
       lock.lock();
       writing_ = false;
       if (queue_.empty()) idle_cv_.notify_all();
       continue;
     }
-    if (job.promote) {
+    if (job.kind == Job::Kind::kPromote) {
       // Validated again as any read is (another server may have replaced or removed the file meanwhile).
       if (!disk_->Get(job.key, job.chain, job.parent, nullptr, 0, job.data.data(), entry_bytes_, &promote_scratch_))
         job.data.clear();
@@ -180,7 +180,7 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
         std::lock_guard<std::mutex> lock(mu_);
         if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) return true;  // behind: skip the promotion
         queued_bytes_ += entry_bytes_;
-        queue_.push_back(Job{key, chain, parent, {}, true});
+        queue_.push_back(Job{Job::Kind::kPromote, key, chain, parent, {}});
       }
       cv_.notify_one();
     }
@@ -191,22 +191,26 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
 
 int KvTiers::LoadPrefix(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table) {
   const int start = static_cast<int>(table->size());
-  // The chain up to the pool's match (the blocks are the pool's; only their hashes are needed here).
+  // The pool's matched blocks (group 0) are keyed by their chain hashes: the prefix is not hashed again here.
+  uint64_t chain = start > 0 ? pool->cached_key((*table)[start - 1]) : kPrefixHashSeed;
   // The pool's hits are touched in the tiers too: a prefix every request shares is served from the pool and never
   // written again, and without this it would be the first the tiers evict (and the oldest file after a restart).
-  uint64_t chain = kPrefixHashSeed;
-  bool refresh = false;
-  for (int i = 0; i < start; ++i) {
-    chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
-    const uint64_t key = TierKey(opt_.model_digest, chain);
-    if (ram_) ram_->Touch(key);
-    if (disk_ && disk_->Touch(key)) {
-      std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back(Job{key, chain, 0, {}, false, true});
-      refresh = true;
+  // A prefix whose first block the tiers do not hold was never stored or is gone: nothing to touch, and the
+  // admission path skips the lookups.
+  const auto held = [&](uint64_t key) { return (ram_ && ram_->Contains(key)) || (disk_ && disk_->Contains(key)); };
+  if (start > 0 && held(TierKey(opt_.model_digest, pool->cached_key((*table)[0])))) {
+    bool refresh = false;
+    for (int i = 0; i < start; ++i) {
+      const uint64_t key = TierKey(opt_.model_digest, pool->cached_key((*table)[i]));
+      if (ram_) ram_->Touch(key);
+      if (disk_ && disk_->Touch(key)) {
+        std::lock_guard<std::mutex> lock(mu_);
+        queue_.push_back(Job{Job::Kind::kRefreshTime, key, pool->cached_key((*table)[i]), 0, {}});
+        refresh = true;
+      }
     }
+    if (refresh) cv_.notify_one();
   }
-  if (refresh) cv_.notify_one();
   if (start >= max_blocks) return 0;
   const auto t0 = std::chrono::steady_clock::now();
   int added = 0;
@@ -216,7 +220,7 @@ int KvTiers::LoadPrefix(BlockPool* pool, const int32_t* tokens, int max_blocks, 
     const uint64_t parent = i == 0 ? 0 : chain;
     const uint64_t next = ChainHash(chain, own, block_size_);
     const uint64_t key = TierKey(opt_.model_digest, next);
-    if (!(ram_ && ram_->Contains(key)) && !(disk_ && disk_->Contains(key))) break;
+    if (!held(key)) break;
     if (pool->num_available() < 1) break;
     if (!Fetch(key, next, parent, own)) break;  // failed validation: a miss
     auto got = pool->Allocate(1, 0);            // a free or evicted block: no step in flight reads it

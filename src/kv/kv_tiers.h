@@ -67,13 +67,15 @@ class KvTiers {
   bool Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens);
 
   struct Job {
+    enum class Kind {
+      kStore,        // a published block (data) to write to the tiers that lack it
+      kPromote,      // a disk hit to copy into RAM: the writer reads the file again (from the page cache), so the
+                     // engine thread neither copies nor allocates for it
+      kRefreshTime,  // a pool hit on a stored block: refresh its file's time (the order after a restart)
+    };
+    Kind kind;
     uint64_t key, chain, parent;
     std::vector<uint8_t> data;
-    // A disk hit to copy into RAM: the writer reads the file again (from the page cache) so the engine thread
-    // neither copies nor allocates for it.
-    bool promote = false;
-    // A pool hit on a stored block: refresh its file's time (the order after a restart).
-    bool refresh_time = false;
   };
   Options opt_;
   PagedKvCache* kv_;

@@ -1,4 +1,5 @@
 #include "protocol/harmony.h"
+#include "protocol/tool_stream.h"
 
 #include "tokenizer/tokenizer.h"
 
@@ -19,12 +20,11 @@ size_t CompleteUtf8Prefix(const std::string& s) {
   return n;
 }
 
-bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 // The word at `at`: up to whitespace or the next marker.
 std::string WordAt(const std::string& s, size_t at) {
   size_t e = at;
-  while (e < s.size() && !IsWs(s[e]) && s[e] != '<') ++e;
+  while (e < s.size() && !IsJsonSpace(s[e]) && s[e] != '<') ++e;
   return s.substr(at, e - at);
 }
 
@@ -33,7 +33,7 @@ std::string WordAt(const std::string& s, size_t at) {
 std::string Recipient(const std::string& header) {
   std::string r;
   for (size_t at = header.find("to="); at != std::string::npos; at = header.find("to=", at + 1))
-    if (at == 0 || IsWs(header[at - 1]) || header[at - 1] == '>') r = WordAt(header, at + 3);
+    if (at == 0 || IsJsonSpace(header[at - 1]) || header[at - 1] == '>') r = WordAt(header, at + 3);
   return r;
 }
 

@@ -19,7 +19,6 @@ ToolFormat DetectToolFormat(const std::string& t) {
 bool TemplateHasThinking(const std::string& t) { return t.find("<think>") != std::string::npos; }
 
 namespace {
-bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 // Length of the longest suffix of `s` that is a proper prefix of `marker` (text that may yet become it).
 size_t PartialMarker(const std::string& s, const std::string& marker) {
   for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
@@ -40,7 +39,7 @@ void ReasoningSplitter::Step(bool end, std::string* reasoning, std::string* cont
   for (;;) {
     if (state_ == kStart) {
       size_t a = 0;
-      while (a < held_.size() && IsWs(held_[a])) ++a;
+      while (a < held_.size() && IsJsonSpace(held_[a])) ++a;
       const std::string rest = held_.substr(a);
       if (rest.rfind(open, 0) == 0) {
         held_ = held_.substr(a + open.size());
@@ -55,7 +54,7 @@ void ReasoningSplitter::Step(bool end, std::string* reasoning, std::string* cont
       reasoned_ = true;
       if (!emitted_) {  // reasoning is trimmed: drop its leading whitespace
         size_t a = 0;
-        while (a < held_.size() && IsWs(held_[a])) ++a;
+        while (a < held_.size() && IsJsonSpace(held_[a])) ++a;
         held_.erase(0, a);
       }
       const size_t at = held_.find(close);
@@ -64,11 +63,11 @@ void ReasoningSplitter::Step(bool end, std::string* reasoning, std::string* cont
       if (at == std::string::npos) {
         keep = end ? 0 : PartialMarker(out, close);
         size_t w = out.size() - keep;
-        while (w > 0 && IsWs(out[w - 1])) --w;
+        while (w > 0 && IsJsonSpace(out[w - 1])) --w;
         keep = out.size() - w;  // at the end that is trailing whitespace, which trimming drops
         out.resize(w);
       } else {
-        while (!out.empty() && IsWs(out.back())) out.pop_back();
+        while (!out.empty() && IsJsonSpace(out.back())) out.pop_back();
       }
       if (!out.empty()) emitted_ = true;
       reasoning->append(out);
@@ -96,7 +95,7 @@ void ReasoningSplitter::Step(bool end, std::string* reasoning, std::string* cont
 
 bool PromptOpensThinking(const std::string& tail) {
   size_t e = tail.size();
-  while (e > 0 && IsWs(tail[e - 1])) --e;
+  while (e > 0 && IsJsonSpace(tail[e - 1])) --e;
   return e >= 7 && tail.compare(e - 7, 7, "<think>") == 0;
 }
 

@@ -12,7 +12,6 @@ const std::string kDsCallsBegin = "<｜tool▁calls▁begin｜>", kDsCallBegin =
 const std::string kDsFenceOpen = "```json\n", kDsFenceClose = "```";
 const std::string kPythonTag = "<|python_tag|>";
 
-bool IsWs(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 
 // Length of the longest suffix of s that is a proper prefix of marker (text that may yet become it).
 size_t PartialMarker(std::string_view s, const std::string& marker) {
@@ -23,8 +22,8 @@ size_t PartialMarker(std::string_view s, const std::string& marker) {
 
 std::string Trim(std::string_view s) {
   size_t a = 0, b = s.size();
-  while (a < b && IsWs(s[a])) ++a;
-  while (b > a && IsWs(s[b - 1])) --b;
+  while (a < b && IsJsonSpace(s[a])) ++a;
+  while (b > a && IsJsonSpace(s[b - 1])) --b;
   return std::string(s.substr(a, b - a));
 }
 
@@ -67,7 +66,7 @@ void ToolCallStreamer::Consume(size_t n) {
 
 void ToolCallStreamer::Content(std::string_view s, ToolStreamDelta* out) {
   size_t e = s.size();
-  while (e > 0 && IsWs(s[e - 1])) --e;
+  while (e > 0 && IsJsonSpace(s[e - 1])) --e;
   if (e == 0) {  // only whitespace: held (dropped before any content, and if a call follows)
     if (content_started_) held_ws_.append(s);
     return;
@@ -144,11 +143,11 @@ void ToolCallStreamer::BeginJsonCall() {
 bool ToolCallStreamer::JsonChar(char c, ToolStreamDelta* out) {
   switch (js_) {
     case Js::kBeforeObj:
-      if (IsWs(c)) return true;
+      if (IsJsonSpace(c)) return true;
       js_ = c == '{' ? Js::kKeyOrEnd : Js::kBad;
       return true;
     case Js::kKeyOrEnd:
-      if (IsWs(c)) return true;
+      if (IsJsonSpace(c)) return true;
       if (c == '"') {
         key_.clear();
         esc_ = false;
@@ -167,11 +166,11 @@ bool ToolCallStreamer::JsonChar(char c, ToolStreamDelta* out) {
       key_ += c;
       return true;
     case Js::kColon:
-      if (IsWs(c)) return true;
+      if (IsJsonSpace(c)) return true;
       js_ = c == ':' ? Js::kValueStart : Js::kBad;
       return true;
     case Js::kValueStart:
-      if (IsWs(c)) return true;
+      if (IsJsonSpace(c)) return true;
       if (c == ',' || c == '}' || c == ']' || c == ':') {
         js_ = Js::kBad;
         return true;
@@ -191,7 +190,7 @@ bool ToolCallStreamer::JsonChar(char c, ToolStreamDelta* out) {
       return true;
     case Js::kValue:
       if (!in_str_ && depth_ == 0 && value_[0] != '"') {  // a literal: number, true, false, null
-        if (c == ',' || c == '}' || c == ']' || IsWs(c)) {
+        if (c == ',' || c == '}' || c == ']' || IsJsonSpace(c)) {
           ValueDone(out);
           return false;
         }
@@ -216,7 +215,7 @@ bool ToolCallStreamer::JsonChar(char c, ToolStreamDelta* out) {
       }
       return true;
     case Js::kAfterValue:
-      if (IsWs(c)) return true;
+      if (IsJsonSpace(c)) return true;
       js_ = c == ',' ? Js::kKeyOrEnd : c == '}' ? Js::kDone : Js::kBad;
       return true;
     case Js::kDone:
@@ -248,7 +247,7 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
           continue;
         }
         size_t a = 0;
-        while (a < buf_.size() && IsWs(buf_[a])) ++a;
+        while (a < buf_.size() && IsJsonSpace(buf_[a])) ++a;
         Consume(a);
         if (buf_.empty()) return;
         if (format_ == ToolFormat::kLlama3Json) {
@@ -303,7 +302,7 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
         }
         if (format_ == ToolFormat::kLlama3Json) {
           size_t a = 0;
-          while (a < buf_.size() && IsWs(buf_[a])) ++a;
+          while (a < buf_.size() && IsJsonSpace(buf_[a])) ++a;
           Consume(a);
           if (buf_.empty()) return;
           if (buf_[0] != '{') {
@@ -343,7 +342,7 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
       }
       case State::kAfterJsonCall: {  // Llama-3: ';' and another call, or the end of the calls
         size_t a = 0;
-        while (a < buf_.size() && IsWs(buf_[a])) ++a;
+        while (a < buf_.size() && IsJsonSpace(buf_[a])) ++a;
         Consume(a);
         if (buf_.empty()) return;
         if (buf_[0] == ';') {
@@ -400,11 +399,11 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
         std::string_view s = std::string_view(buf_).substr(0, take);
         if (!args_started_) {
           size_t a = 0;
-          while (a < s.size() && IsWs(s[a])) ++a;
+          while (a < s.size() && IsJsonSpace(s[a])) ++a;
           s.remove_prefix(a);
         }
         size_t e = s.size();
-        while (e > 0 && IsWs(s[e - 1])) --e;
+        while (e > 0 && IsJsonSpace(s[e - 1])) --e;
         if (e > 0) {
           std::string piece = args_ws_;
           piece.append(s.substr(0, e));

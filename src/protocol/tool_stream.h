@@ -22,6 +22,9 @@
 
 namespace deepinfer {
 
+// JSON's whitespace (RFC 8259: space, tab, CR, LF), which the tool-call and Harmony scanners skip.
+inline bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
 struct ToolCallDelta {
   int index = 0;          // the call's position in the answer
   bool first = false;     // the call's first delta: name is set

@@ -148,13 +148,6 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
-namespace {
-// nearbyint(v) as an int (round half to even), NaN as 0: a NaN element (a NaN activation, or inf times a zero
-// scale) becomes 0, which is what the x86 conversion chain gave before and what the AVX-512 quantizers give
-// (activation_quant_avx512.inc); converting NaN to an integer is undefined behaviour in C++. |v| <= 127.5 otherwise.
-int NearestOrZero(float v) { return v == v ? static_cast<int>(std::nearbyint(v)) : 0; }
-}  // namespace
-
 void QuantizeActivationsQ8_0(const float* x, BlockQ8_0* y, size_t n) {
   for (size_t k = 0; k < n / 32; ++k, x += 32) {
     float amax = 0;

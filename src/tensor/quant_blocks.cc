@@ -238,12 +238,6 @@ bool DequantizeBlocks(DType t, const void* src, float* dst, size_t n) {
   }
 }
 
-namespace {
-// nearbyint(v) as an int (round half to even), NaN as 0: a NaN element (a NaN activation, or inf times a zero
-// scale) becomes 0, which is what the x86 conversion chain gave before and what the AVX-512 quantizers give
-// (activation_quant_avx512.inc); converting NaN to an integer is undefined behaviour in C++. |v| <= 127.5 otherwise.
-int NearestOrZero(float v) { return v == v ? static_cast<int>(std::nearbyint(v)) : 0; }
-}  // namespace
 
 void QuantizeActivationsQ8_1(const float* x, BlockQ8_1* y, size_t n) {
   // ggml's x86 quantize_row_q8_1: scale amax/127, round half to even, s = d * (sum of the integers).

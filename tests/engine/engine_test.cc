@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <thread>
@@ -561,8 +562,13 @@ TEST(EngineTest, StopStringsCutTextAcrossTokens) {
 }
 
 // Must-show 3: thousands of requests with random aborts from another thread while the engine runs on its own
-// thread; every sample gets exactly one final event, and shutdown finds every block and slot free.
+// thread; every sample gets exactly one final event, and shutdown finds every block and slot free. The sanitizer
+// pass (scripts/sanitize.sh) runs fewer requests per variant, DEEPINFER_TEST_ABORT_FUZZ_REQUESTS, as instrumented
+// code runs 5-10x slower; ctest runs the 1,500.
 TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
+  const char* requests_env = std::getenv("DEEPINFER_TEST_ABORT_FUZZ_REQUESTS");
+  const int kRequests = requests_env ? std::atoi(requests_env) : 1500;
+  ASSERT_GE(kRequests, 200) << "DEEPINFER_TEST_ABORT_FUZZ_REQUESTS: at least 200";
   const Model& m = Stories();
   for (int variant = 0; variant < 3; ++variant) {
     const bool overlap = variant != 1;
@@ -579,7 +585,6 @@ TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
     ASSERT_TRUE(eng.ok());
     Engine& e = **eng;
     e.Start();
-    const int kRequests = 1500;
     std::vector<std::atomic<int>> finals(kRequests);
     std::vector<uint64_t> ids(kRequests, 0);
     std::mt19937 rng(variant + 1);
@@ -619,7 +624,7 @@ TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
     EXPECT_TRUE(leaks.ok()) << leaks.ToString();
     const EngineStats st = e.Stats();
     EXPECT_EQ(st.requests_finished + st.requests_aborted, kRequests);
-    EXPECT_GT(st.requests_aborted, 100);
+    EXPECT_GT(st.requests_aborted, kRequests / 15);  // 100 of 1,500: an eighth are aborted while queued alone
     for (int i = 0; i < kRequests; ++i) {
       ASSERT_EQ(finals[i].load(), work[i].params.n) << "request " << i << ": one final event per sample";
     }

@@ -159,6 +159,54 @@ TEST(KvTiersTest, RamTierServesWhatThePoolEvicted) {
   EXPECT_TRUE(e->CheckNoLeaks().ok());
 }
 
+// A prefix the pool keeps serving is touched in the RAM tier on every pool hit, so the tier evicts what was stored
+// after it but not used since: when the pool finally drops the prefix, RAM still holds it. Without the touches it
+// would be the tier's oldest entry and the first evicted (the hit below would be 0 tokens).
+TEST(KvTiersTest, PoolHitsKeepAPrefixInTheRamTier) {
+  const Model& m = TierModel();
+  std::mt19937 rng(303);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  const auto d = RandomPrompt(&rng, 41, m.config.vocab_size);
+  const auto f = RandomPrompt(&rng, 41, m.config.vocab_size);
+  const RequestResult ref = Cold(m, a);
+  // The entries each request stores and an entry's size, from an engine whose RAM tier holds everything.
+  int64_t entries_a = 0, entries_d = 0, entry_bytes = 0;
+  {
+    EngineOptions o = TierEngine();
+    o.kv_offload_ram_bytes = size_t{64} << 20;
+    auto e = MakeEngine(m, o);
+    ASSERT_TRUE(e);
+    RunOne(*e, a);
+    e->FlushKvTiers();
+    entries_a = e->Stats().kv_tiers.ram_entries;
+    RunOne(*e, d);
+    e->FlushKvTiers();
+    const KvTierStats st = e->Stats().kv_tiers;
+    entries_d = st.ram_entries - entries_a;
+    ASSERT_GT(entries_d, 0);
+    entry_bytes = st.ram_bytes / st.ram_entries;
+  }
+  EngineOptions o = TierEngine();
+  o.kv_offload_ram_bytes = static_cast<size_t>((entries_a + entries_d) * entry_bytes);  // a and d, no more
+  auto e = MakeEngine(m, o);
+  ASSERT_TRUE(e);
+  RunOne(*e, a);
+  RunOne(*e, d);
+  e->FlushKvTiers();
+  ASSERT_EQ(e->Stats().kv_tiers.ram_entries, entries_a + entries_d);
+  const RequestResult pool_hit = RunOne(*e, a);  // served from the pool, which touches a's entries in RAM
+  EXPECT_EQ(pool_hit.cached_tokens, kFullHit);
+  RunOne(*e, f);  // f's entries evict d's, the least recently used
+  e->FlushKvTiers();
+  e->EvictCachedKv(false);  // the pool drops everything
+  const int64_t ram_hits_before = e->Stats().kv_tiers.ram_hits;
+  const RequestResult again = RunOne(*e, a);
+  ExpectSameResults({ref}, {again}, "RAM-tier hit after pool hits");
+  EXPECT_EQ(again.cached_tokens, kFullHit) << "a's entries were evicted from RAM although the pool kept serving it";
+  EXPECT_GE(e->Stats().kv_tiers.ram_hits - ram_hits_before, kFullHit / 8);
+  EXPECT_TRUE(e->CheckNoLeaks().ok());
+}
+
 // Must-show 1 (disk): a fresh engine on the same --kv-store serves the prefix from disk.
 TEST(KvTiersTest, DiskTierServesAfterRestart) {
   const Model& m = TierModel();

@@ -74,7 +74,7 @@ Status Finish(ModelConfig* c, const std::string& path) {
   return Status::Ok();
 }
 
-Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
+Status DeepseekV4HfConfig(const HfConfigReader& j, ModelConfig* c) {
   const nlohmann::json& js = j.json();
   Dsv4Params& v = c->dsv4;
   DI_ASSIGN_OR_RETURN(int64_t experts, j.Int("n_routed_experts", -1));
@@ -126,7 +126,7 @@ Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
   return Finish(c, j.path());
 }
 
-Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
+Status DeepseekV4GgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   Dsv4Params& v = c->dsv4;
   auto need = [&](const char* key) -> StatusOr<int64_t> { return g.Int(key, 0, true); };
   DI_ASSIGN_OR_RETURN(int64_t vlen, g.Int("attention.value_length", c->head_dim, false));
@@ -264,8 +264,8 @@ const ArchSpec& DeepseekV4Arch() {
                                 "read yet: use a GGUF (llama.cpp's convert_hf_to_gguf.py writes one)",
       .gguf_rope = RopeStyle::kAdjacentPairs,
       .hf_rope = RopeStyle::kAdjacentPairs,
-      .hf_config = ReadHfConfig,
-      .gguf_config = ReadGgufConfig,
+      .hf_config = DeepseekV4HfConfig,
+      .gguf_config = DeepseekV4GgufConfig,
       .gguf_convertible = [](const ModelConfig&) -> Status {
         return Unimplemented("convert does not write deepseek4 GGUFs yet (llama.cpp's converter does)");
       },

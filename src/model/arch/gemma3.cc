@@ -38,7 +38,7 @@ void Gemma3LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, Tensor
   t.Norm(TensorId::kFfnPostNorm, c.hidden, &w.ffn_post_norm);
 }
 
-Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
+Status Gemma3HfConfig(const HfConfigReader& j, ModelConfig* c) {
   const nlohmann::json& js = j.json();
   for (const char* cap : {"final_logit_softcapping", "attn_logit_softcapping"})
     if (js.contains(cap) && !js[cap].is_null()) return Unimplemented(j.path() + ": Gemma 3 with " + cap + " is not supported");
@@ -76,7 +76,7 @@ Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
   return Status::Ok();
 }
 
-Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
+Status Gemma3GgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   if (g.Has("final_logit_softcapping") || g.Has("attn_logit_softcapping")) {
     DI_ASSIGN_OR_RETURN(double cap, g.Has("final_logit_softcapping") ? g.Float("final_logit_softcapping") : g.Float("attn_logit_softcapping"));
     if (cap != 0) return Unimplemented(g.path() + ": Gemma 3 with logit soft-capping is not supported");
@@ -122,8 +122,8 @@ const ArchSpec& Gemma3Arch() {
           "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131072,
           "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "query_pre_attn_scalar": 256, "sliding_window": 4096,
           "rope_local_base_freq": 10000.0, "tie_word_embeddings": true})",
-      .hf_config = ReadHfConfig,
-      .gguf_config = ReadGgufConfig,
+      .hf_config = Gemma3HfConfig,
+      .gguf_config = Gemma3GgufConfig,
       .gguf_convertible = [](const ModelConfig& c) -> Status {
         if (c.sliding_window > 0 && PatternPeriod(c) == 0)
           return Unimplemented("llama.cpp's gemma3 windows every layer but each sliding_window_pattern-th (layer_types differs)");

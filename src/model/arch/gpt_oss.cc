@@ -43,7 +43,7 @@ void SetFamilyRules(ModelConfig* c) {
 // yarn_attn_factor and ggml's own 1 + 0.1 ln(1 / freq_scale)).
 float YarnMscale(double factor) { return static_cast<float>(factor > 1 ? 1.0 + 0.1 * std::log(factor) : 1.0); }
 
-Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
+Status GptOssHfConfig(const HfConfigReader& j, ModelConfig* c) {
   const nlohmann::json& js = j.json();
   DI_ASSIGN_OR_RETURN(int64_t experts, j.Int("num_local_experts", -1));
   DI_ASSIGN_OR_RETURN(int64_t used, j.Int("num_experts_per_tok", j.IntOr("experts_per_token", 4)));
@@ -83,7 +83,7 @@ Status ReadHfConfig(const HfConfigReader& j, ModelConfig* c) {
   return Status::Ok();
 }
 
-Status ReadGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
+Status GptOssGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   // llama.cpp requires the window; the layer pattern is optional (period 2 by default), the local base too.
   DI_ASSIGN_OR_RETURN(int64_t window, g.Int("attention.sliding_window", 0, true));
   if (window <= 0 || window > (int64_t{1} << 30)) return g.Invalid("attention.sliding_window out of range");
@@ -117,8 +117,8 @@ const ArchSpec& GptOssArch() {
       .attn_bias = true,
       .moe = true,
       .hf_oai_experts = true,
-      .hf_config = ReadHfConfig,
-      .gguf_config = ReadGgufConfig,
+      .hf_config = GptOssHfConfig,
+      .gguf_config = GptOssGgufConfig,
       .gguf_convertible = [](const ModelConfig& c) -> Status {
         if (c.swa_layers != SwaLayerPattern(c.n_layers, kSwaPeriod))
           return Unimplemented("llama.cpp's gpt-oss windows the even layers only (layer_types differs)");

@@ -13,7 +13,7 @@
 namespace deepinfer {
 namespace {
 
-Status HfConfig(const HfConfigReader& j, ModelConfig* c) {
+Status MixtralHfConfig(const HfConfigReader& j, ModelConfig* c) {
   DI_ASSIGN_OR_RETURN(int64_t experts, j.Int("num_local_experts", -1));
   DI_ASSIGN_OR_RETURN(int64_t used, j.Int("num_experts_per_tok", -1));
   if (experts <= 0 || experts > 4096 || used <= 0 || used > experts)
@@ -25,7 +25,7 @@ Status HfConfig(const HfConfigReader& j, ModelConfig* c) {
   return Status::Ok();
 }
 
-Status GgufConfig(const GgufConfigReader& g, ModelConfig* c) {
+Status MixtralGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   if (!g.Has("expert_feed_forward_length")) c->moe_intermediate = c->intermediate;
   c->norm_topk_prob = true;  // llama.cpp's llama MoE renormalizes the top-k weights
   return Status::Ok();
@@ -44,8 +44,8 @@ const ArchSpec& MixtralArch() {
       .moe = true,
       .adds_bos = true,
       .gguf_rope = RopeStyle::kAdjacentPairs,
-      .hf_config = HfConfig,
-      .gguf_config = GgufConfig,
+      .hf_config = MixtralHfConfig,
+      .gguf_config = MixtralGgufConfig,
       .gguf_convertible = [](const ModelConfig& c) {
         if (c.moe_intermediate != c.intermediate) return Unimplemented("llama.cpp's Mixtral experts are feed_forward_length wide");
         return Status::Ok();

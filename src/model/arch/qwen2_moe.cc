@@ -12,7 +12,7 @@
 namespace deepinfer {
 namespace {
 
-Status HfConfig(const HfConfigReader& j, ModelConfig* c) {
+Status Qwen2MoeHfConfig(const HfConfigReader& j, ModelConfig* c) {
   DI_RETURN_IF_ERROR(ReadQwenMoeHfConfig(j, false, c));
   DI_ASSIGN_OR_RETURN(int64_t shared, j.Int("shared_expert_intermediate_size", 0));
   if (shared < 0 || shared > (int64_t{1} << 30)) return j.Invalid("shared_expert_intermediate_size out of range");
@@ -21,7 +21,7 @@ Status HfConfig(const HfConfigReader& j, ModelConfig* c) {
   return Status::Ok();
 }
 
-Status GgufConfig(const GgufConfigReader& g, ModelConfig* c) {
+Status Qwen2MoeGgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   DI_ASSIGN_OR_RETURN(int64_t shared, g.Int("expert_shared_feed_forward_length", 0, false));
   if (shared < 0 || shared > (int64_t{1} << 30)) return g.Invalid("expert_shared_feed_forward_length out of range");
   c->shared_ffn = static_cast<int>(shared);
@@ -42,8 +42,8 @@ const ArchSpec& Qwen2MoeArch() {
       .attn_bias = true,
       .moe = true,
       .shared_expert_gate = true,
-      .hf_config = HfConfig,
-      .gguf_config = GgufConfig,
+      .hf_config = Qwen2MoeHfConfig,
+      .gguf_config = Qwen2MoeGgufConfig,
       .gguf_convertible = [](const ModelConfig& c) { return QwenMoeGgufConvertible(c, false); },
       .gguf_metadata = [](const ModelConfig& c, const std::string& p, GgufWriter& w) {
         WriteGgufExpertCounts(p, c.n_experts, c.n_experts_used, c.moe_intermediate, w);
