@@ -75,9 +75,15 @@ for (const arch of archs) {
   // Two-batch overlap (each step's batch as two micro-batches, one's dispatch/combine on a communication thread)
   // must not change a bit either.
   const tbo = ["--enable-two-batch-overlap"];
+  // Every layout on DeepSeek-V3 and gpt-oss; Qwen3-MoE and Mixtral add routing variants only (softmax top-k over
+  // the same dispatch and combine), so they run the two ends: -np 2 overlapped, -np 4 with two-batch overlap and
+  // without the overlap loop. One architecture asked for by name (the sanitizer pass asks for Qwen3-MoE) runs
+  // every layout.
+  const ends = [[2, ["--dp", "2"], []], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
   const configs = v4 ? [[2, ["--dp", "2"], []], [4, ["--dp", "4"], ["--no-overlap"]]]
-                     : [[2, ["--dp", "2"], []], [2, ["--dp", "2"], ["--no-overlap"]], [4, ["--dp", "4"], []],
-                        [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
+                : !only && (arch === "qwen3_moe" || arch === "mixtral") ? ends
+                : [[2, ["--dp", "2"], []], [2, ["--dp", "2"], ["--no-overlap"]], [4, ["--dp", "4"], []],
+                   [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
   for (const [np, par, extra] of configs) {
     const out = path.join(dir, `${arch}.${np}.jsonl`);
     const label = `${arch}: mpirun -np ${np} ${par.join(" ")} ${extra.join(" ")}`.trim();
