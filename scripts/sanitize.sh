@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 secs="${FUZZ_SECONDS:-30}"
 cmake -S . -B build-san -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_UNITY_BUILD="${DEEPINFER_UNITY_BUILD:-ON}" -DDEEPINFER_FUZZ=ON -DDEEPINFER_TESTS=ON -DDEEPINFER_SANITIZE=ON >/dev/null
-cmake --build build-san -j "$(nproc)" --target deepinfer unit_tests engine_tests gguf_fuzz safetensors_fuzz http_fuzz grammar_fuzz
+cmake --build build-san -j "$(nproc)" --target deepinfer unit_tests engine_tests \
+  kv_store_tests router_tests api_tests gguf_fuzz safetensors_fuzz http_fuzz grammar_fuzz
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 # A gtest binary whose run skipped a case fails this pass: a skip is not a pass. The one allowed skip is a CPU
 # feature the machine lacks and DEEPINFER_TEST_CPU_LACKS declares (tests/unit/isa_test_util.h); CI declares none.
@@ -63,11 +64,19 @@ SAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/Stories260KNgram'
 # The abort fuzz (three engine variants, requests aborted at random from another thread) with 500 requests per
 # variant rather than ctest's 1,500: instrumented, the 1,500 took over three minutes under each sanitizer.
 export DEEPINFER_TEST_ABORT_FUZZ_REQUESTS=500
+echo "[asan] the KV store's disk tier, the router's policies and KV events, the public API"
+gtest_no_skips build-san/tests/kv_store_tests --gtest_brief=1
+gtest_no_skips build-san/tests/router_tests --gtest_brief=1
+gtest_no_skips build-san/tests/api_tests --gtest_brief=1
 echo "[asan] engine tests"
 gtest_no_skips build-san/tests/engine_tests --gtest_brief=1 --gtest_filter="$SAN_ENGINE_FILTER"
 echo "[asan] server: openai SDK end to end, and 300 streams with 100 disconnects"
 node tests/server/openai_sdk.mjs build-san/deepinfer >/dev/null
 node tests/server/load.mjs build-san/deepinfer 300 100 >/dev/null
+echo "[asan] server: the KV store across SIGTERM, kill -9 and a full disk; the router over three replicas, by load and by KV events"
+node tests/server/kv_store.mjs build-san/deepinfer >/dev/null
+node tests/server/router.mjs build-san/deepinfer >/dev/null
+node tests/server/router_kv_events.mjs build-san/deepinfer >/dev/null
 echo "[asan] multi-process: mpirun serve --dp 2 --ep 2 (every rank's leak check and LeakSanitizer), EP+DP batch"
 # Open MPI keeps allocations past MPI_Finalize: suppressed by library (tests/dist/lsan_mpi.supp), which needs whole
 # stacks (the slow unwinder; MPI's libraries have no frame pointers) and its components kept loaded.
@@ -101,7 +110,9 @@ TSAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/TinyGemma3WindowedSelfDraft'
 # RequestIsBatchInvariant/TinyDeepseekV3 drives here, and the speculative rows on the overlapped stream run in the
 # self-draft cases of the SpecEngineTest suite.
 TSAN_ENGINE_FILTER+=':Methods/SpecEquivalence.*/TinyDeepseekV3Mtp'
-TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 gtest_no_skips build-tsan/tests/engine_tests --gtest_brief=1 \
+# The abort fuzz with 300 requests per variant here (125 s at 500): Add and Abort from two client threads against
+# the engine loop interleave from the first requests on.
+DEEPINFER_TEST_ABORT_FUZZ_REQUESTS=300 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 gtest_no_skips build-tsan/tests/engine_tests --gtest_brief=1 \
   --gtest_filter="$TSAN_ENGINE_FILTER"
 
 corpus=build-san/corpus

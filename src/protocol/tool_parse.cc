@@ -18,15 +18,6 @@ ToolFormat DetectToolFormat(const std::string& t) {
 
 bool TemplateHasThinking(const std::string& t) { return t.find("<think>") != std::string::npos; }
 
-namespace {
-// Length of the longest suffix of `s` that is a proper prefix of `marker` (text that may yet become it).
-size_t PartialMarker(const std::string& s, const std::string& marker) {
-  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
-    if (s.compare(s.size() - n, n, marker, 0, n) == 0) return n;
-  return 0;
-}
-}  // namespace
-
 void ReasoningSplitter::Feed(std::string_view text, std::string* reasoning, std::string* content) {
   held_.append(text);
   Step(false, reasoning, content);

@@ -13,13 +13,6 @@ const std::string kDsFenceOpen = "```json\n", kDsFenceClose = "```";
 const std::string kPythonTag = "<|python_tag|>";
 
 
-// Length of the longest suffix of s that is a proper prefix of marker (text that may yet become it).
-size_t PartialMarker(std::string_view s, const std::string& marker) {
-  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
-    if (s.compare(s.size() - n, n, marker, 0, n) == 0) return n;
-  return 0;
-}
-
 std::string Trim(std::string_view s) {
   size_t a = 0, b = s.size();
   while (a < b && IsJsonSpace(s[a])) ++a;

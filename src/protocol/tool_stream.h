@@ -14,6 +14,7 @@
 // NAME\n```json\nARGS\n```<｜tool▁call▁end｜>`, Llama-3.x bare `{json}` calls separated by ';' (after an optional
 // <|python_tag|>; the answer must start with one).
 #pragma once
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,13 @@ namespace deepinfer {
 
 // JSON's whitespace (RFC 8259: space, tab, CR, LF), which the tool-call and Harmony scanners skip.
 inline bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+// Length of the longest suffix of `s` that is a proper prefix of `marker` (text that may yet become it), which a
+// streaming scanner holds back. `marker` is not empty.
+inline size_t PartialMarker(std::string_view s, std::string_view marker) {
+  for (size_t n = std::min(s.size(), marker.size() - 1); n > 0; --n)
+    if (s.compare(s.size() - n, n, marker, 0, n) == 0) return n;
+  return 0;
+}
 
 struct ToolCallDelta {
   int index = 0;          // the call's position in the answer

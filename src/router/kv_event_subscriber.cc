@@ -130,6 +130,7 @@ void KvEventSubscriber::Loop() {
   HeaderList headers = {{"Accept", "text/event-stream"}};
   if (!opt_.api_key.empty()) headers.emplace_back("Authorization", "Bearer " + opt_.api_key);
   bool was_connected = false;
+  int warned_status = 0;  // the refusal last logged: a replica that keeps refusing is named once, not every retry
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -166,13 +167,18 @@ void KvEventSubscriber::Loop() {
     }
     // Whatever the replica held is unknown from now until its next snapshot.
     index_->Clear();
-    if (synced_once) backoff = opt_.backoff_min_s;
+    if (synced_once) {
+      backoff = opt_.backoff_min_s;
+      warned_status = 0;
+    }
     if (was_connected && synced_once)
       DI_LOG_WARN("route: KV events of %s: stream ended (%s); reconnecting", url_.text.c_str(),
                   st.ok() ? (status == 200 ? "closed by the replica" : ("HTTP " + std::to_string(status)).c_str()) : st.message().c_str());
-    else if (status != 0 && status != 200)
-      DI_LOG_WARN("route: KV events of %s: HTTP %d (a replica without /v1/kv_events, or another --api-key); retrying",
-                  url_.text.c_str(), status);
+    else if (status != 0 && status != 200 && status != warned_status) {
+      DI_LOG_WARN("route: KV events of %s: HTTP %d (a replica without /v1/kv_events, or another --api-key); retrying "
+                  "quietly every %g s at most", url_.text.c_str(), status, opt_.backoff_max_s);
+      warned_status = status;
+    }
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait_for(lock, std::chrono::duration<double>(backoff), [&] { return stop_; });
     if (stop_) return;

@@ -129,7 +129,9 @@ TEST(ToolParseTest, ReasoningSplitterStreams) {
       for (size_t i = 0; i < text.size(); i += piece) s.Feed(text.substr(i, piece), &r, &o);
       s.Finish(&r, &o);
       EXPECT_EQ(s.reasoned(), c.reasoning != nullptr) << text << " piece " << piece;
-      if (c.reasoning) EXPECT_EQ(r, c.reasoning) << text << " piece " << piece;
+      if (c.reasoning) {
+        EXPECT_EQ(r, c.reasoning) << text << " piece " << piece;
+      }
       EXPECT_EQ(o, c.content) << text << " piece " << piece;
     }
   }
