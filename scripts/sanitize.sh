@@ -77,13 +77,14 @@ echo "[asan] server: the KV store across SIGTERM, kill -9 and a full disk; the r
 node tests/server/kv_store.mjs build-san/deepinfer >/dev/null
 node tests/server/router.mjs build-san/deepinfer >/dev/null
 node tests/server/router_kv_events.mjs build-san/deepinfer >/dev/null
-echo "[asan] multi-process: mpirun serve --dp 2 --ep 2 (every rank's leak check and LeakSanitizer), EP+DP batch"
+echo "[asan] multi-process: mpirun serve --dp 2 --ep 2 (every rank's leak check and LeakSanitizer), the KV store under --dp 2, EP+DP batch"
 # Open MPI keeps allocations past MPI_Finalize: suppressed by library (tests/dist/lsan_mpi.supp), which needs whole
 # stacks (the slow unwinder; MPI's libraries have no frame pointers) and its components kept loaded.
 (
   export OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
   export LSAN_OPTIONS="suppressions=$PWD/tests/dist/lsan_mpi.supp:fast_unwind_on_malloc=0"
   node tests/dist/serve_dp.mjs build-san/deepinfer >/dev/null
+  node tests/dist/kv_store_dp.mjs build-san/deepinfer >/dev/null
   node tests/dist/ep_dp_batch.mjs build-san/deepinfer qwen3_moe >/dev/null
 )
 echo "[asan] CLI error checks"

@@ -64,7 +64,7 @@ Status ValidateOptions(const EngineOptions& opt) {
 
 // The KV tiers store and load group 0's blocks of one process's cache; what they cannot yet do exactly is refused
 // with the reason rather than served approximately.
-Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, bool multi_process) {
+Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, const dist::ParallelConfig* pc) {
   if (!opt.prefix_caching)
     return InvalidArgument("--kv-offload-ram / --kv-store sit behind the prefix cache: drop --no-prefix-cache");
   if (!opt.kv_store_dir.empty() && opt.kv_store_bytes == 0)
@@ -77,10 +77,13 @@ Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, bool multi
   if (opt.speculative.draft_model || opt.speculative.method == SpecMethod::kMtp)
     return InvalidArgument("--kv-offload-ram / --kv-store do not store the draft model's or MTP module's K/V yet "
                            "(their caches share the target's blocks): use --speculative ngram or none");
-  if (multi_process)
-    return InvalidArgument("--kv-offload-ram / --kv-store are not supported in multi-process runs (--dp/--tp/--cp/"
-                           "--ep) yet: the ranks of a group would have to agree on each hit's length; run one "
-                           "process per replica");
+  // One rank per attention group (--dp, --ep): each rank's scheduler decides its own hits, as one process does.
+  // With --tp or --cp the ranks of a group must schedule identically, and a load done sooner on one rank than on
+  // another would split them.
+  if (pc && pc->tp * pc->cp > 1)
+    return InvalidArgument("--kv-offload-ram / --kv-store are not supported with --tp or --cp > 1 yet (the ranks of an "
+                           "attention group would have to agree on each load's timing and length); they work with "
+                           "--dp and --ep, one rank per attention group");
   return Status::Ok();
 }
 
@@ -177,7 +180,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                 full_blocks * PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype) * opt.block_size / 1048576.0);
   }
   std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks, layout));
-  e->model_digest_ = ModelKvDigest(model, layout, opt.kv_dtype, opt.block_size, dctx ? dctx->pc.rank : 0);
+  // The rank's shard of its attention group's K/V (tp and cp split it; --dp groups of one rank each hold all of
+  // it): the ranks of a --dp job, and one process, share stored blocks when their weights are the same (under
+  // --ep each rank's expert shard differs, and with it the digest).
+  const int kv_shard = dctx ? dctx->pc.rank % (dctx->pc.tp * dctx->pc.cp) : 0;
+  e->model_digest_ = ModelKvDigest(model, layout, opt.kv_dtype, opt.block_size, kv_shard);
   std::unique_ptr<PagedKvCache> draft_kv, mtp_kv;
   if (spec.draft_model) {
     DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*spec.draft_model), blocks, opt.block_size, opt.kv_dtype));
@@ -192,12 +199,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                     ? (", n-gram " + std::to_string(spec.ngram_min) + ".." + std::to_string(spec.ngram_max)).c_str()
                     : "");
   if (opt.kv_offload_ram_bytes > 0 || !opt.kv_store_dir.empty()) {
-    DI_RETURN_IF_ERROR(CheckKvTiers(opt, layout, dctx != nullptr));
+    DI_RETURN_IF_ERROR(CheckKvTiers(opt, layout, dctx ? &dctx->pc : nullptr));
     KvTiers::Options to;
     to.ram_bytes = opt.kv_offload_ram_bytes;
     to.disk_dir = opt.kv_store_dir;
     to.disk_bytes = opt.kv_store_bytes;
-    to.model_digest = ModelKvDigest(model, layout, opt.kv_dtype, opt.block_size, dctx ? dctx->pc.rank : 0);
+    to.model_digest = e->model_digest_;
+    // A loop idle but for requests waiting on loads sleeps in the inbox: a finished load wakes it.
+    to.on_load_done = [inbox = &e->inbox_] { inbox->Wake(); };
+    to.before_load = opt.kv_tier_before_load;
     DI_ASSIGN_OR_RETURN(e->tiers_, KvTiers::Create(to, kv.get()));
     e->sched_->SetTiers(e->tiers_.get());
   }
@@ -222,6 +232,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::CreateWithExecutor(const ModelConfig& 
 Engine::~Engine() {
   if (thread_.joinable()) (void)Shutdown();
   if (prev_) stream_.Wait(prev_->done);  // never destroy state a launched step still uses
+  if (sched_) sched_->DrainLoads();     // a tier load still writing into the cache (an aborted request's)
 }
 
 Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams& p) const {
@@ -429,6 +440,7 @@ void Engine::StepOnce() {
   stats_.cached_prompt_tokens = sched_->cached_tokens();
   stats_.replayed_prompt_tokens = sched_->replayed_tokens();
   stats_.waiting = sched_->num_waiting();
+  stats_.loading = sched_->num_loading();
   stats_.running = sched_->num_running();
   stats_.kv_blocks_total = pool_->num_blocks();
   stats_.kv_blocks_free = pool_->num_available();
@@ -657,6 +669,7 @@ Status Engine::RunUntilIdle() {
   if (dist_ && !dist_->is_root()) {
     // A follower: step with the job until rank 0 shuts it down.
     while (!dist_->done()) StepOnce();
+    sched_->DrainLoads();
     sched_->Reclaim(CompletedFence());
     return Status::Ok();
   }
@@ -664,8 +677,12 @@ Status Engine::RunUntilIdle() {
   while (HasWork()) {
     const uint64_t before = next_step_;
     const bool had_prev = prev_ != nullptr;
+    const uint64_t loads_seen = tiers_ ? tiers_->loads_completed() : 0;
     StepOnce();
-    if (next_step_ == before && !had_prev && !dist_) {
+    if (next_step_ == before && !had_prev && !dist_ && sched_->num_loading() > 0) {
+      tiers_->WaitForLoad(loads_seen);  // only requests waiting on the tiers: sleep until a load is done
+      stalls = 0;
+    } else if (next_step_ == before && !had_prev && !dist_) {
       if (++stalls > 3) return Internal("engine: requests are queued but none can be scheduled (a bug)");
     } else {
       stalls = 0;
@@ -679,8 +696,19 @@ void Engine::Start() {
     for (;;) {
       // Wakes for new requests, aborts or stop; the engine-thread state read here is this thread's own.
       const bool remote = dist_ && dist_->RemotePending();
-      if (!inbox_.Wait([&] { return remote || !seqs_.empty() || prev_ != nullptr; })) break;
+      // Requests that only wait on tier loads (the last iteration launched nothing) need no iteration until a
+      // load is done (its completion wakes the inbox) or something arrives.
+      const bool loads_only = idle_on_loads_;
+      const uint64_t loads_seen = idle_loads_seen_;
+      if (!inbox_.Wait([&] {
+            return remote || prev_ != nullptr ||
+                   (!seqs_.empty() && (!loads_only || tiers_->loads_completed() != loads_seen));
+          }))
+        break;
+      idle_loads_seen_ = tiers_ ? tiers_->loads_completed() : 0;
+      const uint64_t before = next_step_;
       StepOnce();
+      idle_on_loads_ = tiers_ && next_step_ == before && prev_ == nullptr && sched_->num_loading() > 0;
     }
     DrainForShutdown();
   });
@@ -691,6 +719,7 @@ void Engine::DrainForShutdown() {
     // The stop travels with the next exchange; every rank aborts what it holds and steps until the whole job
     // has drained, then all leave at the same iteration. (A follower whose loop already ended has nothing left.)
     while (!dist_->done()) StepOnce();
+    sched_->DrainLoads();
     sched_->Reclaim(CompletedFence());
     return;
   }
@@ -700,6 +729,7 @@ void Engine::DrainForShutdown() {
   for (auto& [id, r] : requests_) ids.push_back(id);
   for (uint64_t id : ids) AbortNow(id);
   while (prev_ || !seqs_.empty()) StepOnce();
+  sched_->DrainLoads();  // the aborted requests' tier loads: their blocks go back to the pool
   // Nothing is in flight now, so every fence has passed: the slots the aborts above returned (with no step
   // left to run, StepOnce's Reclaim never sees them) go back to the free list before the leak check.
   sched_->Reclaim(CompletedFence());
@@ -728,7 +758,10 @@ EngineStats Engine::Stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
   }
-  if (tiers_) s.kv_tiers = tiers_->Stats();
+  if (tiers_) {
+    s.kv_tiers = tiers_->Stats();
+    s.kv_tiers.loading_requests = s.loading;
+  }
   if (dist_ && dist_->is_root()) {
     // The job's totals: every group's leader's counters as last reported (rank 0's own are the freshest).
     const std::vector<RankReport> reports = dist_->Reports();

@@ -185,6 +185,10 @@ class Engine {
 
   RequestInbox inbox_;  // the thread-safe part: requests and aborts from other threads, the stop signal
   std::thread thread_;
+  // The loop thread (Start): its last iteration launched nothing while requests waited on tier loads, and the
+  // loads completed before it (it sleeps until that count moves or the inbox has something).
+  bool idle_on_loads_ = false;
+  uint64_t idle_loads_seen_ = 0;
 
   mutable std::mutex stats_mu_;
   EngineStats stats_;

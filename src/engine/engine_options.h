@@ -43,6 +43,8 @@ struct EngineOptions {
   size_t kv_offload_ram_bytes = 0;
   std::string kv_store_dir;
   size_t kv_store_bytes = 0;
+  // Tests: run on the tiers' loader thread before each prefix load (holds loads in flight while steps run).
+  std::function<void()> kv_tier_before_load;
   double host_overhead_us = 0;      // benchmarks only: busy-work added to every host step (bench sim)
   SpeculativeOptions speculative;   // speculative decoding (engine/speculative.h); off by default
   // Latency target (--target-itl-ms; docs/architecture.md "Latency target"): each step's prefill is sized so that
@@ -63,6 +65,7 @@ struct EngineStats {
   int64_t replayed_prompt_tokens = 0;  // prompt tokens recomputed to rebuild sliding windows for prefix hits
   int64_t priority_preemptions = 0;  // preemptions that made room for a more urgent (lower priority value) request
   int waiting = 0, running = 0;
+  int loading = 0;       // of the waiting: sequences waiting on a KV tier load (not admissible until it is done)
   KvTierStats kv_tiers;  // the KV tiers' counters (enabled == false without tiers)
   int kv_blocks_total = 0, kv_blocks_free = 0;
   double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream

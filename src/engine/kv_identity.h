@@ -18,7 +18,8 @@ constexpr uint32_t kKvLayoutVersion = 1;
 // order) and a sample of its bytes (its first, middle and last 256: two checkpoints of one architecture differ
 // there, and reading a few pages per tensor keeps start-up fast), the KV layout and dtype, the block size, the
 // kernels' ISA (the bf16 paths are ISA-specific), the layout version, and the rank's shard (tp rank of tp, and
-// `rank` of the job).
+// `rank`: the rank within its attention group, 0 for one process and for --dp groups of one rank, whose K/V is
+// bitwise one process's).
 uint64_t ModelKvDigest(const Model& model, const KvLayout& layout, DType kv_dtype, int block_size, int rank);
 
 }  // namespace deepinfer

@@ -47,6 +47,12 @@ bool RequestInbox::Wait(const std::function<bool()>& ready) {
   return !stop_;
 }
 
+void RequestInbox::Wake() {
+  // Under the lock: a Wait that read the old state is either not yet waiting (it reads the new state) or waiting.
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
 void RequestInbox::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -28,6 +28,8 @@ class RequestInbox {
   // read state the waiting thread itself owns). Returns false when stop was asked.
   bool Wait(const std::function<bool()>& ready);
   void Stop();
+  // Wakes a Wait to evaluate its ready() again (state it reads changed on another thread, e.g. a tier load done).
+  void Wake();
 
  private:
   mutable std::mutex mu_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kv/kv_groups.h"
+#include "kv/prefix_hash.h"
 
 namespace deepinfer {
 
@@ -22,6 +23,28 @@ void Scheduler::AddWaiting(Sequence* s) {
 
 void Scheduler::RemoveWaiting(Sequence* s) {
   waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), s), waiting_.end());
+  waits_on_.erase(s);  // its load, if any, stays in loads_ and is finished as any other
+  load_tried_.erase(s);
+}
+
+void Scheduler::FinishLoads() {
+  for (size_t i = 0; i < loads_.size();) {
+    KvTiers::Load* l = loads_[i].get();
+    if (!l->done.load(std::memory_order_acquire)) {
+      ++i;
+      continue;
+    }
+    pool_->Release(tiers_->FinishLoad(pool_, l));
+    loads_.erase(loads_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+}
+
+void Scheduler::DrainLoads() {
+  while (!loads_.empty()) {
+    const uint64_t seen = tiers_->loads_completed();
+    FinishLoads();
+    if (!loads_.empty()) tiers_->WaitForLoad(seen);
+  }
 }
 
 int Scheduler::BlocksMissing(size_t have, int positions) const {
@@ -142,7 +165,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
 }
 
 int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
-                                 int* reuse) {
+                                 int* reuse, bool* loading) {
   const int known = static_cast<int>(s->tokens().size());
   const int G = num_groups(), bs = pool_->block_size();
   const int32_t* tokens = s->tokens().data();
@@ -153,10 +176,34 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
     if (by_window && window(g) > 0) continue;
     (*tables)[g] = pool_->MatchPrefix(tokens, known, g);
     // Past the pool's match, the tiers (RAM, then disk) may hold the prefix's next blocks: they are loaded into
-    // fresh pool blocks and count as cached. Only as many as the hit can use (the last token always runs).
+    // fresh pool blocks off this thread, and the sequence waits for them (a later Schedule admits it with them
+    // as cached tokens). Only as many as the hit can use (the last token always runs).
     if (tiers_ && G == 1 && !windowed()) {
       const int most = (known - 1) / bs - (cfg_.prefix_drop_last_block ? 1 : 0);
-      tiers_->LoadPrefix(pool_, tokens, most, &(*tables)[g]);
+      std::vector<int32_t>& t = (*tables)[g];
+      const int at = static_cast<int>(t.size());
+      tiers_->TouchMatched(*pool_, t);
+      if (at < most && !load_tried_.count(s)) {
+        // A load in flight from this point of this prefix (another request's): wait on it rather than read the
+        // same blocks into other fresh blocks.
+        const uint64_t key = tiers_->KeyAfter(at > 0 ? pool_->cached_key(t[at - 1]) : kPrefixHashSeed,
+                                              tokens + static_cast<size_t>(at) * bs);
+        std::shared_ptr<KvTiers::Load> load;
+        for (const auto& l : loads_)
+          if (l->start == at && l->first_key == key) load = l;
+        const bool own = !load;
+        if (own) {
+          load = tiers_->StartLoad(pool_, tokens, most, &t);  // takes t's references when it starts one
+          if (load) loads_.push_back(load);
+        }
+        if (load) {
+          pool_->Release(t);  // joined another's load: this match is held again at admission
+          t.clear();
+          waits_on_[s] = LoadWait{std::move(load), own};
+          *loading = true;
+          return 0;
+        }
+      }
     }
     hit = std::min(hit, static_cast<int>((*tables)[g].size()));
   }
@@ -220,14 +267,27 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
   return compute * bs;
 }
 
-bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
+bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out, bool* loading) {
+  if (auto w = waits_on_.find(s); w != waits_on_.end()) {
+    if (!w->second.load->finished) {
+      *loading = true;
+      return false;
+    }
+    // Its blocks are in the pool's cache now: the match below finds them (and, past a load it joined, may start
+    // its own).
+    if (w->second.own) load_tried_.insert(s);
+    waits_on_.erase(w);
+  }
   if (free_slots_.empty()) return false;
   const int known = static_cast<int>(s->tokens().size());
   const int G = num_groups(), bs = pool_->block_size();
   std::vector<std::vector<int32_t>> tables(G);
   std::vector<int> first(G, 0);
   int reuse = 0, start = 0;
-  if (cfg_.prefix_caching) start = MatchForAdmission(s, &tables, &first, &reuse);
+  if (cfg_.prefix_caching) {
+    start = MatchForAdmission(s, &tables, &first, &reuse, loading);
+    if (*loading) return false;
+  }
   // What each group has offered the prefix cache: exactly what the hit matched, so every block the sequence
   // fills from here on is offered as soon as its tokens and K/V are written (Publish), whether or not generation
   // ever outgrows the blocks allocated now (a prompt prefilled in one chunk with a short answer is cached too).
@@ -251,6 +311,7 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out) {
   std::copy(s->tokens().begin(), s->tokens().end(), table_->row(slot));
   cached_tokens_ += start;
   replayed_tokens_ += reuse - start;
+  load_tried_.erase(s);
   s->Admit(slot, ++slot_gen_[slot], std::move(tables), std::move(first), start, reuse, std::move(published));
   s->set_window_floor(cfg_.approx_replay_from ? start : 0);
   running_.push_back(s);
@@ -318,6 +379,9 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   for (const Sequence* s : waiting_) levels.push_back(s->priority());
   std::sort(levels.begin(), levels.end());
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  // Loads done since the last step: published now, after the decode rows and prefill chunks took their blocks, so
+  // that the admissions below find them as the most recent blocks of the cache.
+  if (!loads_.empty()) FinishLoads();
   bool admitting = true;
   for (const int level : levels) {
     // Fair admission: while requests of this level wait (and the last admission did not stop for lack of room),
@@ -327,7 +391,8 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
     if (!admission_blocked_ && static_cast<int>(running_.size()) < max_rows) {
       int64_t waiting_tokens = 0;
       for (const Sequence* s : waiting_)
-        if (s->priority() == level && !s->held()) waiting_tokens += static_cast<int64_t>(s->tokens().size());
+        if (s->priority() == level && !s->held() && !Loading(s))
+          waiting_tokens += static_cast<int64_t>(s->tokens().size());
       reserve = static_cast<int>(std::min<int64_t>(budget / 2, waiting_tokens));
     }
     // 2. Continue chunked prefills, oldest first (they may preempt younger idle sequences, so two half-prefilled
@@ -350,8 +415,13 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
         ++it;
         continue;
       }
-      if (Admit(s, &budget, out)) {
+      bool loading = false;
+      if (Admit(s, &budget, out, &loading)) {
         it = waiting_.erase(it);
+        continue;
+      }
+      if (loading) {  // waits on the tiers, holding no slot: the requests behind it go on
+        ++it;
         continue;
       }
       // Strict order: nobody overtakes a request that does not fit. It may take the place of a less urgent

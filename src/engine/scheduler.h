@@ -10,6 +10,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -54,7 +57,7 @@ class Scheduler {
   void Schedule(SchedulerOutputs* out);
 
   void AddWaiting(Sequence* s);     // by priority, then arrival order
-  void RemoveWaiting(Sequence* s);  // a queued sequence was aborted
+  void RemoveWaiting(Sequence* s);  // a queued sequence was aborted (a load it waits on runs on, unowned)
   // Returns a finished sequence's slot and blocks (publishing its full blocks to the prefix cache first).
   // Requires nothing in flight to use them (inflight == 0); gated on the fence of its last step anyway.
   void Release(Sequence* s, Fence completed);
@@ -65,8 +68,16 @@ class Scheduler {
   // that read them is still running (docs/architecture.md, "Hybrid KV cache").
   void Slide(Sequence* s);
   // The KV tiers behind the prefix cache (one full-attention group only; null: none). Admission continues a
-  // pool match into them; publication writes new blocks through to them.
+  // pool match into them: a waiting sequence whose prefix the tiers hold past the pool's match waits in a loading
+  // state (not admitted, not holding up the requests behind it) while the tiers' loader fills fresh blocks; the
+  // next Schedule after the load is done publishes them and admits it as a hit. Publication writes new blocks
+  // through to them.
   void SetTiers(KvTiers* tiers) { tiers_ = tiers; }
+  // Loads in flight (their sequences, or none left, wait on them) and the waiting sequences in a loading state.
+  int num_loads() const { return static_cast<int>(loads_.size()); }
+  int num_loading() const { return static_cast<int>(waits_on_.size()); }
+  // Shutdown: waits for every load in flight and returns its blocks to the pool (the leak check needs them).
+  void DrainLoads();
   // Slots whose last step has passed go back to the free list.
   void Reclaim(Fence completed);
 
@@ -105,17 +116,37 @@ class Scheduler {
   uint64_t PreemptForPriority(uint64_t step);
   bool GrowOrPreempt(Sequence* s, int positions, uint64_t step);
   void Preempt(Sequence* s);
-  bool Admit(Sequence* s, int* budget, SchedulerOutputs* out);
+  // False when `s` cannot be admitted now: *loading says it waits on a tier load (the others may go past it).
+  bool Admit(Sequence* s, int* budget, SchedulerOutputs* out, bool* loading);
   // The prefix-cache hit for a waiting sequence of `known` tokens: fills `tables` (held blocks; -1 below
-  // first[g]) and returns the reused positions of the full groups (*reuse) and where computing starts.
+  // first[g]) and returns the reused positions of the full groups (*reuse) and where computing starts. Sets
+  // *loading (and holds nothing) when it started or joined a tier load instead.
   int MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
-                        int* reuse);
+                        int* reuse, bool* loading);
+  // The tiers' loads that are done: their blocks are published to the pool's cache and released (the requests
+  // waiting on them match them next, as the most recent blocks of the cache).
+  void FinishLoads();
+  bool Loading(const Sequence* s) const {
+    auto w = waits_on_.find(s);
+    return w != waits_on_.end() && !w->second.load->finished;
+  }
   void EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dynamic = false);
 
   SchedulerConfig cfg_;
   BlockPool* pool_;
   TokenTable* table_;
   KvTiers* tiers_ = nullptr;
+  std::vector<std::shared_ptr<KvTiers::Load>> loads_;                                   // in flight
+  // Loading sequences: the load each waits on, and whether it started it (a sequence that joined another's load
+  // may start its own for the blocks past it, e.g. its own suffix after a shared system prompt).
+  struct LoadWait {
+    std::shared_ptr<KvTiers::Load> load;
+    bool own = false;
+  };
+  std::unordered_map<const Sequence*, LoadWait> waits_on_;
+  // Sequences whose own load finished: they are not sent to the tiers again until admitted (a block that failed
+  // validation stays a miss rather than a load per step).
+  std::unordered_set<const Sequence*> load_tried_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   std::vector<int32_t> free_slots_;

@@ -13,9 +13,12 @@ struct KvTierStats {
   // Blocks written through and their bytes; offers dropped because the writer was behind (never blocks the engine).
   int64_t ram_bytes_written = 0, disk_bytes_written = 0;
   int64_t ram_blocks_written = 0, disk_blocks_written = 0, dropped_offers = 0;
-  // Loads (one per admission that loaded at least one block) and the seconds they took in all.
+  // Loads that brought at least one block, and the seconds they took in all.
   int64_t loads = 0;
-  double load_seconds = 0;
+  double load_seconds = 0;  // from StartLoad to the last block written (queueing included)
+  // Now: loads queued or running, and the requests waiting on them (the engine's count: several requests with
+  // one prefix wait on one load).
+  int64_t loads_in_flight = 0, loading_requests = 0;
   // Disk entries that failed validation on read (served as misses), write errors (a full disk), evictions.
   int64_t disk_rejected_reads = 0, disk_write_errors = 0, disk_evictions = 0;
   // Writes that found the disk full below --kv-store-size (the store then keeps below the size it had reached,

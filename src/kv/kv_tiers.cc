@@ -21,7 +21,7 @@ KvTiers::KvTiers(const Options& opt, PagedKvCache* kv)
       token_bytes_(static_cast<size_t>(kv->block_size()) * sizeof(int32_t)),
       entry_bytes_(token_bytes_ + kv->block_bytes()) {
   if (opt_.max_queue_bytes == 0) opt_.max_queue_bytes = std::max<size_t>(64 * entry_bytes_, size_t{256} << 20);
-  staging_.resize(entry_bytes_);
+  load_staging_.resize(entry_bytes_);
 }
 
 StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCache* kv) {
@@ -49,10 +49,17 @@ StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCa
               opt.ram_bytes / 1048576.0, opt.disk_dir.empty() ? "off" : opt.disk_dir.c_str(), opt.disk_bytes / 1048576.0,
               t->entry_bytes_, t->block_size_, static_cast<unsigned long long>(opt.model_digest));
   t->writer_ = std::thread([p = t.get()] { p->WriterLoop(); });
+  t->loader_ = std::thread([p = t.get()] { p->LoaderLoop(); });
   return t;
 }
 
 KvTiers::~KvTiers() {
+  {  // the loader finishes what is queued first: a Load is never left without done
+    std::lock_guard<std::mutex> lock(load_mu_);
+    load_stop_ = true;
+  }
+  load_cv_.notify_all();
+  if (loader_.joinable()) loader_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -165,14 +172,17 @@ void KvTiers::Flush() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
 }
 
-bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens) {
+bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, bool* from_ram) {
   const auto* tok = reinterpret_cast<const uint8_t*>(tokens);
-  if (ram_ && ram_->Get(key, parent, tok, token_bytes_, staging_.data(), entry_bytes_)) {
+  *from_ram = false;
+  if (ram_ && ram_->Get(key, parent, tok, token_bytes_, load_staging_.data(), entry_bytes_)) {
     ++ram_hits_;
     ram_read_ += static_cast<int64_t>(entry_bytes_);
+    *from_ram = true;
     return true;
   }
-  if (disk_ && disk_->Get(key, chain, parent, tok, token_bytes_, staging_.data(), entry_bytes_, &disk_scratch_)) {
+  if (disk_ &&
+      disk_->Get(key, chain, parent, tok, token_bytes_, load_staging_.data(), entry_bytes_, &disk_scratch_)) {
     ++disk_hits_;
     disk_read_ += static_cast<int64_t>(entry_bytes_ + sizeof(DiskBlockHeader));
     if (ram_) {  // promote (on the writer thread): the pool's next miss of it finds it in RAM
@@ -189,58 +199,141 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
   return false;
 }
 
-int KvTiers::LoadPrefix(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table) {
-  const int start = static_cast<int>(table->size());
-  // The pool's matched blocks (group 0) are keyed by their chain hashes: the prefix is not hashed again here.
-  uint64_t chain = start > 0 ? pool->cached_key((*table)[start - 1]) : kPrefixHashSeed;
+uint64_t KvTiers::KeyAfter(uint64_t chain, const int32_t* block_tokens, uint64_t* next_chain) const {
+  const uint64_t next = ChainHash(chain, block_tokens, block_size_);
+  if (next_chain) *next_chain = next;
+  return TierKey(opt_.model_digest, next);
+}
+
+bool KvTiers::Held(uint64_t key) const {
+  return (ram_ && ram_->Contains(key)) || (disk_ && disk_->Contains(key));
+}
+
+void KvTiers::TouchMatched(const BlockPool& pool, const std::vector<int32_t>& table) {
+  const int start = static_cast<int>(table.size());
   // The pool's hits are touched in the tiers too: a prefix every request shares is served from the pool and never
   // written again, and without this it would be the first the tiers evict (and the oldest file after a restart).
   // A prefix whose first block the tiers do not hold was never stored or is gone: nothing to touch, and the
   // admission path skips the lookups.
-  const auto held = [&](uint64_t key) { return (ram_ && ram_->Contains(key)) || (disk_ && disk_->Contains(key)); };
-  if (start > 0 && held(TierKey(opt_.model_digest, pool->cached_key((*table)[0])))) {
-    bool refresh = false;
+  if (start > 0 && Held(TierKey(opt_.model_digest, pool.cached_key(table[0])))) {
+    std::vector<Job> refresh;
     for (int i = 0; i < start; ++i) {
-      const uint64_t key = TierKey(opt_.model_digest, pool->cached_key((*table)[i]));
+      const uint64_t chain = pool.cached_key(table[i]);
+      const uint64_t key = TierKey(opt_.model_digest, chain);
       if (ram_) ram_->Touch(key);
-      if (disk_ && disk_->Touch(key)) {
-        std::lock_guard<std::mutex> lock(mu_);
-        queue_.push_back(Job{Job::Kind::kRefreshTime, key, pool->cached_key((*table)[i]), 0, {}});
-        refresh = true;
-      }
+      if (disk_ && disk_->Touch(key)) refresh.push_back(Job{Job::Kind::kRefreshTime, key, chain, 0, {}});
     }
-    if (refresh) cv_.notify_one();
+    if (!refresh.empty()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Job& j : refresh) queue_.push_back(std::move(j));
+      }
+      cv_.notify_one();
+    }
   }
-  if (start >= max_blocks) return 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  int added = 0;
-  const int64_t ram_before = ram_hits_;
-  for (int i = start; i < max_blocks; ++i) {
-    const int32_t* own = tokens + static_cast<size_t>(i) * block_size_;
+}
+
+std::shared_ptr<KvTiers::Load> KvTiers::StartLoad(BlockPool* pool, const int32_t* tokens, int max_blocks,
+                                                  std::vector<int32_t>* table) {
+  const int start = static_cast<int>(table->size());
+  // The pool's matched blocks (group 0) are keyed by their chain hashes: the prefix is not hashed again here.
+  const uint64_t start_chain = start > 0 ? pool->cached_key((*table)[start - 1]) : kPrefixHashSeed;
+  // How many of the next blocks the tiers hold (by key: the loader validates each as it reads it), within what
+  // the pool can give now.
+  const int room = std::min(max_blocks, start + pool->num_available());
+  uint64_t chain = start_chain, first_key = 0;
+  int n = start;
+  for (; n < room; ++n) {
+    const uint64_t key = KeyAfter(chain, tokens + static_cast<size_t>(n) * block_size_, &chain);
+    if (n == start) first_key = key;
+    if (!Held(key)) break;
+  }
+  if (n == start) return nullptr;
+  auto got = pool->Allocate(n - start, 0);  // free or evicted blocks: no step in flight reads them
+  if (!got.ok()) return nullptr;
+  auto load = std::make_shared<Load>();
+  load->table = std::move(*table);
+  table->clear();
+  load->table.insert(load->table.end(), got->begin(), got->end());
+  load->tokens.assign(tokens, tokens + static_cast<size_t>(n) * block_size_);
+  load->start = start;
+  load->start_chain = start_chain;
+  load->first_key = first_key;
+  load->began = std::chrono::steady_clock::now();
+  ++loads_in_flight_;
+  {
+    std::lock_guard<std::mutex> lock(load_mu_);
+    load_queue_.push_back(load);
+  }
+  load_cv_.notify_one();
+  return load;
+}
+
+void KvTiers::LoaderLoop() {
+  std::unique_lock<std::mutex> lock(load_mu_);
+  for (;;) {
+    load_cv_.wait(lock, [&] { return load_stop_ || !load_queue_.empty(); });
+    if (load_queue_.empty()) break;  // stopping and nothing left
+    std::shared_ptr<Load> load = std::move(load_queue_.front());
+    load_queue_.pop_front();
+    lock.unlock();
+    if (opt_.before_load) opt_.before_load();
+    RunLoad(load.get());
+    lock.lock();
+    loads_completed_.fetch_add(1, std::memory_order_release);
+    load_done_cv_.notify_all();
+    if (opt_.on_load_done) {
+      lock.unlock();
+      opt_.on_load_done();
+      lock.lock();
+    }
+  }
+}
+
+void KvTiers::RunLoad(Load* load) {
+  uint64_t chain = load->start_chain;
+  const int n = static_cast<int>(load->table.size());
+  int loaded = 0, from_ram = 0;
+  for (int i = load->start; i < n; ++i) {
+    const int32_t* own = load->tokens.data() + static_cast<size_t>(i) * block_size_;
     const uint64_t parent = i == 0 ? 0 : chain;
-    const uint64_t next = ChainHash(chain, own, block_size_);
-    const uint64_t key = TierKey(opt_.model_digest, next);
-    if (!held(key)) break;
-    if (pool->num_available() < 1) break;
-    if (!Fetch(key, next, parent, own)) break;  // failed validation: a miss
-    auto got = pool->Allocate(1, 0);            // a free or evicted block: no step in flight reads it
-    if (!got.ok()) break;
-    const int32_t b = (*got)[0];
-    kv_->WriteBlock(b, staging_.data() + token_bytes_);
-    table->push_back(b);
+    uint64_t next = 0;
+    const uint64_t key = KeyAfter(chain, own, &next);
+    bool ram = false;
+    if (!Fetch(key, next, parent, own, &ram)) break;  // gone since StartLoad, or failed validation: a miss
+    // A fresh block: no step reads it until FinishLoad publishes it and a request is admitted with it.
+    kv_->WriteBlock(load->table[i], load_staging_.data() + token_bytes_);
     chain = next;
-    ++added;
+    ++loaded;
+    from_ram += ram;
   }
-  if (added > 0) {
-    pool->Publish(*table, tokens, static_cast<int>(table->size()), 0, start);
+  load->loaded = loaded;
+  load->from_ram = from_ram;
+  const int64_t ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - load->began).count();
+  if (loaded > 0) {
     ++loads_;
-    const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
     load_ns_ += ns;
-    const int from_ram = static_cast<int>(ram_hits_ - ram_before);
-    DI_LOG_DEBUG("kv tiers: prefix blocks %d..%d loaded (%d from RAM, %d from disk) in %.3f ms", start, start + added - 1,
-                 from_ram, added - from_ram, ns * 1e-6);
   }
-  return added;
+  --loads_in_flight_;
+  DI_LOG_DEBUG("kv tiers: prefix blocks %d..%d loaded (%d from RAM, %d from disk) in %.3f ms (queued included)",
+               load->start, load->start + loaded - 1, from_ram, loaded - from_ram, ns * 1e-6);
+  load->done.store(true, std::memory_order_release);
+}
+
+std::vector<int32_t> KvTiers::FinishLoad(BlockPool* pool, Load* load) {
+  std::vector<int32_t> table = std::move(load->table);
+  const int kept = load->start + load->loaded;
+  if (load->loaded > 0) pool->Publish(table, load->tokens.data(), kept, 0, load->start);
+  pool->Release(std::vector<int32_t>(table.begin() + kept, table.end()));  // never filled: back to the free list
+  table.resize(kept);
+  load->finished = true;
+  return table;
+}
+
+void KvTiers::WaitForLoad(uint64_t seen) {
+  std::unique_lock<std::mutex> lock(load_mu_);
+  load_done_cv_.wait(lock, [&] { return loads_completed_.load(std::memory_order_relaxed) != seen; });
 }
 
 KvTierStats KvTiers::Stats() const {
@@ -256,6 +349,7 @@ KvTierStats KvTiers::Stats() const {
   s.disk_blocks_written = disk_blocks_;
   s.dropped_offers = dropped_;
   s.loads = loads_;
+  s.loads_in_flight = loads_in_flight_;
   s.load_seconds = static_cast<double>(load_ns_.load()) * 1e-9;
   if (ram_) {
     s.ram_entries = static_cast<int64_t>(ram_->entries());

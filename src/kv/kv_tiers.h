@@ -5,19 +5,24 @@
 // Write-through: when the scheduler publishes a full block to the pool's prefix cache, Offer copies its tokens
 // and K/V bytes into a recycled buffer and queues it; a writer thread stores it in RAM and on disk, so the
 // engine thread never waits on a disk. Offers are dropped (and counted) when the queue is over its byte bound.
-// Read: at admission, after the pool's own match, LoadPrefix continues the match block by block into RAM, then
-// disk, loading each hit into a fresh pool block and publishing it there, so the request gets it as cached
-// tokens. The load runs on the engine thread at admission (a synchronous first version: the batch waits for it).
-// The blocks the pool itself matched are touched in the tiers (most recent), so that a prefix every request
-// shares, served from the pool and never written again, is not the first the tiers evict.
+// Read: at admission, after the pool's own match, StartLoad checks whether the tiers hold the prefix's next blocks;
+// if so it takes fresh pool blocks for them and queues a Load, and the request waits in a loading state while the
+// step loop goes on without it (the batch never waits on a disk). A loader thread of its own (so reads never queue
+// behind write-through) copies each block from RAM, else disk, into its pool block; the scheduler then publishes
+// them to the pool's prefix cache (FinishLoad), and the request is admitted with them as cached tokens (vLLM's
+// WAITING_FOR_REMOTE_KVS, SGLang HiCache's prefetch). The blocks the pool itself matched are touched in the tiers
+// (most recent), so that a prefix every request shares, served from the pool and never written again, is not the
+// first the tiers evict.
 //
 // Keys are the prefix chain hashes salted with the model-identity digest (engine/kv_identity.h); every load
 // also compares the block's tokens and its parent's chain hash, as the pool does.
 #pragma once
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,18 +46,47 @@ class KvTiers {
     size_t disk_bytes = 0;       // the disk tier's capacity
     uint64_t model_digest = 0;
     size_t max_queue_bytes = 0;  // write-through backlog bound; 0: 64 blocks or 256 MiB, whichever is more
+    // Called on the loader thread after each load completes (the engine wakes its loop with it).
+    std::function<void()> on_load_done;
+    // Tests: called on the loader thread before each load, to hold loads in flight while steps run.
+    std::function<void()> before_load;
   };
-  // `kv` (the engine's cache, which must outlive the tiers) is read at Offer and written at LoadPrefix, both on
-  // the engine thread, and only in blocks no step in flight uses (published full blocks; fresh blocks).
+
+  // A prefix load: StartLoad (engine thread) queues it, the loader thread fills its fresh blocks and sets done,
+  // FinishLoad (engine thread) publishes them. Shared so that several requests with the same prefix wait on one.
+  struct Load {
+    std::vector<int32_t> table;   // references held: the pool's match [0, start), then the fresh blocks
+    std::vector<int32_t> tokens;  // the prefix's tokens, table.size() blocks of them
+    int start = 0;
+    uint64_t start_chain = 0;     // the chain hash before block `start` (the seed when start is 0)
+    uint64_t first_key = 0;       // the tier key of block `start` (the scheduler finds a load in flight by it)
+    std::chrono::steady_clock::time_point began;
+    int loaded = 0, from_ram = 0;  // blocks filled from `start` on (a miss ends them); written before done
+    std::atomic<bool> done{false};
+    bool finished = false;  // engine thread: FinishLoad ran
+  };
+  // `kv` (the engine's cache, which must outlive the tiers) is read at Offer (engine thread) and written by the
+  // loader thread, only in blocks no step in flight uses (published full blocks; a load's fresh blocks).
   static StatusOr<std::unique_ptr<KvTiers>> Create(const Options& opt, PagedKvCache* kv);
-  ~KvTiers();  // stores what is queued, then stops the writer
+  ~KvTiers();  // finishes the queued loads, stores what is queued, then stops both threads
 
   // Engine thread: offers blocks [from, to) of a group-0 block table (full, published, K/V written) to the tiers.
   void Offer(const std::vector<int32_t>& table, const int32_t* tokens, int from, int to);
-  // Engine thread: extends `table` (the pool's match for `tokens`, holding references) block by block from the
-  // tiers while they hold the next block of this prefix, up to `max_blocks` blocks in all; each loaded block is
-  // a fresh pool block (a reference held), published to the pool's prefix cache. Returns the blocks added.
-  int LoadPrefix(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table);
+  // Engine thread, at admission: the pool's match (group 0 blocks) is touched in the tiers (most recent).
+  void TouchMatched(const BlockPool& pool, const std::vector<int32_t>& table);
+  // Engine thread, at admission: `table` is the pool's match for `tokens` (references held). When the tiers hold the prefix's next blocks (up to `max_blocks` blocks in all, and as many as
+  // the pool can give), fresh pool blocks are taken for them and a load is queued: the returned Load owns `table`
+  // (moved out) and the fresh blocks. Null, with `table` untouched, when the tiers do not hold the next block.
+  std::shared_ptr<Load> StartLoad(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table);
+  // The tier key of block `i` of `tokens` given the chain hash before it (StartLoad's first_key for that start).
+  uint64_t KeyAfter(uint64_t chain, const int32_t* block_tokens, uint64_t* next_chain = nullptr) const;
+  // Engine thread, once load->done: publishes the loaded blocks to the pool's prefix cache and returns every
+  // block the load held (the match and the loaded ones, still referenced; the caller releases them) after
+  // giving back the blocks a miss left unfilled.
+  std::vector<int32_t> FinishLoad(BlockPool* pool, Load* load);
+  // Loads completed since start (a wait key: WaitForLoad(seen) returns once it has moved past `seen`).
+  uint64_t loads_completed() const { return loads_completed_.load(std::memory_order_acquire); }
+  void WaitForLoad(uint64_t seen);
   // Waits until every queued block is stored (tests; shutdown).
   void Flush();
 
@@ -62,9 +96,13 @@ class KvTiers {
  private:
   KvTiers(const Options& opt, PagedKvCache* kv);
   void WriterLoop();
+  void LoaderLoop();
+  void RunLoad(Load* load);  // loader thread
+  bool Held(uint64_t key) const;  // by key only (a load validates what it reads)
   std::vector<uint8_t> TakeBuffer();  // mu_ held
-  // The tiers' copy of the block of this prefix into staging_, true on a hit (counted per tier).
-  bool Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens);
+  // The tiers' copy of the block of this prefix into load_staging_ (loader thread), true on a hit (counted per
+  // tier; *from_ram says which).
+  bool Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, bool* from_ram);
 
   struct Job {
     enum class Kind {
@@ -93,8 +131,16 @@ class KvTiers {
   std::vector<std::vector<uint8_t>> spare_;  // recycled entry buffers
   std::thread writer_;
 
-  // Engine thread only.
-  std::vector<uint8_t> staging_, disk_scratch_;
+  // The loader: its queue, and loads_completed_ (bumped under load_mu_ so that WaitForLoad cannot miss it).
+  std::mutex load_mu_;
+  std::condition_variable load_cv_, load_done_cv_;
+  std::deque<std::shared_ptr<Load>> load_queue_;
+  bool load_stop_ = false;
+  std::atomic<uint64_t> loads_completed_{0};
+  std::atomic<int64_t> loads_in_flight_{0};
+  std::thread loader_;
+  // Loader thread only.
+  std::vector<uint8_t> load_staging_, disk_scratch_;
   // Writer thread only.
   std::vector<uint8_t> promote_scratch_;
 

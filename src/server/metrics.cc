@@ -38,10 +38,15 @@ void RenderKvTiers(const KvTierStats& t, const std::string& model, std::string* 
       static_cast<double>(t.disk_bytes));
   two("deepinfer_kv_tier_capacity_bytes", "gauge", "The tier's capacity.", static_cast<double>(t.ram_capacity),
       static_cast<double>(t.disk_capacity));
-  Metric(out, "deepinfer_kv_tier_load_seconds_sum", "counter", "Seconds spent loading prefix blocks from the tiers.", m,
+  Metric(out, "deepinfer_kv_tier_load_seconds_sum", "counter", "Seconds from a prefix load's start to its last block written (queueing included).", m,
          t.load_seconds);
-  Metric(out, "deepinfer_kv_tier_load_seconds_count", "counter", "Admissions that loaded prefix blocks from the tiers.", m,
+  Metric(out, "deepinfer_kv_tier_load_seconds_count", "counter", "Loads that brought prefix blocks from the tiers.", m,
          static_cast<double>(t.loads));
+  Metric(out, "deepinfer_kv_tier_loads_in_flight", "gauge", "Prefix loads from the tiers queued or running (off the engine thread).",
+         m, static_cast<double>(t.loads_in_flight));
+  Metric(out, "deepinfer_kv_tier_loading_requests", "gauge",
+         "Waiting sequences in the loading state: not admitted until their prefix load is done; the batch goes on.", m,
+         static_cast<double>(t.loading_requests));
   Metric(out, "deepinfer_kv_tier_dropped_writes_total", "counter",
          "Blocks not written through because the writer was behind (the engine never waits for it).", m,
          static_cast<double>(t.dropped_offers));

@@ -7,11 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/engine.h"
@@ -427,6 +432,196 @@ TEST(KvTiersTest, SlidingWindowModelsNeedSwaFull) {
   ExpectSameResults({ref}, {again}, "RAM hit with --swa-full");
   EXPECT_EQ(again.cached_tokens, kFullHit);
   EXPECT_EQ(e->Stats().kv_tiers.ram_hits, kFullHit / 8);
+}
+
+
+// Loads off the engine thread (issue 35: "the request waits in a loading state, the batch does not"). A gate
+// on the tiers' loader thread holds a load in flight for as long as a test needs.
+class LoadGate {
+ public:
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = false;
+  }
+  void Open() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  void Pass() {  // the loader thread, before each load
+    std::unique_lock<std::mutex> lock(mu_);
+    ++entered_;
+    cv_.wait(lock, [&] { return open_; });
+  }
+  int entered() {  // loads that reached the gate
+    std::lock_guard<std::mutex> lock(mu_);
+    return entered_;
+  }
+
+ private:
+  int entered_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = true;
+};
+
+// Outputs of requests running on the engine's own thread (Start), read from the test thread.
+struct Collected {
+  std::mutex mu;
+  std::vector<RequestResult> results;
+  OutputCallback Callback(int i) {
+    return [this, i](const RequestOutput& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      SampleResult& s = results[i].samples[0];
+      s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+      for (const auto& lp : ev.logprobs) {
+        s.logprobs.push_back(lp.logprob);
+        s.top.push_back(lp.top);
+      }
+      s.text += ev.text;
+      results[i].cached_tokens = ev.cached_tokens;
+      if (ev.finished) {
+        ++s.finals;
+        s.finish_reason = ev.finish_reason;
+      }
+    };
+  }
+  explicit Collected(int n) : results(n) {
+    for (auto& r : results) r.samples.resize(1);
+  }
+  size_t tokens(int i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return results[i].samples[0].tokens.size();
+  }
+  bool finished(int i) {
+    std::lock_guard<std::mutex> lock(mu);
+    return results[i].samples[0].finals > 0;
+  }
+};
+
+// Polls `done` for up to 60 s (the engine runs on its own thread); false on timeout.
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 6000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+// An engine with a RAM tier and a gated loader whose pool no longer holds `a` (other traffic evicted it) while
+// the RAM tier does.
+std::unique_ptr<Engine> GatedEngineWithAInRam(const Model& m, LoadGate* gate, const std::vector<int32_t>& a) {
+  EngineOptions o = TierEngine();
+  o.num_kv_blocks = 64;  // room for a long decode beside a's prefix
+  o.kv_offload_ram_bytes = size_t{64} << 20;
+  o.kv_tier_before_load = [gate] { gate->Pass(); };
+  auto e = MakeEngine(m, o);
+  if (!e) return nullptr;
+  RunOne(*e, a);
+  e->FlushKvTiers();
+  e->EvictCachedKv(false);  // the pool drops a; RAM keeps it
+  return e;
+}
+
+RequestParams LongParams() {
+  RequestParams p = Params();
+  p.max_tokens = 200;
+  return p;
+}
+
+// While a prefix load is held in flight, a running request decodes to its end (steps go on without the loading
+// one); once the load is let through, the loading request is admitted with the whole prefix as cached tokens, and
+// both outputs are bitwise their cold runs'.
+TEST(KvTiersTest, StepsGoOnWhileAPrefixLoads) {
+  const Model& m = TierModel();
+  std::mt19937 rng(404);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  const auto d = RandomPrompt(&rng, 33, m.config.vocab_size);
+  const RequestResult ref_a = Cold(m, a);
+  RequestResult ref_d;
+  {
+    EngineOptions o = TierEngine();
+    o.prefix_caching = false;
+    o.num_kv_blocks = 64;
+    auto cold = MakeEngine(m, o);
+    ASSERT_TRUE(cold);
+    ref_d.samples.resize(1);
+    Collected c(1);
+    ASSERT_TRUE(cold->Add(d, LongParams(), c.Callback(0)).ok());
+    ASSERT_TRUE(cold->RunUntilIdle().ok());
+    ref_d = c.results[0];
+  }
+  LoadGate gate;
+  auto e = GatedEngineWithAInRam(m, &gate, a);
+  ASSERT_TRUE(e);
+  const int64_t ram_hits_before = e->Stats().kv_tiers.ram_hits;
+  Collected c(2);
+  e->Start();
+  ASSERT_TRUE(e->Add(d, LongParams(), c.Callback(0)).ok());
+  ASSERT_TRUE(WaitFor([&] { return c.tokens(0) >= 1; })) << "d never started";
+  gate.Close();
+  ASSERT_TRUE(e->Add(a, Params(), c.Callback(1)).ok());
+  ASSERT_TRUE(WaitFor([&] { return gate.entered() == 1; })) << "a never waited on a load";
+  const size_t d_at_load = c.tokens(0);
+  EXPECT_LT(d_at_load, 100u) << "d was nearly done before a's load began: the test shows nothing";
+  // d decodes to its end while a's load is held: the step loop does not wait for it.
+  EXPECT_TRUE(WaitFor([&] { return c.finished(0); })) << "d stopped decoding while a's prefix loaded";
+  EXPECT_EQ(c.tokens(0), 200u);
+  EXPECT_EQ(c.tokens(1), 0u) << "a ran before its load was done";
+  EXPECT_EQ(e->Stats().loading, 1);
+  EXPECT_EQ(e->Stats().kv_tiers.loads_in_flight, 1);
+  EXPECT_EQ(e->Stats().kv_tiers.loading_requests, 1);
+  gate.Open();
+  ASSERT_TRUE(WaitFor([&] { return c.finished(0) && c.finished(1); }));
+  ASSERT_TRUE(e->Shutdown().ok());
+  ExpectSameResults({ref_d}, {c.results[0]}, "d, decoding while a loaded");
+  ExpectSameResults({ref_a}, {c.results[1]}, "a, admitted after its load");
+  EXPECT_EQ(c.results[1].cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits - ram_hits_before, kFullHit / 8);
+  EXPECT_EQ(e->Stats().kv_tiers.loads_in_flight, 0);
+}
+
+// Two requests with one prefix arriving while it loads wait on the one load (the blocks are read once), and an
+// aborted request's load still completes into the pool's cache: nothing leaks, and the next request hits it.
+TEST(KvTiersTest, OneLoadPerPrefixAndAbortsWhileLoadingLoseNothing) {
+  const Model& m = TierModel();
+  std::mt19937 rng(505);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  const RequestResult ref_a = Cold(m, a);
+  LoadGate gate;
+  auto e = GatedEngineWithAInRam(m, &gate, a);
+  ASSERT_TRUE(e);
+  const int64_t ram_hits_before = e->Stats().kv_tiers.ram_hits;
+  Collected c(3);
+  e->Start();
+  gate.Close();
+  auto first = e->Add(a, Params(), c.Callback(0));
+  auto second = e->Add(a, Params(), c.Callback(1));
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE(WaitFor([&] { return e->Stats().loading == 2 && gate.entered() == 1; }))
+      << "both requests wait on a load";
+  EXPECT_EQ(e->Stats().kv_tiers.loads_in_flight, 1) << "one load for one prefix";
+  e->Abort(*first);
+  ASSERT_TRUE(WaitFor([&] { return c.finished(0) && e->Stats().loading == 1; }));
+  gate.Open();
+  ASSERT_TRUE(WaitFor([&] { return c.finished(1); }));
+  EXPECT_EQ(c.results[0].samples[0].finish_reason, "abort");
+  ExpectSameResults({ref_a}, {c.results[1]}, "a, the load's remaining waiter");
+  EXPECT_EQ(c.results[1].cached_tokens, kFullHit);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits - ram_hits_before, kFullHit / 8) << "the prefix's blocks were read twice";
+  // Every waiter aborted: the load completes unowned, its blocks go to the pool's cache, none leaks.
+  e->EvictCachedKv(false);
+  gate.Close();
+  auto third = e->Add(a, Params(), c.Callback(2));
+  ASSERT_TRUE(third.ok());
+  ASSERT_TRUE(WaitFor([&] { return e->Stats().loading == 1 && gate.entered() == 2; }));
+  e->Abort(*third);
+  ASSERT_TRUE(WaitFor([&] { return c.finished(2); }));
+  gate.Open();
+  ASSERT_TRUE(e->Shutdown().ok()) << "blocks of an unowned load leaked";
+  EXPECT_EQ(e->Stats().kv_tiers.loads_in_flight, 0);
 }
 
 }  // namespace
