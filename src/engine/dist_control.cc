@@ -28,7 +28,7 @@ DistControl::DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inb
   reports_.assign(ctx_.pc.world, RankReport{});
   group_decisions_.assign(ctx_.pc.dp, RoutingCounts{});
   if (ctx_.pc.dp > 1) {
-    // Start-up checked the name (cmd_serve / startup.cc); the policy only decides on rank 0, but every rank
+    // Start-up checked the name (startup.cc SetupParallel); the policy only decides on rank 0, but every rank
     // needs to know whether it takes KV events (group leaders ship them).
     auto policy = router::MakePolicy(ctx_.pc.dp_policy, ctx_.pc.dp, router::CacheAwareOptions{}, /*kv_events=*/true);
     if (!policy.ok()) dist::AbortJob(policy.status().ToString());

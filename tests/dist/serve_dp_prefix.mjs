@@ -62,7 +62,11 @@ async function run(policy) {
               `decisions per group: cache_hit ${decisions("cache_hit")}, cache_miss ${decisions("cache_miss")}, ` +
               `least_load ${decisions("least_load")}`);
   check(code === 0, `${policy}: the job exits 0 after SIGTERM (exit ${code})`);
-  return {rate: cached / ideal, texts: [...a, ...b].map(x => x.text), decisions, log: srv.log()};
+  const blocks = name => [0, 1].reduce((s, g) => s + Number(new RegExp(
+    `^${name}\\{[^}]*dp_rank="${g}"\\} ([0-9.e+-]+)$`, "m").exec(m.text)?.[1]), 0);
+  const matched = blocks("deepinfer_dp_routing_matched_blocks_total"), promptBlocks = blocks("deepinfer_dp_routing_prompt_blocks_total");
+  console.log(`${policy}: the chosen groups held ${matched} of ${promptBlocks} prompt blocks at routing (by their events)`);
+  return {rate: cached / ideal, texts: [...a, ...b].map(x => x.text), decisions, matched, log: srv.log()};
 }
 
 const aware = await run("cache_aware");
@@ -75,6 +79,9 @@ check(aware.rate >= least.rate + MIN_MARGIN,
 const hits = aware.decisions("cache_hit");
 check(hits[0] > 0 && hits[1] > 0 && hits[0] + hits[1] >= MIN_HIT * phaseB.length,
       `cache_aware: /metrics counts cache_hit decisions on both groups (${hits}) for >= ${MIN_HIT} of phase B's ${phaseB.length}`);
+// Phase B's every prompt starts with its tenant's 4 cached blocks: at routing the chosen group held them.
+check(aware.matched >= MIN_HIT * phaseB.length * PREFIX_BLOCKS && aware.matched <= (phaseA.length + phaseB.length) * (PREFIX_BLOCKS + 2),
+      `cache_aware: /metrics counts ${aware.matched} leading prompt blocks held by the chosen group (>= ${MIN_HIT * phaseB.length * PREFIX_BLOCKS})`);
 check(/shipped \d+ KV event hashes to rank 0/.test(aware.log) && /policy cache_aware_kv_events: cache hits per group/.test(aware.log),
       "the drain log reports the shipped KV events and the routing");
 done("serve_dp_prefix");
