@@ -13,6 +13,7 @@
 #include "deepinfer/runtime.h"
 #include "base/logging.h"
 #include "dist/parallel.h"
+#include "router/routing_policy.h"
 #include "engine_flags.h"
 
 namespace deepinfer::cli {
@@ -179,6 +180,12 @@ Status SetupParallel(const Args& args) {
                       dist::ResolveParallel(world.size(), world.rank(), flag("dp"), flag("tp"), flag("cp"), flag("ep")));
   if (args.Has("ep-redundant-experts")) pc.redundant_experts = static_cast<int>(args.GetInt("ep-redundant-experts"));
   if (args.Has("eplb-interval")) pc.eplb_interval = static_cast<int>(args.GetInt("eplb-interval"));
+  if (args.Has("dp-policy")) {
+    pc.dp_policy = args.Get("dp-policy");
+    // The same names and check as `deepinfer route --policy` (one implementation, two transports).
+    if (!router::MakePolicy(pc.dp_policy, 1).ok())
+      return InvalidArgument("--dp-policy must be cache_aware, least_load or round_robin, not '" + pc.dp_policy + "'");
+  }
   if (pc.redundant_experts < 0) return InvalidArgument("--ep-redundant-experts must be >= 0");
   if (pc.eplb_interval < 0) return InvalidArgument("--eplb-interval must be >= 0");
   if (args.Has("cp-split")) {

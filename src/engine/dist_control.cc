@@ -3,13 +3,13 @@
 #include <algorithm>
 
 #include "base/logging.h"
+#include "engine/kv_event_feed.h"
 #include "engine/wire.h"
-#include "kv/prefix_hash.h"
+#include "router/kv_block_index.h"
+#include "router/routing_policy.h"
 
 namespace deepinfer {
 namespace {
-
-constexpr int kAffinitySlack = 2;  // a prefix-affine group is chosen while within this many samples of the least loaded
 
 // The counters a rank reports, from its engine's stats.
 void FillFromStats(const EngineStats& st, RankReport& r) {
@@ -26,25 +26,62 @@ DistControl::DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inb
   group_load_.assign(ctx_.pc.dp, 0);
   group_routed_.assign(ctx_.pc.dp, 0);
   reports_.assign(ctx_.pc.world, RankReport{});
+  group_decisions_.assign(ctx_.pc.dp, RoutingCounts{});
+  if (ctx_.pc.dp > 1) {
+    // Start-up checked the name (startup.cc SetupParallel); the policy only decides on rank 0, but every rank
+    // needs to know whether it takes KV events (group leaders ship them).
+    auto policy = router::MakePolicy(ctx_.pc.dp_policy, ctx_.pc.dp, router::CacheAwareOptions{}, /*kv_events=*/true);
+    if (!policy.ok()) dist::AbortJob(policy.status().ToString());
+    ship_events_ = (*policy)->kv_index(0) != nullptr;
+    if (is_root()) policy_ = std::move(*policy);
+  }
+  if (ship_events_ && ctx_.pc.is_group_leader()) feed_out_ = std::make_unique<KvEventFeed>(e_.KvEvents());
+  if (ship_events_ && is_root()) {
+    for (int g = 0; g < ctx_.pc.dp; ++g) {
+      feeds_in_.push_back(std::make_unique<KvEventFeed>(nullptr));
+      // Every group starts with an empty cache; its first Sync's snapshot confirms it.
+      policy_->kv_index(g)->Reset(block_size_, {});
+    }
+  }
 }
 
-int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
-  // Least loaded; ties go round-robin from the group after the last choice (sequential clients, each done
-  // before the next arrives, still spread over every group).
+DistControl::~DistControl() = default;
+
+int DistControl::LeastLoaded() const {
+  // Ties go round-robin from the group after the last choice (sequential clients, each done before the next
+  // arrives, still spread over every group).
   const int D = ctx_.pc.dp;
   int best = (last_routed_ + 1) % D;
   for (int i = 1; i < D; ++i) {
     const int g = (last_routed_ + 1 + i) % D;
     if (group_load_[g] < group_load_[best]) best = g;
   }
-  // Prompts sharing their first KV block go where the first one went (its prefix cache has them), unless
-  // that group is clearly busier.
-  if (static_cast<int>(prompt.size()) >= block_size_) {
-    const uint64_t h = ChainHash(kPrefixHashSeed, prompt.data(), block_size_);  // the prefix cache's hash
-    auto it = prefix_owner_.find(h);
-    if (it != prefix_owner_.end() && group_load_[it->second] <= group_load_[best] + kAffinitySlack) best = it->second;
-    prefix_owner_[h] = best;
-    if (prefix_owner_.size() > 65536) prefix_owner_.clear();  // bounded: affinity is a hint
+  return best;
+}
+
+int DistControl::Route(const std::vector<int32_t>& prompt, int n) {
+  int best = LeastLoaded();
+  router::Outcome outcome = router::Outcome::kLeastLoad;
+  router::Decision d;
+  // A prompt shorter than a block matches no cached block anywhere: the least loaded group takes it.
+  if (policy_ && static_cast<int>(prompt.size()) >= block_size_) {
+    std::vector<router::ReplicaView> views(ctx_.pc.dp);
+    for (int g = 0; g < ctx_.pc.dp; ++g) views[g] = {true, group_load_[g]};
+    d = policy_->PickTokens({}, prompt, views);
+    if (d.replica >= 0) best = d.replica, outcome = d.outcome;
+  }
+  {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    RoutingCounts& c = group_decisions_[best];
+    switch (outcome) {
+      case router::Outcome::kCacheHit: ++c.cache_hit; break;
+      case router::Outcome::kCacheMiss: ++c.cache_miss; break;
+      case router::Outcome::kImbalance: ++c.imbalance; break;
+      case router::Outcome::kLeastLoad: ++c.least_load; break;
+      case router::Outcome::kRoundRobin: ++c.round_robin; break;
+    }
+    c.matched_blocks += d.matched_blocks;
+    c.prompt_blocks += d.prompt_blocks;
   }
   group_load_[best] += n;
   ++group_routed_[best];
@@ -127,6 +164,7 @@ bool DistControl::Sync(bool has_rows) {
   mine.cp_bytes_sent = ctx_.cp->bytes_sent();
   wire::Writer w;
   w.Put(mine);
+  if (feed_out_) feed_out_->Write(w);
   w.Put<uint64_t>(outbox_.size());
   for (const RequestOutput& ev : outbox_) wire::PutOutput(w, ev);
   outbox_.clear();
@@ -146,6 +184,17 @@ bool DistControl::Sync(bool has_rows) {
     reports[rank] = readers.back().Get<RankReport>();
     launch = launch || reports[rank].has_rows;
     busy = busy || reports[rank].busy;
+    if (!is_root() || !ship_events_) continue;
+    dist::ParallelConfig pc = ctx_.pc;
+    pc.rank = rank;
+    if (!pc.is_group_leader()) continue;
+    // The group's cache changes, then its own account of its load (KvEventsPolicy weighs both).
+    const int g = pc.dp_rank();
+    router::KvBlockIndex* index = policy_->kv_index(g);
+    if (!feeds_in_[g]->Read(readers.back(), index, block_size_))
+      dist::AbortJob("KV events from rank " + std::to_string(rank) + " are malformed (ranks run different builds?)");
+    const RankReport& rr = reports[rank];
+    index->SetLoad({true, rr.waiting, rr.running, rr.kv_blocks_total - rr.kv_blocks_free, rr.kv_blocks_total});
   }
   if (is_root()) {
     std::lock_guard<std::mutex> lock(reports_mu_);
@@ -188,10 +237,22 @@ bool DistControl::Sync(bool has_rows) {
                   static_cast<long long>(ctx_.attention_work.load(std::memory_order_relaxed)), ctx_.cp->bytes_sent() / 1e6,
                   ctx_.cp->wait_seconds());
     if (is_root()) {
-      std::string routed;
+      std::string routed, hits;
       for (int64_t c : group_routed_) routed += (routed.empty() ? "" : ", ") + std::to_string(c);
-      DI_LOG_INFO("parallel: job drained; requests routed per group: [%s]", routed.c_str());
+      int64_t matched = 0, blocks = 0;
+      for (const RoutingCounts& c : group_decisions_) {
+        hits += (hits.empty() ? "" : ", ") + std::to_string(c.cache_hit);
+        matched += c.matched_blocks, blocks += c.prompt_blocks;
+      }
+      DI_LOG_INFO("parallel: job drained; requests routed per group: [%s] (policy %s: cache hits per group [%s], "
+                  "%lld of %lld prompt blocks held by the chosen group)", routed.c_str(),
+                  policy_ ? policy_->name() : "none", hits.c_str(), static_cast<long long>(matched),
+                  static_cast<long long>(blocks));
     }
+    if (feed_out_)
+      DI_LOG_INFO("parallel: rank %d: shipped %llu KV event hashes to rank 0 (%llu snapshots)", ctx_.pc.rank,
+                  static_cast<unsigned long long>(feed_out_->hashes_sent()),
+                  static_cast<unsigned long long>(feed_out_->snapshots()));
   }
   return launch;
 }
@@ -204,6 +265,10 @@ std::vector<RankReport> DistControl::Reports() const {
   }
   // Rank 0's own counters live (its report is from before its last iteration's processing).
   FillFromStats(e_.LocalStats(), out[0]);
+  {
+    std::lock_guard<std::mutex> lock(reports_mu_);
+    for (int g = 0; g < ctx_.pc.dp; ++g) out[ctx_.pc.group_leader(g)].routed = group_decisions_[g];
+  }
   return out;
 }
 

@@ -4,12 +4,18 @@
 //
 // Each loop iteration of every rank's engine makes two collective calls on the control communicator:
 //   Exchange (top of the iteration): rank 0 broadcasts what arrived since the last one: new requests, each
-//     already routed to a group (least loaded, then prefix affinity), aborts, and the stop signal. The ranks of
-//     the chosen group queue the request with the id rank 0 gave it; the other ranks ignore it.
+//     already routed to a group, aborts, and the stop signal. The ranks of the chosen group queue the request
+//     with the id rank 0 gave it; the other ranks ignore it.
 //   Sync (after scheduling): every rank contributes whether it has rows to run, whether it still has work, its
-//     counters, and (group leaders) the output events it produced since; every rank learns whether any rank
-//     runs this step, so a rank with nothing to do launches an empty step (its MoE collectives still run), and
-//     rank 0 delivers the remote events to their callbacks in rank order.
+//     counters, and (group leaders) their prefix cache's changes since the last Sync (engine/kv_event_feed.h)
+//     and the output events they produced since; every rank learns whether any rank runs this step, so a rank
+//     with nothing to do launches an empty step (its MoE collectives still run), and rank 0 feeds the changes
+//     to its routing policy and delivers the remote events to their callbacks in rank order.
+// Routing is `deepinfer route`'s policy code over another transport (router/routing_policy.h, --dp-policy): one
+// "replica" per group, its load the samples rank 0 routed there and has not seen finish, and for cache_aware its
+// KvBlockIndex fed by the group's own KV events, so a prompt goes where the most of its leading blocks are
+// cached (router/kv_events_policy.h). A prompt shorter than one block has nothing to match and goes to the least
+// loaded group.
 // The tensor-parallel ranks of a group see the same requests at the same iteration and sample the same tokens
 // (full-vocabulary logits on each), so their schedulers stay identical without exchanging schedules.
 #pragma once
@@ -25,7 +31,19 @@
 #include "engine/request_inbox.h"
 
 namespace deepinfer {
+namespace router {
+class RoutingPolicy;
+}
+class KvEventFeed;
+class KvEventLog;
 
+
+// Rank 0's routing decisions for one group: per router::Outcome, and the prompt blocks the chosen group held by
+// its events (with the prompts' full blocks, for a hit rate).
+struct RoutingCounts {
+  int64_t cache_hit = 0, cache_miss = 0, imbalance = 0, least_load = 0, round_robin = 0;
+  int64_t matched_blocks = 0, prompt_blocks = 0;
+};
 
 // One rank's counters as rank 0 last heard them (metrics with dp_rank / ep_rank labels).
 struct RankReport {
@@ -34,6 +52,7 @@ struct RankReport {
   int64_t running = 0, waiting = 0, kv_blocks_free = 0, kv_blocks_total = 0, assigned_requests = 0;
   int64_t moe_bytes_sent = 0, expert_rows = 0;
   int64_t attention_work = 0, cp_bytes_sent = 0;  // context parallelism: query x key pairs, K/V exchange bytes
+  RoutingCounts routed;  // on group leaders' entries, filled by Reports() (rank 0 decides; 0 elsewhere)
 };
 
 class DistControl {
@@ -48,9 +67,13 @@ class DistControl {
     virtual bool HasSequences() const = 0;        // sequences live or a step in flight
     virtual int64_t AssignedRequests() const = 0;  // requests this rank's engine holds
     virtual EngineStats LocalStats() const = 0;   // this rank's counters (thread-safe)
+    // The prefix cache's change log (thread-safe), shipped to rank 0 for routing; nullptr: none.
+    virtual const KvEventLog* KvEvents() const { return nullptr; }
   };
   // inbox: the engine's (rank 0 takes what clients added there); block_size: the KV block, for prefix routing.
+  // The routing policy is ctx.pc.dp_policy (checked at start-up; an unknown one is an error there).
   DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inbox, int block_size);
+  ~DistControl();
   bool is_root() const { return ctx_.pc.rank == 0; }
   const dist::ParallelConfig& pc() const { return ctx_.pc; }
 
@@ -70,6 +93,7 @@ class DistControl {
 
  private:
   int Route(const std::vector<int32_t>& prompt, int n);
+  int LeastLoaded() const;
   // The callback of a request that lives on this rank's group: the original one on rank 0, else (the group's
   // leader) an append to the outbox sent to rank 0 at the next Sync, else nothing.
   OutputCallback LocalCallback();
@@ -89,10 +113,15 @@ class DistControl {
   std::vector<int64_t> group_load_;                 // samples in flight per group (routing)
   int last_routed_ = -1;
   std::vector<int64_t> group_routed_;               // requests routed per group since start (logs)
-  std::unordered_map<uint64_t, int> prefix_owner_;  // hash of a prompt's first block -> group it went to
+  std::unique_ptr<router::RoutingPolicy> policy_;   // one replica per group
+  std::vector<RoutingCounts> group_decisions_;
+  // Rank 0: one receiving end per group (policy_'s index for the group); group leaders: their log's sending end.
+  bool ship_events_ = false;  // the policy takes KV events (every rank knows it from the flags)
+  std::vector<std::unique_ptr<KvEventFeed>> feeds_in_;
+  std::unique_ptr<KvEventFeed> feed_out_;
   // Group leaders: events produced since the last Sync (filled on the engine thread, inside Process).
   std::vector<RequestOutput> outbox_;
-  mutable std::mutex reports_mu_;
+  mutable std::mutex reports_mu_;  // reports_ and group_decisions_ (read by /metrics)
   std::vector<RankReport> reports_;
 };
 

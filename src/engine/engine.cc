@@ -31,6 +31,7 @@ class Engine::DistHost final : public DistControl::Host {
     std::lock_guard<std::mutex> lock(e_.stats_mu_);
     return e_.stats_;
   }
+  const KvEventLog* KvEvents() const override { return e_.kv_events_.get(); }
 
  private:
   Engine& e_;

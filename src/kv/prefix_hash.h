@@ -1,7 +1,8 @@
 // The one hash of token prefixes: block b's chain hash covers every token of blocks 0..b (each block's hash
 // continues from the previous one's), so equal hashes name equal prefixes up to collisions. The prefix cache
 // keys its blocks by it (BlockPool, which also compares the tokens, so a collision never aliases two prefixes),
-// and multi-process routing sends prompts that share a first block to the same group (DistControl).
+// and the routers score replicas (deepinfer route) and data-parallel groups (serve --dp, DistControl) by the
+// leading hashes of a prompt that each one's KV events report.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -5,6 +5,9 @@
 // them (or `predict_ttl_s` passes) they count as held, so the second request of a new prefix follows the first
 // instead of racing the events (Dynamo's router does the same).
 //
+// Under `serve --dp` a replica is a data-parallel group, fed by its KvEventFeed (engine/kv_event_feed.h) on rank
+// 0's engine thread, which also routes.
+//
 // Thread-safe: the replica's subscriber thread writes, the forwarding threads read and predict.
 #pragma once
 #include <chrono>

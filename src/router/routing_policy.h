@@ -1,6 +1,6 @@
 // The routing policy interface: given a request's prompt text and each replica's state, pick one replica.
-// Transport-free on purpose (no sockets, no HTTP): `deepinfer route` drives it over HTTP replicas today, and
-// `serve --dp` could drive the same objects over its data-parallel groups later.
+// Transport-free on purpose (no sockets, no HTTP): `deepinfer route` drives it over HTTP replicas, and `serve --dp`
+// drives the same objects over its data-parallel groups (engine/dist_control.h), so it is built into deepinfer_core.
 // Not thread-safe: the caller serializes Pick / OnReplicaDown (the router holds one mutex around them).
 #pragma once
 #include <cstddef>

@@ -194,6 +194,32 @@ std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist
              std::to_string(pc.ep_rank()) + "\"} " + Num(static_cast<double>(reports[r].*s.field)) + "\n";
     }
   }
+  // Rank 0's routing over the data-parallel groups (--dp-policy), on each group leader's entry, named as
+  // `deepinfer route`'s decisions are.
+  const std::pair<const char*, int64_t RoutingCounts::*> kOutcomes[] = {
+      {"cache_hit", &RoutingCounts::cache_hit}, {"cache_miss", &RoutingCounts::cache_miss},
+      {"imbalance", &RoutingCounts::imbalance}, {"least_load", &RoutingCounts::least_load},
+      {"round_robin", &RoutingCounts::round_robin}};
+  struct BlockSeries {
+    const char* name;
+    const char* help;
+    int64_t RoutingCounts::*field;
+  };
+  static const BlockSeries kBlocks[] = {
+      {"deepinfer_dp_routing_matched_blocks_total", "Leading prompt blocks the chosen group held by its KV events, at routing.", &RoutingCounts::matched_blocks},
+      {"deepinfer_dp_routing_prompt_blocks_total", "Full blocks of the prompts routed to the group by KV events.", &RoutingCounts::prompt_blocks}};
+  out += "# HELP deepinfer_dp_routing_decisions_total Requests rank 0 routed to each data-parallel group, by why.\n"
+         "# TYPE deepinfer_dp_routing_decisions_total counter\n";
+  for (int g = 0; g < pc0.dp; ++g)
+    for (const auto& [outcome, field] : kOutcomes)
+      out += "deepinfer_dp_routing_decisions_total{model_name=\"" + model + "\",dp_rank=\"" + std::to_string(g) +
+             "\",outcome=\"" + outcome + "\"} " + std::to_string(reports[pc0.group_leader(g)].routed.*field) + "\n";
+  for (const BlockSeries& b : kBlocks) {
+    out += std::string("# HELP ") + b.name + " " + b.help + "\n# TYPE " + b.name + " counter\n";
+    for (int g = 0; g < pc0.dp; ++g)
+      out += std::string(b.name) + "{model_name=\"" + model + "\",dp_rank=\"" + std::to_string(g) + "\"} " +
+             std::to_string(reports[pc0.group_leader(g)].routed.*b.field) + "\n";
+  }
   // Expert load imbalance over the expert-parallel ranks since start: max / mean of the rows each computed (1.0 is
   // perfect; EPLB's target).
   int64_t total = 0, most = 0;

@@ -1,0 +1,94 @@
+#include "engine/kv_event_feed.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "router/kv_block_index.h"
+
+namespace deepinfer {
+
+KvEventFeed::KvEventFeed(const KvEventLog* log, size_t max_hashes) : log_(log), max_hashes_(std::max<size_t>(max_hashes, 1)) {}
+
+// The wire: flags (kSnapshotBegin / kSnapshotEnd; 0 = a delta), the hashes, and for a delta one byte per hash
+// (1 stored, 0 removed), in the log's order.
+void KvEventFeed::Write(wire::Writer& w) {
+  std::vector<uint64_t> hashes;
+  std::vector<uint8_t> stored;
+  uint8_t flags = 0;
+  if (log_ && !snapping_ && !need_snapshot_) {
+    events_.clear();
+    if (log_->Since(seq_, max_hashes_, &events_)) {
+      for (const KvEventLog::Event& e : events_) hashes.push_back(e.hash), stored.push_back(e.stored);
+      if (!events_.empty()) seq_ = events_.back().seq;
+    } else {
+      need_snapshot_ = true;  // the log dropped events this end never sent: start over
+    }
+  }
+  if (log_ && need_snapshot_) {
+    KvEventLog::Snapshot s = log_->TakeSnapshot();
+    snap_ = std::move(s.hashes);
+    snap_seq_ = s.seq;
+    snap_off_ = 0;
+    snapping_ = true;
+    need_snapshot_ = false;
+    flags |= kSnapshotBegin;
+    ++snapshots_;
+  }
+  if (snapping_) {
+    const size_t n = std::min(max_hashes_, snap_.size() - snap_off_);
+    hashes.assign(snap_.begin() + snap_off_, snap_.begin() + snap_off_ + n);
+    snap_off_ += n;
+    if (snap_off_ == snap_.size()) {
+      flags |= kSnapshotEnd;
+      snapping_ = false;
+      seq_ = snap_seq_;  // deltas continue after what the snapshot covers
+      snap_.clear();
+      snap_.shrink_to_fit();
+    }
+  }
+  hashes_sent_ += hashes.size();
+  w.Put(flags);
+  w.PutVector(hashes);
+  w.PutVector(stored);
+}
+
+bool KvEventFeed::Read(wire::Reader& r, router::KvBlockIndex* index, int block_size) {
+  const uint8_t flags = r.Get<uint8_t>();
+  const std::vector<uint64_t> hashes = r.GetVector<uint64_t>();
+  const std::vector<uint8_t> stored = r.GetVector<uint8_t>();
+  if (!r.ok() || (flags & ~(kSnapshotBegin | kSnapshotEnd)) != 0) return false;
+  if (flags & kSnapshotBegin) {
+    receiving_snapshot_ = true;
+    pending_.clear();
+  }
+  if (receiving_snapshot_) {
+    if (!stored.empty()) return false;
+    pending_.insert(pending_.end(), hashes.begin(), hashes.end());
+    if (flags & kSnapshotEnd) {
+      if (index) index->Reset(block_size, pending_);
+      receiving_snapshot_ = false;
+      pending_.clear();
+      pending_.shrink_to_fit();
+    }
+    return true;
+  }
+  if (flags != 0 || stored.size() != hashes.size()) return false;
+  if (!index) return true;
+  // KvBlockIndex::Apply takes stored then removed: a hash met twice in one part splits it there, so the order
+  // of the log is kept (as the HTTP publisher splits its deltas).
+  std::vector<uint64_t> st, rm;
+  std::unordered_set<uint64_t> seen;
+  auto flush = [&] {
+    if (!st.empty() || !rm.empty()) index->Apply(st, rm);
+    st.clear(), rm.clear(), seen.clear();
+  };
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (seen.count(hashes[i])) flush();
+    seen.insert(hashes[i]);
+    (stored[i] ? st : rm).push_back(hashes[i]);
+  }
+  flush();
+  return true;
+}
+
+}  // namespace deepinfer
