@@ -328,7 +328,9 @@ TEST(DpRouting, DistControlRoutesEachPromptToTheGroupWhoseEventsHoldIt) {
                                {ranks[1]->host.ids.begin(), ranks[1]->host.ids.end()}};
   for (int i = 0; i < 64; ++i) EXPECT_TRUE(got[want[i] % 2].count(1000 + i)) << "request " << i << ", tenant " << want[i];
   EXPECT_EQ(got[0].size() + got[1].size(), 65u);
-  if (per_group[0] != per_group[1]) EXPECT_TRUE(got[per_group[0] < per_group[1] ? 0 : 1].count(5000)) << per_group[0] << " vs " << per_group[1];
+  if (per_group[0] != per_group[1]) {
+    EXPECT_TRUE(got[per_group[0] < per_group[1] ? 0 : 1].count(5000)) << per_group[0] << " vs " << per_group[1];
+  }
   const std::vector<RankReport> reports = ranks[0]->control->Reports();
   int64_t hits = 0, least = 0;
   for (const RankReport& r : reports) hits += r.routed.cache_hit, least += r.routed.least_load;
