@@ -234,6 +234,8 @@ Engine::~Engine() {
   if (thread_.joinable()) (void)Shutdown();
   if (prev_) stream_.Wait(prev_->done);  // never destroy state a launched step still uses
   if (sched_) sched_->DrainLoads();     // a tier load still writing into the cache (an aborted request's)
+  // The tiers' threads stop before the inbox they wake (declared after them) is destroyed.
+  tiers_.reset();
 }
 
 Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams& p) const {
@@ -680,7 +682,7 @@ Status Engine::RunUntilIdle() {
     const bool had_prev = prev_ != nullptr;
     const uint64_t loads_seen = tiers_ ? tiers_->loads_completed() : 0;
     StepOnce();
-    if (next_step_ == before && !had_prev && !dist_ && sched_->num_loading() > 0) {
+    if (next_step_ == before && !had_prev && !dist_ && sched_->num_loads() > 0) {
       tiers_->WaitForLoad(loads_seen);  // only requests waiting on the tiers: sleep until a load is done
       stalls = 0;
     } else if (next_step_ == before && !had_prev && !dist_) {
@@ -708,8 +710,11 @@ void Engine::Start() {
         break;
       idle_loads_seen_ = tiers_ ? tiers_->loads_completed() : 0;
       const uint64_t before = next_step_;
+      const bool had_prev = prev_ != nullptr;
       StepOnce();
-      idle_on_loads_ = tiers_ && next_step_ == before && prev_ == nullptr && sched_->num_loading() > 0;
+      // Nothing was in flight and nothing launched: only a load's completion (or the inbox) changes that. With a
+      // step processed in this iteration, its slots and blocks may let the next one run: no sleep.
+      idle_on_loads_ = tiers_ && !had_prev && next_step_ == before && prev_ == nullptr && sched_->num_loads() > 0;
     }
     DrainForShutdown();
   });

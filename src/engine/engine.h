@@ -105,8 +105,6 @@ class Engine {
   int kv_group_in_use(int g) const { return pool_->in_use(g); }
   int kv_group_peak(int g) const { return pool_->peak(g); }
   int kv_cached_blocks() const { return pool_->num_cached(); }  // blocks the prefix cache can match (every group)
-  // Tests (when idle): evicts the cached, unreferenced blocks of the windowed KV groups (windowed_only) or of
-  // every group, as memory pressure would.
   // Tests: waits until every block offered to the KV tiers is stored (no-op without tiers).
   void FlushKvTiers() {
     if (tiers_) tiers_->Flush();
@@ -116,6 +114,8 @@ class Engine {
   // The KV identity digest (kv_identity.h) of the model and KV settings, so a router can check that its replicas
   // and its own tokenizer agree; 0 from CreateWithExecutor (no model).
   uint64_t model_digest() const { return model_digest_; }
+  // Tests (when idle): evicts the cached, unreferenced blocks of the windowed KV groups (windowed_only) or of
+  // every group, as memory pressure would.
   void EvictCachedKv(bool windowed_only) {
     pool_->EvictCached([&](int g) { return !windowed_only || kv_layout_.window(g) > 0; });
   }

@@ -91,7 +91,8 @@ Sequence* Scheduler::PickVictim(const Sequence* requester, uint64_t step) const 
 
 uint64_t Scheduler::PreemptForPriority(uint64_t step) {
   if (!free_slots_.empty() || !pending_slots_.empty()) return 0;  // a slot is free or on its way back
-  auto head = std::find_if(waiting_.begin(), waiting_.end(), [](const Sequence* s) { return !s->held(); });
+  // A sequence waiting on a tier load cannot use a slot yet: it does not preempt anyone for one.
+  auto head = std::find_if(waiting_.begin(), waiting_.end(), [&](const Sequence* s) { return !s->held() && !Loading(s); });
   if (head == waiting_.end()) return 0;
   Sequence* victim = LeastUrgentRunning((*head)->priority(), /*idle_only=*/false, step);
   if (!victim) return 0;
@@ -183,7 +184,10 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
       std::vector<int32_t>& t = (*tables)[g];
       const int at = static_cast<int>(t.size());
       tiers_->TouchMatched(*pool_, t);
-      if (at < most && !load_tried_.count(s)) {
+      // A sequence whose own load reached `tried` tries again only if the pool has lost some of those blocks since
+      // (evicted before it was admitted); past them the tiers had nothing valid.
+      const auto tried = load_tried_.find(s);
+      if (at < most && (tried == load_tried_.end() || at < tried->second)) {
         // A load in flight from this point of this prefix (another request's): wait on it rather than read the
         // same blocks into other fresh blocks.
         const uint64_t key = tiers_->KeyAfter(at > 0 ? pool_->cached_key(t[at - 1]) : kPrefixHashSeed,
@@ -193,12 +197,16 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
           if (l->start == at && l->first_key == key) load = l;
         const bool own = !load;
         if (own) {
-          load = tiers_->StartLoad(pool_, tokens, most, &t);  // takes t's references when it starts one
+          // Blocks for the load, short of one per running sequence: a load never takes the blocks the decode
+          // rows need next (it would preempt them, and hold their blocks until it is done).
+          const int room = at + pool_->num_available() - static_cast<int>(running_.size());
+          load = tiers_->StartLoad(pool_, tokens, std::min(most, room), &t);  // takes t's references if it starts
           if (load) loads_.push_back(load);
+        } else {
+          pool_->Release(t);  // joined another's load: this match is taken again at admission
+          t.clear();
         }
         if (load) {
-          pool_->Release(t);  // joined another's load: this match is held again at admission
-          t.clear();
           waits_on_[s] = LoadWait{std::move(load), own};
           *loading = true;
           return 0;
@@ -275,7 +283,7 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out, bool* loa
     }
     // Its blocks are in the pool's cache now: the match below finds them (and, past a load it joined, may start
     // its own).
-    if (w->second.own) load_tried_.insert(s);
+    if (w->second.own) load_tried_[s] = w->second.load->start + w->second.load->loaded;
     waits_on_.erase(w);
   }
   if (free_slots_.empty()) return false;
@@ -321,6 +329,9 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out, bool* loa
 }
 
 void Scheduler::Schedule(SchedulerOutputs* out) {
+  // Loads done since the last step: their blocks are published first (the most recent of the cache), so that a
+  // decode row short of blocks can evict them rather than wait, and the admissions below find them.
+  if (!loads_.empty()) FinishLoads();
   int budget = cfg_.max_batched_tokens;
   const int max_rows = cfg_.max_num_seqs;
   auto full = [&] { return budget < 1 || static_cast<int>(out->rows.size()) >= max_rows; };
@@ -379,9 +390,6 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
   for (const Sequence* s : waiting_) levels.push_back(s->priority());
   std::sort(levels.begin(), levels.end());
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
-  // Loads done since the last step: published now, after the decode rows and prefill chunks took their blocks, so
-  // that the admissions below find them as the most recent blocks of the cache.
-  if (!loads_.empty()) FinishLoads();
   bool admitting = true;
   for (const int level : levels) {
     // Fair admission: while requests of this level wait (and the last admission did not stop for lack of room),

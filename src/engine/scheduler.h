@@ -12,7 +12,6 @@
 #include <functional>
 #include <memory>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "engine/sequence.h"
@@ -124,7 +123,7 @@ class Scheduler {
   int MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
                         int* reuse, bool* loading);
   // The tiers' loads that are done: their blocks are published to the pool's cache and released (the requests
-  // waiting on them match them next, as the most recent blocks of the cache).
+  // waiting on them match them next, as the most recent blocks of the cache). Called first in Schedule.
   void FinishLoads();
   bool Loading(const Sequence* s) const {
     auto w = waits_on_.find(s);
@@ -144,9 +143,10 @@ class Scheduler {
     bool own = false;
   };
   std::unordered_map<const Sequence*, LoadWait> waits_on_;
-  // Sequences whose own load finished: they are not sent to the tiers again until admitted (a block that failed
-  // validation stays a miss rather than a load per step).
-  std::unordered_set<const Sequence*> load_tried_;
+  // Sequences whose own load finished, and the blocks their prefix then reached: not sent to the tiers again for
+  // those until admitted (a block that failed validation stays a miss rather than a load per step), unless the
+  // pool lost some of them meanwhile.
+  std::unordered_map<const Sequence*, int> load_tried_;
   std::deque<Sequence*> waiting_;
   std::vector<Sequence*> running_;  // in admission order
   std::vector<int32_t> free_slots_;

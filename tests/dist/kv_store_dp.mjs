@@ -95,4 +95,4 @@ try {
 } finally {
   fs.rmSync(root, {recursive: true, force: true});
 }
-done();
+done("kv_store_dp");

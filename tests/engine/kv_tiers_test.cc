@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -451,10 +452,12 @@ class LoadGate {
     cv_.notify_all();
   }
   void Pass() {  // the loader thread, before each load
+    if (on_enter) on_enter();
     std::unique_lock<std::mutex> lock(mu_);
     ++entered_;
     cv_.wait(lock, [&] { return open_; });
   }
+  std::function<void()> on_enter;  // set before the engine starts
   int entered() {  // loads that reached the gate
     std::lock_guard<std::mutex> lock(mu_);
     return entered_;
@@ -503,9 +506,9 @@ struct Collected {
 
 // Polls `done` for up to 60 s (the engine runs on its own thread); false on timeout.
 bool WaitFor(const std::function<bool()>& done) {
-  for (int i = 0; i < 6000; ++i) {
+  for (int i = 0; i < 60000; ++i) {
     if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
 }
@@ -514,7 +517,10 @@ bool WaitFor(const std::function<bool()>& done) {
 // the RAM tier does.
 std::unique_ptr<Engine> GatedEngineWithAInRam(const Model& m, LoadGate* gate, const std::vector<int32_t>& a) {
   EngineOptions o = TierEngine();
-  o.num_kv_blocks = 64;  // room for a long decode beside a's prefix
+  o.num_kv_blocks = 96;  // room for a long decode beside a's prefix
+  // At least 0.5 ms per step (busy-work on the engine thread): the long decode below takes 200 ms or more, so it
+  // is still early in it when a's load begins, whatever the machine's speed.
+  o.host_overhead_us = 500;
   o.kv_offload_ram_bytes = size_t{64} << 20;
   o.kv_tier_before_load = [gate] { gate->Pass(); };
   auto e = MakeEngine(m, o);
@@ -525,9 +531,10 @@ std::unique_ptr<Engine> GatedEngineWithAInRam(const Model& m, LoadGate* gate, co
   return e;
 }
 
+constexpr int kLongTokens = 400;
 RequestParams LongParams() {
   RequestParams p = Params();
-  p.max_tokens = 200;
+  p.max_tokens = kLongTokens;
   return p;
 }
 
@@ -544,7 +551,7 @@ TEST(KvTiersTest, StepsGoOnWhileAPrefixLoads) {
   {
     EngineOptions o = TierEngine();
     o.prefix_caching = false;
-    o.num_kv_blocks = 64;
+    o.num_kv_blocks = 96;
     auto cold = MakeEngine(m, o);
     ASSERT_TRUE(cold);
     ref_d.samples.resize(1);
@@ -554,21 +561,22 @@ TEST(KvTiersTest, StepsGoOnWhileAPrefixLoads) {
     ref_d = c.results[0];
   }
   LoadGate gate;
+  Collected c(2);
+  std::atomic<size_t> d_at_load{0};
+  gate.on_enter = [&] { d_at_load = c.tokens(0); };  // on the loader thread, as a's load begins
   auto e = GatedEngineWithAInRam(m, &gate, a);
   ASSERT_TRUE(e);
   const int64_t ram_hits_before = e->Stats().kv_tiers.ram_hits;
-  Collected c(2);
   e->Start();
   ASSERT_TRUE(e->Add(d, LongParams(), c.Callback(0)).ok());
   ASSERT_TRUE(WaitFor([&] { return c.tokens(0) >= 1; })) << "d never started";
   gate.Close();
   ASSERT_TRUE(e->Add(a, Params(), c.Callback(1)).ok());
   ASSERT_TRUE(WaitFor([&] { return gate.entered() == 1; })) << "a never waited on a load";
-  const size_t d_at_load = c.tokens(0);
-  EXPECT_LT(d_at_load, 100u) << "d was nearly done before a's load began: the test shows nothing";
+  EXPECT_LT(d_at_load.load(), static_cast<size_t>(kLongTokens - 50)) << "d was nearly done before a's load began";
   // d decodes to its end while a's load is held: the step loop does not wait for it.
   EXPECT_TRUE(WaitFor([&] { return c.finished(0); })) << "d stopped decoding while a's prefix loaded";
-  EXPECT_EQ(c.tokens(0), 200u);
+  EXPECT_EQ(c.tokens(0), static_cast<size_t>(kLongTokens));
   EXPECT_EQ(c.tokens(1), 0u) << "a ran before its load was done";
   EXPECT_EQ(e->Stats().loading, 1);
   EXPECT_EQ(e->Stats().kv_tiers.loads_in_flight, 1);
@@ -611,17 +619,22 @@ TEST(KvTiersTest, OneLoadPerPrefixAndAbortsWhileLoadingLoseNothing) {
   ExpectSameResults({ref_a}, {c.results[1]}, "a, the load's remaining waiter");
   EXPECT_EQ(c.results[1].cached_tokens, kFullHit);
   EXPECT_EQ(e->Stats().kv_tiers.ram_hits - ram_hits_before, kFullHit / 8) << "the prefix's blocks were read twice";
-  // Every waiter aborted: the load completes unowned, its blocks go to the pool's cache, none leaks.
-  e->EvictCachedKv(false);
-  gate.Close();
-  auto third = e->Add(a, Params(), c.Callback(2));
+  ASSERT_TRUE(e->Shutdown().ok());
+  // Every waiter aborted (a fresh engine, whose pool again lacks a): the load completes unowned, its blocks go to
+  // the pool's cache, none leaks.
+  LoadGate gate2;
+  auto e2 = GatedEngineWithAInRam(m, &gate2, a);
+  ASSERT_TRUE(e2);
+  e2->Start();
+  gate2.Close();
+  auto third = e2->Add(a, Params(), c.Callback(2));
   ASSERT_TRUE(third.ok());
-  ASSERT_TRUE(WaitFor([&] { return e->Stats().loading == 1 && gate.entered() == 2; }));
-  e->Abort(*third);
+  ASSERT_TRUE(WaitFor([&] { return e2->Stats().loading == 1 && gate2.entered() == 1; }));
+  e2->Abort(*third);
   ASSERT_TRUE(WaitFor([&] { return c.finished(2); }));
-  gate.Open();
-  ASSERT_TRUE(e->Shutdown().ok()) << "blocks of an unowned load leaked";
-  EXPECT_EQ(e->Stats().kv_tiers.loads_in_flight, 0);
+  gate2.Open();
+  ASSERT_TRUE(e2->Shutdown().ok()) << "blocks of an unowned load leaked";
+  EXPECT_EQ(e2->Stats().kv_tiers.loads_in_flight, 0);
 }
 
 }  // namespace
