@@ -13,7 +13,7 @@
 #include "deepinfer/runtime.h"
 #include "base/logging.h"
 #include "dist/parallel.h"
-#include "router/routing_policy.h"
+#include "routing/routing_policy.h"
 #include "engine_flags.h"
 
 namespace deepinfer::cli {

@@ -31,7 +31,7 @@ struct ParallelConfig {
   // dispatch/combine on a communication thread while the other computes (needs expert dispatch, no CP).
   bool two_batch_overlap = false;
   // How rank 0 picks a data-parallel group per request (--dp-policy): a router policy name
-  // (router/routing_policy.h MakePolicy); cache_aware scores groups by the KV blocks their events say they hold.
+  // (routing/routing_policy.h MakePolicy); cache_aware scores groups by the KV blocks their events say they hold.
   std::string dp_policy = "cache_aware";
 
   int moe_tp() const { return world / ep; }

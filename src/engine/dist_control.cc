@@ -5,8 +5,8 @@
 #include "base/logging.h"
 #include "engine/kv_event_feed.h"
 #include "engine/wire.h"
-#include "router/kv_block_index.h"
-#include "router/routing_policy.h"
+#include "routing/kv_block_index.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer {
 namespace {

@@ -11,10 +11,10 @@
 //     and the output events they produced since; every rank learns whether any rank runs this step, so a rank
 //     with nothing to do launches an empty step (its MoE collectives still run), and rank 0 feeds the changes
 //     to its routing policy and delivers the remote events to their callbacks in rank order.
-// Routing is `deepinfer route`'s policy code over another transport (router/routing_policy.h, --dp-policy): one
+// Routing is `deepinfer route`'s policy code over another transport (routing/routing_policy.h, --dp-policy): one
 // "replica" per group, its load the samples rank 0 routed there and has not seen finish, and for cache_aware its
 // KvBlockIndex fed by the group's own KV events, so a prompt goes where the most of its leading blocks are
-// cached (router/kv_events_policy.h). A prompt shorter than one block has nothing to match and goes to the least
+// cached (routing/kv_events_policy.h). A prompt shorter than one block has nothing to match and goes to the least
 // loaded group.
 // The tensor-parallel ranks of a group see the same requests at the same iteration and sample the same tokens
 // (full-vocabulary logits on each), so their schedulers stay identical without exchanging schedules.

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "router/kv_block_index.h"
+#include "routing/kv_block_index.h"
 
 namespace deepinfer {
 

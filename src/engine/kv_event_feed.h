@@ -1,7 +1,7 @@
 // One data-parallel group's prefix-cache changes (kv/kv_event_log.h), carried to rank 0 inside the per-iteration
 // Sync collective (engine/dist_control.h), for rank 0's router policy to score the group by the blocks it holds:
 // the second transport of the KV events, next to GET /v1/kv_events (server/kv_event_publisher.h) that feeds
-// `deepinfer route`. Both ends apply the same protocol to the same index (router/kv_block_index.h): a snapshot
+// `deepinfer route`. Both ends apply the same protocol to the same index (routing/kv_block_index.h): a snapshot
 // first, then deltas in order, and a fresh snapshot whenever the sender fell behind its bounded log.
 //
 // Bounded per iteration: a Write carries at most `max_hashes` hashes (9 bytes each on the wire), so a burst of

@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "router/http_client.h"
-#include "router/kv_block_index.h"
+#include "routing/kv_block_index.h"
 
 namespace deepinfer::router {
 

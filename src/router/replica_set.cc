@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
-#include "router/kv_block_index.h"
+#include "routing/kv_block_index.h"
 
 namespace deepinfer::router {
 

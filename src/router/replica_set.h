@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "router/http_client.h"
-#include "router/routing_policy.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer::router {
 

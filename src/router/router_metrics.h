@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "router/replica_set.h"
-#include "router/routing_policy.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer::router {
 

@@ -244,7 +244,15 @@ void RouterServer::Forward(HttpServer::ConnId c, const HttpRequest& req, Kind ki
       if (tried.empty()) return Error(c, 503, "no replica available: " + replicas_.Summary());
       return Error(c, 503, "every replica tried failed (last: " + last_error + "); " + replicas_.Summary());
     }
-    if (kind == Kind::kPolicy) metrics_.CountDecision(lease.decision.outcome);
+    if (kind == Kind::kPolicy) {
+      metrics_.CountDecision(lease.decision.outcome);
+      // What the router saw of the prompt (its own token ids, with --model) and of the replica's cache: the line
+      // that tells whether the router tokenizes as the replicas do (tests/server/router_chat_tokens.mjs).
+      if (have_ids)
+        DI_LOG_DEBUG("route: %s: %zu prompt tokens; replica %d holds %d of its %d full blocks (%s)", req.path.c_str(),
+                     ids.size(), lease.replica, lease.decision.matched_blocks, lease.decision.prompt_blocks,
+                     OutcomeName(lease.decision.outcome));
+    }
     HttpClient client(replicas_.url(lease.replica), opt_.connect_timeout_s, opt_.upstream_timeout_s);
     replicas_.Track(lease.replica, &client);
     SetClient(call, &client);

@@ -10,7 +10,10 @@
 //                src/router/ includes only router/, server/, base/ and deepinfer/ (it forwards requests; it knows
 //                no engine), plus what `route --model` needs to compute a prompt's KV block hashes as serve does:
 //                tokenizer/, protocol/ (chat template, prompt parsing, prompt digest), model/model.h (the Model a
-//                ChatFormatter reads: tokenizer and source, no weights) and kv/prefix_hash.h (the chain hash)
+//                ChatFormatter reads: tokenizer and source, no weights) and kv/prefix_hash.h (the chain hash), and
+//                routing/ (its policies)
+//   routing seam src/routing/ (the transport-free policies `route` and `serve --dp` both drive) includes only
+//                routing/, base/, deepinfer/ and kv/prefix_hash.h
 //
 //   node tests/layering/seams.mjs [REPO_ROOT]     exit 0: no violation; 1: violations printed
 //   node tests/layering/seams.mjs --self-test     feeds the checker a tree with known violations
@@ -30,8 +33,10 @@ export const RULES = [
    text: /\bdist::Context\(\)/, why: "take the communicators as a parameter; only the top level reads the global"},
   {name: "router seam", files: f => (f.startsWith("src/") || f.startsWith("include/")) && !f.startsWith("src/router/"),
    forbidden: /^router\//, why: "only the CLI (apps/) builds on the router"},
-  {name: "router seam", files: f => f.startsWith("src/router/"), forbidden: /^(?!router\/|server\/|base\/|deepinfer\/|tokenizer\/|protocol\/|model\/model\.h$|kv\/prefix_hash\.h$)/,
-   why: "the router builds on the HTTP server and base only (and, for its token ids, the tokenizer, protocol/, model.h and the chain hash)"},
+  {name: "router seam", files: f => f.startsWith("src/router/"), forbidden: /^(?!router\/|routing\/|server\/|base\/|deepinfer\/|tokenizer\/|protocol\/|model\/model\.h$|kv\/prefix_hash\.h$)/,
+   why: "the router builds on the HTTP server and base only (and, for its token ids, the tokenizer, protocol/, model.h and the chain hash; its policies are routing/)"},
+  {name: "routing seam", files: f => f.startsWith("src/routing/"), forbidden: /^(?!routing\/|base\/|deepinfer\/|kv\/prefix_hash\.h$)/,
+   why: "the routing policies are transport-free (the router drives them over HTTP, serve --dp over its control plane): base, the status type and the chain hash only"},
 ];
 
 function sourceFiles(root, dir) {

@@ -20,8 +20,8 @@
 #include "kv/block_pool.h"
 #include "kv/kv_event_log.h"
 #include "kv/prefix_hash.h"
-#include "router/kv_block_index.h"
-#include "router/routing_policy.h"
+#include "routing/kv_block_index.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer {
 namespace {

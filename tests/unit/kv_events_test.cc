@@ -11,9 +11,9 @@
 #include "kv/block_pool.h"
 #include "kv/kv_event_log.h"
 #include "kv/prefix_hash.h"
-#include "router/kv_block_index.h"
+#include "routing/kv_block_index.h"
 #include "router/kv_event_subscriber.h"
-#include "router/kv_events_policy.h"
+#include "routing/kv_events_policy.h"
 
 namespace deepinfer {
 namespace {

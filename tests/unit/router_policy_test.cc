@@ -4,10 +4,10 @@
 
 #include <string>
 
-#include "router/approx_prefix_tree.h"
-#include "router/cache_aware_policy.h"
-#include "router/least_load_policy.h"
-#include "router/round_robin_policy.h"
+#include "routing/approx_prefix_tree.h"
+#include "routing/cache_aware_policy.h"
+#include "routing/least_load_policy.h"
+#include "routing/round_robin_policy.h"
 
 namespace deepinfer::router {
 namespace {

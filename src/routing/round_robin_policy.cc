@@ -1,4 +1,4 @@
-#include "router/round_robin_policy.h"
+#include "routing/round_robin_policy.h"
 
 namespace deepinfer::router {
 

@@ -1,4 +1,4 @@
-#include "router/kv_events_policy.h"
+#include "routing/kv_events_policy.h"
 
 #include <algorithm>
 #include <map>

@@ -1,9 +1,9 @@
-#include "router/routing_policy.h"
+#include "routing/routing_policy.h"
 
-#include "router/cache_aware_policy.h"
-#include "router/kv_events_policy.h"
-#include "router/least_load_policy.h"
-#include "router/round_robin_policy.h"
+#include "routing/cache_aware_policy.h"
+#include "routing/kv_events_policy.h"
+#include "routing/least_load_policy.h"
+#include "routing/round_robin_policy.h"
 
 namespace deepinfer::router {
 

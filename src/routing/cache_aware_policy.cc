@@ -1,4 +1,4 @@
-#include "router/cache_aware_policy.h"
+#include "routing/cache_aware_policy.h"
 
 #include <algorithm>
 

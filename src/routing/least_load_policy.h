@@ -1,6 +1,6 @@
 // least_load: the available replica with the fewest requests in flight (as the router counts them).
 #pragma once
-#include "router/routing_policy.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer::router {
 

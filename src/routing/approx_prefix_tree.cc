@@ -1,4 +1,4 @@
-#include "router/approx_prefix_tree.h"
+#include "routing/approx_prefix_tree.h"
 
 #include <algorithm>
 #include <queue>

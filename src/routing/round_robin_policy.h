@@ -1,7 +1,7 @@
 // round_robin: the next available replica in turn, whatever the prompt or the load (the baseline the
 // cache-aware policy is measured against).
 #pragma once
-#include "router/routing_policy.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer::router {
 

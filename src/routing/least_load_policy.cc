@@ -1,4 +1,4 @@
-#include "router/least_load_policy.h"
+#include "routing/least_load_policy.h"
 
 namespace deepinfer::router {
 

@@ -1,4 +1,4 @@
-#include "router/kv_block_index.h"
+#include "routing/kv_block_index.h"
 
 namespace deepinfer::router {
 

@@ -7,8 +7,8 @@
 #pragma once
 #include <vector>
 
-#include "router/approx_prefix_tree.h"
-#include "router/routing_policy.h"
+#include "routing/approx_prefix_tree.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer::router {
 

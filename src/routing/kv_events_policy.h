@@ -16,9 +16,9 @@
 #include <memory>
 #include <vector>
 
-#include "router/cache_aware_policy.h"
-#include "router/kv_block_index.h"
-#include "router/routing_policy.h"
+#include "routing/cache_aware_policy.h"
+#include "routing/kv_block_index.h"
+#include "routing/routing_policy.h"
 
 namespace deepinfer::router {
 
