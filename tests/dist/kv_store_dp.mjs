@@ -10,7 +10,7 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {startServer, metrics, checker, sharedModels} from "../server/common.mjs";
+import {startServer, metrics, checker, sharedModels, seededCompletion as complete} from "../server/common.mjs";
 import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
@@ -22,15 +22,6 @@ const serveArgs = ["--block-size", "16", "--max-num-seqs", "8", "--kv-cache", "2
 const first = Array.from({length: 16}, (_, i) => tokenPrompt(700 + i, 160, VOCAB, {lo: 3}));
 const second = Array.from({length: 16}, (_, i) => tokenPrompt(800 + i, 160, VOCAB, {lo: 3}));
 
-async function complete(base, prompt) {
-  const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({prompt, max_tokens: 6, ignore_eos: true, temperature: 0.8, seed: 5, logprobs: 2})});
-  const body = await r.json();
-  if (r.status !== 200) throw new Error(`status ${r.status}: ${JSON.stringify(body)}`);
-  const c = body.choices[0];
-  return {out: JSON.stringify([c.text, c.logprobs.token_logprobs, c.logprobs.top_logprobs]),
-          cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0};
-}
 // Sends the prompts 8 at a time; returns the outputs and the cached tokens of each.
 async function serveAll(srv, prompts) {
   const res = [];

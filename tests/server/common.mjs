@@ -64,6 +64,19 @@ export async function startServer(bin, extraArgs = []) {
   };
 }
 
+// A seeded sampled completion of 6 tokens with log-probs: its output (text, log-probs, top log-probs) depends on
+// every K/V byte the prompt produced, so equal outputs say a prefix hit served exactly the cold K/V. Returns the
+// output as one string and the cached prompt tokens the server reported.
+export async function seededCompletion(base, prompt) {
+  const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({prompt, max_tokens: 6, ignore_eos: true, temperature: 0.8, seed: 5, logprobs: 2})});
+  const body = await r.json();
+  if (r.status !== 200) throw new Error(`status ${r.status}: ${JSON.stringify(body)}`);
+  const c = body.choices[0];
+  return {out: JSON.stringify([c.text, c.logprobs.token_logprobs, c.logprobs.top_logprobs]),
+          cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0};
+}
+
 export async function metrics(base) {
   const text = await (await fetch(`${base}/metrics`)).text();
   const get = name => {

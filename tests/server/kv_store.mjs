@@ -10,7 +10,7 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {startServer, metrics, checker} from "./common.mjs";
+import {startServer, metrics, checker, seededCompletion as complete} from "./common.mjs";
 import {makeRng, tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
@@ -22,15 +22,6 @@ const serveArgs = ["--block-size", "16", "--max-num-seqs", "8", "--kv-cache", "2
 const heads = [0, 1, 2, 3].map(h => tokenPrompt(9000 + h, 64, VOCAB, {lo: 3}));
 const prompts = Array.from({length: 36}, (_, i) => [...heads[i % 4], ...tokenPrompt(100 + i, 96, VOCAB, {lo: 3})]);
 
-async function complete(base, prompt) {
-  const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({prompt, max_tokens: 6, ignore_eos: true, temperature: 0.8, seed: 5, logprobs: 2})});
-  const body = await r.json();
-  if (r.status !== 200) throw new Error(`status ${r.status}: ${JSON.stringify(body)}`);
-  const c = body.choices[0];
-  return {out: JSON.stringify([c.text, c.logprobs.token_logprobs, c.logprobs.top_logprobs]),
-          cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0};
-}
 const diskMetric = (m, name) => {
   const x = m.text.match(new RegExp(`^${name}\\{[^}]*tier="disk"\\} ([0-9.e+-]+)$`, "m"));
   return x ? Number(x[1]) : NaN;
