@@ -69,7 +69,7 @@ try {
   const promptKv = N * KV_PER_TOKEN;
   const store = path.join(root, "store");
   // The pool holds one prompt and a half: the next prompt evicts the previous one's blocks.
-  const args = ["-m", model, "-t", "2", "--block-size", "16", "--max-model-len", String(N + 64),
+  const args = ["-m", model, "-t", "2", "--block-size", "16", "--ctx-size", String(N + 64),
                 "--kv-cache", `${Math.ceil(promptKv * 1.5 / 1048576)}MiB`, "--kv-offload-ram", `${Math.ceil(promptKv * 4 / 1048576)}MiB`,
                 "--kv-store", store, "--kv-store-size", `${Math.ceil(promptKv * 8 / 1048576)}MiB`];
   const [a, b, c] = [1, 2, 3].map(s => tokenPrompt(4000 + s, N, VOCAB, {lo: 3}));
