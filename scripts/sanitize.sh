@@ -77,6 +77,7 @@ echo "[asan] server: the KV store across SIGTERM, kill -9 and a full disk; the r
 node tests/server/kv_store.mjs build-san/deepinfer >/dev/null
 node tests/server/router.mjs build-san/deepinfer >/dev/null
 node tests/server/router_kv_events.mjs build-san/deepinfer >/dev/null
+node tests/server/router_chat_tokens.mjs build-san/deepinfer >/dev/null
 echo "[asan] multi-process: mpirun serve --dp 2 --ep 2 (every rank's leak check and LeakSanitizer), the KV store under --dp 2, EP+DP batch"
 # Open MPI keeps allocations past MPI_Finalize: suppressed by library (tests/dist/lsan_mpi.supp), which needs whole
 # stacks (the slow unwinder; MPI's libraries have no frame pointers) and its components kept loaded.
