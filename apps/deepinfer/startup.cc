@@ -185,6 +185,13 @@ Status SetupParallel(const Args& args) {
     // The same names and check as `deepinfer route --policy` (one implementation, two transports).
     if (!router::MakePolicy(pc.dp_policy, 1).ok())
       return InvalidArgument("--dp-policy must be cache_aware, least_load or round_robin, not '" + pc.dp_policy + "'");
+    if (pc.dp_policy == "cache_aware" && args.Has("no-prefix-cache"))
+      return InvalidArgument("--dp-policy cache_aware routes by the groups' prefix caches, which --no-prefix-cache "
+                             "turns off: use --dp-policy least_load");
+  } else if (args.Has("no-prefix-cache")) {
+    // No prefix cache, no KV events: cache_aware would route every prompt as a miss, by predicted footprint
+    // rather than by load.
+    pc.dp_policy = "least_load";
   }
   if (pc.redundant_experts < 0) return InvalidArgument("--ep-redundant-experts must be >= 0");
   if (pc.eplb_interval < 0) return InvalidArgument("--eplb-interval must be >= 0");

@@ -52,7 +52,7 @@ Status CheckKvCacheDtype(const std::string& name);
 // Multi-process layout (under mpirun; docs/configuration.md "Multi-process").
 #define DI_PARALLEL_FLAGS                                                                                            \
   {"dp", "", "D", "1", "attention data-parallel groups (each its own scheduler and KV cache)"},                     \
-      {"dp-policy", "", "cache_aware|least_load|round_robin", "cache_aware", "how rank 0 picks a --dp group per request: the router's policies (cache_aware: by the KV blocks each group's events say it holds)"}, \
+      {"dp-policy", "", "cache_aware|least_load|round_robin", "cache_aware", "how rank 0 picks a --dp group per request: the router's policies (cache_aware: by the KV blocks each group's events say it holds; least_load by default with --no-prefix-cache)"}, \
       {"tp", "", "T", "N/(D*C)", "tensor-parallel ranks per attention group (heads, FFN and vocabulary split)"},    \
       {"cp", "", "C", "1", "context-parallel ranks per attention group (each computes a share of every batch's rows)"}, \
       {"cp-split", "", "balanced|contiguous", "balanced", "context parallel: prefill chunks cut head-tail into 2C pieces (equal attention work) or into C consecutive ones"}, \

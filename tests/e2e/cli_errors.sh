@@ -49,6 +49,7 @@ expect_error input-and-prompt "cannot be combined" "$bin" generate -m "$tmp/m" -
 expect_error missing-input "cannot open" "$bin" generate -m "$tmp/m" --input "$tmp/none.jsonl"
 expect_error serve-bad-port "--port must be in" "$bin" serve -m "$tmp/m" --port 99999
 expect_error bad-dp-policy "--dp-policy must be cache_aware, least_load or round_robin" "$bin" serve -m "$tmp/m" --dp-policy nearest --port 0
+expect_error dp-policy-without-prefix-cache "--no-prefix-cache turns off: use --dp-policy least_load" "$bin" serve -m "$tmp/m" --dp-policy cache_aware --no-prefix-cache --port 0
 expect_error serve-bad-host "--host" "$bin" serve -m "$tmp/m" --host 999.1.1.1 --port 0
 expect_error bad-tokens "--tokens must be a non-empty JSON array" "$bin" logprobs -m "$tmp/m" --tokens "nope"
 expect_error token-out-of-range "outside the vocabulary" "$bin" logprobs -m "$tmp/m" --tokens "[1, 99999]"
