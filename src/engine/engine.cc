@@ -70,10 +70,12 @@ Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, const dist
     return InvalidArgument("--kv-offload-ram / --kv-store sit behind the prefix cache: drop --no-prefix-cache");
   if (!opt.kv_store_dir.empty() && opt.kv_store_bytes == 0)
     return InvalidArgument("--kv-store needs --kv-store-size SIZE (the most bytes the store may hold)");
-  if (layout.num_groups() > 1 || layout.window(0) > 0)
-    return InvalidArgument("--kv-offload-ram / --kv-store: this model's KV cache has sliding-window groups (a hybrid "
-                           "cache); the tiers store full-attention blocks only, and a prefix hit also needs the "
-                           "windows' blocks, which are not stored yet. Add --swa-full (every layer keeps every "
+  // A hybrid cache is stored group by group: full-attention groups' blocks by chain, each windowed group's tied to
+  // the anchor's (group 0's) block of the same positions; a hit resumes from the windows a load brings back, or
+  // replays from the full groups' blocks. Without an anchor there is nothing to tie a window to.
+  if (!layout.has_anchor())
+    return InvalidArgument("--kv-offload-ram / --kv-store: every layer of this model has a sliding window (no "
+                           "full-attention layer to anchor a stored prefix); add --swa-full (every layer keeps every "
                            "position: one full-attention group) to use the tiers with this model");
   if (opt.speculative.draft_model || opt.speculative.method == SpecMethod::kMtp)
     return InvalidArgument("--kv-offload-ram / --kv-store do not store the draft model's or MTP module's K/V yet "

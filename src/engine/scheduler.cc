@@ -165,6 +165,141 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   out->num_tokens += q_len;
 }
 
+bool Scheduler::PlanTierLoad(const int32_t* tokens, int known, const std::vector<std::vector<int32_t>>& tables,
+                             KvTiers::LoadPlan* plan) const {
+  const int bs = pool_->block_size(), G = num_groups();
+  const std::vector<int32_t>& match = tables[0];
+  const int at = static_cast<int>(match.size());
+  // Only as many blocks as a hit can use (the last token always runs).
+  const int most = (known - 1) / bs - (cfg_.prefix_drop_last_block ? 1 : 0);
+  // Fresh blocks the load may take: short of one per running sequence and group, so that a load never takes the
+  // blocks the decode rows need next (it would preempt them, and hold their blocks until it is done).
+  const int room = pool_->num_available() - static_cast<int>(running_.size()) * G;
+  if (most <= 0 || room <= 0) return false;
+  plan->chains = pool_->ChainHashes(tokens, most * bs);
+  // The full groups' blocks (group 0's, and in a hybrid cache any other full-attention group's, which match by
+  // chain as group 0 does): the pool holds group g's first matched[g]; past that, block j is of use only if every
+  // full group has it, from the pool or a tier.
+  const bool by_window = windowed() && window(0) == 0;
+  std::vector<int> matched(G, -1);  // -1: a windowed group
+  int pool_full = at;
+  for (int g = 0; g < G; ++g)
+    if (!by_window || window(g) == 0) pool_full = std::min(pool_full, matched[g] = static_cast<int>(tables[g].size()));
+  auto full_held = [&](int j) {
+    for (int g = 0; g < G; ++g)
+      if (matched[g] >= 0 && j >= matched[g] && !tiers_->Held(tiers_->Key(g, plan->chains[j]))) return false;
+    return true;
+  };
+  int end = std::min(pool_full, most);
+  int fresh = 0;  // the full groups' fresh blocks up to `end`
+  auto fresh_at = [&](int j) {
+    int n = 0;
+    for (int g = 0; g < G; ++g) n += matched[g] >= 0 && j >= matched[g];
+    return n;
+  };
+  for (; end < most && full_held(end) && fresh + fresh_at(end) <= room; ++end) fresh += fresh_at(end);
+  if (end <= at) end = at;  // group 0 keeps its own match; the others reach `end` or stop short of group 0
+  plan->start = at;
+  plan->end = end;
+  // Chained entries: the other full groups' blocks [matched[g], end), published by chain.
+  auto add_chained = [&](int upto) {
+    for (int g = 1; g < G; ++g)
+      if (matched[g] >= 0)
+        for (int j = matched[g]; j < upto; ++j) plan->windows.push_back(KvTiers::LoadPlan::Window{g, j, true});
+  };
+  if (by_window && !cfg_.approx_replay_from) {
+    // The hit rule of MatchForAdmission, over the pool and the tiers: computing resumes at the largest block c
+    // where every windowed group holds [c*bs - W + 1, c*bs), and group 0's blocks are reused up to R beyond it.
+    // held[g][j]: 0 = nowhere, 1 = the pool (tied to the match's block j), 2 = a tier.
+    std::vector<std::vector<int8_t>> held(G);
+    auto holds = [&](int g, int j, bool tiers_too) {
+      std::vector<int8_t>& h = held[g];
+      if (h.empty()) h.assign(std::max(at, end), -1);
+      if (h[j] < 0) {
+        h[j] = j < at && pool_->FindWindowBlock(g, plan->chains[j], tokens + static_cast<size_t>(j) * bs, match[j]) >= 0
+                   ? 1
+                   : tiers_->Held(tiers_->Key(g, plan->chains[j])) ? 2 : 0;
+      }
+      return h[j] == 1 || (tiers_too && h[j] == 2);
+    };
+    auto window_at = [&](int c, bool tiers_too) {
+      for (int g = 0; g < G; ++g)
+        if (window(g) > 0)
+          for (int j = WindowKeepFrom(window(g), c * bs, bs); j < c; ++j)
+            if (!holds(g, j, tiers_too)) return false;
+      return true;
+    };
+    const int replay = cfg_.swa_replay_max / bs;
+    const int pool_at = std::min(pool_full, most);
+    int pool_c = pool_at;
+    while (pool_c > 0 && !window_at(pool_c, false)) --pool_c;
+    int c = std::min(end, most);
+    while (c > pool_c && !window_at(c, true)) --c;
+    const int pool_hit = std::min(pool_at, pool_c + replay);
+    plan->end = std::max(at, std::min(end, c + replay));
+    add_chained(plan->end);
+    for (int g = 0; g < G; ++g)
+      if (window(g) > 0)
+        for (int j = WindowKeepFrom(window(g), c * bs, bs); j < c; ++j)
+          if (!holds(g, j, false)) plan->windows.push_back(KvTiers::LoadPlan::Window{g, j, false});
+    if (plan->end - at + static_cast<int>(plan->windows.size()) > room) {
+      // No room for the windows too: the full groups' blocks alone, which a bounded replay resumes from the pool's
+      // windows.
+      plan->windows.clear();
+      c = pool_c;
+      plan->end = std::max(at, std::min(end, c + replay));
+      add_chained(plan->end);
+    }
+    if (std::min(plan->end, end) <= pool_hit && c <= pool_c) return false;  // the pool's own hit is as good
+  } else {
+    if (end <= pool_full) return false;
+    add_chained(end);
+  }
+  int last_block = plan->end;
+  for (const auto& w : plan->windows) last_block = std::max(last_block, w.index + 1);
+  plan->chains.resize(last_block);
+  return true;
+}
+
+bool Scheduler::StartTierLoad(const Sequence* s, std::vector<std::vector<int32_t>>* tables) {
+  std::vector<int32_t>* match = &(*tables)[0];
+  tiers_->TouchMatched(*pool_, *match);
+  const int at = static_cast<int>(match->size());
+  // A sequence whose own load (or plan) reached `tried` tries again only if the pool has lost some of those
+  // blocks since (evicted before it was admitted); past them the tiers had nothing valid.
+  const auto tried = load_tried_.find(s);
+  if (tried != load_tried_.end() && at >= tried->second) return false;
+  // A load in flight from this point of this prefix (another request's; named by the chain hash through the
+  // next block): wait on it rather than read the same blocks into other fresh blocks.
+  const int known = static_cast<int>(s->tokens().size()), bs = pool_->block_size();
+  const int named = std::min(at + 1, known / bs);
+  const uint64_t key = (named > 0 ? PrefixChainHashes(s->tokens().data(), named * bs, bs).back() : kPrefixHashSeed) ^
+                       (static_cast<uint64_t>(at) * 0x9e3779b97f4a7c15ull);
+  std::shared_ptr<KvTiers::Load> load;
+  for (const auto& l : loads_)
+    if (l->start == at && l->key == key) load = l;
+  const bool own = !load;
+  if (own) {
+    KvTiers::LoadPlan plan;
+    if (!PlanTierLoad(s->tokens().data(), known, *tables, &plan)) {
+      load_tried_[s] = at;
+      return false;
+    }
+    plan.key = key;
+    load = tiers_->StartLoad(pool_, s->tokens().data(), std::move(plan), match);  // takes match's references
+    if (!load) {
+      load_tried_[s] = at;
+      return false;
+    }
+    loads_.push_back(load);
+  } else {
+    pool_->Release(*match);  // joined another's load: this match is taken again at admission
+    match->clear();
+  }
+  waits_on_[s] = LoadWait{std::move(load), own};
+  return true;
+}
+
 int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
                                  int* reuse, bool* loading) {
   const int known = static_cast<int>(s->tokens().size());
@@ -173,48 +308,21 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
   // Full groups (and, without an anchor, every group) match by chain: the hit is the shortest match.
   const bool by_window = windowed() && window(0) == 0;
   int hit = INT32_MAX;
-  for (int g = 0; g < G; ++g) {
-    if (by_window && window(g) > 0) continue;
-    (*tables)[g] = pool_->MatchPrefix(tokens, known, g);
-    // Past the pool's match, the tiers (RAM, then disk) may hold the prefix's next blocks: they are loaded into
-    // fresh pool blocks off this thread, and the sequence waits for them (a later Schedule admits it with them
-    // as cached tokens). Only as many as the hit can use (the last token always runs).
-    if (tiers_ && G == 1 && !windowed()) {
-      const int most = (known - 1) / bs - (cfg_.prefix_drop_last_block ? 1 : 0);
-      std::vector<int32_t>& t = (*tables)[g];
-      const int at = static_cast<int>(t.size());
-      tiers_->TouchMatched(*pool_, t);
-      // A sequence whose own load reached `tried` tries again only if the pool has lost some of those blocks since
-      // (evicted before it was admitted); past them the tiers had nothing valid.
-      const auto tried = load_tried_.find(s);
-      if (at < most && (tried == load_tried_.end() || at < tried->second)) {
-        // A load in flight from this point of this prefix (another request's): wait on it rather than read the
-        // same blocks into other fresh blocks.
-        const uint64_t key = tiers_->KeyAfter(at > 0 ? pool_->cached_key(t[at - 1]) : kPrefixHashSeed,
-                                              tokens + static_cast<size_t>(at) * bs);
-        std::shared_ptr<KvTiers::Load> load;
-        for (const auto& l : loads_)
-          if (l->start == at && l->first_key == key) load = l;
-        const bool own = !load;
-        if (own) {
-          // Blocks for the load, short of one per running sequence: a load never takes the blocks the decode
-          // rows need next (it would preempt them, and hold their blocks until it is done).
-          const int room = at + pool_->num_available() - static_cast<int>(running_.size());
-          load = tiers_->StartLoad(pool_, tokens, std::min(most, room), &t);  // takes t's references if it starts
-          if (load) loads_.push_back(load);
-        } else {
-          pool_->Release(t);  // joined another's load: this match is taken again at admission
-          t.clear();
-        }
-        if (load) {
-          waits_on_[s] = LoadWait{std::move(load), own};
-          *loading = true;
-          return 0;
-        }
-      }
+  for (int g = 0; g < G; ++g)
+    if (!by_window || window(g) == 0) (*tables)[g] = pool_->MatchPrefix(tokens, known, g);
+  // Past the pool's match, the tiers (RAM, then disk) may hold the prefix's next blocks (and a hybrid cache's
+  // windows): they are loaded into fresh pool blocks off this thread, and the sequence waits for them (a later
+  // Schedule admits it with them as cached tokens).
+  if (tiers_ && StartTierLoad(s, tables)) {
+    for (auto& t : *tables) {
+      pool_->Release(t);
+      t.clear();
     }
-    hit = std::min(hit, static_cast<int>((*tables)[g].size()));
+    *loading = true;
+    return 0;
   }
+  for (int g = 0; g < G; ++g)
+    if (!by_window || window(g) == 0) hit = std::min(hit, static_cast<int>((*tables)[g].size()));
   // At least one token must run to produce logits: drop a hit that covers everything.
   while (hit > 0 && hit * bs >= known) --hit;
   if (cfg_.prefix_drop_last_block && hit > 0) --hit;
@@ -247,6 +355,7 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
       while (compute > 0 && !window_at(compute)) --compute;
       hit = std::max(compute, std::min(hit, compute + cfg_.swa_replay_max / bs));
     }
+    std::vector<uint64_t> touched;  // the windows the hit resumes from, touched in the tiers as group 0's blocks are
     for (int g = 0; g < G; ++g) {
       if (window(g) > 0 && !cfg_.approx_replay_from) {
         const int lo = WindowKeepFrom(window(g), compute * bs, bs);
@@ -256,9 +365,11 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
           const int32_t b = pool_->FindWindowBlock(g, hashes[j], tokens + static_cast<size_t>(j) * bs, anchor[j]);
           pool_->Acquire(b);
           (*tables)[g].push_back(b);
+          if (tiers_) touched.push_back(tiers_->Key(g, hashes[j]));
         }
       }
     }
+    if (!touched.empty()) tiers_->Touch(touched);
   }
   for (int g = 0; g < G; ++g) {
     auto& t = (*tables)[g];
@@ -458,7 +569,7 @@ void Scheduler::Publish(Sequence* s) {
     const bool tie = window(g) > 0 && window(0) == 0;
     pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g), tie ? &s->table(0) : nullptr);
     // Write-through: the new full blocks are copied now (their K/V is final) and stored off this thread.
-    if (tiers_ && g == 0 && s->num_groups() == 1) tiers_->Offer(s->table(0), s->tokens().data(), s->num_published(0), full);
+    if (tiers_) tiers_->Offer(g, s->table(g), s->tokens().data(), std::max(s->num_published(g), s->first(g)), full);
     s->Published(g, full);
   }
 }

@@ -66,11 +66,11 @@ class Scheduler {
   // in flight or will run (Sequence::read_floor). Called once a processed step's fence has passed, so no step
   // that read them is still running (docs/architecture.md, "Hybrid KV cache").
   void Slide(Sequence* s);
-  // The KV tiers behind the prefix cache (one full-attention group only; null: none). Admission continues a
-  // pool match into them: a waiting sequence whose prefix the tiers hold past the pool's match waits in a loading
-  // state (not admitted, not holding up the requests behind it) while the tiers' loader fills fresh blocks; the
-  // next Schedule after the load is done publishes them and admits it as a hit. Publication writes new blocks
-  // through to them.
+  // The KV tiers behind the prefix cache (null: none). Admission continues a pool match into them: a waiting
+  // sequence whose prefix the tiers hold past the pool's match (a hybrid cache: or whose windows they hold) waits
+  // in a loading state (not admitted, not holding up the requests behind it) while the tiers' loader fills fresh
+  // blocks; the next Schedule after the load is done publishes them and admits it as a hit. Publication writes
+  // new blocks of every group through to them.
   void SetTiers(KvTiers* tiers) { tiers_ = tiers; }
   // Loads in flight (their sequences, or none left, wait on them) and the waiting sequences in a loading state.
   int num_loads() const { return static_cast<int>(loads_.size()); }
@@ -122,6 +122,13 @@ class Scheduler {
   // *loading (and holds nothing) when it started or joined a tier load instead.
   int MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
                         int* reuse, bool* loading);
+  // The tiers: plans a load past the pool's matches of the full groups (`tables`; a hybrid cache's windows too, by
+  // the same hit rule as MatchForAdmission); false when it would gain nothing over the pool's own hit.
+  bool PlanTierLoad(const int32_t* tokens, int known, const std::vector<std::vector<int32_t>>& tables,
+                    KvTiers::LoadPlan* plan) const;
+  // Starts (or joins) a tier load for `s`, which then waits on it (group 0's match is moved into the load or
+  // released; the caller releases the other tables); false when there is nothing to load.
+  bool StartTierLoad(const Sequence* s, std::vector<std::vector<int32_t>>* tables);
   // The tiers' loads that are done: their blocks are published to the pool's cache and released (the requests
   // waiting on them match them next, as the most recent blocks of the cache). Called first in Schedule.
   void FinishLoads();

@@ -105,6 +105,7 @@ void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* token
                         int held_from, const std::vector<int32_t>* twins) {
   const std::vector<uint64_t> hashes = ChainHashes(tokens, num_full * block_size_);
   for (int i = std::max(from, held_from); i < num_full && i < static_cast<int>(blocks.size()); ++i) {
+    if (blocks[i] < 0) continue;  // a window's hole (a tier load that missed this block): nothing to publish
     // The previous block, as the cache holds it: this sequence's own block when it is the cached one; else the
     // block cached under the previous prefix's key. That is another request's identical block when both computed
     // the same head at once (this one's copy was not published, below) - linking to this sequence's uncached copy
@@ -112,7 +113,7 @@ void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* token
     // sliding window) may also have been evicted and reused for another prefix; with no cached previous block the
     // chain ends here.
     int32_t parent = i == 0 ? -1 : blocks[i - 1];
-    if (parent >= 0 && (!blocks_[parent].cached || blocks_[parent].hash != Key(hashes[i - 1], group))) {
+    if (i > 0 && (parent < 0 || !blocks_[parent].cached || blocks_[parent].hash != Key(hashes[i - 1], group))) {
       auto prev = by_hash_.find(Key(hashes[i - 1], group));
       parent = prev != by_hash_.end() && blocks_[prev->second].group == group ? prev->second : -1;
     }

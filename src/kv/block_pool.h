@@ -47,7 +47,9 @@ class BlockPool {
   // one is linked to it only while it is still cached as that very prefix (else publication stops there).
   // `twins` (a sliding-window group with a full-attention anchor): the sequence's anchor table; block i is then
   // published only when twins[i] is the anchor's cached block for the same prefix, and is tied to it (its id and
-  // generation): FindWindowBlock finds it without the chain before it, which a window no longer holds.
+  // generation): FindWindowBlock finds it without the chain before it, which a window no longer holds. A negative
+  // entry (a block a tier load missed) is skipped; the block after it links to the one cached under the previous
+  // prefix's key, if any.
   void Publish(const std::vector<int32_t>& blocks, const int32_t* tokens, int num_full, int group = 0, int from = 0,
                int held_from = 0, const std::vector<int32_t>* twins = nullptr);
   // The cached block of window group `group` for the prefix whose block ends with `tokens` (chain hash `hash`),

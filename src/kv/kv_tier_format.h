@@ -23,6 +23,16 @@ inline uint64_t TierKey(uint64_t model_digest, uint64_t chain_hash) {
   return x ^ (x >> 31);
 }
 
+// The chain hash a KV group's entry of a prefix block is stored under: group 0 (the full-attention anchor, or
+// the only group) keeps the prefix's chain hash; a sliding-window group's block of the same positions holds other
+// layers' K/V and gets a key of its own (a hybrid cache, kv/kv_layout.h).
+inline uint64_t TierGroupChain(uint64_t chain_hash, int group) {
+  if (group == 0) return chain_hash;
+  uint64_t x = chain_hash + 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(group);
+  x = (x ^ (x >> 31)) * 0xd6e8feb86659fd93ull;
+  return x ^ (x >> 32);
+}
+
 // A fast 64-bit checksum (four multiply-rotate lanes over 8-byte words, then the tail): detects torn writes and
 // flipped bits at memory speed; not a cryptographic hash (the store is trusted storage, not an attack surface).
 inline uint64_t Checksum64(const void* data, size_t n) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 
 #include "base/logging.h"
@@ -76,18 +77,19 @@ std::vector<uint8_t> KvTiers::TakeBuffer() {
   return b;
 }
 
-void KvTiers::Offer(const std::vector<int32_t>& table, const int32_t* tokens, int from, int to) {
+void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to) {
   to = std::min(to, static_cast<int>(table.size()));
   if (from >= to) return;
   uint64_t parent = 0, chain = kPrefixHashSeed;
   for (int i = 0; i < to; ++i) {
     parent = i == 0 ? 0 : chain;
     chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
-    if (i < from) continue;
-    const uint64_t key = TierKey(opt_.model_digest, chain);
+    if (i < from || table[i] < 0) continue;
+    const uint64_t stored_chain = TierGroupChain(chain, group);
+    const uint64_t key = TierKey(opt_.model_digest, stored_chain);
     // A block every tier holds already (one loaded from them, or another request's twin) costs no copy.
     if ((!ram_ || ram_->Contains(key)) && (!disk_ || disk_->Contains(key))) continue;
-    Job job{Job::Kind::kStore, key, chain, parent, {}};
+    Job job{Job::Kind::kStore, key, stored_chain, parent, {}};
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) {
@@ -199,10 +201,8 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
   return false;
 }
 
-uint64_t KvTiers::KeyAfter(uint64_t chain, const int32_t* block_tokens, uint64_t* next_chain) const {
-  const uint64_t next = ChainHash(chain, block_tokens, block_size_);
-  if (next_chain) *next_chain = next;
-  return TierKey(opt_.model_digest, next);
+uint64_t KvTiers::Key(int group, uint64_t chain) const {
+  return TierKey(opt_.model_digest, TierGroupChain(chain, group));
 }
 
 bool KvTiers::Held(uint64_t key) const {
@@ -233,32 +233,47 @@ void KvTiers::TouchMatched(const BlockPool& pool, const std::vector<int32_t>& ta
   }
 }
 
-std::shared_ptr<KvTiers::Load> KvTiers::StartLoad(BlockPool* pool, const int32_t* tokens, int max_blocks,
-                                                  std::vector<int32_t>* table) {
-  const int start = static_cast<int>(table->size());
-  // The pool's matched blocks (group 0) are keyed by their chain hashes: the prefix is not hashed again here.
-  const uint64_t start_chain = start > 0 ? pool->cached_key((*table)[start - 1]) : kPrefixHashSeed;
-  // How many of the next blocks the tiers hold (by key: the loader validates each as it reads it), within what
-  // the pool can give now.
-  const int room = std::min(max_blocks, start + pool->num_available());
-  uint64_t chain = start_chain, first_key = 0;
-  int n = start;
-  for (; n < room; ++n) {
-    const uint64_t key = KeyAfter(chain, tokens + static_cast<size_t>(n) * block_size_, &chain);
-    if (n == start) first_key = key;
-    if (!Held(key)) break;
+void KvTiers::Touch(const std::vector<uint64_t>& keys) {
+  std::vector<Job> refresh;
+  for (const uint64_t key : keys) {
+    if (ram_) ram_->Touch(key);
+    // The file's time orders eviction after a restart; the writer refreshes it (the chain is not needed).
+    if (disk_ && disk_->Touch(key)) refresh.push_back(Job{Job::Kind::kRefreshTime, key, 0, 0, {}});
   }
-  if (n == start) return nullptr;
-  auto got = pool->Allocate(n - start, 0);  // free or evicted blocks: no step in flight reads them
-  if (!got.ok()) return nullptr;
+  if (refresh.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Job& j : refresh) queue_.push_back(std::move(j));
+  }
+  cv_.notify_one();
+}
+
+std::shared_ptr<KvTiers::Load> KvTiers::StartLoad(BlockPool* pool, const int32_t* tokens, LoadPlan plan,
+                                                  std::vector<int32_t>* table) {
+  const int fresh = plan.end - plan.start + static_cast<int>(plan.windows.size());
+  if (fresh <= 0 || fresh > pool->num_available()) return nullptr;
   auto load = std::make_shared<Load>();
-  load->table = std::move(*table);
+  // Free or evicted blocks: no step in flight reads them.
+  if (plan.end > plan.start) {
+    auto got = pool->Allocate(plan.end - plan.start, 0);
+    if (!got.ok()) return nullptr;
+    load->table = std::move(*table);
+    load->table.insert(load->table.end(), got->begin(), got->end());
+  } else {
+    load->table = std::move(*table);
+  }
   table->clear();
-  load->table.insert(load->table.end(), got->begin(), got->end());
-  load->tokens.assign(tokens, tokens + static_cast<size_t>(n) * block_size_);
-  load->start = start;
-  load->start_chain = start_chain;
-  load->first_key = first_key;
+  for (const LoadPlan::Window& w : plan.windows) {
+    auto got = pool->Allocate(1, w.group);
+    if (!got.ok()) {  // not reached (counted above); the load goes on without this window
+      continue;
+    }
+    load->windows.push_back(Load::WindowBlock{w.group, w.index, w.chained, (*got)[0]});
+  }
+  load->tokens.assign(tokens, tokens + plan.chains.size() * static_cast<size_t>(block_size_));
+  load->chains = std::move(plan.chains);
+  load->start = plan.start;
+  load->key = plan.key;
   load->began = std::chrono::steady_clock::now();
   ++loads_in_flight_;
   {
@@ -291,33 +306,41 @@ void KvTiers::LoaderLoop() {
 }
 
 void KvTiers::RunLoad(Load* load) {
-  uint64_t chain = load->start_chain;
   const int n = static_cast<int>(load->table.size());
-  int loaded = 0, from_ram = 0;
-  for (int i = load->start; i < n; ++i) {
+  int loaded = 0, from_ram = 0, windows_loaded = 0;
+  auto fetch = [&](int group, int i, int32_t block) {
     const int32_t* own = load->tokens.data() + static_cast<size_t>(i) * block_size_;
-    const uint64_t parent = i == 0 ? 0 : chain;
-    uint64_t next = 0;
-    const uint64_t key = KeyAfter(chain, own, &next);
+    const uint64_t parent = i == 0 ? 0 : load->chains[i - 1];
+    const uint64_t chain = TierGroupChain(load->chains[i], group);
     bool ram = false;
-    if (!Fetch(key, next, parent, own, &ram)) break;  // gone since StartLoad, or failed validation: a miss
+    if (!Fetch(TierKey(opt_.model_digest, chain), chain, parent, own, &ram)) return false;  // gone, or invalid
     // A fresh block: no step reads it until FinishLoad publishes it and a request is admitted with it.
-    kv_->WriteBlock(load->table[i], load_staging_.data() + token_bytes_);
-    chain = next;
-    ++loaded;
+    kv_->WriteBlock(block, load_staging_.data() + token_bytes_);
     from_ram += ram;
-  }
+    return true;
+  };
+  for (int i = load->start; i < n && fetch(0, i, load->table[i]); ++i) ++loaded;
+  // A window is published tied to group 0's block of its positions: one past what group 0 holds now is of no use.
+  const int anchored = load->start + loaded;
+  for (Load::WindowBlock& w : load->windows)
+    if (w.index < anchored && fetch(w.group, w.index, w.block)) {
+      w.loaded = true;
+      ++windows_loaded;
+    }
   load->loaded = loaded;
+  load->windows_loaded = windows_loaded;
   load->from_ram = from_ram;
   const int64_t ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - load->began).count();
-  if (loaded > 0) {
+  if (loaded + windows_loaded > 0) {
     ++loads_;
     load_ns_ += ns;
   }
   --loads_in_flight_;
-  DI_LOG_DEBUG("kv tiers: prefix blocks %d..%d loaded (%d from RAM, %d from disk) in %.3f ms (queued included)",
-               load->start, load->start + loaded - 1, from_ram, loaded - from_ram, ns * 1e-6);
+  DI_LOG_DEBUG("kv tiers: prefix blocks %d..%d and %d of %zu window blocks loaded (%d from RAM, %d from disk) in "
+               "%.3f ms (queued included)",
+               load->start, load->start + loaded - 1, windows_loaded, load->windows.size(), from_ram,
+               loaded + windows_loaded - from_ram, ns * 1e-6);
   load->done.store(true, std::memory_order_release);
 }
 
@@ -327,6 +350,29 @@ std::vector<int32_t> KvTiers::FinishLoad(BlockPool* pool, Load* load) {
   if (load->loaded > 0) pool->Publish(table, load->tokens.data(), kept, 0, load->start);
   pool->Release(std::vector<int32_t>(table.begin() + kept, table.end()));  // never filled: back to the free list
   table.resize(kept);
+  // The other groups, group by group: windows tied to group 0's cached blocks (the match, or just published), full
+  // groups' blocks chained to the group's cached prefix. Then released: the published ones stay in the prefix
+  // cache, the rest return to the free list.
+  std::vector<int32_t> windows;
+  for (size_t a = 0; a < load->windows.size();) {
+    const int g = load->windows[a].group;
+    std::vector<int32_t> wt;
+    int lo = INT32_MAX;
+    size_t b = a;
+    for (; b < load->windows.size() && load->windows[b].group == g; ++b) {
+      const Load::WindowBlock& w = load->windows[b];
+      windows.push_back(w.block);
+      if (!w.loaded) continue;
+      if (static_cast<int>(wt.size()) <= w.index) wt.resize(w.index + 1, -1);
+      wt[w.index] = w.block;
+      lo = std::min(lo, w.index);
+    }
+    if (!wt.empty())
+      pool->Publish(wt, load->tokens.data(), static_cast<int>(wt.size()), g, lo, lo,
+                    load->windows[a].chained ? nullptr : &table);
+    a = b;
+  }
+  pool->Release(windows);
   load->finished = true;
   return table;
 }

@@ -52,16 +52,38 @@ class KvTiers {
     std::function<void()> before_load;
   };
 
+  // What a load reads, planned by the scheduler (which owns the hit rule): group 0's blocks [start, end) past the
+  // pool's match and, in a hybrid cache, other groups' blocks: windowed groups' (each tied to group 0's block of
+  // the same positions), so that a hit finds the windows it resumes from rather than recomputing them, and other
+  // full-attention groups' (chained, as group 0's).
+  struct LoadPlan {
+    int start = 0, end = 0;
+    std::vector<uint64_t> chains;  // the prefix's chain hashes, at least through `end` and every window entry
+    struct Window {
+      int group, index;
+      bool chained;  // a full-attention group's block (published by chain), else a window's (tied to group 0's)
+    };
+    std::vector<Window> windows;
+    uint64_t key = 0;  // names the plan: requests whose plans are equal wait on one load
+  };
   // A prefix load: StartLoad (engine thread) queues it, the loader thread fills its fresh blocks and sets done,
   // FinishLoad (engine thread) publishes them. Shared so that several requests with the same prefix wait on one.
   struct Load {
-    std::vector<int32_t> table;   // references held: the pool's match [0, start), then the fresh blocks
-    std::vector<int32_t> tokens;  // the prefix's tokens, table.size() blocks of them
+    std::vector<int32_t> table;   // group 0, references held: the pool's match [0, start), then the fresh blocks
+    std::vector<int32_t> tokens;  // the prefix's tokens, chains.size() blocks of them
+    std::vector<uint64_t> chains;
+    struct WindowBlock {
+      int group, index;
+      bool chained;
+      int32_t block;  // fresh, reference held until FinishLoad
+      bool loaded = false;
+    };
+    std::vector<WindowBlock> windows;
     int start = 0;
-    uint64_t start_chain = 0;     // the chain hash before block `start` (the seed when start is 0)
-    uint64_t first_key = 0;       // the tier key of block `start` (the scheduler finds a load in flight by it)
+    uint64_t key = 0;  // LoadPlan::key
     std::chrono::steady_clock::time_point began;
-    int loaded = 0, from_ram = 0;  // blocks filled from `start` on (a miss ends them); written before done
+    int loaded = 0, from_ram = 0;  // group 0 blocks filled from `start` on (a miss ends them); written before done
+    int windows_loaded = 0;
     std::atomic<bool> done{false};
     bool finished = false;  // engine thread: FinishLoad ran
   };
@@ -70,19 +92,24 @@ class KvTiers {
   static StatusOr<std::unique_ptr<KvTiers>> Create(const Options& opt, PagedKvCache* kv);
   ~KvTiers();  // finishes the queued loads, stores what is queued, then stops both threads
 
-  // Engine thread: offers blocks [from, to) of a group-0 block table (full, published, K/V written) to the tiers.
-  void Offer(const std::vector<int32_t>& table, const int32_t* tokens, int from, int to);
+  // Engine thread: offers blocks [from, to) of one KV group's block table (full, published, K/V written; entries
+  // below 0 are blocks a sliding window released, skipped) to the tiers.
+  void Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to);
   // Engine thread, at admission: the pool's match (group 0 blocks) is touched in the tiers (most recent).
   void TouchMatched(const BlockPool& pool, const std::vector<int32_t>& table);
-  // Engine thread, at admission: `table` is the pool's match for `tokens` (references held). When the tiers hold the prefix's next blocks (up to `max_blocks` blocks in all, and as many as
-  // the pool can give), fresh pool blocks are taken for them and a load is queued: the returned Load owns `table`
-  // (moved out) and the fresh blocks. Null, with `table` untouched, when the tiers do not hold the next block.
-  std::shared_ptr<Load> StartLoad(BlockPool* pool, const int32_t* tokens, int max_blocks, std::vector<int32_t>* table);
-  // The tier key of block `i` of `tokens` given the chain hash before it (StartLoad's first_key for that start).
-  uint64_t KeyAfter(uint64_t chain, const int32_t* block_tokens, uint64_t* next_chain = nullptr) const;
-  // Engine thread, once load->done: publishes the loaded blocks to the pool's prefix cache and returns every
-  // block the load held (the match and the loaded ones, still referenced; the caller releases them) after
-  // giving back the blocks a miss left unfilled.
+  // Engine thread: entries (Key) the pool served, touched in the tiers (a hit's windows).
+  void Touch(const std::vector<uint64_t>& keys);
+  // The tier key of group `group`'s block ending the prefix with chain hash `chain`, and whether a tier holds it
+  // (by key only: a load validates what it reads).
+  uint64_t Key(int group, uint64_t chain) const;
+  bool Held(uint64_t key) const;
+  // Engine thread, at admission: `table` is the pool's match of group 0 for `tokens` (references held; its size is
+  // plan.start). Takes fresh pool blocks for the plan (nothing when the pool cannot give them all) and queues the
+  // load, which owns `table` (moved out) and the fresh blocks. Null, with `table` untouched, when nothing started.
+  std::shared_ptr<Load> StartLoad(BlockPool* pool, const int32_t* tokens, LoadPlan plan, std::vector<int32_t>* table);
+  // Engine thread, once load->done: publishes the loaded blocks to the pool's prefix cache (windows tied to group
+  // 0's blocks, other full groups' by chain) and returns group 0's blocks the load held (the match and the loaded ones, still referenced; the
+  // caller releases them) after giving back the blocks a miss left unfilled.
   std::vector<int32_t> FinishLoad(BlockPool* pool, Load* load);
   // Loads completed since start (a wait key: WaitForLoad(seen) returns once it has moved past `seen`).
   uint64_t loads_completed() const { return loads_completed_.load(std::memory_order_acquire); }
@@ -98,7 +125,6 @@ class KvTiers {
   void WriterLoop();
   void LoaderLoop();
   void RunLoad(Load* load);  // loader thread
-  bool Held(uint64_t key) const;  // by key only (a load validates what it reads)
   std::vector<uint8_t> TakeBuffer();  // mu_ held
   // The tiers' copy of the block of this prefix into load_staging_ (loader thread), true on a hit (counted per
   // tier; *from_ram says which).

@@ -36,6 +36,24 @@ inline const Model& Stories() {
   return *m;
 }
 
+// A fresh directory per test (the process id keeps parallel test binaries apart), removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& tag)
+      : path(std::filesystem::temp_directory_path() / ("deepinfer_kvstore_" + tag + "_" + std::to_string(::getpid()))) {
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+// An engine for `m` (nullptr, with a test failure naming the reason, when it cannot be made).
+inline std::unique_ptr<Engine> MakeEngine(const Model& m, const EngineOptions& o) {
+  auto e = Engine::Create(m, o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
 // A random model of the given layout, written as GGUF and loaded once per test binary.
 inline std::unique_ptr<Model> MakeTiny(TinySpec s, const std::string& tag) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("deepinfer_engine_" + tag + "_" + std::to_string(::getpid()));

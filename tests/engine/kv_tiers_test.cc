@@ -47,17 +47,6 @@ const Model& OtherModel() {
   return *m;
 }
 
-// A fresh directory per test, removed at the end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag)
-      : path(fs::temp_directory_path() / ("deepinfer_kvstore_" + tag + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 std::vector<int32_t> RandomPrompt(std::mt19937* rng, int n, int vocab) {
   std::vector<int32_t> p(n);
   for (auto& t : p) t = 3 + static_cast<int32_t>((*rng)() % (vocab - 3));
@@ -117,11 +106,6 @@ RequestResult Cold(const Model& m, const std::vector<int32_t>& prompt) {
   return RunOne(**e, prompt);
 }
 
-std::unique_ptr<Engine> MakeEngine(const Model& m, const EngineOptions& o) {
-  auto e = Engine::Create(m, o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
-}
 
 std::vector<fs::path> StoreFiles(const fs::path& dir) {
   std::vector<fs::path> out;
@@ -399,42 +383,6 @@ TEST(KvTiersTest, RefusesWithoutPrefixCacheAndWithoutSize) {
   ASSERT_FALSE(e2.ok());
   EXPECT_NE(e2.status().message().find("--kv-store-size"), std::string::npos);
 }
-
-// A hybrid cache (sliding-window groups) is refused with the reason and the way out (--swa-full), and works
-// with --swa-full: one full-attention group whose blocks the tiers store whole.
-TEST(KvTiersTest, SlidingWindowModelsNeedSwaFull) {
-  TinySpec spec = SmallSpec(Arch::kGemma3);
-  spec.layers = 3;
-  spec.window = 16;
-  spec.swa_period = 3;
-  auto m = MakeTiny(spec, "tiers_gemma3");
-  ASSERT_TRUE(m);
-  EngineOptions o = TierEngine();
-  o.kv_offload_ram_bytes = size_t{64} << 20;
-  auto refused = Engine::Create(*m, o);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("sliding-window"), std::string::npos);
-  EXPECT_NE(refused.status().message().find("--swa-full"), std::string::npos);
-  o.swa_full = true;
-  std::mt19937 rng(505);
-  const auto a = RandomPrompt(&rng, kPromptLen, m->config.vocab_size);
-  EngineOptions cold = TierEngine();
-  cold.prefix_caching = false;
-  cold.swa_full = true;
-  auto ce = MakeEngine(*m, cold);
-  ASSERT_TRUE(ce);
-  const RequestResult ref = RunOne(*ce, a);
-  auto e = MakeEngine(*m, o);
-  ASSERT_TRUE(e);
-  RunOne(*e, a);
-  e->EvictCachedKv(false);  // as memory pressure would
-  e->FlushKvTiers();
-  const RequestResult again = RunOne(*e, a);
-  ExpectSameResults({ref}, {again}, "RAM hit with --swa-full");
-  EXPECT_EQ(again.cached_tokens, kFullHit);
-  EXPECT_EQ(e->Stats().kv_tiers.ram_hits, kFullHit / 8);
-}
-
 
 // Loads off the engine thread (issue 35: "the request waits in a loading state, the batch does not"). A gate
 // on the tiers' loader thread holds a load in flight for as long as a test needs.

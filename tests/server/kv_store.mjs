@@ -4,7 +4,8 @@
 // - kill -9 while blocks are being written, three times on one directory (seeded moments), then a restart: the
 //   server starts, serves every prompt with the cold outputs, and hits what was stored before the kills;
 // - a full disk (a 2 MiB tmpfs under --kv-store-size 64M): the server keeps answering with the cold outputs,
-//   the log names the full disk, /metrics counts it, and the store keeps the newest prefixes (hits on restart).
+//   the log names the full disk, /metrics counts it, and the store keeps the newest prefixes (hits on restart);
+// - a sliding-window model (hybrid KV cache): the windows are stored too, and a restart serves direct hits.
 // Needs root for the tmpfs mount, as the multi-process tests run in CI; a machine that cannot mount fails.
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
@@ -128,6 +129,32 @@ try {
         spawnSync("umount", [dir]);
       }
     }
+  }
+
+  // 4. A sliding-window model (make-tiny gpt_oss: a window of 16 on every other layer, so a hybrid KV cache of
+  // one full-attention and one windowed group): both groups' blocks are stored, and after a restart every prompt's
+  // 9 cacheable blocks come back with their windows (cached, nothing replayed), outputs bitwise the cold ones.
+  {
+    const model = path.join(root, "gpt-oss");
+    const mk = spawnSync(bin, ["make-tiny", "--arch", "gpt_oss", "--layers", "2", "--window", "16", "--out", model,
+                               "-q", "--seed", "3"], {encoding: "utf8"});
+    check(mk.status === 0, `make-tiny gpt_oss: ${mk.stderr.trim()}`);
+    const args = ["-m", model, ...serveArgs];
+    const dir = path.join(root, "swa");
+    const coldSwa = [];
+    let srv = await startServer(bin, [...args, "--no-prefix-cache"]);
+    for (const p of prompts) coldSwa.push((await complete(srv.base, p)).out);
+    check((await srv.stop()) === 0, "sliding-window model, cold server: clean shutdown");
+    srv = await startServer(bin, [...args, "--kv-store", dir, "--kv-store-size", "256M"]);
+    await serveAll(srv, "sliding-window model, first server", coldSwa);
+    check(/hybrid/.test(srv.log()), "the sliding-window model runs a hybrid KV cache");
+    check((await srv.stop()) === 0, "sliding-window model: clean shutdown");
+    srv = await startServer(bin, [...args, "--kv-store", dir, "--kv-store-size", "256M"]);
+    const cached = await serveAll(srv, "sliding-window model, restarted server", coldSwa);
+    const hits = diskMetric(await metrics(srv.base), "deepinfer_kv_tier_hits_total");
+    check(cached === prompts.length * 144, `sliding-window model, restart: ${cached} cached prompt tokens (${prompts.length} x 144: the windows came back)`);
+    check(hits >= 4 * 4 + prompts.length * 5, `sliding-window model, restart: ${hits} blocks loaded from disk`);
+    check((await srv.stop()) === 0, "sliding-window model, restarted server: clean shutdown");
   }
 } catch (e) {
   check(false, `unexpected error: ${e.stack}`);

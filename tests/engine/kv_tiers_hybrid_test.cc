@@ -1,0 +1,199 @@
+// The KV tiers with a hybrid KV cache (sliding-window groups next to a full-attention anchor; kv/kv_tiers.h,
+// docs/architecture.md "KV tiers and persistence"): every group's published blocks are written through, the
+// windowed ones tied to the anchor's block of the same positions, and a prefix the pool lost comes back from RAM
+// or (after a restart) disk with its windows, as a direct hit. With the windows gone from the store, the full
+// groups' blocks alone give a bounded replay. Every output is bitwise that of a cold engine.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine_harness.h"
+#include "kv/kv_groups.h"
+#include "kv/kv_tier_format.h"
+#include "kv/prefix_hash.h"
+#include "model/make_tiny.h"
+
+namespace deepinfer::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+RequestResult RunOne(Engine& e, const std::vector<int32_t>& prompt) {
+  RequestParams p;
+  p.max_tokens = 8;
+  p.ignore_eos = true;
+  p.logprobs = 20;
+  p.has_seed = true;
+  p.sampling.seed = 7;
+  p.sampling.temperature = 0.8f;  // seeded sampling: the log-probs and the draws depend on every K/V byte
+  RequestResult out;
+  out.samples.resize(1);
+  auto id = e.Add(prompt, p, [&out](const RequestOutput& ev) {
+    SampleResult& s = out.samples[0];
+    s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+    for (const auto& lp : ev.logprobs) {
+      s.logprobs.push_back(lp.logprob);
+      s.top.push_back(lp.top);
+    }
+    s.text += ev.text;
+    out.cached_tokens = ev.cached_tokens;
+    out.replayed_tokens = ev.replayed_tokens;
+    if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+  });
+  EXPECT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_TRUE(e.RunUntilIdle().ok());
+  return out;
+}
+
+
+// Removes every stored file but the full-attention groups': those whose header names a chain hash of `prompt`
+// (group 0's) or a full group's key of one (kv_tier_format.h, TierGroupChain).
+int KeepOnlyFullGroupFiles(const fs::path& dir, const std::vector<int32_t>& prompt, int bs, const KvLayout& k) {
+  std::set<uint64_t> full;
+  for (const uint64_t c : PrefixChainHashes(prompt.data(), static_cast<int>(prompt.size()), bs))
+    for (int g = 0; g < k.num_groups(); ++g)
+      if (k.window(g) == 0) full.insert(TierGroupChain(c, g));
+  int removed = 0;
+  for (const auto& f : fs::directory_iterator(dir)) {
+    if (f.path().extension() != ".kvb") continue;
+    DiskBlockHeader h;
+    std::ifstream in(f.path(), std::ios::binary);
+    in.read(reinterpret_cast<char*>(&h), sizeof h);
+    EXPECT_TRUE(in.good()) << f.path();
+    in.close();
+    if (!full.count(h.chain_hash)) {
+      fs::remove(f.path());
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+enum class Where { kRam, kDisk, kDiskAnchorsOnly };
+const char* WhereName(Where w) {
+  return w == Where::kRam ? "RAM" : w == Where::kDisk ? "disk after a restart" : "disk, windows removed";
+}
+
+// A writes a 200-token prompt through to the tiers; the pool then loses everything (RAM: evicted; disk: the
+// engine restarts); B shares `shared` tokens with A. From the tiers B gets the anchor's shared blocks and the
+// windows at the hit (cached = the shared whole blocks, nothing replayed); with the window files removed, the
+// anchor's blocks alone (a bounded replay: cached 0, replayed = min(blocks, R)). Blocks of bs, chunks of 32,
+// replay bound R.
+void ExpectTierHitsColdExact(const Model& m, int bs, int R, const std::vector<int>& shares, const char* tag) {
+  std::mt19937 rng(6060);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
+    return t;
+  };
+  const std::vector<int32_t> a = random_tokens(200);
+  EngineOptions o;
+  o.max_num_seqs = 4;
+  o.max_batched_tokens = 32;  // chunks straddle the window edge and the replay end
+  o.block_size = bs;
+  o.num_kv_blocks = 1024;
+  o.swa_replay_max = R;
+  EngineOptions cold = o;
+  cold.prefix_caching = false;
+  std::printf("[tiers-hybrid] %s bs=%d R=%d: shared s -> cached + replayed per tier\n", tag, bs, R);
+  for (const int shared : shares) {
+    std::vector<int32_t> b(a.begin(), a.begin() + shared);
+    const std::vector<int32_t> own = random_tokens(30);
+    b.insert(b.end(), own.begin(), own.end());
+    auto ce = MakeEngine(m, cold);
+    ASSERT_TRUE(ce);
+    const RequestResult ref = RunOne(*ce, b);
+    const int blocks = std::min(shared, static_cast<int>(b.size()) - 1) / bs * bs;
+    std::string line;
+    for (const Where where : {Where::kRam, Where::kDisk, Where::kDiskAnchorsOnly}) {
+      TempDir dir("hybrid_" + std::to_string(shared));
+      EngineOptions t = o;
+      if (where == Where::kRam) {
+        t.kv_offload_ram_bytes = size_t{64} << 20;
+      } else {
+        t.kv_store_dir = dir.path.string();
+        t.kv_store_bytes = size_t{64} << 20;
+      }
+      auto e = MakeEngine(m, t);
+      ASSERT_TRUE(e);
+      RunOne(*e, a);
+      e->FlushKvTiers();
+      const KvTierStats wrote = e->Stats().kv_tiers;
+      EXPECT_GT(where == Where::kRam ? wrote.ram_blocks_written : wrote.disk_blocks_written, 200 / bs)
+          << tag << ": the windowed groups' blocks are written through besides the anchor's";
+      if (where == Where::kRam) {
+        e->EvictCachedKv(false);  // as memory pressure would
+      } else {
+        const KvLayout layout = e->kv_layout();
+        e.reset();  // only the files remain
+        if (where == Where::kDiskAnchorsOnly) {
+          EXPECT_GT(KeepOnlyFullGroupFiles(dir.path, a, bs, layout), 0);
+        }
+        e = MakeEngine(m, t);
+        ASSERT_TRUE(e);
+      }
+      const RequestResult got = RunOne(*e, b);
+      ASSERT_TRUE(e->CheckNoLeaks().ok());
+      const std::string what = std::string(tag) + ": shared " + std::to_string(shared) + ", " + WhereName(where);
+      ExpectSameResults({ref}, {got}, what);
+      const KvTierStats st = e->Stats().kv_tiers;
+      const int64_t hits = where == Where::kRam ? st.ram_hits : st.disk_hits;
+      if (where == Where::kDiskAnchorsOnly) {
+        EXPECT_EQ(got.cached_tokens, 0) << what;
+        EXPECT_EQ(got.replayed_tokens, std::min(blocks, R)) << what;
+        int full_groups = 0;
+        for (int g = 0; g < e->kv_layout().num_groups(); ++g) full_groups += e->kv_layout().window(g) == 0;
+        EXPECT_EQ(hits, full_groups * (std::min(blocks, R) / bs)) << what << ": the full groups' blocks up to R";
+      } else {
+        EXPECT_EQ(got.cached_tokens, blocks) << what;
+        EXPECT_EQ(got.replayed_tokens, 0) << what << ": the windows came back from the tier";
+        // The anchor's shared blocks and each windowed group's blocks of the window at the hit.
+        const KvLayout& k = e->kv_layout();
+        int64_t expect = 0;
+        for (int g = 0; g < k.num_groups(); ++g)
+          expect += blocks / bs - (k.window(g) > 0 ? WindowKeepFrom(k.window(g), blocks, bs) : 0);
+        EXPECT_EQ(hits, expect) << what;
+      }
+      EXPECT_EQ(st.disk_rejected_reads, 0) << what;
+      line += std::string("  ") + WhereName(where) + ": " + std::to_string(got.cached_tokens) + " + " +
+              std::to_string(got.replayed_tokens) + " (" + std::to_string(hits) + " blocks read)";
+    }
+    std::printf("[tiers-hybrid] s=%3d:%s\n", shared, line.c_str());
+  }
+}
+
+// Gemma 3's layout, window 16 on two layers of three: one full-attention group and two windowed groups.
+TEST(KvTiersHybridTest, WindowsComeBackFromTheTiers) {
+  TinySpec spec = SmallSpec(Arch::kGemma3);
+  spec.layers = 3;
+  spec.window = 16;
+  spec.swa_period = 3;
+  spec.ctx = 4096;
+  auto m = MakeTiny(spec, "tiers_gemma3");
+  ASSERT_TRUE(m);
+  ExpectTierHitsColdExact(*m, 8, 32, {15, 17, 100, 200}, "gemma3 W=16");
+}
+
+// The tiny DeepSeek-V4 (raw window 16; CSA's compressor inputs over 8 positions and HCA's over 128 in windowed
+// groups of their own; compressed rows in full-attention layers). Blocks of 6 put a hit inside a CSA 4-block
+// (6), one short of HCA's 128 (126) and the whole prompt (200), as HybridKvTest.DeepseekV4PrefixHitsAreColdExact
+// does for the pool.
+TEST(KvTiersHybridTest, DeepseekV4WindowsComeBackFromTheTiers) {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "dsv4_tiers");
+  ExpectTierHitsColdExact(*m, 6, 60, {6, 126, 200}, "deepseek_v4");
+}
+
+}  // namespace
+}  // namespace deepinfer::testing
