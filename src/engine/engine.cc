@@ -12,6 +12,7 @@
 #include "engine/kv_sizing.h"
 #include "engine/model_executor.h"
 #include "kv/kv_groups.h"
+#include "kv/kv_tier_format.h"
 #include "kv/paged_kv_cache.h"
 
 namespace deepinfer {
@@ -207,7 +208,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     to.ram_bytes = opt.kv_offload_ram_bytes;
     to.disk_dir = opt.kv_store_dir;
     to.disk_bytes = opt.kv_store_bytes;
-    to.model_digest = e->model_digest_;
+    // --swa-replay approx writes full-attention K/V that a cold run would not (its windowed layers read nothing
+    // below a hit's replay start): such entries must never be served to an exact engine, so they get keys of
+    // their own.
+    to.model_digest = opt.swa_replay_approx ? TierKey(e->model_digest_, 0x617070726f78ull /* "approx" */)
+                                            : e->model_digest_;
     // A loop idle but for requests waiting on loads sleeps in the inbox: a finished load wakes it.
     to.on_load_done = [inbox = &e->inbox_] { inbox->Wake(); };
     to.before_load = opt.kv_tier_before_load;

@@ -165,56 +165,58 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   out->num_tokens += q_len;
 }
 
-bool Scheduler::PlanTierLoad(const int32_t* tokens, int known, const std::vector<std::vector<int32_t>>& tables,
-                             KvTiers::LoadPlan* plan) const {
+Scheduler::TierPlan Scheduler::PlanTierLoad(const int32_t* tokens, int known,
+                                            const std::vector<std::vector<int32_t>>& tables,
+                                            KvTiers::LoadPlan* plan) const {
   const int bs = pool_->block_size(), G = num_groups();
   const std::vector<int32_t>& match = tables[0];
   const int at = static_cast<int>(match.size());
   // Only as many blocks as a hit can use (the last token always runs).
   const int most = (known - 1) / bs - (cfg_.prefix_drop_last_block ? 1 : 0);
+  if (most <= 0) return TierPlan::kNothing;
   // Fresh blocks the load may take: short of one per running sequence and group, so that a load never takes the
   // blocks the decode rows need next (it would preempt them, and hold their blocks until it is done).
   const int room = pool_->num_available() - static_cast<int>(running_.size()) * G;
-  if (most <= 0 || room <= 0) return false;
+  if (room <= 0) return TierPlan::kNoRoom;
   plan->chains = pool_->ChainHashes(tokens, most * bs);
   // The full groups' blocks (group 0's, and in a hybrid cache any other full-attention group's, which match by
   // chain as group 0 does): the pool holds group g's first matched[g]; past that, block j is of use only if every
-  // full group has it, from the pool or a tier.
+  // full group has it, from the pool or a tier. `reach`: how far they go, within what the pool can give.
   const bool by_window = windowed() && window(0) == 0;
   std::vector<int> matched(G, -1);  // -1: a windowed group
   int pool_full = at;
   for (int g = 0; g < G; ++g)
     if (!by_window || window(g) == 0) pool_full = std::min(pool_full, matched[g] = static_cast<int>(tables[g].size()));
+  auto fresh_at = [&](int j) {  // the full groups' blocks at j that a load would read
+    int n = 0;
+    for (int g = 0; g < G; ++g) n += matched[g] >= 0 && j >= matched[g];
+    return n;
+  };
   auto full_held = [&](int j) {
     for (int g = 0; g < G; ++g)
       if (matched[g] >= 0 && j >= matched[g] && !tiers_->Held(tiers_->Key(g, plan->chains[j]))) return false;
     return true;
   };
-  int end = std::min(pool_full, most);
-  int fresh = 0;  // the full groups' fresh blocks up to `end`
-  auto fresh_at = [&](int j) {
-    int n = 0;
-    for (int g = 0; g < G; ++g) n += matched[g] >= 0 && j >= matched[g];
-    return n;
-  };
-  for (; end < most && full_held(end) && fresh + fresh_at(end) <= room; ++end) fresh += fresh_at(end);
-  if (end <= at) end = at;  // group 0 keeps its own match; the others reach `end` or stop short of group 0
+  const int pool_at = std::min(pool_full, most);
+  int reach = pool_at, fresh = 0;
+  for (; reach < most && full_held(reach) && fresh + fresh_at(reach) <= room; ++reach) fresh += fresh_at(reach);
+  // The plan: group 0's fresh blocks [at, upto) (none when upto <= at: group 0 keeps its own match), the other
+  // full groups' [matched[g], upto) (published by chain), and the windows at c.
   plan->start = at;
-  plan->end = end;
-  // Chained entries: the other full groups' blocks [matched[g], end), published by chain.
-  auto add_chained = [&](int upto) {
+  auto set_reuse = [&](int upto) {
+    plan->end = std::max(at, upto);
     for (int g = 1; g < G; ++g)
       if (matched[g] >= 0)
         for (int j = matched[g]; j < upto; ++j) plan->windows.push_back(KvTiers::LoadPlan::Window{g, j, true});
   };
   if (by_window && !cfg_.approx_replay_from) {
     // The hit rule of MatchForAdmission, over the pool and the tiers: computing resumes at the largest block c
-    // where every windowed group holds [c*bs - W + 1, c*bs), and group 0's blocks are reused up to R beyond it.
+    // where every windowed group holds [c*bs - W + 1, c*bs), and the full groups' blocks are reused up to R beyond.
     // held[g][j]: 0 = nowhere, 1 = the pool (tied to the match's block j), 2 = a tier.
     std::vector<std::vector<int8_t>> held(G);
     auto holds = [&](int g, int j, bool tiers_too) {
       std::vector<int8_t>& h = held[g];
-      if (h.empty()) h.assign(std::max(at, end), -1);
+      if (h.empty()) h.assign(std::max(at, reach), -1);
       if (h[j] < 0) {
         h[j] = j < at && pool_->FindWindowBlock(g, plan->chains[j], tokens + static_cast<size_t>(j) * bs, match[j]) >= 0
                    ? 1
@@ -230,41 +232,49 @@ bool Scheduler::PlanTierLoad(const int32_t* tokens, int known, const std::vector
       return true;
     };
     const int replay = cfg_.swa_replay_max / bs;
-    const int pool_at = std::min(pool_full, most);
     int pool_c = pool_at;
     while (pool_c > 0 && !window_at(pool_c, false)) --pool_c;
-    int c = std::min(end, most);
-    while (c > pool_c && !window_at(c, true)) --c;
     const int pool_hit = std::min(pool_at, pool_c + replay);
-    plan->end = std::max(at, std::min(end, c + replay));
-    add_chained(plan->end);
+    int c = reach;
+    while (c > pool_c && !window_at(c, true)) --c;
+    int upto = std::min(reach, c + replay);
+    set_reuse(upto);
     for (int g = 0; g < G; ++g)
       if (window(g) > 0)
-        for (int j = WindowKeepFrom(window(g), c * bs, bs); j < c; ++j)
-          if (!holds(g, j, false)) plan->windows.push_back(KvTiers::LoadPlan::Window{g, j, false});
-    if (plan->end - at + static_cast<int>(plan->windows.size()) > room) {
+        for (int j = WindowKeepFrom(window(g), c * bs, bs); j < c; ++j) {
+          if (!holds(g, j, false)) {
+            plan->windows.push_back(KvTiers::LoadPlan::Window{g, j, false});
+          } else {
+            // A window of the pool the hit resumes from: held by the load, so that its own allocation (which may
+            // evict cached blocks) cannot take it.
+            plan->pinned.push_back(
+                pool_->FindWindowBlock(g, plan->chains[j], tokens + static_cast<size_t>(j) * bs, match[j]));
+          }
+        }
+    if (plan->end - at + static_cast<int>(plan->windows.size() + plan->pinned.size()) > room) {
       // No room for the windows too: the full groups' blocks alone, which a bounded replay resumes from the pool's
       // windows.
       plan->windows.clear();
+      plan->pinned.clear();
       c = pool_c;
-      plan->end = std::max(at, std::min(end, c + replay));
-      add_chained(plan->end);
+      upto = std::min(reach, c + replay);
+      set_reuse(upto);
     }
-    if (std::min(plan->end, end) <= pool_hit && c <= pool_c) return false;  // the pool's own hit is as good
+    if (upto <= pool_hit && c <= pool_c) return TierPlan::kNothing;  // the pool's own hit is as good
   } else {
-    if (end <= pool_full) return false;
-    add_chained(end);
+    if (reach <= pool_full) return TierPlan::kNothing;
+    set_reuse(reach);
   }
+  if (plan->end == at && plan->windows.empty()) return TierPlan::kNothing;
   int last_block = plan->end;
   for (const auto& w : plan->windows) last_block = std::max(last_block, w.index + 1);
   plan->chains.resize(last_block);
-  return true;
+  return TierPlan::kLoad;
 }
 
 bool Scheduler::StartTierLoad(const Sequence* s, std::vector<std::vector<int32_t>>* tables) {
-  std::vector<int32_t>* match = &(*tables)[0];
-  tiers_->TouchMatched(*pool_, *match);
-  const int at = static_cast<int>(match->size());
+  tiers_->TouchMatched(*pool_, *tables);
+  const int at = static_cast<int>((*tables)[0].size());
   // A sequence whose own load (or plan) reached `tried` tries again only if the pool has lost some of those
   // blocks since (evicted before it was admitted); past them the tiers had nothing valid.
   const auto tried = load_tried_.find(s);
@@ -281,20 +291,20 @@ bool Scheduler::StartTierLoad(const Sequence* s, std::vector<std::vector<int32_t
   const bool own = !load;
   if (own) {
     KvTiers::LoadPlan plan;
-    if (!PlanTierLoad(s->tokens().data(), known, *tables, &plan)) {
-      load_tried_[s] = at;
-      return false;
-    }
+    const TierPlan p = PlanTierLoad(s->tokens().data(), known, *tables, &plan);
+    // Nothing in the tiers to gain: not asked again until the pool's match drops. No room now: asked again at the
+    // next attempt (the pool frees blocks as sequences finish).
+    if (p == TierPlan::kNothing) load_tried_[s] = at;
+    if (p != TierPlan::kLoad) return false;
     plan.key = key;
-    load = tiers_->StartLoad(pool_, s->tokens().data(), std::move(plan), match);  // takes match's references
-    if (!load) {
-      load_tried_[s] = at;
-      return false;
-    }
+    load = tiers_->StartLoad(pool_, s->tokens().data(), std::move(plan), tables);  // takes the tables' references
+    if (!load) return false;  // the pool could not give the blocks: no room now
     loads_.push_back(load);
   } else {
-    pool_->Release(*match);  // joined another's load: this match is taken again at admission
-    match->clear();
+    for (auto& t : *tables) {  // joined another's load: this match is taken again at admission
+      pool_->Release(t);
+      t.clear();
+    }
   }
   waits_on_[s] = LoadWait{std::move(load), own};
   return true;
@@ -313,11 +323,7 @@ int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int3
   // Past the pool's match, the tiers (RAM, then disk) may hold the prefix's next blocks (and a hybrid cache's
   // windows): they are loaded into fresh pool blocks off this thread, and the sequence waits for them (a later
   // Schedule admits it with them as cached tokens).
-  if (tiers_ && StartTierLoad(s, tables)) {
-    for (auto& t : *tables) {
-      pool_->Release(t);
-      t.clear();
-    }
+  if (tiers_ && StartTierLoad(s, tables)) {  // the tables' references went to the load (or were released)
     *loading = true;
     return 0;
   }
@@ -560,6 +566,7 @@ void Scheduler::Publish(Sequence* s) {
   if (!cfg_.prefix_caching) return;
   const int bs = pool_->block_size();
   const int valid = std::min(s->kv_written(), static_cast<int>(s->tokens().size()));
+  std::vector<uint64_t> chains;  // the tiers' keys, hashed once for every group's offers
   for (int g = 0; g < s->num_groups(); ++g) {
     const int full = std::min(valid / bs, static_cast<int>(s->table(g).size()));
     if (full <= s->num_published(g)) continue;
@@ -569,7 +576,10 @@ void Scheduler::Publish(Sequence* s) {
     const bool tie = window(g) > 0 && window(0) == 0;
     pool_->Publish(s->table(g), s->tokens().data(), full, g, 0, s->first(g), tie ? &s->table(0) : nullptr);
     // Write-through: the new full blocks are copied now (their K/V is final) and stored off this thread.
-    if (tiers_) tiers_->Offer(g, s->table(g), s->tokens().data(), std::max(s->num_published(g), s->first(g)), full);
+    if (tiers_) {
+      if (static_cast<int>(chains.size()) < full) chains = pool_->ChainHashes(s->tokens().data(), valid / bs * bs);
+      tiers_->Offer(g, s->table(g), s->tokens().data(), std::max(s->num_published(g), s->first(g)), full, chains);
+    }
     s->Published(g, full);
   }
 }

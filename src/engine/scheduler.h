@@ -123,11 +123,13 @@ class Scheduler {
   int MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
                         int* reuse, bool* loading);
   // The tiers: plans a load past the pool's matches of the full groups (`tables`; a hybrid cache's windows too, by
-  // the same hit rule as MatchForAdmission); false when it would gain nothing over the pool's own hit.
-  bool PlanTierLoad(const int32_t* tokens, int known, const std::vector<std::vector<int32_t>>& tables,
-                    KvTiers::LoadPlan* plan) const;
-  // Starts (or joins) a tier load for `s`, which then waits on it (group 0's match is moved into the load or
-  // released; the caller releases the other tables); false when there is nothing to load.
+  // the same hit rule as MatchForAdmission): kNothing when it would gain nothing over the pool's own hit, kNoRoom
+  // when the pool cannot give blocks now.
+  enum class TierPlan { kLoad, kNothing, kNoRoom };
+  TierPlan PlanTierLoad(const int32_t* tokens, int known, const std::vector<std::vector<int32_t>>& tables,
+                        KvTiers::LoadPlan* plan) const;
+  // Starts (or joins) a tier load for `s`, which then waits on it holding nothing (the tables' references move
+  // into the load, or are released); false, with the tables untouched, when there is nothing to load.
   bool StartTierLoad(const Sequence* s, std::vector<std::vector<int32_t>>* tables);
   // The tiers' loads that are done: their blocks are published to the pool's cache and released (the requests
   // waiting on them match them next, as the most recent blocks of the cache). Called first in Schedule.

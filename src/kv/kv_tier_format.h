@@ -64,7 +64,8 @@ struct DiskBlockHeader {
   uint32_t version;
   uint32_t header_bytes;   // sizeof(DiskBlockHeader): a reader of another build's struct rejects the file
   uint64_t model_digest;
-  uint64_t chain_hash;     // unsalted: the prefix's chain hash
+  uint64_t chain_hash;     // the prefix's chain hash (a KV group other than 0: TierGroupChain of it), unsalted by
+                           // the model digest
   uint64_t parent_hash;    // the previous block's chain hash (0 for a prefix's first block)
   uint32_t num_tokens;
   uint32_t reserved;

@@ -77,14 +77,12 @@ std::vector<uint8_t> KvTiers::TakeBuffer() {
   return b;
 }
 
-void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to) {
-  to = std::min(to, static_cast<int>(table.size()));
-  if (from >= to) return;
-  uint64_t parent = 0, chain = kPrefixHashSeed;
-  for (int i = 0; i < to; ++i) {
-    parent = i == 0 ? 0 : chain;
-    chain = ChainHash(chain, tokens + static_cast<size_t>(i) * block_size_, block_size_);
-    if (i < from || table[i] < 0) continue;
+void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to,
+                    const std::vector<uint64_t>& chains) {
+  to = std::min({to, static_cast<int>(table.size()), static_cast<int>(chains.size())});
+  for (int i = from; i < to; ++i) {
+    if (table[i] < 0) continue;
+    const uint64_t parent = i == 0 ? 0 : chains[i - 1], chain = chains[i];
     const uint64_t stored_chain = TierGroupChain(chain, group);
     const uint64_t key = TierKey(opt_.model_digest, stored_chain);
     // A block every tier holds already (one loaded from them, or another request's twin) costs no copy.
@@ -209,28 +207,21 @@ bool KvTiers::Held(uint64_t key) const {
   return (ram_ && ram_->Contains(key)) || (disk_ && disk_->Contains(key));
 }
 
-void KvTiers::TouchMatched(const BlockPool& pool, const std::vector<int32_t>& table) {
+void KvTiers::TouchMatched(const BlockPool& pool, const std::vector<std::vector<int32_t>>& tables) {
+  const std::vector<int32_t>& table = tables[0];
   const int start = static_cast<int>(table.size());
   // The pool's hits are touched in the tiers too: a prefix every request shares is served from the pool and never
   // written again, and without this it would be the first the tiers evict (and the oldest file after a restart).
   // A prefix whose first block the tiers do not hold was never stored or is gone: nothing to touch, and the
-  // admission path skips the lookups.
-  if (start > 0 && Held(TierKey(opt_.model_digest, pool.cached_key(table[0])))) {
-    std::vector<Job> refresh;
-    for (int i = 0; i < start; ++i) {
-      const uint64_t chain = pool.cached_key(table[i]);
-      const uint64_t key = TierKey(opt_.model_digest, chain);
-      if (ram_) ram_->Touch(key);
-      if (disk_ && disk_->Touch(key)) refresh.push_back(Job{Job::Kind::kRefreshTime, key, chain, 0, {}});
-    }
-    if (!refresh.empty()) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        for (Job& j : refresh) queue_.push_back(std::move(j));
-      }
-      cv_.notify_one();
-    }
+  // admission path skips the lookups. Group 0's cached keys are the chain hashes, which name the other full
+  // groups' blocks of the same positions too (as far as group 0's match goes).
+  if (start == 0 || !Held(Key(0, pool.cached_key(table[0])))) return;
+  std::vector<uint64_t> keys;
+  for (size_t g = 0; g < tables.size(); ++g) {
+    const int n = std::min(start, static_cast<int>(tables[g].size()));
+    for (int i = 0; i < n; ++i) keys.push_back(Key(static_cast<int>(g), pool.cached_key(table[i])));
   }
+  Touch(keys);
 }
 
 void KvTiers::Touch(const std::vector<uint64_t>& keys) {
@@ -249,20 +240,25 @@ void KvTiers::Touch(const std::vector<uint64_t>& keys) {
 }
 
 std::shared_ptr<KvTiers::Load> KvTiers::StartLoad(BlockPool* pool, const int32_t* tokens, LoadPlan plan,
-                                                  std::vector<int32_t>* table) {
+                                                  std::vector<std::vector<int32_t>>* tables) {
   const int fresh = plan.end - plan.start + static_cast<int>(plan.windows.size());
-  if (fresh <= 0 || fresh > pool->num_available()) return nullptr;
+  // The pinned blocks are cached and unreferenced (available) until held: counted with the fresh ones.
+  if (fresh <= 0 || fresh + static_cast<int>(plan.pinned.size()) > pool->num_available()) return nullptr;
   auto load = std::make_shared<Load>();
+  for (const int32_t b : plan.pinned) pool->Acquire(b);  // before the allocations, which may evict cached blocks
+  load->held = std::move(plan.pinned);
+  for (size_t g = 1; g < tables->size(); ++g) {
+    std::vector<int32_t>& t = (*tables)[g];
+    load->held.insert(load->held.end(), t.begin(), t.end());
+    t.clear();
+  }
+  load->table = std::move((*tables)[0]);
+  (*tables)[0].clear();
   // Free or evicted blocks: no step in flight reads them.
   if (plan.end > plan.start) {
-    auto got = pool->Allocate(plan.end - plan.start, 0);
-    if (!got.ok()) return nullptr;
-    load->table = std::move(*table);
+    auto got = pool->Allocate(plan.end - plan.start, 0);  // counted above: cannot fail
     load->table.insert(load->table.end(), got->begin(), got->end());
-  } else {
-    load->table = std::move(*table);
   }
-  table->clear();
   for (const LoadPlan::Window& w : plan.windows) {
     auto got = pool->Allocate(1, w.group);
     if (!got.ok()) {  // not reached (counted above); the load goes on without this window
@@ -373,6 +369,8 @@ std::vector<int32_t> KvTiers::FinishLoad(BlockPool* pool, Load* load) {
     a = b;
   }
   pool->Release(windows);
+  pool->Release(load->held);
+  load->held.clear();
   load->finished = true;
   return table;
 }

@@ -64,7 +64,8 @@ class KvTiers {
       bool chained;  // a full-attention group's block (published by chain), else a window's (tied to group 0's)
     };
     std::vector<Window> windows;
-    uint64_t key = 0;  // names the plan: requests whose plans are equal wait on one load
+    std::vector<int32_t> pinned;  // pool blocks the plan relies on (windows the hit resumes from): held by the load
+    uint64_t key = 0;             // names the load: requests that would start an equal one wait on it instead
   };
   // A prefix load: StartLoad (engine thread) queues it, the loader thread fills its fresh blocks and sets done,
   // FinishLoad (engine thread) publishes them. Shared so that several requests with the same prefix wait on one.
@@ -79,6 +80,7 @@ class KvTiers {
       bool loaded = false;
     };
     std::vector<WindowBlock> windows;
+    std::vector<int32_t> held;  // references to release at FinishLoad: other full groups' matches, pinned blocks
     int start = 0;
     uint64_t key = 0;  // LoadPlan::key
     std::chrono::steady_clock::time_point began;
@@ -93,20 +95,25 @@ class KvTiers {
   ~KvTiers();  // finishes the queued loads, stores what is queued, then stops both threads
 
   // Engine thread: offers blocks [from, to) of one KV group's block table (full, published, K/V written; entries
-  // below 0 are blocks a sliding window released, skipped) to the tiers.
-  void Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to);
-  // Engine thread, at admission: the pool's match (group 0 blocks) is touched in the tiers (most recent).
-  void TouchMatched(const BlockPool& pool, const std::vector<int32_t>& table);
+  // below 0 are blocks a sliding window released, skipped) to the tiers. `chains`: the prefix's chain hashes
+  // (PrefixChainHashes of `tokens`, at least `to` of them).
+  void Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to,
+             const std::vector<uint64_t>& chains);
+  // Engine thread, at admission: the pool's matches (`tables`: each full group's, by chain) are touched in the
+  // tiers (most recent).
+  void TouchMatched(const BlockPool& pool, const std::vector<std::vector<int32_t>>& tables);
   // Engine thread: entries (Key) the pool served, touched in the tiers (a hit's windows).
   void Touch(const std::vector<uint64_t>& keys);
   // The tier key of group `group`'s block ending the prefix with chain hash `chain`, and whether a tier holds it
   // (by key only: a load validates what it reads).
   uint64_t Key(int group, uint64_t chain) const;
   bool Held(uint64_t key) const;
-  // Engine thread, at admission: `table` is the pool's match of group 0 for `tokens` (references held; its size is
+  // Engine thread, at admission: `tables` are the pool's matches for `tokens` (references held; group 0's size is
   // plan.start). Takes fresh pool blocks for the plan (nothing when the pool cannot give them all) and queues the
-  // load, which owns `table` (moved out) and the fresh blocks. Null, with `table` untouched, when nothing started.
-  std::shared_ptr<Load> StartLoad(BlockPool* pool, const int32_t* tokens, LoadPlan plan, std::vector<int32_t>* table);
+  // load, which then owns every table's references (the tables are left empty), the pinned blocks' and the
+  // fresh blocks. Null, with `tables` untouched, when nothing started.
+  std::shared_ptr<Load> StartLoad(BlockPool* pool, const int32_t* tokens, LoadPlan plan,
+                                  std::vector<std::vector<int32_t>>* tables);
   // Engine thread, once load->done: publishes the loaded blocks to the pool's prefix cache (windows tied to group
   // 0's blocks, other full groups' by chain) and returns group 0's blocks the load held (the match and the loaded ones, still referenced; the
   // caller releases them) after giving back the blocks a miss left unfilled.

@@ -195,5 +195,87 @@ TEST(KvTiersHybridTest, DeepseekV4WindowsComeBackFromTheTiers) {
   ExpectTierHitsColdExact(*m, 6, 60, {6, 126, 200}, "deepseek_v4");
 }
 
+// Mistral 7B v0.1's layout, a window on every layer: no full-attention group to tie a stored window to, so the
+// tiers are refused with the reason and the way out; with --swa-full (one full-attention group) a prefix the
+// pool evicted is a RAM hit, bitwise the cold run.
+TEST(KvTiersHybridTest, EveryLayerWindowedNeedsSwaFull) {
+  TinySpec spec = SmallSpec(Arch::kMistral);
+  spec.window = 16;
+  auto m = MakeTiny(spec, "tiers_mistral_window");
+  ASSERT_TRUE(m);
+  EngineOptions o;
+  o.block_size = 8;
+  o.num_kv_blocks = 256;
+  o.kv_offload_ram_bytes = size_t{16} << 20;
+  auto refused = Engine::Create(*m, o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("every layer of this model has a sliding window"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("--swa-full"), std::string::npos);
+  o.swa_full = true;
+  std::mt19937 rng(7070);
+  std::vector<int32_t> a;
+  for (int i = 0; i < 101; ++i) a.push_back(static_cast<int32_t>(3 + rng() % (m->config.vocab_size - 3)));
+  EngineOptions cold = o;
+  cold.prefix_caching = false;
+  cold.kv_offload_ram_bytes = 0;
+  auto ce = MakeEngine(*m, cold);
+  ASSERT_TRUE(ce);
+  const RequestResult ref = RunOne(*ce, a);
+  auto e = MakeEngine(*m, o);
+  ASSERT_TRUE(e);
+  RunOne(*e, a);
+  e->FlushKvTiers();
+  e->EvictCachedKv(false);
+  const RequestResult again = RunOne(*e, a);
+  ExpectSameResults({ref}, {again}, "RAM hit with --swa-full");
+  EXPECT_EQ(again.cached_tokens, 96);
+  EXPECT_EQ(e->Stats().kv_tiers.ram_hits, 12);
+}
+
+// --swa-replay approx (DeepSeek-V4.1's replay) writes full-attention K/V that a cold run would not: an exact
+// engine on the same store never loads it (the entries are keyed apart), while an approx engine does.
+TEST(KvTiersHybridTest, ApproxReplayEntriesAreNeverServedToAnExactEngine) {
+  static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "dsv4_tiers_approx");
+  TempDir dir("hybrid_approx");
+  std::mt19937 rng(8080);
+  std::vector<int32_t> a;
+  for (int i = 0; i < 300; ++i) a.push_back(static_cast<int32_t>(3 + rng() % (m->config.vocab_size - 3)));
+  EngineOptions o;
+  o.block_size = 6;
+  o.num_kv_blocks = 1024;
+  o.max_batched_tokens = 32;
+  o.kv_store_dir = dir.path.string();
+  o.kv_store_bytes = size_t{64} << 20;
+  EngineOptions approx = o;
+  approx.swa_replay_approx = true;
+  {
+    auto e = MakeEngine(*m, approx);
+    ASSERT_TRUE(e);
+    RunOne(*e, a);
+    e->FlushKvTiers();
+    EXPECT_GT(e->Stats().kv_tiers.disk_blocks_written, 0);
+  }
+  EngineOptions cold = o;
+  cold.prefix_caching = false;
+  cold.kv_store_dir.clear();
+  auto ce = MakeEngine(*m, cold);
+  ASSERT_TRUE(ce);
+  const RequestResult ref = RunOne(*ce, a);
+  {
+    auto e = MakeEngine(*m, o);
+    ASSERT_TRUE(e);
+    const RequestResult got = RunOne(*e, a);
+    EXPECT_EQ(e->Stats().kv_tiers.disk_hits, 0) << "an exact engine loaded an approx engine's entry";
+    EXPECT_EQ(got.cached_tokens, 0);
+    ExpectSameResults({ref}, {got}, "exact engine on an approx engine's store");
+  }
+  auto e = MakeEngine(*m, approx);
+  ASSERT_TRUE(e);
+  const RequestResult got = RunOne(*e, a);
+  EXPECT_GT(e->Stats().kv_tiers.disk_hits, 0) << "an approx engine reuses its own kind's entries";
+  EXPECT_GT(got.cached_tokens, 0);
+}
+
 }  // namespace
 }  // namespace deepinfer::testing
