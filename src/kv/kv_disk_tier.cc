@@ -308,7 +308,7 @@ bool KvDiskTier::Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, co
     Forget(key);
     return false;
   }
-  std::memcpy(out, payload, n);
+  if (out) std::memcpy(out, payload, n);
   return true;
 }
 

@@ -52,9 +52,10 @@ class KvDiskTier {
   // Makes the renames so far durable (fsync of the directory). Put leaves it to the caller so that a burst of
   // writes pays for it once: until then a crash can lose the newest entries (misses), never tear one.
   void SyncDirectory();
-  // Reads and validates the entry into out[0, n): true only when it is whole, of this model, of this prefix
-  // (chain and parent hash, and the leading prefix_n bytes equal `prefix`). A file that fails is removed.
-  // `scratch` is the caller's reusable buffer.
+  // Reads and validates the entry (n bytes): true only when it is whole, of this model, of this prefix (chain and
+  // parent hash, and the leading prefix_n bytes equal `prefix`). A file that fails is removed. `scratch` is the
+  // caller's reusable buffer, which holds the file on return: the entry is copied to out[0, n), or, with a null
+  // `out`, left at scratch->data() + sizeof(DiskBlockHeader) (one copy fewer).
   bool Get(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, const uint8_t* prefix, size_t prefix_n,
            uint8_t* out, size_t n, std::vector<uint8_t>* scratch);
   bool Contains(uint64_t key) const;

@@ -11,10 +11,6 @@
 
 namespace deepinfer {
 
-namespace {
-constexpr size_t kMaxSpareBuffers = 64;  // recycled entry buffers kept; more are freed
-}
-
 KvTiers::KvTiers(const Options& opt, PagedKvCache* kv)
     : opt_(opt),
       kv_(kv),
@@ -22,7 +18,7 @@ KvTiers::KvTiers(const Options& opt, PagedKvCache* kv)
       token_bytes_(static_cast<size_t>(kv->block_size()) * sizeof(int32_t)),
       entry_bytes_(token_bytes_ + kv->block_bytes()) {
   if (opt_.max_queue_bytes == 0) opt_.max_queue_bytes = std::max<size_t>(64 * entry_bytes_, size_t{256} << 20);
-  load_staging_.resize(entry_bytes_);
+  queue_slots_ = std::max<size_t>(1, opt_.max_queue_bytes / entry_bytes_);
 }
 
 StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCache* kv) {
@@ -31,7 +27,7 @@ StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCa
     if (opt.ram_bytes < t->entry_bytes_)
       return InvalidArgument("--kv-offload-ram " + std::to_string(opt.ram_bytes) + " bytes holds no KV block (one is " +
                              std::to_string(t->entry_bytes_) + " bytes)");
-    t->ram_ = std::make_unique<KvRamTier>(opt.ram_bytes);
+    DI_ASSIGN_OR_RETURN(t->ram_, KvRamTier::Create(opt.ram_bytes, t->entry_bytes_));
   }
   if (!opt.disk_dir.empty()) {
     const size_t file_bytes = sizeof(DiskBlockHeader) + t->entry_bytes_;
@@ -46,6 +42,8 @@ StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCa
                 opt.disk_bytes / 1048576.0, static_cast<long long>(rep.rejected), static_cast<long long>(rep.foreign),
                 static_cast<long long>(rep.temp_removed));
   }
+  DI_ASSIGN_OR_RETURN(t->queue_arena_, HostBuffer::Allocate(t->queue_slots_ * t->entry_bytes_, /*huge_pages=*/true));
+  for (size_t q = t->queue_slots_; q-- > 0;) t->queue_free_.push_back(static_cast<int32_t>(q));
   DI_LOG_INFO("kv tiers: RAM %.1f MiB, disk %s (%.1f MiB); %zu bytes per block (%d tokens), model digest %016llx",
               opt.ram_bytes / 1048576.0, opt.disk_dir.empty() ? "off" : opt.disk_dir.c_str(), opt.disk_bytes / 1048576.0,
               t->entry_bytes_, t->block_size_, static_cast<unsigned long long>(opt.model_digest));
@@ -69,14 +67,6 @@ KvTiers::~KvTiers() {
   if (writer_.joinable()) writer_.join();
 }
 
-std::vector<uint8_t> KvTiers::TakeBuffer() {
-  if (spare_.empty()) return std::vector<uint8_t>(entry_bytes_);  // warm-up only: buffers are recycled
-  std::vector<uint8_t> b = std::move(spare_.back());
-  spare_.pop_back();
-  b.resize(entry_bytes_);
-  return b;
-}
-
 void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t* tokens, int from, int to,
                     const std::vector<uint64_t>& chains) {
   to = std::min({to, static_cast<int>(table.size()), static_cast<int>(chains.size())});
@@ -87,18 +77,20 @@ void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t*
     const uint64_t key = TierKey(opt_.model_digest, stored_chain);
     // A block every tier holds already (one loaded from them, or another request's twin) costs no copy.
     if ((!ram_ || ram_->Contains(key)) && (!disk_ || disk_->Contains(key))) continue;
-    Job job{Job::Kind::kStore, key, stored_chain, parent, {}};
+    Job job{Job::Kind::kStore, key, stored_chain, parent};
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) {
+      if (queue_free_.empty()) {
         ++dropped_;  // the writer is behind: never stall the engine for it
         continue;
       }
-      job.data = TakeBuffer();
-      queued_bytes_ += entry_bytes_;
+      job.slot = queue_free_.back();
+      queue_free_.pop_back();
     }
-    std::memcpy(job.data.data(), tokens + static_cast<size_t>(i) * block_size_, token_bytes_);
-    kv_->ReadBlock(table[i], job.data.data() + token_bytes_);
+    // The slot is this offer's until the writer frees it: filled outside the lock.
+    uint8_t* entry = queue_slot(job.slot);
+    std::memcpy(entry, tokens + static_cast<size_t>(i) * block_size_, token_bytes_);
+    kv_->ReadBlock(table[i], entry + token_bytes_);
     {
       std::lock_guard<std::mutex> lock(mu_);
       queue_.push_back(std::move(job));
@@ -108,7 +100,6 @@ void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t*
 }
 
 void KvTiers::WriterLoop() {
-  std::vector<std::vector<uint8_t>> evicted;
   bool dir_dirty = false;  // files renamed since the directory was last fsynced
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
@@ -121,45 +112,39 @@ void KvTiers::WriterLoop() {
     }
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) break;  // stop_ and nothing left to store
-    Job job = std::move(queue_.front());
+    Job job = queue_.front();
     queue_.pop_front();
     writing_ = true;
-    if (job.kind == Job::Kind::kPromote) job.data = TakeBuffer();
     lock.unlock();
-    if (job.kind == Job::Kind::kRefreshTime) {  // no data, no queued bytes
+    if (job.kind == Job::Kind::kRefreshTime) {
       disk_->RefreshTime(job.key);
-      lock.lock();
-      writing_ = false;
-      if (queue_.empty()) idle_cv_.notify_all();
-      continue;
-    }
-    if (job.kind == Job::Kind::kPromote) {
-      // Validated again as any read is (another server may have replaced or removed the file meanwhile).
-      if (!disk_->Get(job.key, job.chain, job.parent, nullptr, 0, job.data.data(), entry_bytes_, &promote_scratch_))
-        job.data.clear();
-    } else if (disk_) {
-      const size_t w = disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), job.data.data(),
-                                  job.data.size());
-      if (w > 0) {
-        dir_dirty = true;
-        disk_written_ += static_cast<int64_t>(w);
-        ++disk_blocks_;
+    } else if (job.kind == Job::Kind::kPromote) {
+      // Validated again as any read is (another server may have replaced or removed the file meanwhile), then
+      // copied from the read buffer into a RAM slot.
+      if (!ram_->Contains(job.key) &&
+          disk_->Get(job.key, job.chain, job.parent, nullptr, 0, nullptr, entry_bytes_, &promote_scratch_) &&
+          ram_->Put(job.key, job.parent, promote_scratch_.data() + sizeof(DiskBlockHeader))) {
+        ram_written_ += static_cast<int64_t>(entry_bytes_);
+        ++ram_blocks_;
       }
-    }
-    if (ram_ && !job.data.empty() && !ram_->Contains(job.key)) {
-      const size_t n = job.data.size();
-      ram_->Put(job.key, job.parent, &job.data, &evicted);
-      if (job.data.empty()) {  // moved in: stored
-        ram_written_ += static_cast<int64_t>(n);
+    } else {
+      const uint8_t* entry = queue_slot(job.slot);
+      if (disk_) {
+        const size_t w = disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), entry, entry_bytes_);
+        if (w > 0) {
+          dir_dirty = true;
+          disk_written_ += static_cast<int64_t>(w);
+          ++disk_blocks_;
+        }
+      }
+      if (ram_ && ram_->Put(job.key, job.parent, entry)) {
+        ram_written_ += static_cast<int64_t>(entry_bytes_);
         ++ram_blocks_;
       }
     }
     lock.lock();
-    queued_bytes_ -= entry_bytes_;
-    if (job.data.capacity() >= entry_bytes_ && spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(job.data));
-    for (auto& b : evicted)
-      if (spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(b));
-    evicted.clear();
+    if (job.kind == Job::Kind::kStore) queue_free_.push_back(job.slot);
+    if (job.kind == Job::Kind::kPromote) --promotes_queued_;
     writing_ = false;
     if (queue_.empty()) idle_cv_.notify_all();
   }
@@ -172,25 +157,29 @@ void KvTiers::Flush() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
 }
 
-bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, bool* from_ram) {
+bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, int32_t block,
+                    bool* from_ram) {
   const auto* tok = reinterpret_cast<const uint8_t*>(tokens);
   *from_ram = false;
-  if (ram_ && ram_->Get(key, parent, tok, token_bytes_, load_staging_.data(), entry_bytes_)) {
+  // A fresh block: no step reads it until FinishLoad publishes it and a request is admitted with it. The RAM
+  // entry is written into it straight from its slot, the disk entry from the read buffer.
+  if (ram_ && ram_->Read(key, parent, tok, token_bytes_,
+                         [&](const uint8_t* entry) { kv_->WriteBlock(block, entry + token_bytes_); })) {
     ++ram_hits_;
     ram_read_ += static_cast<int64_t>(entry_bytes_);
     *from_ram = true;
     return true;
   }
-  if (disk_ &&
-      disk_->Get(key, chain, parent, tok, token_bytes_, load_staging_.data(), entry_bytes_, &disk_scratch_)) {
+  if (disk_ && disk_->Get(key, chain, parent, tok, token_bytes_, nullptr, entry_bytes_, &disk_scratch_)) {
+    kv_->WriteBlock(block, disk_scratch_.data() + sizeof(DiskBlockHeader) + token_bytes_);
     ++disk_hits_;
     disk_read_ += static_cast<int64_t>(entry_bytes_ + sizeof(DiskBlockHeader));
     if (ram_) {  // promote (on the writer thread): the pool's next miss of it finds it in RAM
       {
         std::lock_guard<std::mutex> lock(mu_);
-        if (queued_bytes_ + entry_bytes_ > opt_.max_queue_bytes) return true;  // behind: skip the promotion
-        queued_bytes_ += entry_bytes_;
-        queue_.push_back(Job{Job::Kind::kPromote, key, chain, parent, {}});
+        if (promotes_queued_ >= queue_slots_) return true;  // behind: skip the promotion
+        ++promotes_queued_;
+        queue_.push_back(Job{Job::Kind::kPromote, key, chain, parent});
       }
       cv_.notify_one();
     }
@@ -229,7 +218,7 @@ void KvTiers::Touch(const std::vector<uint64_t>& keys) {
   for (const uint64_t key : keys) {
     if (ram_) ram_->Touch(key);
     // The file's time orders eviction after a restart; the writer refreshes it (the chain is not needed).
-    if (disk_ && disk_->Touch(key)) refresh.push_back(Job{Job::Kind::kRefreshTime, key, 0, 0, {}});
+    if (disk_ && disk_->Touch(key)) refresh.push_back(Job{Job::Kind::kRefreshTime, key, 0, 0});
   }
   if (refresh.empty()) return;
   {
@@ -309,9 +298,7 @@ void KvTiers::RunLoad(Load* load) {
     const uint64_t parent = i == 0 ? 0 : load->chains[i - 1];
     const uint64_t chain = TierGroupChain(load->chains[i], group);
     bool ram = false;
-    if (!Fetch(TierKey(opt_.model_digest, chain), chain, parent, own, &ram)) return false;  // gone, or invalid
-    // A fresh block: no step reads it until FinishLoad publishes it and a request is admitted with it.
-    kv_->WriteBlock(block, load_staging_.data() + token_bytes_);
+    if (!Fetch(TierKey(opt_.model_digest, chain), chain, parent, own, block, &ram)) return false;  // gone, or invalid
     from_ram += ram;
     return true;
   };

@@ -3,8 +3,8 @@
 // has evicted them, and (disk) after the process has exited.
 //
 // Write-through: when the scheduler publishes a full block to the pool's prefix cache, Offer copies its tokens
-// and K/V bytes into a recycled buffer and queues it; a writer thread stores it in RAM and on disk, so the
-// engine thread never waits on a disk. Offers are dropped (and counted) when the queue is over its byte bound.
+// and K/V bytes into a slot of the queue's arena and queues it; a writer thread stores it in RAM and on disk, so
+// the engine thread never waits on a disk. Offers are dropped (and counted) when no queue slot is free.
 // Read: at admission, after the pool's own match, StartLoad checks whether the tiers hold the prefix's next blocks;
 // if so it takes fresh pool blocks for them and queues a Load, and the request waits in a loading state while the
 // step loop goes on without it (the batch never waits on a disk). A loader thread of its own (so reads never queue
@@ -132,21 +132,21 @@ class KvTiers {
   void WriterLoop();
   void LoaderLoop();
   void RunLoad(Load* load);  // loader thread
-  std::vector<uint8_t> TakeBuffer();  // mu_ held
-  // The tiers' copy of the block of this prefix into load_staging_ (loader thread), true on a hit (counted per
-  // tier; *from_ram says which).
-  bool Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, bool* from_ram);
+  // The tiers' copy of the block of this prefix written into pool block `block` (loader thread), true on a hit
+  // (counted per tier; *from_ram says which). A miss may leave the block partly written (it is fresh: unused).
+  bool Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, int32_t block, bool* from_ram);
+  uint8_t* queue_slot(int32_t s) { return queue_arena_->data() + static_cast<size_t>(s) * entry_bytes_; }
 
   struct Job {
     enum class Kind {
       kStore,        // a published block (data) to write to the tiers that lack it
       kPromote,      // a disk hit to copy into RAM: the writer reads the file again (from the page cache), so the
-                     // engine thread neither copies nor allocates for it
+                     // loader neither copies nor waits for it
       kRefreshTime,  // a pool hit on a stored block: refresh its file's time (the order after a restart)
     };
     Kind kind;
     uint64_t key, chain, parent;
-    std::vector<uint8_t> data;
+    int32_t slot = -1;  // kStore: the queue slot holding the entry
   };
   Options opt_;
   PagedKvCache* kv_;
@@ -159,9 +159,12 @@ class KvTiers {
   std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
   std::deque<Job> queue_;
-  size_t queued_bytes_ = 0;
+  // Write-through entries wait in the slots of one arena (max_queue_bytes of them, huge pages): an offer finds a
+  // free slot or is dropped, and no entry is ever allocated. Promotions (no data) are bounded by the same count.
+  std::unique_ptr<HostBuffer> queue_arena_;
+  std::vector<int32_t> queue_free_;
+  size_t queue_slots_ = 0, promotes_queued_ = 0;
   bool writing_ = false, stop_ = false;
-  std::vector<std::vector<uint8_t>> spare_;  // recycled entry buffers
   std::thread writer_;
 
   // The loader: its queue, and loads_completed_ (bumped under load_mu_ so that WaitForLoad cannot miss it).
@@ -173,7 +176,7 @@ class KvTiers {
   std::atomic<int64_t> loads_in_flight_{0};
   std::thread loader_;
   // Loader thread only.
-  std::vector<uint8_t> load_staging_, disk_scratch_;
+  std::vector<uint8_t> disk_scratch_;
   // Writer thread only.
   std::vector<uint8_t> promote_scratch_;
 
