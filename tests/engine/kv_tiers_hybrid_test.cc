@@ -30,7 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-RequestResult RunOne(Engine& e, const std::vector<int32_t>& prompt) {
+RequestResult RunSeededRequest(Engine& e, const std::vector<int32_t>& prompt) {
   RequestParams p;
   p.max_tokens = 8;
   p.ignore_eos = true;
@@ -114,7 +114,7 @@ void ExpectTierHitsColdExact(const Model& m, int bs, int R, const std::vector<in
     b.insert(b.end(), own.begin(), own.end());
     auto ce = MakeEngine(m, cold);
     ASSERT_TRUE(ce);
-    const RequestResult ref = RunOne(*ce, b);
+    const RequestResult ref = RunSeededRequest(*ce, b);
     const int blocks = std::min(shared, static_cast<int>(b.size()) - 1) / bs * bs;
     std::string line;
     for (const Where where : {Where::kRam, Where::kDisk, Where::kDiskAnchorsOnly}) {
@@ -128,7 +128,7 @@ void ExpectTierHitsColdExact(const Model& m, int bs, int R, const std::vector<in
       }
       auto e = MakeEngine(m, t);
       ASSERT_TRUE(e);
-      RunOne(*e, a);
+      RunSeededRequest(*e, a);
       e->FlushKvTiers();
       const KvTierStats wrote = e->Stats().kv_tiers;
       EXPECT_GT(where == Where::kRam ? wrote.ram_blocks_written : wrote.disk_blocks_written, 200 / bs)
@@ -144,7 +144,7 @@ void ExpectTierHitsColdExact(const Model& m, int bs, int R, const std::vector<in
         e = MakeEngine(m, t);
         ASSERT_TRUE(e);
       }
-      const RequestResult got = RunOne(*e, b);
+      const RequestResult got = RunSeededRequest(*e, b);
       ASSERT_TRUE(e->CheckNoLeaks().ok());
       const std::string what = std::string(tag) + ": shared " + std::to_string(shared) + ", " + WhereName(where);
       ExpectSameResults({ref}, {got}, what);
@@ -221,13 +221,13 @@ TEST(KvTiersHybridTest, EveryLayerWindowedNeedsSwaFull) {
   cold.kv_offload_ram_bytes = 0;
   auto ce = MakeEngine(*m, cold);
   ASSERT_TRUE(ce);
-  const RequestResult ref = RunOne(*ce, a);
+  const RequestResult ref = RunSeededRequest(*ce, a);
   auto e = MakeEngine(*m, o);
   ASSERT_TRUE(e);
-  RunOne(*e, a);
+  RunSeededRequest(*e, a);
   e->FlushKvTiers();
   e->EvictCachedKv(false);
-  const RequestResult again = RunOne(*e, a);
+  const RequestResult again = RunSeededRequest(*e, a);
   ExpectSameResults({ref}, {again}, "RAM hit with --swa-full");
   EXPECT_EQ(again.cached_tokens, 96);
   EXPECT_EQ(e->Stats().kv_tiers.ram_hits, 12);
@@ -252,7 +252,7 @@ TEST(KvTiersHybridTest, ApproxReplayEntriesAreNeverServedToAnExactEngine) {
   {
     auto e = MakeEngine(*m, approx);
     ASSERT_TRUE(e);
-    RunOne(*e, a);
+    RunSeededRequest(*e, a);
     e->FlushKvTiers();
     EXPECT_GT(e->Stats().kv_tiers.disk_blocks_written, 0);
   }
@@ -261,18 +261,18 @@ TEST(KvTiersHybridTest, ApproxReplayEntriesAreNeverServedToAnExactEngine) {
   cold.kv_store_dir.clear();
   auto ce = MakeEngine(*m, cold);
   ASSERT_TRUE(ce);
-  const RequestResult ref = RunOne(*ce, a);
+  const RequestResult ref = RunSeededRequest(*ce, a);
   {
     auto e = MakeEngine(*m, o);
     ASSERT_TRUE(e);
-    const RequestResult got = RunOne(*e, a);
+    const RequestResult got = RunSeededRequest(*e, a);
     EXPECT_EQ(e->Stats().kv_tiers.disk_hits, 0) << "an exact engine loaded an approx engine's entry";
     EXPECT_EQ(got.cached_tokens, 0);
     ExpectSameResults({ref}, {got}, "exact engine on an approx engine's store");
   }
   auto e = MakeEngine(*m, approx);
   ASSERT_TRUE(e);
-  const RequestResult got = RunOne(*e, a);
+  const RequestResult got = RunSeededRequest(*e, a);
   EXPECT_GT(e->Stats().kv_tiers.disk_hits, 0) << "an approx engine reuses its own kind's entries";
   EXPECT_GT(got.cached_tokens, 0);
 }
