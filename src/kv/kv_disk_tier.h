@@ -64,6 +64,9 @@ class KvDiskTier {
   // once a minute per entry, so a hot prefix costs no system call per request.
   bool Touch(uint64_t key);
   void RefreshTime(uint64_t key) const;
+  // Asks the kernel to start reading the entry's file into the page cache (posix_fadvise WILLNEED), so that a
+  // load's next reads overlap instead of waiting on the disk one file at a time. Nothing if absent.
+  void Prefetch(uint64_t key) const;
 
   size_t bytes() const;
   size_t entries() const;
