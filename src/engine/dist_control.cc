@@ -17,6 +17,9 @@ void FillFromStats(const EngineStats& st, RankReport& r) {
   r.generated_tokens = st.generated_tokens, r.requests_finished = st.requests_finished;
   r.running = st.running, r.waiting = st.waiting;
   r.kv_blocks_free = st.kv_blocks_free, r.kv_blocks_total = st.kv_blocks_total;
+  r.kv_tier_ram_hits = st.kv_tiers.ram_hits, r.kv_tier_disk_hits = st.kv_tiers.disk_hits;
+  r.kv_tier_ram_blocks_written = st.kv_tiers.ram_blocks_written;
+  r.kv_tier_disk_blocks_written = st.kv_tiers.disk_blocks_written;
 }
 
 }  // namespace

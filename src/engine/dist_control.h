@@ -52,6 +52,9 @@ struct RankReport {
   int64_t running = 0, waiting = 0, kv_blocks_free = 0, kv_blocks_total = 0, assigned_requests = 0;
   int64_t moe_bytes_sent = 0, expert_rows = 0;
   int64_t attention_work = 0, cp_bytes_sent = 0;  // context parallelism: query x key pairs, K/V exchange bytes
+  // The rank's KV tiers (--kv-offload-ram / --kv-store; each rank has its own): blocks loaded from each tier and
+  // blocks written to each.
+  int64_t kv_tier_ram_hits = 0, kv_tier_disk_hits = 0, kv_tier_ram_blocks_written = 0, kv_tier_disk_blocks_written = 0;
   RoutingCounts routed;  // on group leaders' entries, filled by Reports() (rank 0 decides; 0 elsewhere)
 };
 

@@ -29,8 +29,13 @@ class Engine::DistHost final : public DistControl::Host {
   bool HasSequences() const override { return !e_.seqs_.empty() || e_.prev_ != nullptr; }
   int64_t AssignedRequests() const override { return static_cast<int64_t>(e_.requests_.size()); }
   EngineStats LocalStats() const override {
-    std::lock_guard<std::mutex> lock(e_.stats_mu_);
-    return e_.stats_;
+    EngineStats s;
+    {
+      std::lock_guard<std::mutex> lock(e_.stats_mu_);
+      s = e_.stats_;
+    }
+    if (e_.tiers_) s.kv_tiers = e_.tiers_->Stats();  // thread-safe: atomics and the tiers' own locks
+    return s;
   }
   const KvEventLog* KvEvents() const override { return e_.kv_events_.get(); }
 

@@ -182,6 +182,10 @@ std::string RenderRankMetrics(const std::vector<RankReport>& reports, const dist
       {"deepinfer_rank_expert_rows_total", "counter", "Expert rows (token x routed expert) this rank computed for any rank.", &RankReport::expert_rows},
       {"deepinfer_rank_attention_work_total", "counter", "Query x key pairs this rank's attention computed (context parallelism: its share).", &RankReport::attention_work},
       {"deepinfer_rank_cp_exchange_bytes_total", "counter", "Bytes this rank sent in context-parallel K/V exchanges.", &RankReport::cp_bytes_sent},
+      {"deepinfer_rank_kv_tier_ram_hits_total", "counter", "KV blocks this rank loaded from its RAM tier.", &RankReport::kv_tier_ram_hits},
+      {"deepinfer_rank_kv_tier_disk_hits_total", "counter", "KV blocks this rank loaded from its disk tier.", &RankReport::kv_tier_disk_hits},
+      {"deepinfer_rank_kv_tier_ram_blocks_written_total", "counter", "KV blocks this rank wrote to its RAM tier.", &RankReport::kv_tier_ram_blocks_written},
+      {"deepinfer_rank_kv_tier_disk_blocks_written_total", "counter", "KV blocks this rank wrote to its disk tier.", &RankReport::kv_tier_disk_blocks_written},
   };
   std::string out;
   for (const Series& s : kSeries) {

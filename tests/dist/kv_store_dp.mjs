@@ -59,6 +59,16 @@ try {
     const m = await metrics(srv.base);
     const perRank = dp => Number(new RegExp(`^deepinfer_rank_generation_tokens_total\\{[^}]*dp_rank="${dp}"[^}]*\\} ([0-9.e+-]+)$`, "m").exec(m.text)?.[1]);
     check(perRank(0) > 0 && perRank(1) > 0, `both groups served prompts from the store (tokens: ${perRank(0)} / ${perRank(1)})`);
+    // Each rank's own tier counters (rank 0's /metrics shows every rank's): the disk hits of both sum to every
+    // prompt's 9 blocks.
+    let mr = m;  // the ranks' reports ride the control plane's sync: polled until they cover every load
+    const rankHits = dp => Number(new RegExp(`^deepinfer_rank_kv_tier_disk_hits_total\\{[^}]*dp_rank="${dp}"[^}]*\\} ([0-9.e+-]+)$`, "m").exec(mr.text)?.[1]);
+    for (let t = 0; t < 40 && rankHits(0) + rankHits(1) !== 16 * 9; ++t) {
+      await new Promise(r => setTimeout(r, 50));
+      mr = await metrics(srv.base);
+    }
+    check(rankHits(0) > 0 && rankHits(1) > 0 && rankHits(0) + rankHits(1) === 16 * 9,
+          `per-rank tier counters: disk hits ${rankHits(0)} + ${rankHits(1)} = ${16 * 9}`);
     // 2. Both ranks store new prompts.
     const got2 = await serveAll(srv, second);
     check(same(got2, cold.second) === 0, "--dp 2, storing new prompts: outputs bitwise the cold ones");
