@@ -8,9 +8,10 @@
 
 namespace deepinfer {
 
-StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes, bool huge_pages) {
+StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes, bool huge_pages, bool reserve_only) {
   if (bytes == 0) bytes = 1;
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | (reserve_only ? MAP_NORESERVE : 0),
+                   -1, 0);
   if (p == MAP_FAILED) return IoError("cannot allocate " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
   if (huge_pages) ::madvise(p, bytes, MADV_HUGEPAGE);  // advisory: fine if THP is off
   return std::unique_ptr<HostBuffer>(new HostBuffer(static_cast<uint8_t*>(p), bytes));

@@ -11,7 +11,9 @@ namespace deepinfer {
 
 class HostBuffer {
  public:
-  static StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes, bool huge_pages = true);
+  // reserve_only: address space that is backed only as it is written (MAP_NORESERVE: not charged against the
+  // commit limit up front), for caches sized by a flag that fill over time (the KV tiers' arenas).
+  static StatusOr<std::unique_ptr<HostBuffer>> Allocate(size_t bytes, bool huge_pages = true, bool reserve_only = false);
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;

@@ -1,5 +1,6 @@
 #include "kv/kv_ram_tier.h"
 
+#include <cstdint>
 #include <cstring>
 
 namespace deepinfer {
@@ -7,8 +8,10 @@ namespace deepinfer {
 StatusOr<std::unique_ptr<KvRamTier>> KvRamTier::Create(size_t capacity_bytes, size_t entry_bytes) {
   const size_t slots = entry_bytes == 0 ? 0 : capacity_bytes / entry_bytes;
   if (slots == 0) return InvalidArgument("the RAM tier holds no entry of " + std::to_string(entry_bytes) + " bytes");
+  if (slots > static_cast<size_t>(INT32_MAX))
+    return InvalidArgument("--kv-offload-ram holds more than 2^31 KV blocks: use a larger --block-size or less RAM");
   // Reserved, not touched: pages are backed as entries are written (huge pages where the kernel allows).
-  DI_ASSIGN_OR_RETURN(auto arena, HostBuffer::Allocate(slots * entry_bytes, /*huge_pages=*/true));
+  DI_ASSIGN_OR_RETURN(auto arena, HostBuffer::Allocate(slots * entry_bytes, /*huge_pages=*/true, /*reserve_only=*/true));
   return std::unique_ptr<KvRamTier>(new KvRamTier(std::move(arena), slots, entry_bytes));
 }
 

@@ -42,7 +42,8 @@ StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCa
                 opt.disk_bytes / 1048576.0, static_cast<long long>(rep.rejected), static_cast<long long>(rep.foreign),
                 static_cast<long long>(rep.temp_removed));
   }
-  DI_ASSIGN_OR_RETURN(t->queue_arena_, HostBuffer::Allocate(t->queue_slots_ * t->entry_bytes_, /*huge_pages=*/true));
+  DI_ASSIGN_OR_RETURN(t->queue_arena_, HostBuffer::Allocate(t->queue_slots_ * t->entry_bytes_, /*huge_pages=*/true,
+                                                            /*reserve_only=*/true));
   for (size_t q = t->queue_slots_; q-- > 0;) t->queue_free_.push_back(static_cast<int32_t>(q));
   DI_LOG_INFO("kv tiers: RAM %.1f MiB, disk %s (%.1f MiB); %zu bytes per block (%d tokens), model digest %016llx",
               opt.ram_bytes / 1048576.0, opt.disk_dir.empty() ? "off" : opt.disk_dir.c_str(), opt.disk_bytes / 1048576.0,
@@ -318,6 +319,7 @@ void KvTiers::RunLoad(Load* load) {
   // A window is published tied to group 0's block of its positions: one past what group 0 holds now is of no use.
   const int anchored = load->start + loaded;
   next = static_cast<size_t>(n - load->start);  // the windows' place in `order`
+  prefetched = std::max(prefetched, next);      // group 0's files past a miss are never read: not prefetched
   for (Load::WindowBlock& w : load->windows)
     if (w.index < anchored && fetch(w.group, w.index, w.block)) {
       w.loaded = true;
