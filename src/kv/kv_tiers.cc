@@ -7,7 +7,6 @@
 
 #include "base/logging.h"
 #include "kv/kv_tier_format.h"
-#include "kv/prefix_hash.h"
 
 namespace deepinfer {
 
