@@ -221,6 +221,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     // A loop idle but for requests waiting on loads sleeps in the inbox: a finished load wakes it.
     to.on_load_done = [inbox = &e->inbox_] { inbox->Wake(); };
     to.before_load = opt.kv_tier_before_load;
+    to.events = e->kv_events_.get();  // a router counts the tiers' blocks as hits too
     DI_ASSIGN_OR_RETURN(e->tiers_, KvTiers::Create(to, kv.get()));
     e->sched_->SetTiers(e->tiers_.get());
   }

@@ -4,7 +4,8 @@
 // `deepinfer route`. Both ends apply the same protocol to the same index (routing/kv_block_index.h): a snapshot
 // first, then deltas in order, and a fresh snapshot whenever the sender fell behind its bounded log.
 //
-// Bounded per iteration: a Write carries at most `max_hashes` hashes (9 bytes each on the wire), so a burst of
+// Blocks are reported per medium (the pool, the KV tiers: kv/kv_event_log.h). Bounded per iteration: a Write
+// carries at most `max_hashes` hashes (9 bytes each on the wire), so a burst of
 // evictions or a large snapshot never makes one Sync large. A backlog longer than that drains over the next
 // iterations; a snapshot goes out in slices (its deltas wait in the log meanwhile); a sender whose position the
 // log dropped starts over from a snapshot, as the HTTP subscriber does.
@@ -49,6 +50,7 @@ class KvEventFeed {
   bool need_snapshot_ = true;  // the first part is a snapshot, so the receiver never applies a delta to nothing
   bool snapping_ = false;
   std::vector<uint64_t> snap_;  // the snapshot being sent, from snap_off_ on
+  std::vector<uint8_t> snap_media_;
   size_t snap_off_ = 0;
   uint64_t snap_seq_ = 0;
   std::vector<KvEventLog::Event> events_;  // scratch
@@ -56,6 +58,7 @@ class KvEventFeed {
   // Receiver.
   bool receiving_snapshot_ = false;
   std::vector<uint64_t> pending_;  // the snapshot's slices so far
+  std::vector<uint8_t> pending_media_;
 };
 
 }  // namespace deepinfer

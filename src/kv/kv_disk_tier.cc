@@ -76,19 +76,21 @@ std::string KvDiskTier::PathOf(uint64_t key) const {
 }
 
 StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, size_t capacity_bytes,
-                                                       uint64_t model_digest, OpenReport* report) {
+                                                       uint64_t model_digest, OpenReport* report, KvEventLog* events) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir)) return InvalidArgument("--kv-store: cannot create or open directory '" + dir + "'" +
                                                           (ec ? ": " + ec.message() : ""));
   if (::access(dir.c_str(), W_OK | R_OK) != 0)
     return InvalidArgument("--kv-store: directory '" + dir + "' is not readable and writable: " + std::strerror(errno));
-  std::unique_ptr<KvDiskTier> t(new KvDiskTier(dir, capacity_bytes, model_digest));
+  std::unique_ptr<KvDiskTier> t(new KvDiskTier(dir, capacity_bytes, model_digest, events));
   OpenReport rep;
   struct Found {
     int64_t mtime_ns;
     uint64_t key;
     size_t bytes;
+    uint64_t chain, parent;
+    uint32_t group;
   };
   std::vector<Found> found;
   const auto now = fs::file_time_type::clock::now();
@@ -130,7 +132,7 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
       continue;
     }
     found.push_back({static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, key,
-                     static_cast<size_t>(st.st_size)});
+                     static_cast<size_t>(st.st_size), h.chain_hash, h.parent_hash, h.group});
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
   std::lock_guard<std::mutex> lock(t->mu_);
@@ -141,6 +143,13 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
     t->bytes_ += f.bytes;
   }
   t->Unlink(t->EvictDownTo(t->capacity_));
+  if (events)  // what survived, oldest first (nothing was reported yet, so the evictions above reported nothing)
+    for (const Found& f : found)
+      if (f.group == 0)
+        if (auto it = t->map_.find(f.key); it != t->map_.end()) {
+          it->second.reported_hash = f.chain;
+          events->Stored(f.chain, f.parent, KvMedium::kDisk);
+        }
   rep.entries = static_cast<int64_t>(t->map_.size());
   rep.bytes = t->bytes_;
   if (report) *report = rep;
@@ -150,6 +159,7 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
 void KvDiskTier::Forget(uint64_t key) {
   auto it = map_.find(key);
   if (it == map_.end()) return;
+  if (it->second.reported_hash) events_->Removed(it->second.reported_hash, KvMedium::kDisk);
   bytes_ -= it->second.bytes;
   lru_.erase(it->second.lru_pos);
   map_.erase(it);
@@ -170,7 +180,7 @@ void KvDiskTier::Unlink(const std::vector<uint64_t>& keys) const {
 }
 
 size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, uint32_t num_tokens,
-                       const uint8_t* data, size_t n) {
+                       const uint8_t* data, size_t n, uint32_t group) {
   const size_t file_bytes = sizeof(DiskBlockHeader) + n;
   const size_t token_bytes = size_t{num_tokens} * 4;
   if (file_bytes > capacity_ || n < token_bytes) return 0;
@@ -196,6 +206,7 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
   h.chain_hash = chain_hash;
   h.parent_hash = parent_hash;
   h.num_tokens = num_tokens;
+  h.group = group;
   h.kv_bytes = n - token_bytes;
   h.payload_checksum = Checksum64(data, n);
   h.header_checksum = HeaderChecksum(h);
@@ -245,6 +256,10 @@ size_t KvDiskTier::Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, 
       e.lru_pos = lru_.insert(lru_.end(), key);
       e.time_s = SteadySeconds();
       bytes_ += file_bytes;
+      if (events_ && group == 0) {
+        e.reported_hash = chain_hash;
+        events_->Stored(chain_hash, parent_hash, KvMedium::kDisk);
+      }
     }
     victims = EvictDownTo(found_full_ ? std::min(capacity_, full_limit_) : capacity_);
   }

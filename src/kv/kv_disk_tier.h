@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "deepinfer/status.h"
+#include "kv/kv_event_log.h"
 
 namespace deepinfer {
 
@@ -38,9 +39,11 @@ class KvDiskTier {
     size_t bytes = 0;
   };
   // Creates the directory if needed and indexes the valid entries of `model_digest` (oldest file = least
-  // recent). Entries beyond the capacity are evicted now.
+  // recent). Entries beyond the capacity are evicted now. Group 0's entries are announced to `events`
+  // (KvMedium::kDisk; null: nowhere): those found here, then each stored and each removed.
   static StatusOr<std::unique_ptr<KvDiskTier>> Open(const std::string& dir, size_t capacity_bytes,
-                                                    uint64_t model_digest, OpenReport* report);
+                                                    uint64_t model_digest, OpenReport* report,
+                                                    KvEventLog* events = nullptr);
 
   const std::string& dir() const { return dir_; }
   size_t capacity() const { return capacity_; }
@@ -48,7 +51,7 @@ class KvDiskTier {
   // least-recent files past the capacity. Returns the bytes written (0: present already, too large, or an I/O
   // error, which is logged once and counted).
   size_t Put(uint64_t key, uint64_t chain_hash, uint64_t parent_hash, uint32_t num_tokens, const uint8_t* data,
-             size_t n);
+             size_t n, uint32_t group = 0);
   // Makes the renames so far durable (fsync of the directory). Put leaves it to the caller so that a burst of
   // writes pays for it once: until then a crash can lose the newest entries (misses), never tear one.
   void SyncDirectory();
@@ -77,9 +80,10 @@ class KvDiskTier {
   size_t effective_capacity() const;  // the capacity, or less once the disk was found full
 
  private:
-  KvDiskTier(std::string dir, size_t capacity, uint64_t digest) : dir_(std::move(dir)), capacity_(capacity), digest_(digest) {}
+  KvDiskTier(std::string dir, size_t capacity, uint64_t digest, KvEventLog* events)
+      : dir_(std::move(dir)), capacity_(capacity), digest_(digest), events_(events) {}
   std::string PathOf(uint64_t key) const;
-  void Forget(uint64_t key);  // drops the index entry (mu_ held)
+  void Forget(uint64_t key);  // drops the index entry, reported removed (mu_ held)
   // Drops least-recent index entries until the stored bytes are at most `limit` (mu_ held); returns their keys,
   // whose files the caller unlinks after releasing mu_.
   std::vector<uint64_t> EvictDownTo(size_t limit);
@@ -91,10 +95,12 @@ class KvDiskTier {
     size_t bytes = 0;
     std::list<uint64_t>::iterator lru_pos;
     int64_t time_s = INT64_MIN / 2;  // steady seconds of the file's last write or time refresh (found at Open: never)
+    uint64_t reported_hash = 0;      // group 0's entry: its chain hash, announced to events_ (0: not reported)
   };
   const std::string dir_;
   const size_t capacity_;
   const uint64_t digest_;
+  KvEventLog* const events_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> map_;
   std::list<uint64_t> lru_;  // least recent first

@@ -8,23 +8,44 @@ void KvEventLog::Append(Event e) {
   while (events_.size() > capacity_) events_.pop_front();
 }
 
-void KvEventLog::Stored(uint64_t hash, uint64_t parent) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!live_.insert(hash).second) return;
-  Append({0, true, hash, parent});
+const char* KvMediumName(KvMedium m) {
+  switch (m) {
+    case KvMedium::kPool: return "pool";
+    case KvMedium::kRam: return "ram";
+    case KvMedium::kDisk: return "disk";
+  }
+  return "?";
 }
 
-void KvEventLog::Removed(uint64_t hash) {
+void KvEventLog::Stored(uint64_t hash, uint64_t parent, KvMedium medium) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (live_.erase(hash) == 0) return;
-  Append({0, false, hash, 0});
+  uint8_t& mask = live_[hash];
+  if (mask & MediumBit(medium)) return;
+  mask |= MediumBit(medium);
+  ++held_[static_cast<int>(medium)];
+  Append({0, true, hash, parent, medium});
+}
+
+void KvEventLog::Removed(uint64_t hash, KvMedium medium) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(hash);
+  if (it == live_.end() || !(it->second & MediumBit(medium))) return;
+  it->second &= static_cast<uint8_t>(~MediumBit(medium));
+  if (it->second == 0) live_.erase(it);
+  --held_[static_cast<int>(medium)];
+  Append({0, false, hash, 0, medium});
 }
 
 KvEventLog::Snapshot KvEventLog::TakeSnapshot() const {
   std::lock_guard<std::mutex> lock(mu_);
   Snapshot s;
   s.seq = seq_;
-  s.hashes.assign(live_.begin(), live_.end());
+  s.hashes.reserve(live_.size());
+  s.media.reserve(live_.size());
+  for (const auto& [hash, mask] : live_) {
+    s.hashes.push_back(hash);
+    s.media.push_back(mask);
+  }
   return s;
 }
 
@@ -43,9 +64,9 @@ uint64_t KvEventLog::last_seq() const {
   return seq_;
 }
 
-size_t KvEventLog::num_cached() const {
+size_t KvEventLog::num_cached(KvMedium medium) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return live_.size();
+  return held_[static_cast<int>(medium)];
 }
 
 }  // namespace deepinfer

@@ -5,23 +5,23 @@
 
 namespace deepinfer {
 
-StatusOr<std::unique_ptr<KvRamTier>> KvRamTier::Create(size_t capacity_bytes, size_t entry_bytes) {
+StatusOr<std::unique_ptr<KvRamTier>> KvRamTier::Create(size_t capacity_bytes, size_t entry_bytes, KvEventLog* events) {
   const size_t slots = entry_bytes == 0 ? 0 : capacity_bytes / entry_bytes;
   if (slots == 0) return InvalidArgument("the RAM tier holds no entry of " + std::to_string(entry_bytes) + " bytes");
   if (slots > static_cast<size_t>(INT32_MAX))
     return InvalidArgument("--kv-offload-ram holds more than 2^31 KV blocks: use a larger --block-size or less RAM");
   // Reserved, not touched: pages are backed as entries are written (huge pages where the kernel allows).
   DI_ASSIGN_OR_RETURN(auto arena, HostBuffer::Allocate(slots * entry_bytes, /*huge_pages=*/true, /*reserve_only=*/true));
-  return std::unique_ptr<KvRamTier>(new KvRamTier(std::move(arena), slots, entry_bytes));
+  return std::unique_ptr<KvRamTier>(new KvRamTier(std::move(arena), slots, entry_bytes, events));
 }
 
-KvRamTier::KvRamTier(std::unique_ptr<HostBuffer> arena, size_t slots, size_t entry_bytes)
-    : arena_(std::move(arena)), slots_(slots), entry_bytes_(entry_bytes) {
+KvRamTier::KvRamTier(std::unique_ptr<HostBuffer> arena, size_t slots, size_t entry_bytes, KvEventLog* events)
+    : arena_(std::move(arena)), slots_(slots), entry_bytes_(entry_bytes), events_(events) {
   free_.reserve(slots);
   for (size_t s = slots; s-- > 0;) free_.push_back(static_cast<int32_t>(s));  // slot 0 first: the arena fills in order
 }
 
-bool KvRamTier::Put(uint64_t key, uint64_t parent_hash, const uint8_t* data) {
+bool KvRamTier::Put(uint64_t key, uint64_t parent_hash, const uint8_t* data, uint64_t reported_hash) {
   int32_t s = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -38,6 +38,7 @@ bool KvRamTier::Put(uint64_t key, uint64_t parent_hash, const uint8_t* data) {
         auto victim = map_.find(*v);
         if (victim->second.pins > 0) continue;
         s = victim->second.slot;
+        if (events_ && victim->second.reported_hash) events_->Removed(victim->second.reported_hash, KvMedium::kRam);
         map_.erase(victim);
         lru_.erase(v);
         break;
@@ -51,8 +52,10 @@ bool KvRamTier::Put(uint64_t key, uint64_t parent_hash, const uint8_t* data) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = map_[key];
   e.parent_hash = parent_hash;
+  e.reported_hash = events_ ? reported_hash : 0;
   e.slot = s;
   e.lru_pos = lru_.insert(lru_.end(), key);
+  if (e.reported_hash) events_->Stored(reported_hash, parent_hash, KvMedium::kRam);
   return true;
 }
 

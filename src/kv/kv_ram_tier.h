@@ -17,20 +17,24 @@
 
 #include "base/host_buffer.h"
 #include "deepinfer/status.h"
+#include "kv/kv_event_log.h"
 
 namespace deepinfer {
 
 class KvRamTier {
  public:
-  // capacity_bytes / entry_bytes slots (at least one: the caller refuses a capacity below one entry).
-  static StatusOr<std::unique_ptr<KvRamTier>> Create(size_t capacity_bytes, size_t entry_bytes);
+  // capacity_bytes / entry_bytes slots (at least one: the caller refuses a capacity below one entry). Entries put
+  // with a reported hash are announced to `events` (KvMedium::kRam) when stored and when evicted; null: nowhere.
+  static StatusOr<std::unique_ptr<KvRamTier>> Create(size_t capacity_bytes, size_t entry_bytes,
+                                                     KvEventLog* events = nullptr);
 
   size_t capacity() const { return slots_ * entry_bytes_; }
   size_t entry_bytes() const { return entry_bytes_; }
   // Copies `data` (entry_bytes: tokens then K/V, kv/kv_tier_format.h) in under `key` with its parent chain hash,
   // evicting the least recently used unpinned entry when every slot is taken. An entry already present is only
-  // made most recent. False when nothing was stored (present already, or every slot pinned).
-  bool Put(uint64_t key, uint64_t parent_hash, const uint8_t* data);
+  // made most recent. False when nothing was stored (present already, or every slot pinned). `reported_hash`: the
+  // chain hash the KV events know the entry by (group 0's block), 0 for an entry they do not report.
+  bool Put(uint64_t key, uint64_t parent_hash, const uint8_t* data, uint64_t reported_hash = 0);
   // Calls use(entry) (entry_bytes bytes, outside the lock, the slot pinned) when the entry for `key` exists and its
   // parent hash and leading `prefix_n` bytes (the block's tokens) equal the caller's: the collision check. Marks it
   // most recent. False (use not called) otherwise.
@@ -45,17 +49,19 @@ class KvRamTier {
   size_t entries() const;
 
  private:
-  KvRamTier(std::unique_ptr<HostBuffer> arena, size_t slots, size_t entry_bytes);
+  KvRamTier(std::unique_ptr<HostBuffer> arena, size_t slots, size_t entry_bytes, KvEventLog* events);
   uint8_t* slot(int32_t s) { return arena_->data() + static_cast<size_t>(s) * entry_bytes_; }
 
   struct Entry {
     uint64_t parent_hash = 0;
+    uint64_t reported_hash = 0;
     int32_t slot = -1;
     int pins = 0;
     std::list<uint64_t>::iterator lru_pos;
   };
   std::unique_ptr<HostBuffer> arena_;
   const size_t slots_, entry_bytes_;
+  KvEventLog* const events_;
   mutable std::mutex mu_;
   std::unordered_map<uint64_t, Entry> map_;
   std::list<uint64_t> lru_;      // least recent first

@@ -68,7 +68,7 @@ struct DiskBlockHeader {
                            // the model digest
   uint64_t parent_hash;    // the previous block's chain hash (0 for a prefix's first block)
   uint32_t num_tokens;
-  uint32_t reserved;
+  uint32_t group;          // the KV group (0: group 0, whose chain_hash is the prefix's own, as KV events report it)
   uint64_t kv_bytes;
   uint64_t payload_checksum;  // Checksum64 over tokens then K/V bytes, as stored
   uint64_t header_checksum;   // Checksum64 over every field above

@@ -26,7 +26,7 @@ StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCa
     if (opt.ram_bytes < t->entry_bytes_)
       return InvalidArgument("--kv-offload-ram " + std::to_string(opt.ram_bytes) + " bytes holds no KV block (one is " +
                              std::to_string(t->entry_bytes_) + " bytes)");
-    DI_ASSIGN_OR_RETURN(t->ram_, KvRamTier::Create(opt.ram_bytes, t->entry_bytes_));
+    DI_ASSIGN_OR_RETURN(t->ram_, KvRamTier::Create(opt.ram_bytes, t->entry_bytes_, opt.events));
   }
   if (!opt.disk_dir.empty()) {
     const size_t file_bytes = sizeof(DiskBlockHeader) + t->entry_bytes_;
@@ -34,7 +34,7 @@ StatusOr<std::unique_ptr<KvTiers>> KvTiers::Create(const Options& opt, PagedKvCa
       return InvalidArgument("--kv-store-size " + std::to_string(opt.disk_bytes) + " bytes holds no KV block (one file is " +
                              std::to_string(file_bytes) + " bytes)");
     KvDiskTier::OpenReport& rep = t->open_report_;
-    DI_ASSIGN_OR_RETURN(t->disk_, KvDiskTier::Open(opt.disk_dir, opt.disk_bytes, opt.model_digest, &rep));
+    DI_ASSIGN_OR_RETURN(t->disk_, KvDiskTier::Open(opt.disk_dir, opt.disk_bytes, opt.model_digest, &rep, opt.events));
     DI_LOG_INFO("kv store %s: %lld entries of this model found (%.1f MiB of %.1f MiB), %lld rejected and removed, "
                 "%lld of other models left alone, %lld stale temporary files removed",
                 opt.disk_dir.c_str(), static_cast<long long>(rep.entries), rep.bytes / 1048576.0,
@@ -77,7 +77,7 @@ void KvTiers::Offer(int group, const std::vector<int32_t>& table, const int32_t*
     const uint64_t key = TierKey(opt_.model_digest, stored_chain);
     // A block every tier holds already (one loaded from them, or another request's twin) costs no copy.
     if ((!ram_ || ram_->Contains(key)) && (!disk_ || disk_->Contains(key))) continue;
-    Job job{Job::Kind::kStore, key, stored_chain, parent};
+    Job job{Job::Kind::kStore, key, stored_chain, parent, -1, static_cast<uint32_t>(group)};
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (queue_free_.empty()) {
@@ -123,21 +123,22 @@ void KvTiers::WriterLoop() {
       // copied from the read buffer into a RAM slot.
       if (!ram_->Contains(job.key) &&
           disk_->Get(job.key, job.chain, job.parent, nullptr, 0, nullptr, entry_bytes_, &promote_scratch_) &&
-          ram_->Put(job.key, job.parent, promote_scratch_.data() + sizeof(DiskBlockHeader))) {
+          ram_->Put(job.key, job.parent, promote_scratch_.data() + sizeof(DiskBlockHeader), job.group == 0 ? job.chain : 0)) {
         ram_written_ += static_cast<int64_t>(entry_bytes_);
         ++ram_blocks_;
       }
     } else {
       const uint8_t* entry = queue_slot(job.slot);
       if (disk_) {
-        const size_t w = disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), entry, entry_bytes_);
+        const size_t w =
+            disk_->Put(job.key, job.chain, job.parent, static_cast<uint32_t>(block_size_), entry, entry_bytes_, job.group);
         if (w > 0) {
           dir_dirty = true;
           disk_written_ += static_cast<int64_t>(w);
           ++disk_blocks_;
         }
       }
-      if (ram_ && ram_->Put(job.key, job.parent, entry)) {
+      if (ram_ && ram_->Put(job.key, job.parent, entry, job.group == 0 ? job.chain : 0)) {
         ram_written_ += static_cast<int64_t>(entry_bytes_);
         ++ram_blocks_;
       }
@@ -157,7 +158,7 @@ void KvTiers::Flush() {
   idle_cv_.wait(lock, [&] { return queue_.empty() && !writing_; });
 }
 
-bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, int32_t block,
+bool KvTiers::Fetch(int group, uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, int32_t block,
                     bool* from_ram) {
   const auto* tok = reinterpret_cast<const uint8_t*>(tokens);
   *from_ram = false;
@@ -179,7 +180,7 @@ bool KvTiers::Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t
         std::lock_guard<std::mutex> lock(mu_);
         if (promotes_queued_ >= queue_slots_) return true;  // behind: skip the promotion
         ++promotes_queued_;
-        queue_.push_back(Job{Job::Kind::kPromote, key, chain, parent});
+        queue_.push_back(Job{Job::Kind::kPromote, key, chain, parent, -1, static_cast<uint32_t>(group)});
       }
       cv_.notify_one();
     }
@@ -310,7 +311,7 @@ void KvTiers::RunLoad(Load* load) {
     const uint64_t parent = i == 0 ? 0 : load->chains[i - 1];
     const uint64_t chain = TierGroupChain(load->chains[i], group);
     bool ram = false;
-    if (!Fetch(TierKey(opt_.model_digest, chain), chain, parent, own, block, &ram)) return false;  // gone, or invalid
+    if (!Fetch(group, TierKey(opt_.model_digest, chain), chain, parent, own, block, &ram)) return false;  // gone, or invalid
     from_ram += ram;
     return true;
   };

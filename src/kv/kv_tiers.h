@@ -32,6 +32,7 @@
 #include "deepinfer/status.h"
 #include "kv/block_pool.h"
 #include "kv/kv_disk_tier.h"
+#include "kv/kv_event_log.h"
 #include "kv/kv_ram_tier.h"
 #include "kv/kv_tier_stats.h"
 #include "kv/paged_kv_cache.h"
@@ -50,6 +51,9 @@ class KvTiers {
     std::function<void()> on_load_done;
     // Tests: called on the loader thread before each load, to hold loads in flight while steps run.
     std::function<void()> before_load;
+    // Where group 0's entries entering and leaving each tier are reported (GET /v1/kv_events: a router counts a
+    // tier hit as a hit); null: nowhere. Must outlive the tiers.
+    KvEventLog* events = nullptr;
   };
 
   // What a load reads, planned by the scheduler (which owns the hit rule): group 0's blocks [start, end) past the
@@ -134,7 +138,8 @@ class KvTiers {
   void RunLoad(Load* load);  // loader thread
   // The tiers' copy of the block of this prefix written into pool block `block` (loader thread), true on a hit
   // (counted per tier; *from_ram says which). A miss may leave the block partly written (it is fresh: unused).
-  bool Fetch(uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, int32_t block, bool* from_ram);
+  bool Fetch(int group, uint64_t key, uint64_t chain, uint64_t parent, const int32_t* tokens, int32_t block,
+             bool* from_ram);
   uint8_t* queue_slot(int32_t s) { return queue_arena_->data() + static_cast<size_t>(s) * entry_bytes_; }
 
   struct Job {
@@ -147,6 +152,7 @@ class KvTiers {
     Kind kind;
     uint64_t key, chain, parent;
     int32_t slot = -1;  // kStore: the queue slot holding the entry
+    uint32_t group = 0;  // the KV group (group 0's entries are reported to the KV events)
   };
   Options opt_;
   PagedKvCache* kv_;

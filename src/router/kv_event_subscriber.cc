@@ -20,6 +20,23 @@ bool ParseHex(const json& j, uint64_t* out) {
   *out = std::strtoull(s.c_str(), &end, 16);
   return end == s.c_str() + s.size();
 }
+
+void ParseHexes(const json& arr, std::vector<uint64_t>* out) {
+  if (!arr.is_array()) return;
+  out->reserve(out->size() + arr.size());
+  for (const json& h : arr) {
+    uint64_t v;
+    if (ParseHex(h, &v)) out->push_back(v);
+  }
+}
+
+// A medium's bit in KvBlockIndex's masks (kv/kv_event_log.h KvMedium); 0 for a name this router does not know.
+uint8_t MediumBitOf(const std::string& name) {
+  if (name == "pool") return 1;
+  if (name == "ram") return 2;
+  if (name == "disk") return 4;
+  return 0;
+}
 }  // namespace
 
 KvEventSubscriber::KvEventSubscriber(Url url, KvBlockIndex* index, KvEventSubscriberOptions opt)
@@ -59,18 +76,24 @@ bool KvEventSubscriber::OnEvent(std::string_view data) {
     index_->SetMismatch(mismatch);
     const int bs = j.value("block_size", 0);
     if (bs <= 0 || j.value("hash_scheme", "") != "fnv1a64-chain-v1") return false;
+    // "hashes": the pool's blocks; "tiers": {"ram": [...], "disk": [...]}, blocks the KV tiers hold.
     std::vector<uint64_t> hashes;
-    if (auto it = j.find("hashes"); it != j.end() && it->is_array()) {
-      hashes.reserve(it->size());
-      for (const json& h : *it) {
-        uint64_t v;
-        if (ParseHex(h, &v)) hashes.push_back(v);
+    std::vector<uint8_t> media;
+    if (auto it = j.find("hashes"); it != j.end()) ParseHexes(*it, &hashes);
+    media.assign(hashes.size(), MediumBitOf("pool"));
+    if (auto t = j.find("tiers"); t != j.end() && t->is_object())
+      for (const auto& [name, arr] : t->items()) {
+        const uint8_t bit = MediumBitOf(name);
+        if (bit == 0) continue;
+        ParseHexes(arr, &hashes);
+        media.resize(hashes.size(), bit);
       }
-    }
-    index_->Reset(bs, hashes);
+    index_->Reset(bs, hashes, media);
     return true;
   }
   if (type == "delta") {
+    const uint8_t medium = MediumBitOf(j.value("medium", "pool"));
+    if (medium == 0) return true;  // a medium this router does not know: not a hit it can count
     std::vector<uint64_t> stored, removed;
     if (auto it = j.find("stored"); it != j.end() && it->is_array())
       for (const json& e : *it) {
@@ -82,7 +105,7 @@ bool KvEventSubscriber::OnEvent(std::string_view data) {
         uint64_t v;
         if (ParseHex(e, &v)) removed.push_back(v);
       }
-    return index_->Apply(stored, removed);  // false: cleared meanwhile (taken out), start over from a snapshot
+    return index_->Apply(stored, removed, medium);  // false: cleared meanwhile (taken out), start over from a snapshot
   }
   if (type == "load") {
     ReplicaLoad l;

@@ -271,6 +271,7 @@ std::vector<ReplicaSnapshot> ReplicaSet::Snapshot() const {
       s.kv_synced = idx->synced();
       s.kv_mismatch = idx->mismatch();
       s.kv_blocks = idx->size();
+      s.kv_tier_blocks = idx->tier_size();
       s.kv_events_received = idx->events();
       s.kv_resyncs = idx->resyncs();
       const ReplicaLoad load = idx->load();

@@ -41,6 +41,7 @@ struct ReplicaSnapshot {
   uint64_t matched_blocks = 0, prompt_blocks = 0;
   bool kv_events = false, kv_synced = false, kv_mismatch = false;
   size_t kv_blocks = 0;
+  size_t kv_tier_blocks = 0;  // held only in the replica's KV tiers (RAM, disk)
   uint64_t kv_events_received = 0, kv_resyncs = 0;
   int64_t reported_waiting = 0, reported_running = 0, reported_kv_used = 0, reported_kv_total = 0;
 };

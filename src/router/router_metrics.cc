@@ -66,6 +66,9 @@ std::string RouterMetrics::Render(const std::string& policy, const std::vector<R
                 [](const ReplicaSnapshot& r) { return static_cast<double>(r.prompt_blocks); });
     per_replica("deepinfer_router_replica_kv_blocks", "gauge", "Blocks the replica's prefix cache holds by its events.",
                 [](const ReplicaSnapshot& r) { return static_cast<double>(r.kv_blocks); });
+    per_replica("deepinfer_router_replica_kv_tier_blocks", "gauge",
+                "Blocks only the replica's KV tiers (--kv-offload-ram, --kv-store) hold by its events: hits loaded, not computed.",
+                [](const ReplicaSnapshot& r) { return static_cast<double>(r.kv_tier_blocks); });
     per_replica("deepinfer_router_replica_kv_events_total", "counter", "KV events (blocks stored or removed) received from the replica.",
                 [](const ReplicaSnapshot& r) { return static_cast<double>(r.kv_events_received); });
     per_replica("deepinfer_router_replica_kv_resyncs_total", "counter",

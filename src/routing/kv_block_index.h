@@ -1,5 +1,6 @@
 // What the router knows of one replica's prefix cache, fed by its KV event stream (GET /v1/kv_events,
-// server/kv_event_publisher.h): the chain hashes (kv/prefix_hash.h) of the full-attention blocks it holds, the
+// server/kv_event_publisher.h): the chain hashes (kv/prefix_hash.h) of the full-attention blocks it holds, in its
+// KV pool or in a KV tier behind it (kv/kv_event_log.h's media: a tier hit is a hit, loaded instead of computed), the
 // block size they were computed with, and the load it last reported. Plus the blocks the router predicts: a
 // request routed here will cache its prompt's blocks a prefill later, and until the replica's events confirm
 // them (or `predict_ttl_s` passes) they count as held, so the second request of a new prefix follows the first
@@ -30,11 +31,12 @@ class KvBlockIndex {
   using Clock = std::chrono::steady_clock;
   explicit KvBlockIndex(double predict_ttl_s = 5.0) : predict_ttl_(std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(predict_ttl_s))) {}
 
-  // A snapshot: the replica holds exactly `hashes` now (on connect, and on every resync).
-  void Reset(int block_size, const std::vector<uint64_t>& hashes);
-  // A delta, applied in order: stored first, then removed (the publisher splits deltas where that matters).
-  // False (nothing applied) when the index was cleared since its snapshot.
-  bool Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed);
+  // A snapshot: the replica holds exactly `hashes` now (on connect, and on every resync), each in the media of
+  // `media` (kv/kv_event_log.h MediumBit masks; empty: all in the pool).
+  void Reset(int block_size, const std::vector<uint64_t>& hashes, const std::vector<uint8_t>& media = {});
+  // A delta of one medium (a MediumBit), applied in order: stored first, then removed (the publisher splits
+  // deltas where that matters). False (nothing applied) when the index was cleared since its snapshot.
+  bool Apply(const std::vector<uint64_t>& stored, const std::vector<uint64_t>& removed, uint8_t medium_bit = 1);
   // The replica went down or its stream broke: nothing is known until the next snapshot.
   void Clear();
   void SetLoad(const ReplicaLoad& load);
@@ -50,7 +52,8 @@ class KvBlockIndex {
   int block_size() const;  // 0 before the first snapshot (and after Clear)
   bool synced() const { return block_size() > 0; }
   bool mismatch() const;
-  size_t size() const;     // blocks held (as reported)
+  size_t size() const;       // blocks held in the pool (as reported)
+  size_t tier_size() const;  // blocks held only in a KV tier (RAM, disk)
   size_t footprint() const;  // blocks held or predicted: how much of the replica's cache the router expects in use
   ReplicaLoad load() const;
   uint64_t events() const;   // stored + removed entries received
@@ -62,7 +65,8 @@ class KvBlockIndex {
   mutable std::mutex mu_;
   int block_size_ = 0;
   bool mismatch_ = false;
-  std::unordered_set<uint64_t> blocks_;
+  std::unordered_map<uint64_t, uint8_t> blocks_;  // hash -> media mask (bit 0: the pool; never 0)
+  size_t in_pool_ = 0;
   std::unordered_map<uint64_t, Clock::time_point> predicted_;  // hash -> expiry
   ReplicaLoad load_;
   uint64_t events_ = 0, snapshots_ = 0;

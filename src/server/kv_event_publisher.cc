@@ -53,11 +53,18 @@ void KvEventPublisher::Unsubscribe(HttpServer::ConnId c) {
 std::string KvEventPublisher::SnapshotEvent(uint64_t* seq) const {
   KvEventLog::Snapshot s = engine_.kv_events().TakeSnapshot();
   *seq = s.seq;
-  json hashes = json::array();
-  for (uint64_t h : s.hashes) hashes.push_back(Hex(h));
+  json by_medium[kNumKvMedia];
+  for (json& j : by_medium) j = json::array();
+  for (size_t i = 0; i < s.hashes.size(); ++i)
+    for (int m = 0; m < kNumKvMedia; ++m)
+      if (s.media[i] & MediumBit(static_cast<KvMedium>(m))) by_medium[m].push_back(Hex(s.hashes[i]));
+  json tiers = json::object();
+  for (int m = 0; m < kNumKvMedia; ++m)
+    if (static_cast<KvMedium>(m) != KvMedium::kPool) tiers[KvMediumName(static_cast<KvMedium>(m))] = std::move(by_medium[m]);
   return Sse("snapshot", {{"type", "snapshot"}, {"seq", s.seq}, {"block_size", engine_.options().block_size},
                           {"hash_scheme", HashScheme()}, {"group", 0}, {"model", opt_.model_name},
-                          {"kv_digest", Hex(engine_.model_digest())}, {"prompt_digest", Hex(opt_.prompt_digest)}, {"hashes", std::move(hashes)}});
+                          {"kv_digest", Hex(engine_.model_digest())}, {"prompt_digest", Hex(opt_.prompt_digest)},
+                          {"hashes", std::move(by_medium[static_cast<int>(KvMedium::kPool)])}, {"tiers", std::move(tiers)}});
 }
 
 std::string KvEventPublisher::LoadEvent() const {
@@ -71,15 +78,19 @@ bool KvEventPublisher::DeltaEvents(Sub* sub, std::string* out) const {
   if (!engine_.kv_events().Since(sub->seq, opt_.max_events_per_delta, &evs)) return false;
   json stored = json::array(), removed = json::array();
   std::unordered_set<uint64_t> seen;
+  KvMedium medium = KvMedium::kPool;
   auto flush = [&](uint64_t seq) {
     if (stored.empty() && removed.empty()) return;
-    *out += Sse("delta", {{"type", "delta"}, {"seq", seq}, {"stored", std::move(stored)}, {"removed", std::move(removed)}});
+    *out += Sse("delta", {{"type", "delta"}, {"seq", seq}, {"medium", KvMediumName(medium)}, {"stored", std::move(stored)},
+                          {"removed", std::move(removed)}});
     stored = json::array();
     removed = json::array();
     seen.clear();
   };
   for (const KvEventLog::Event& e : evs) {
-    if (!seen.insert(e.hash).second) flush(sub->seq);
+    // One delta is one medium's, and names a hash once (so "stored then removed" keeps the log's order).
+    if (e.medium != medium || seen.count(e.hash)) flush(sub->seq);
+    medium = e.medium;
     seen.insert(e.hash);
     if (e.stored) stored.push_back({{"hash", Hex(e.hash)}, {"parent", Hex(e.parent)}});
     else removed.push_back(Hex(e.hash));

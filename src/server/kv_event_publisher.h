@@ -1,10 +1,11 @@
 // GET /v1/kv_events: the prefix cache's changes as a Server-Sent Events stream, for a KV-aware router
 // (`deepinfer route --model`, or anything that consumes vLLM-style KV events as Dynamo and llm-d do).
 //
-// Each subscriber first gets a `snapshot` event (block size, hash scheme, model digest and every block hash of
-// the full-attention group cached now), then `delta` events ({"seq", "stored":[{"hash","parent"}], "removed"})
-// as blocks enter and leave the cache, and every `load_interval_s` a `load` event (waiting, running, KV blocks
-// used and total). Hashes are 16-digit hex strings (JSON numbers lose 64-bit integers in JavaScript).
+// Each subscriber first gets a `snapshot` event (block size, hash scheme, model digest, every block hash of the
+// full-attention group the pool caches now in "hashes", and those the KV tiers hold in "tiers": {"ram", "disk"}),
+// then `delta` events ({"seq", "medium": "pool"|"ram"|"disk", "stored":[{"hash","parent"}], "removed"}) as blocks
+// enter and leave each medium, and every `load_interval_s` a `load` event (waiting, running, KV blocks used and
+// total). Hashes are 16-digit hex strings (JSON numbers lose 64-bit integers in JavaScript).
 //
 // The engine thread only appends to the KvEventLog; this publisher's own thread reads it every poll interval
 // and queues the bytes on the HTTP loop, so no subscriber ever slows the step loop. A subscriber that falls

@@ -233,6 +233,56 @@ TEST(KvTiersTest, DiskTierServesAfterRestart) {
   EXPECT_EQ(e->Stats().kv_tiers.disk_hits, kFullHit / 8);
 }
 
+// The tiers' blocks are KV events too (GET /v1/kv_events, medium "ram" / "disk"): a router counts a prefix the
+// pool evicted but a tier holds as a hit on this replica, and a restarted server's store is announced at once.
+TEST(KvTiersTest, TiersReportTheirBlocksAsKvEvents) {
+  const Model& m = TierModel();
+  TempDir dir("events");
+  std::mt19937 rng(204);
+  const auto a = RandomPrompt(&rng, kPromptLen, m.config.vocab_size);
+  const std::vector<uint64_t> chains = PrefixChainHashes(a.data(), kPromptLen, 8);
+  const int blocks = kFullHit / 8;
+  auto held_in = [&](const KvEventLog& log, uint8_t want) {
+    const KvEventLog::Snapshot s = log.TakeSnapshot();
+    int n = 0;
+    for (int i = 0; i < blocks; ++i) {
+      auto it = std::find(s.hashes.begin(), s.hashes.end(), chains[i]);
+      n += it != s.hashes.end() && s.media[it - s.hashes.begin()] == want;
+    }
+    return n;
+  };
+  const uint8_t ram = MediumBit(KvMedium::kRam), disk = MediumBit(KvMedium::kDisk), pool = MediumBit(KvMedium::kPool);
+  EngineOptions o = TierEngine();
+  o.kv_store_dir = dir.path.string();
+  o.kv_store_bytes = size_t{64} << 20;
+  o.kv_offload_ram_bytes = size_t{64} << 20;
+  {
+    auto e = MakeEngine(m, o);
+    ASSERT_TRUE(e);
+    RunOne(*e, a);
+    e->FlushKvTiers();
+    EXPECT_EQ(held_in(e->kv_events(), pool | ram | disk), blocks) << "each block in the pool, RAM and on disk";
+    e->EvictCachedKv(false);
+    EXPECT_EQ(held_in(e->kv_events(), ram | disk), blocks) << "evicted from the pool, still held by both tiers";
+    EXPECT_GE(e->kv_events().num_cached(KvMedium::kRam), static_cast<size_t>(blocks));  // and the output's blocks
+    EXPECT_EQ(e->kv_events().num_cached(KvMedium::kPool), 0u);
+  }
+  o.kv_offload_ram_bytes = 0;
+  auto e = MakeEngine(m, o);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(held_in(e->kv_events(), disk), blocks) << "the restarted store's entries are announced before any request";
+  // A file that fails validation on read is reported removed (the load misses from there on).
+  std::vector<KvEventLog::Event> evs;
+  const uint64_t seen = e->kv_events().last_seq();
+  for (const fs::path& f : StoreFiles(dir.path)) fs::resize_file(f, 100);
+  const RequestResult again = RunOne(*e, a);
+  EXPECT_EQ(again.cached_tokens, 0);
+  ASSERT_TRUE(e->kv_events().Since(seen, 1000, &evs));
+  EXPECT_TRUE(std::any_of(evs.begin(), evs.end(), [&](const KvEventLog::Event& ev) {
+    return !ev.stored && ev.medium == KvMedium::kDisk && ev.hash == chains[0];
+  })) << "the damaged first block reported removed from disk";
+}
+
 // Must-show 2: whatever was done to the stored files, a restarted engine never serves a block that does not
 // validate; its output stays the cold run's.
 enum class Damage { kFlipPayload, kFlipOneFile, kTruncate, kOtherModel };

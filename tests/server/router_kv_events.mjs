@@ -11,6 +11,10 @@
 //    started again on its port is subscribed to again and its cold snapshot replaces the set.
 // 3. a router whose chat template differs from the replicas' reports them mismatched (/metrics, log) and still
 //    serves requests.
+// 4. the KV tiers' blocks are events too: on a replica with a tiny pool and --kv-offload-ram, the prompt's blocks
+//    are reported stored with medium "ram", stay there when the pool evicts them (medium "pool" removed), and a new
+//    subscriber's snapshot lists them under tiers.ram; behind `route --model`, that prompt then goes to this
+//    replica as a cache hit (a tier hit) rather than to an idle replica that never saw it, and is served as cached.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -218,6 +222,52 @@ try {
         /tokenizes differently from --model/.test(bad.log()), "another chat template: every replica reported mismatched, logged");
   const ans = await complete(bad.base, "Once upon a time");
   check(ans.choices?.length === 1, "requests are still served through it");
+
+  // 4. Tier blocks as events: a replica of 24 blocks with a RAM tier, next to a fresh replica with a large pool.
+  const tiered = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(24 * 16 * 1280), "--max-num-seqs", "2",
+                                         "--kv-offload-ram", "16M"]);
+  servers.push(tiered);
+  const idle = await startServer(bin, ["-t", "1", "--prep-workers", "1"]);
+  servers.push(idle);
+  const tsub = await subscribe(tiered.base);
+  await tsub.waitFor(e => e.type === "snapshot");
+  const p4 = "The little dog ran to the big red barn where the old farmer kept his cows, sheep and a very noisy goose.";
+  const want4 = chainHashes(await tokenize(tiered.base, p4, ""), 16);
+  await complete(tiered.base, p4);
+  const deltas = m => tsub.events.filter(e => e.type === "delta" && e.medium === m);
+  const inRam = await tsub.waitFor(() => want4.every(h => deltas("ram").some(e => e.stored.some(x => x.hash === h))));
+  check(want4.length >= 2 && inRam !== null, `the prompt's ${want4.length} blocks reported stored with medium "ram"`);
+  for (let i = 0; i < 6; ++i)
+    await complete(tiered.base, `Tier ${i}: a bird sang on the roof and the children laughed in the warm sun. ${"y ".repeat(30)}`);
+  const outOfPool = await tsub.waitFor(() => want4.every(h => deltas("pool").some(e => e.removed.includes(h))));
+  check(outOfPool !== null && !want4.some(h => deltas("ram").some(e => e.removed.includes(h))),
+        "the pool evicted them (medium \"pool\" removed) while RAM kept them (no \"ram\" removal)");
+  tsub.close();
+  const tsub2 = await subscribe(tiered.base);
+  const tsnap = await tsub2.waitFor(e => e.type === "snapshot");
+  check(tsnap && !want4.some(h => tsnap.hashes.includes(h)) && want4.every(h => tsnap.tiers?.ram?.includes(h)),
+        `a new subscriber's snapshot: not in "hashes" (the pool), all in tiers.ram (${tsnap?.tiers?.ram?.length} blocks)`);
+  tsub2.close();
+  const tr = await startRouter(bin, [tiered.base, idle.base], ["--model", model]);
+  routers.push(tr);
+  for (let i = 0; i < 50; ++i) {
+    const m = await metrics(tr.base);
+    if ([tiered.base, idle.base].every(u => m.text.includes(`deepinfer_router_replica_kv_synced{replica="${u}"} 1`))) break;
+    await sleep(100);
+  }
+  const tm = await metrics(tr.base);
+  const tierGauge = tm.text.match(new RegExp(`^deepinfer_router_replica_kv_tier_blocks\\{replica="${tiered.base.replace(/[.]/g, "\\.")}"\\} (\\d+)$`, "m"));
+  check(tierGauge && Number(tierGauge[1]) >= want4.length, `the router counts the replica's tier blocks (${tierGauge?.[1]})`);
+  const hitsBefore = tm.get('deepinfer_router_decisions_total\\{policy="cache_aware_kv_events",outcome="cache_hit"\\}') || 0;
+  const r4 = await fetch(`${tr.base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+                                                        body: JSON.stringify({prompt: p4, max_tokens: 2, temperature: 0})});
+  const b4 = await r4.json();
+  const hitsAfter = (await metrics(tr.base)).get('deepinfer_router_decisions_total\\{policy="cache_aware_kv_events",outcome="cache_hit"\\}');
+  check(r4.headers.get("x-deepinfer-replica") === "0" && hitsAfter === hitsBefore + 1,
+        `routed to the replica whose RAM tier holds the prefix, as a cache hit (replica ${r4.headers.get("x-deepinfer-replica")}, cache_hit ${hitsBefore} -> ${hitsAfter})`);
+  // Every whole block but the one holding the last prompt token (which is always computed).
+  check(b4.usage?.prompt_tokens_details?.cached_tokens === 16 * Math.floor((b4.usage?.prompt_tokens - 1) / 16) && want4.length >= 2,
+        `served from the tier: ${b4.usage?.prompt_tokens_details?.cached_tokens} cached tokens of ${b4.usage?.prompt_tokens}`);
 } catch (e) {
   check(false, `exception: ${e.stack}`);
 } finally {

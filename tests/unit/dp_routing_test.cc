@@ -4,6 +4,8 @@
 // per request; and DistControl itself over two in-process ranks. Seeded inputs (std::mt19937).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -127,7 +129,7 @@ TEST(DpRouting, FeedIsBoundedPerSyncAndResyncsAfterTheLogDroppedEvents) {
   KvEventFeed out(&log, 5), in(nullptr);
   router::KvBlockIndex index(0);
   size_t resyncs_seen = 0;
-  std::uniform_int_distribution<int> op(0, 2), h(1, 48), burst(0, 24);
+  std::uniform_int_distribution<int> op(0, 2), h(1, 48), burst(0, 24), medium(0, kNumKvMedia - 1);
   auto ship = [&] {
     wire::Writer w;
     out.Write(w);
@@ -138,9 +140,11 @@ TEST(DpRouting, FeedIsBoundedPerSyncAndResyncsAfterTheLogDroppedEvents) {
   };
   for (int round = 0; round < 300; ++round) {
     for (int n = burst(rng); n > 0; --n) {
+      // Blocks enter and leave the pool and the tiers behind it independently.
       const uint64_t x = static_cast<uint64_t>(h(rng));
-      if (op(rng) == 0) log.Removed(x);
-      else log.Stored(x, 0);
+      const KvMedium m = static_cast<KvMedium>(medium(rng));
+      if (op(rng) == 0) log.Removed(x, m);
+      else log.Stored(x, 0, m);
     }
     ship();
   }
@@ -150,8 +154,15 @@ TEST(DpRouting, FeedIsBoundedPerSyncAndResyncsAfterTheLogDroppedEvents) {
   // Quiet now: a few more Syncs drain the backlog (or finish a snapshot), and the index holds exactly the live set.
   for (int i = 0; i < 40; ++i) ship();
   const KvEventLog::Snapshot live = log.TakeSnapshot();
-  EXPECT_EQ(index.size(), live.hashes.size());
+  size_t tier_only = 0;
+  for (uint8_t m : live.media) tier_only += !(m & MediumBit(KvMedium::kPool));
+  EXPECT_EQ(index.size(), log.num_cached(KvMedium::kPool));
+  EXPECT_EQ(index.tier_size(), tier_only);
+  EXPECT_GT(tier_only, 0u) << "some blocks must be held in a tier only";
   for (uint64_t x : live.hashes) EXPECT_EQ(index.LeadingBlocks({x}, router::KvBlockIndex::Clock::now()), 1) << x;
+  for (uint64_t x = 1; x <= 48; ++x)
+    if (std::find(live.hashes.begin(), live.hashes.end(), x) == live.hashes.end())
+      EXPECT_EQ(index.LeadingBlocks({x}, router::KvBlockIndex::Clock::now()), 0) << x;
   // A hash stored, removed and stored again inside one delta ends up held (the order of the log is kept).
   KvEventLog log2;
   KvEventFeed out2(&log2), in2(nullptr);
@@ -167,6 +178,15 @@ TEST(DpRouting, FeedIsBoundedPerSyncAndResyncsAfterTheLogDroppedEvents) {
   ship2();
   EXPECT_EQ(index2.size(), 1u);
   EXPECT_EQ(index2.LeadingBlocks({7}, router::KvBlockIndex::Clock::now()), 1);
+  // A block evicted from the pool but held in RAM is still a hit; gone from both, it is not.
+  log2.Stored(9, 0, KvMedium::kRam), log2.Stored(9, 0), log2.Removed(9);
+  ship2();
+  EXPECT_EQ(index2.size(), 1u);
+  EXPECT_EQ(index2.tier_size(), 1u);
+  EXPECT_EQ(index2.LeadingBlocks({9}, router::KvBlockIndex::Clock::now()), 1);
+  log2.Removed(9, KvMedium::kRam);
+  ship2();
+  EXPECT_EQ(index2.LeadingBlocks({9}, router::KvBlockIndex::Clock::now()), 0);
 }
 
 TEST(DpRouting, MalformedFeedIsRefused) {
@@ -184,6 +204,12 @@ TEST(DpRouting, MalformedFeedIsRefused) {
   w2.PutVector(std::vector<uint8_t>{});
   wire::Reader r2(w2.bytes().data(), w2.bytes().size());
   EXPECT_FALSE(in.Read(r2, &index, kBlock));
+  wire::Writer w3;
+  w3.Put<uint8_t>(0);
+  w3.PutVector(std::vector<uint64_t>{1});
+  w3.PutVector(std::vector<uint8_t>{static_cast<uint8_t>(kNumKvMedia << 1 | 1)});  // a medium that does not exist
+  wire::Reader r3(w3.bytes().data(), w3.bytes().size());
+  EXPECT_FALSE(in.Read(r3, &index, kBlock));
 }
 
 // DistControl itself over two in-process "ranks" (--dp 2, one thread each): its Exchange and Sync over a control

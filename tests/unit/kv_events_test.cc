@@ -55,6 +55,34 @@ TEST(KvEventLog, LogsChangesInOrderAndResyncsAReaderThatFellBehind) {
   EXPECT_TRUE(evs.empty());
 }
 
+TEST(KvEventLog, EachMediumHoldsABlockOnItsOwn) {
+  KvEventLog log;
+  log.Stored(1, 0);                  // the pool
+  log.Stored(1, 0, KvMedium::kRam);  // and RAM: a second event
+  log.Stored(1, 0, KvMedium::kRam);  // already in RAM: not logged
+  log.Stored(2, 1, KvMedium::kDisk);
+  log.Removed(1);                    // evicted from the pool, still in RAM
+  log.Removed(2, KvMedium::kRam);    // never in RAM: not logged
+  std::vector<KvEventLog::Event> evs;
+  ASSERT_TRUE(log.Since(0, 100, &evs));
+  ASSERT_EQ(evs.size(), 4u);
+  EXPECT_EQ(evs[1].medium, KvMedium::kRam);
+  EXPECT_EQ(evs[2].medium, KvMedium::kDisk);
+  EXPECT_EQ(evs[2].parent, 1u);
+  EXPECT_FALSE(evs[3].stored);
+  EXPECT_EQ(evs[3].medium, KvMedium::kPool);
+  EXPECT_EQ(log.num_cached(), 0u);
+  EXPECT_EQ(log.num_cached(KvMedium::kRam), 1u);
+  EXPECT_EQ(log.num_cached(KvMedium::kDisk), 1u);
+  const KvEventLog::Snapshot s = log.TakeSnapshot();
+  ASSERT_EQ(s.hashes.size(), 2u);
+  for (size_t i = 0; i < s.hashes.size(); ++i)
+    EXPECT_EQ(s.media[i], s.hashes[i] == 1 ? MediumBit(KvMedium::kRam) : MediumBit(KvMedium::kDisk)) << s.hashes[i];
+  log.Removed(1, KvMedium::kRam);
+  EXPECT_EQ(log.TakeSnapshot().hashes, std::vector<uint64_t>{2});
+  EXPECT_STREQ(KvMediumName(KvMedium::kDisk), "disk");
+}
+
 TEST(KvEventLog, BlockPoolReportsChainHashesStoredThenEvicted) {
   BlockPool pool(4, 4);
   KvEventLog log;
@@ -120,6 +148,28 @@ TEST(KvBlockIndex, SnapshotDeltasAndLeadingBlocks) {
   EXPECT_EQ(idx.LeadingBlocks({4}, now), 0);
 }
 
+TEST(KvBlockIndex, BlocksInATierAreHitsButNotPoolUse) {
+  constexpr uint8_t kPool = 1, kRam = 2, kDisk = 4;  // kv/kv_event_log.h MediumBit
+  KvBlockIndex idx;
+  const auto now = Clock::now();
+  idx.Reset(16, {1, 2, 3}, {kPool, kPool | kRam, kDisk});
+  EXPECT_EQ(idx.size(), 2u);
+  EXPECT_EQ(idx.tier_size(), 1u);
+  EXPECT_EQ(idx.LeadingBlocks({1, 2, 3}, now), 3);
+  idx.Apply({}, {2}, kPool);  // the pool evicted 2: RAM still holds it
+  EXPECT_EQ(idx.size(), 1u);
+  EXPECT_EQ(idx.tier_size(), 2u);
+  EXPECT_EQ(idx.footprint(), 1u);
+  EXPECT_EQ(idx.LeadingBlocks({1, 2, 3}, now), 3);
+  idx.Apply({}, {2}, kRam);  // and RAM
+  EXPECT_EQ(idx.LeadingBlocks({1, 2, 3}, now), 1);
+  idx.Apply({}, {3}, kRam);  // not in RAM: 3 stays on disk
+  EXPECT_EQ(idx.LeadingBlocks({3}, now), 1);
+  idx.Apply({3}, {}, kPool);  // loaded back into the pool
+  EXPECT_EQ(idx.size(), 2u);
+  EXPECT_EQ(idx.tier_size(), 0u);
+}
+
 TEST(KvBlockIndex, PredictionsCountUntilConfirmedEvictedOrExpired) {
   KvBlockIndex idx(1.0);
   const auto now = Clock::now();
@@ -159,6 +209,18 @@ TEST(KvEventSubscriber, AppliesSnapshotDeltaAndLoadEvents) {
   EXPECT_TRUE(idx.mismatch());
   EXPECT_EQ(idx.LeadingBlocks({0x10}, now), 0);
   EXPECT_FALSE(sub.OnEvent(R"({"type":"snapshot","seq":9,"block_size":16,"hash_scheme":"sha256","prompt_digest":"0000000000000abc","hashes":[]})"));
+  // The tiers: a snapshot's "tiers" and a delta's "medium".
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"snapshot","seq":10,"block_size":16,"hash_scheme":"fnv1a64-chain-v1","prompt_digest":"0000000000000abc","hashes":["0000000000000001"],"tiers":{"ram":["0000000000000002"],"disk":["0000000000000002","0000000000000003"],"hbm9":["0000000000000004"]}})"));
+  EXPECT_EQ(idx.LeadingBlocks({1, 2, 3}, now), 3);
+  EXPECT_EQ(idx.LeadingBlocks({4}, now), 0);  // a medium this router does not know is no hit
+  EXPECT_EQ(idx.size(), 1u);
+  EXPECT_EQ(idx.tier_size(), 2u);
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"delta","seq":11,"medium":"disk","stored":[],"removed":["0000000000000002","0000000000000003"]})"));
+  EXPECT_EQ(idx.LeadingBlocks({1, 2, 3}, now), 2);  // 2 still in RAM
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"delta","seq":12,"medium":"ram","stored":[{"hash":"0000000000000003","parent":"2"}],"removed":["0000000000000002"]})"));
+  EXPECT_EQ(idx.LeadingBlocks({1, 2}, now), 1);
+  EXPECT_EQ(idx.LeadingBlocks({3}, now), 1);
+  EXPECT_EQ(idx.size(), 1u);
 }
 
 // A prompt of `blocks` full blocks of 4 tokens whose first `shared` blocks are tenant `tenant`'s prefix.

@@ -24,6 +24,28 @@ bool ReadInto(KvRamTier& t, uint64_t key, uint64_t parent, const std::vector<uin
   return t.Read(key, parent, expect.data(), prefix_n, [&](const uint8_t* p) { out->assign(p, p + kEntry); });
 }
 
+TEST(KvRamTierTest, ReportsWhatItHoldsToTheKvEvents) {
+  std::mt19937 rng(37);
+  KvEventLog log;
+  auto made = KvRamTier::Create(2 * kEntry, kEntry, &log);
+  ASSERT_TRUE(made.ok());
+  KvRamTier& t = **made;
+  const auto e = Entry(&rng);
+  ASSERT_TRUE(t.Put(101, 0, e.data(), /*reported_hash=*/11));
+  ASSERT_TRUE(t.Put(102, 11, e.data(), 12));
+  ASSERT_TRUE(t.Put(103, 0, e.data(), 0));   // a window's entry: not reported
+  ASSERT_TRUE(t.Put(104, 12, e.data(), 14));  // evicts 102 (101 went for 103)
+  std::vector<KvEventLog::Event> evs;
+  ASSERT_TRUE(log.Since(0, 100, &evs));
+  ASSERT_EQ(evs.size(), 5u);
+  for (const auto& ev : evs) EXPECT_EQ(ev.medium, KvMedium::kRam);
+  EXPECT_TRUE(evs[1].stored && evs[1].hash == 12 && evs[1].parent == 11);
+  EXPECT_TRUE(!evs[2].stored && evs[2].hash == 11);
+  EXPECT_TRUE(!evs[3].stored && evs[3].hash == 12);
+  EXPECT_TRUE(evs[4].stored && evs[4].hash == 14);
+  EXPECT_EQ(log.num_cached(KvMedium::kRam), 1u);
+}
+
 TEST(KvRamTierTest, RefusesACapacityBelowOneEntry) {
   EXPECT_FALSE(KvRamTier::Create(kEntry - 1, kEntry).ok());
   auto t = KvRamTier::Create(3 * kEntry + 100, kEntry);
