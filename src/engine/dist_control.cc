@@ -4,6 +4,7 @@
 
 #include "base/logging.h"
 #include "engine/kv_event_feed.h"
+#include "engine/kv_event_union.h"
 #include "engine/wire.h"
 #include "routing/kv_block_index.h"
 #include "routing/routing_policy.h"
@@ -31,19 +32,21 @@ DistControl::DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inb
   reports_.assign(ctx_.pc.world, RankReport{});
   group_decisions_.assign(ctx_.pc.dp, RoutingCounts{});
   if (ctx_.pc.dp > 1) {
-    // Start-up checked the name (startup.cc SetupParallel); the policy only decides on rank 0, but every rank
-    // needs to know whether it takes KV events (group leaders ship them).
+    // Start-up checked the name (startup.cc SetupParallel); the policy only decides on rank 0.
     auto policy = router::MakePolicy(ctx_.pc.dp_policy, ctx_.pc.dp, router::CacheAwareOptions{}, /*kv_events=*/true);
     if (!policy.ok()) dist::AbortJob(policy.status().ToString());
-    ship_events_ = (*policy)->kv_index(0) != nullptr;
+    // Group leaders ship their KV events whatever the policy: rank 0's GET /v1/kv_events reports the union of
+    // every group's blocks (engine/kv_event_union.h), and cache_aware routes by them.
+    ship_events_ = true;
     if (is_root()) policy_ = std::move(*policy);
   }
   if (ship_events_ && ctx_.pc.is_group_leader()) feed_out_ = std::make_unique<KvEventFeed>(e_.KvEvents());
   if (ship_events_ && is_root()) {
+    all_events_ = std::make_unique<KvEventUnion>(ctx_.pc.dp);
     for (int g = 0; g < ctx_.pc.dp; ++g) {
       feeds_in_.push_back(std::make_unique<KvEventFeed>(nullptr));
       // Every group starts with an empty cache; its first Sync's snapshot confirms it.
-      policy_->kv_index(g)->Reset(block_size_, {});
+      if (router::KvBlockIndex* index = policy_->kv_index(g)) index->Reset(block_size_, {});
     }
   }
 }
@@ -193,11 +196,11 @@ bool DistControl::Sync(bool has_rows) {
     if (!pc.is_group_leader()) continue;
     // The group's cache changes, then its own account of its load (KvEventsPolicy weighs both).
     const int g = pc.dp_rank();
-    router::KvBlockIndex* index = policy_->kv_index(g);
-    if (!feeds_in_[g]->Read(readers.back(), index, block_size_))
+    router::KvBlockIndex* index = policy_->kv_index(g);  // null: a policy not fed by events
+    if (!feeds_in_[g]->Read(readers.back(), index, block_size_, all_events_.get(), g))
       dist::AbortJob("KV events from rank " + std::to_string(rank) + " are malformed (ranks run different builds?)");
     const RankReport& rr = reports[rank];
-    index->SetLoad({true, rr.waiting, rr.running, rr.kv_blocks_total - rr.kv_blocks_free, rr.kv_blocks_total});
+    if (index) index->SetLoad({true, rr.waiting, rr.running, rr.kv_blocks_total - rr.kv_blocks_free, rr.kv_blocks_total});
   }
   if (is_root()) {
     std::lock_guard<std::mutex> lock(reports_mu_);
@@ -259,6 +262,8 @@ bool DistControl::Sync(bool has_rows) {
   }
   return launch;
 }
+
+const KvEventLog* DistControl::JobKvEvents() const { return all_events_ ? &all_events_->log() : nullptr; }
 
 std::vector<RankReport> DistControl::Reports() const {
   std::vector<RankReport> out;

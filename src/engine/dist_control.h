@@ -36,6 +36,7 @@ class RoutingPolicy;
 }
 class KvEventFeed;
 class KvEventLog;
+class KvEventUnion;
 
 
 // Rank 0's routing decisions for one group: per router::Outcome, and the prompt blocks the chosen group held by
@@ -93,6 +94,8 @@ class DistControl {
 
   // Rank 0, thread-safe: the latest reports of every rank (index = world rank).
   std::vector<RankReport> Reports() const;
+  // Rank 0 of a --dp job: every group's KV events as one log (thread-safe to read); nullptr elsewhere.
+  const KvEventLog* JobKvEvents() const;
 
  private:
   int Route(const std::vector<int32_t>& prompt, int n);
@@ -119,7 +122,8 @@ class DistControl {
   std::unique_ptr<router::RoutingPolicy> policy_;   // one replica per group
   std::vector<RoutingCounts> group_decisions_;
   // Rank 0: one receiving end per group (policy_'s index for the group); group leaders: their log's sending end.
-  bool ship_events_ = false;  // the policy takes KV events (every rank knows it from the flags)
+  bool ship_events_ = false;  // --dp > 1: group leaders ship their KV events to rank 0 (every rank knows it)
+  std::unique_ptr<KvEventUnion> all_events_;  // rank 0: the union of the groups' events
   std::vector<std::unique_ptr<KvEventFeed>> feeds_in_;
   std::unique_ptr<KvEventFeed> feed_out_;
   // Group leaders: events produced since the last Sync (filled on the engine thread, inside Process).

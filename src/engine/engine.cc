@@ -325,6 +325,11 @@ StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
 
 void Engine::Abort(uint64_t request_id) { inbox_.PushAbort(request_id); }
 
+const KvEventLog& Engine::kv_events() const {
+  const KvEventLog* job = dist_ ? dist_->JobKvEvents() : nullptr;
+  return job ? *job : *kv_events_;
+}
+
 void Engine::Ingest() {
   std::vector<std::unique_ptr<Request>> inbox;
   std::vector<uint64_t> aborts;

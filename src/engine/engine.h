@@ -109,8 +109,9 @@ class Engine {
   void FlushKvTiers() {
     if (tiers_) tiers_->Flush();
   }
-  // Thread-safe: the prefix cache's change log (full-attention group 0) for GET /v1/kv_events.
-  const KvEventLog& kv_events() const { return *kv_events_; }
+  // Thread-safe: the prefix cache's change log (full-attention group 0; the pool and the KV tiers) for GET
+  // /v1/kv_events; on rank 0 of a --dp job, every group's (engine/kv_event_union.h).
+  const KvEventLog& kv_events() const;
   // The KV identity digest (kv_identity.h) of the model and KV settings, so a router can check that its replicas
   // and its own tokenizer agree; 0 from CreateWithExecutor (no model).
   uint64_t model_digest() const { return model_digest_; }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <unordered_set>
 
+#include "engine/kv_event_union.h"
 #include "routing/kv_block_index.h"
 
 namespace deepinfer {
@@ -57,7 +58,7 @@ void KvEventFeed::Write(wire::Writer& w) {
   w.PutVector(bytes);
 }
 
-bool KvEventFeed::Read(wire::Reader& r, router::KvBlockIndex* index, int block_size) {
+bool KvEventFeed::Read(wire::Reader& r, router::KvBlockIndex* index, int block_size, KvEventUnion* all, int group) {
   const uint8_t flags = r.Get<uint8_t>();
   const std::vector<uint64_t> hashes = r.GetVector<uint64_t>();
   const std::vector<uint8_t> bytes = r.GetVector<uint8_t>();
@@ -72,6 +73,7 @@ bool KvEventFeed::Read(wire::Reader& r, router::KvBlockIndex* index, int block_s
     pending_media_.insert(pending_media_.end(), bytes.begin(), bytes.end());
     if (flags & kSnapshotEnd) {
       if (index) index->Reset(block_size, pending_, pending_media_);
+      if (all) all->Reset(group, pending_, pending_media_);
       receiving_snapshot_ = false;
       pending_.clear();
       pending_.shrink_to_fit();
@@ -83,14 +85,16 @@ bool KvEventFeed::Read(wire::Reader& r, router::KvBlockIndex* index, int block_s
   if (flags != 0) return false;
   for (uint8_t b : bytes)
     if ((b >> 1) >= kNumKvMedia) return false;
-  if (!index) return true;
+  if (!index && !all) return true;
   // KvBlockIndex::Apply takes one medium's stored then removed: a hash met twice, or another medium, splits the
   // part there, so the order of the log is kept (as the HTTP publisher splits its deltas).
   std::vector<uint64_t> st, rm;
   std::unordered_set<uint64_t> seen;
   uint8_t medium = 0;
   auto flush = [&] {
-    if (!st.empty() || !rm.empty()) index->Apply(st, rm, MediumBit(static_cast<KvMedium>(medium)));
+    if (st.empty() && rm.empty()) return;
+    if (index) index->Apply(st, rm, MediumBit(static_cast<KvMedium>(medium)));
+    if (all) all->Apply(group, st, rm, MediumBit(static_cast<KvMedium>(medium)));
     st.clear(), rm.clear(), seen.clear();
   };
   for (size_t i = 0; i < hashes.size(); ++i) {

@@ -24,6 +24,7 @@ namespace deepinfer {
 namespace router {
 class KvBlockIndex;
 }
+class KvEventUnion;
 
 class KvEventFeed {
  public:
@@ -34,9 +35,10 @@ class KvEventFeed {
 
   // Sender: appends this iteration's part (a delta, or the next snapshot slice).
   void Write(wire::Writer& w);
-  // Receiver: reads one Write's part and applies it to `index` (nullptr: parse only), whose block size is
-  // `block_size`. False when the part is malformed.
-  bool Read(wire::Reader& r, router::KvBlockIndex* index, int block_size);
+  // Receiver: reads one Write's part and applies it to `index` (nullptr: not routed by events), whose block size
+  // is `block_size`, and as group `group`'s to `all` (the job's union; nullptr: none). False when the part is
+  // malformed.
+  bool Read(wire::Reader& r, router::KvBlockIndex* index, int block_size, KvEventUnion* all = nullptr, int group = 0);
 
   uint64_t hashes_sent() const { return hashes_sent_; }
   uint64_t snapshots() const { return snapshots_; }  // sender: snapshots begun (the first and every resync)

@@ -8,8 +8,10 @@
 // B sends every tenant twice more, interleaved, 4 at a time. Its prefix hit rate (cached_tokens summed / the
 // ideal, every phase B prompt's whole prefix) must be near ideal with --dp-policy cache_aware and clearly above
 // --dp-policy least_load's (each request to the group with fewer in flight, wherever its prefix is cached), and
-// both runs must answer the same (greedy).
-import {startServer, metrics, checker} from "../server/common.mjs";
+// both runs must answer the same (greedy). Under either policy, rank 0's GET /v1/kv_events (what `deepinfer route`
+// sees of this job) reports every group's blocks: after phase A its snapshot holds all 16 tenants' prefix blocks,
+// although each group cached only the tenants routed to it.
+import {startServer, metrics, checker, chainHashes} from "../server/common.mjs";
 import {makeRng} from "../common/rng.mjs";
 
 const bin = process.argv[2];
@@ -46,12 +48,36 @@ async function send(base, reqs) {
   return out;
 }
 
+// The first event of a GET /v1/kv_events subscription: the snapshot.
+async function kvSnapshot(base) {
+  const ctl = new AbortController();
+  const r = await fetch(`${base}/v1/kv_events`, {signal: ctl.signal});
+  const dec = new TextDecoder();
+  let buf = "";
+  try {
+    for await (const piece of r.body) {
+      buf += dec.decode(piece, {stream: true});
+      const end = buf.indexOf("\n\n");
+      if (end < 0) continue;
+      const data = buf.slice(0, end).split("\n").find(l => l.startsWith("data: "));
+      return data ? JSON.parse(data.slice(6)) : null;
+    }
+  } finally {
+    ctl.abort();
+  }
+  return null;
+}
+
 async function run(policy) {
   process.env.DEEPINFER_SERVE_MPI = "2";
   process.env.DEEPINFER_SERVE_ARGS = `--dp 2 --dp-policy ${policy}`;
   const srv = await startServer(bin);
   const a = await send(srv.base, phaseA);
   await new Promise(r => setTimeout(r, 5500));
+  const snap = await kvSnapshot(srv.base);
+  const held = prefixes.filter(p => chainHashes(p, BLOCK).every(h => snap?.hashes?.includes(h))).length;
+  check(held === TENANTS, `${policy}: rank 0's /v1/kv_events snapshot holds every tenant's prefix blocks (${held} of ${TENANTS}), ` +
+        `from both groups (${snap?.hashes?.length} blocks)`);
   const b = await send(srv.base, phaseB);
   const m = await metrics(srv.base);
   const code = await srv.stop();

@@ -95,3 +95,21 @@ export function checker() {
   };
   return {check, done};
 }
+
+// kv/prefix_hash.h PrefixChainHashes, in BigInt: 64-bit FNV-1a over each id's four 16-bit quarters.
+export function chainHashes(ids, bs) {
+  const mask = (1n << 64n) - 1n;
+  let h = 1469598103934665603n;
+  const out = [];
+  for (let b = 0; (b + 1) * bs <= ids.length; ++b) {
+    for (let t = b * bs; t < (b + 1) * bs; ++t) {
+      const v = BigInt(ids[t] >>> 0);
+      for (let i = 0n; i < 4n; ++i) {
+        h ^= (v >> (16n * i)) & 0xffffn;
+        h = (h * 1099511628211n) & mask;
+      }
+    }
+    out.push(h.toString(16).padStart(16, "0"));
+  }
+  return out;
+}

@@ -18,31 +18,13 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {startServer, checker, metrics, sharedModels} from "./common.mjs";
+import {startServer, checker, metrics, sharedModels, chainHashes} from "./common.mjs";
 import {makeWorkload, startRouter, runWorkload, idealHitRate} from "./router_workload.mjs";
 
 const bin = process.argv[2];
 const {check, done} = checker();
 const model = path.join(sharedModels, "stories260K.gguf");
 const sleep = ms => new Promise(r => setTimeout(r, ms));
-
-// kv/prefix_hash.h PrefixChainHashes, in BigInt: 64-bit FNV-1a over each id's four 16-bit quarters.
-function chainHashes(ids, bs) {
-  const mask = (1n << 64n) - 1n;
-  let h = 1469598103934665603n;
-  const out = [];
-  for (let b = 0; (b + 1) * bs <= ids.length; ++b) {
-    for (let t = b * bs; t < (b + 1) * bs; ++t) {
-      const v = BigInt(ids[t] >>> 0);
-      for (let i = 0n; i < 4n; ++i) {
-        h ^= (v >> (16n * i)) & 0xffffn;
-        h = (h * 1099511628211n) & mask;
-      }
-    }
-    out.push(h.toString(16).padStart(16, "0"));
-  }
-  return out;
-}
 
 // A GET /v1/kv_events subscription: its events in order, and a wait for one that satisfies `pred`.
 async function subscribe(base, key) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include <condition_variable>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "dist/communicator.h"
 #include "engine/dist_control.h"
 #include "engine/kv_event_feed.h"
+#include "engine/kv_event_union.h"
 #include "kv/block_pool.h"
 #include "kv/kv_event_log.h"
 #include "kv/prefix_hash.h"
@@ -187,6 +189,74 @@ TEST(DpRouting, FeedIsBoundedPerSyncAndResyncsAfterTheLogDroppedEvents) {
   log2.Removed(9, KvMedium::kRam);
   ship2();
   EXPECT_EQ(index2.LeadingBlocks({9}, router::KvBlockIndex::Clock::now()), 0);
+}
+
+TEST(DpRouting, TheJobsEventsAreTheUnionOfEveryGroups) {
+  // Two groups' logs (small, so that resyncs happen) with random stores and removals over shared hashes in every
+  // medium, shipped through their feeds into one union: once drained, the union's live set is exactly the union
+  // of the two live sets, medium by medium, and its log replays to that set.
+  std::mt19937 rng(3536);
+  KvEventLog logs[2] = {KvEventLog(16), KvEventLog(16)};
+  KvEventFeed outs[2] = {KvEventFeed(&logs[0], 6), KvEventFeed(&logs[1], 6)};
+  KvEventFeed ins[2] = {KvEventFeed(nullptr), KvEventFeed(nullptr)};
+  KvEventUnion all(2);
+  std::uniform_int_distribution<int> op(0, 2), h(1, 40), burst(0, 30), medium(0, kNumKvMedia - 1);
+  auto ship = [&](int g) {
+    wire::Writer w;
+    outs[g].Write(w);
+    wire::Reader r(w.bytes().data(), w.bytes().size());
+    ASSERT_TRUE(ins[g].Read(r, nullptr, kBlock, &all, g));
+  };
+  std::vector<KvEventLog::Event> replayed;
+  auto check = [&](const char* when) {
+    std::map<uint64_t, uint8_t> want, got;
+    for (const KvEventLog& log : logs) {
+      const KvEventLog::Snapshot s = log.TakeSnapshot();
+      for (size_t i = 0; i < s.hashes.size(); ++i) want[s.hashes[i]] |= s.media[i];
+    }
+    const KvEventLog::Snapshot u = all.log().TakeSnapshot();
+    for (size_t i = 0; i < u.hashes.size(); ++i) got[u.hashes[i]] = u.media[i];
+    EXPECT_EQ(got, want) << when;
+  };
+  for (int round = 0; round < 200; ++round) {
+    for (int g = 0; g < 2; ++g)
+      for (int n = burst(rng); n > 0; --n) {
+        const uint64_t x = static_cast<uint64_t>(h(rng));
+        const KvMedium m = static_cast<KvMedium>(medium(rng));
+        if (op(rng) == 0) logs[g].Removed(x, m);
+        else logs[g].Stored(x, 0, m);
+      }
+    ship(0), ship(1);
+  }
+  EXPECT_GT(outs[0].snapshots() + outs[1].snapshots(), 4u) << "resyncs must have happened";
+  for (int i = 0; i < 40; ++i) ship(0), ship(1);
+  check("after random traffic");
+  // A hash both groups hold stays in the union until the second lets it go.
+  logs[0].Stored(100, 0), logs[1].Stored(100, 0);
+  ship(0), ship(1);
+  auto union_holds = [&](uint64_t x) {
+    const KvEventLog::Snapshot s = all.log().TakeSnapshot();
+    return std::find(s.hashes.begin(), s.hashes.end(), x) != s.hashes.end();
+  };
+  EXPECT_TRUE(union_holds(100));
+  logs[0].Removed(100);
+  ship(0), ship(1);
+  EXPECT_TRUE(union_holds(100)) << "group 1 still holds it";
+  logs[1].Removed(100);
+  ship(0), ship(1);
+  EXPECT_FALSE(union_holds(100));
+  check("after a shared hash left both groups");
+  // The union's own log replayed from the start (it never dropped: 64K entries) holds the same set.
+  std::map<uint64_t, uint8_t> replay;
+  ASSERT_TRUE(all.log().Since(0, 1 << 20, &replayed));
+  for (const auto& e : replayed) {
+    if (e.stored) replay[e.hash] |= MediumBit(e.medium);
+    else if ((replay[e.hash] &= static_cast<uint8_t>(~MediumBit(e.medium))) == 0) replay.erase(e.hash);
+  }
+  std::map<uint64_t, uint8_t> now;
+  const KvEventLog::Snapshot u = all.log().TakeSnapshot();
+  for (size_t i = 0; i < u.hashes.size(); ++i) now[u.hashes[i]] = u.media[i];
+  EXPECT_EQ(replay, now);
 }
 
 TEST(DpRouting, MalformedFeedIsRefused) {
