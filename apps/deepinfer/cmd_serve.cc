@@ -43,6 +43,7 @@ int CmdServe(int argc, char** argv) {
                 {"max-stored-responses", "", "N", "1000", "/v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none)"},
                 {"prep-workers", "", "N", "2", "threads that parse requests, render chat templates and tokenize (off the HTTP loop)"},
                 {"no-webui", "", "", "", "no web chat page at / (404 there; the page needs no key, its API calls do)"},
+                {"kv-events-slice", "", "N", "65536", "GET /v1/kv_events: block hashes per snapshot event (a larger cache's snapshot continues in snapshot_part events, one per 50 ms)"},
                 {"allowed-origins", "", "LIST", "*", "CORS: comma-separated origins browsers may call from ('*' any, '' none)"},
                 {"max-connections", "", "N", "16384", "open connections before new ones get 503"},
                 {"request-timeout", "", "SECONDS", "30", "time allowed to send a whole request (slow clients get 408)"},
@@ -73,6 +74,7 @@ int CmdServe(int argc, char** argv) {
   so.prep_threads = static_cast<int>(std::clamp<long long>(args.GetInt("prep-workers"), 1, 64));
   so.http.allowed_origins = SplitOrigins(args.Get("allowed-origins"));
   so.webui = !args.Has("no-webui");
+  so.kv_events_slice = static_cast<size_t>(std::max<long long>(1, args.GetInt("kv-events-slice")));
   if (so.api_key.empty())
     if (const char* k = std::getenv("DEEPINFER_API_KEY")) so.api_key = k;
   if (args.Has("served-model-name")) so.served_model_name = args.Get("served-model-name");

@@ -94,6 +94,8 @@ class DistControl {
 
   // Rank 0, thread-safe: the latest reports of every rank (index = world rank).
   std::vector<RankReport> Reports() const;
+  // Group leaders ship their KV events to rank 0 in every Sync (--dp > 1).
+  bool ships_events() const { return ship_events_; }
   // Rank 0 of a --dp job: every group's KV events as one log (thread-safe to read); nullptr elsewhere.
   const KvEventLog* JobKvEvents() const;
 

@@ -721,10 +721,16 @@ void Engine::Start() {
       // load is done (its completion wakes the inbox) or something arrives.
       const bool loads_only = idle_on_loads_;
       const uint64_t loads_seen = idle_loads_seen_;
-      if (!inbox_.Wait([&] {
-            return remote || prev_ != nullptr ||
-                   (!seqs_.empty() && (!loads_only || tiers_->loads_completed() != loads_seen));
-          }))
+      // Rank 0 of a --dp job also iterates four times a second while idle: the groups' KV events (a tier's
+      // write-through, the blocks the last step published, a restarted store's entries) reach rank 0's
+      // /v1/kv_events only in an iteration's Sync. An idle iteration launches nothing.
+      const double heartbeat_s = dist_ && dist_->is_root() && dist_->ships_events() ? 0.25 : 0;
+      if (!inbox_.Wait(
+              [&] {
+                return remote || prev_ != nullptr ||
+                       (!seqs_.empty() && (!loads_only || tiers_->loads_completed() != loads_seen));
+              },
+              heartbeat_s))
         break;
       idle_loads_seen_ = tiers_ ? tiers_->loads_completed() : 0;
       const uint64_t before = next_step_;

@@ -69,6 +69,8 @@ bool KvEventFeed::Read(wire::Reader& r, router::KvBlockIndex* index, int block_s
     pending_media_.clear();
   }
   if (receiving_snapshot_) {
+    for (uint8_t b : bytes)
+      if (b == 0 || b >= (1u << kNumKvMedia)) return false;  // a media mask names at least one known medium
     pending_.insert(pending_.end(), hashes.begin(), hashes.end());
     pending_media_.insert(pending_media_.end(), bytes.begin(), bytes.end());
     if (flags & kSnapshotEnd) {

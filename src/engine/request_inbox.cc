@@ -1,5 +1,7 @@
 #include "engine/request_inbox.h"
 
+#include <chrono>
+
 #include <algorithm>
 
 namespace deepinfer {
@@ -41,9 +43,11 @@ bool RequestInbox::Empty() const {
   return requests_.empty() && aborts_.empty();
 }
 
-bool RequestInbox::Wait(const std::function<bool()>& ready) {
+bool RequestInbox::Wait(const std::function<bool()>& ready, double timeout_s) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return stop_ || !requests_.empty() || !aborts_.empty() || ready(); });
+  auto pred = [&] { return stop_ || !requests_.empty() || !aborts_.empty() || ready(); };
+  if (timeout_s > 0) cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), pred);
+  else cv_.wait(lock, pred);
   return !stop_;
 }
 

@@ -25,8 +25,9 @@ class RequestInbox {
   bool HasAbort(uint64_t request_id) const;
   bool Empty() const;  // no request and no abort waiting
   // Blocks until stop is asked, something is queued, or ready() (evaluated under the inbox's lock: it may only
-  // read state the waiting thread itself owns). Returns false when stop was asked.
-  bool Wait(const std::function<bool()>& ready);
+  // read state the waiting thread itself owns), or `timeout_s` passes (> 0; 0: no timeout). Returns false when
+  // stop was asked.
+  bool Wait(const std::function<bool()>& ready, double timeout_s = 0);
   void Stop();
   // Wakes a Wait to evaluate its ready() again (state it reads changed on another thread, e.g. a tier load done).
   void Wake();

@@ -63,7 +63,8 @@ int64_t SteadySeconds() {
 
 // The header checks that need no payload: magic, version, layout, its own checksum.
 bool HeaderValid(const DiskBlockHeader& h) {
-  return std::memcmp(h.magic, kDiskBlockMagic, sizeof h.magic) == 0 && h.version == kDiskBlockVersion &&
+  return std::memcmp(h.magic, kDiskBlockMagic, sizeof h.magic) == 0 && h.version >= kDiskBlockOldestVersion &&
+         h.version <= kDiskBlockVersion &&
          h.header_bytes == sizeof(DiskBlockHeader) && h.header_checksum == HeaderChecksum(h);
 }
 
@@ -117,7 +118,8 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
       ++rep.foreign;  // another model's entry: never served here, and not ours to delete
       continue;
     }
-    if (read_ok && std::memcmp(h.magic, kDiskBlockMagic, sizeof h.magic) == 0 && h.version != kDiskBlockVersion) {
+    if (read_ok && std::memcmp(h.magic, kDiskBlockMagic, sizeof h.magic) == 0 &&
+        (h.version < kDiskBlockOldestVersion || h.version > kDiskBlockVersion)) {
       ++rep.foreign;  // another deepinfer version's entry (a server of that version may share the directory)
       continue;
     }
@@ -132,7 +134,8 @@ StatusOr<std::unique_ptr<KvDiskTier>> KvDiskTier::Open(const std::string& dir, s
       continue;
     }
     found.push_back({static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec, key,
-                     static_cast<size_t>(st.st_size), h.chain_hash, h.parent_hash, h.group});
+                     static_cast<size_t>(st.st_size), h.chain_hash, h.parent_hash,
+                     h.version >= 2 ? h.group : ~0u /* unknown: not announced */});
   }
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime_ns < b.mtime_ns; });
   std::lock_guard<std::mutex> lock(t->mu_);

@@ -56,8 +56,11 @@ inline uint64_t Checksum64(const void* data, size_t n) {
 }
 
 constexpr char kDiskBlockMagic[8] = {'D', 'I', 'K', 'V', 'B', 'L', 'K', '\0'};
-// Bumped whenever the header, the payload order or PagedKvCache's block byte order changes.
-constexpr uint32_t kDiskBlockVersion = 1;
+// Bumped whenever the header, the payload order or PagedKvCache's block byte order changes. Version 2 is version
+// 1 with `group` filled in (version 1 wrote 0 there for every group): both are read and served; only version 2
+// entries are announced as KV events (a version 1 entry's group is unknown).
+constexpr uint32_t kDiskBlockVersion = 2;
+constexpr uint32_t kDiskBlockOldestVersion = 1;
 
 struct DiskBlockHeader {
   char magic[8];

@@ -73,24 +73,35 @@ bool KvEventSubscriber::OnEvent(std::string_view data) {
         DI_LOG_INFO("route: replica %s tokenizes as --model again: its KV events are used", url_.text.c_str());
       logged_mismatch_ = mismatch;
     }
-    index_->SetMismatch(mismatch);
     const int bs = j.value("block_size", 0);
     if (bs <= 0 || j.value("hash_scheme", "") != "fnv1a64-chain-v1") return false;
+    snap_mismatch_ = mismatch;  // applied with the set it comes with
+    snap_block_size_ = bs;
+    snap_hashes_.clear();
+    snap_media_.clear();
+    snap_pending_ = true;
+  }
+  if (type == "snapshot" || type == "snapshot_part") {
+    if (!snap_pending_) return false;  // a part with no snapshot begun
     // "hashes": the pool's blocks; "tiers": {"ram": [...], "disk": [...]}, blocks the KV tiers hold.
-    std::vector<uint64_t> hashes;
-    std::vector<uint8_t> media;
-    if (auto it = j.find("hashes"); it != j.end()) ParseHexes(*it, &hashes);
-    media.assign(hashes.size(), MediumBitOf("pool"));
+    if (auto it = j.find("hashes"); it != j.end()) ParseHexes(*it, &snap_hashes_);
+    snap_media_.resize(snap_hashes_.size(), MediumBitOf("pool"));
     if (auto t = j.find("tiers"); t != j.end() && t->is_object())
       for (const auto& [name, arr] : t->items()) {
         const uint8_t bit = MediumBitOf(name);
         if (bit == 0) continue;
-        ParseHexes(arr, &hashes);
-        media.resize(hashes.size(), bit);
+        ParseHexes(arr, &snap_hashes_);
+        snap_media_.resize(snap_hashes_.size(), bit);
       }
-    index_->Reset(bs, hashes, media);
+    if (j.value("more", false)) return true;  // the rest comes in snapshot_part events
+    index_->SetMismatch(snap_mismatch_);
+    index_->Reset(snap_block_size_, snap_hashes_, snap_media_);
+    snap_pending_ = false;
+    std::vector<uint64_t>().swap(snap_hashes_);
+    std::vector<uint8_t>().swap(snap_media_);
     return true;
   }
+  if (snap_pending_ && type != "load") return false;  // a delta inside a snapshot's parts: start over
   if (type == "delta") {
     const uint8_t medium = MediumBitOf(j.value("medium", "pool"));
     if (medium == 0) return true;  // a medium this router does not know: not a hit it can count
@@ -166,6 +177,7 @@ void KvEventSubscriber::Loop() {
       client_ = &client;
     }
     buf_.clear();
+    snap_pending_ = false;
     int status = 0;
     bool synced_once = false;
     const Status st = client.Run(

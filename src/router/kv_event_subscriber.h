@@ -1,5 +1,5 @@
 // One replica's KV event stream (GET /v1/kv_events, server/kv_event_publisher.h), kept open on a thread of its
-// own and applied to the replica's KvBlockIndex: a snapshot replaces the index, deltas update it, load events
+// own and applied to the replica's KvBlockIndex: a snapshot (in parts, for a large cache) replaces the index, deltas update it, load events
 // set its load. When the stream breaks (replica down, restarted) the index is cleared, since the router must
 // not route by a cache it can no longer see, and the subscriber reconnects with exponential backoff; the
 // replica's next snapshot then replaces whatever it held. A snapshot whose prompt digest differs from the
@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "router/http_client.h"
 #include "routing/kv_block_index.h"
@@ -46,6 +47,11 @@ class KvEventSubscriber {
   KvEventSubscriberOptions opt_;
   std::string buf_;
   bool logged_mismatch_ = false;
+  // A snapshot arriving in parts (`snapshot` with "more", then `snapshot_part`s): applied once whole.
+  bool snap_pending_ = false, snap_mismatch_ = false;
+  int snap_block_size_ = 0;
+  std::vector<uint64_t> snap_hashes_;
+  std::vector<uint8_t> snap_media_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

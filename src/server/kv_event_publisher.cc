@@ -1,5 +1,6 @@
 #include "server/kv_event_publisher.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -50,21 +51,36 @@ void KvEventPublisher::Unsubscribe(HttpServer::ConnId c) {
   subs_.erase(c);
 }
 
-std::string KvEventPublisher::SnapshotEvent(uint64_t* seq) const {
-  KvEventLog::Snapshot s = engine_.kv_events().TakeSnapshot();
-  *seq = s.seq;
+std::string KvEventPublisher::SnapshotEvent(Sub* sub) const {
+  const KvEventLog::Snapshot& s = sub->snap;
+  const size_t first = sub->snap_off;
+  const size_t end = std::min(s.hashes.size(), first + std::max<size_t>(opt_.max_hashes_per_snapshot_event, 1));
   json by_medium[kNumKvMedia];
   for (json& j : by_medium) j = json::array();
-  for (size_t i = 0; i < s.hashes.size(); ++i)
+  for (size_t i = first; i < end; ++i)
     for (int m = 0; m < kNumKvMedia; ++m)
       if (s.media[i] & MediumBit(static_cast<KvMedium>(m))) by_medium[m].push_back(Hex(s.hashes[i]));
   json tiers = json::object();
   for (int m = 0; m < kNumKvMedia; ++m)
     if (static_cast<KvMedium>(m) != KvMedium::kPool) tiers[KvMediumName(static_cast<KvMedium>(m))] = std::move(by_medium[m]);
-  return Sse("snapshot", {{"type", "snapshot"}, {"seq", s.seq}, {"block_size", engine_.options().block_size},
-                          {"hash_scheme", HashScheme()}, {"group", 0}, {"model", opt_.model_name},
-                          {"kv_digest", Hex(engine_.model_digest())}, {"prompt_digest", Hex(opt_.prompt_digest)},
-                          {"hashes", std::move(by_medium[static_cast<int>(KvMedium::kPool)])}, {"tiers", std::move(tiers)}});
+  const bool more = end < s.hashes.size();
+  json body;
+  if (first == 0)
+    body = {{"type", "snapshot"}, {"seq", s.seq}, {"block_size", engine_.options().block_size}, {"hash_scheme", HashScheme()},
+            {"group", 0}, {"model", opt_.model_name}, {"kv_digest", Hex(engine_.model_digest())},
+            {"prompt_digest", Hex(opt_.prompt_digest)}};
+  else
+    body = {{"type", "snapshot_part"}, {"seq", s.seq}};
+  body["hashes"] = std::move(by_medium[static_cast<int>(KvMedium::kPool)]);
+  body["tiers"] = std::move(tiers);
+  body["more"] = more;
+  sub->snap_off = end;
+  if (!more) {
+    sub->seq = s.seq;
+    sub->snapping = false;
+    sub->snap = KvEventLog::Snapshot{};  // its memory back
+  }
+  return Sse(first == 0 ? "snapshot" : "snapshot_part", body);
 }
 
 std::string KvEventPublisher::LoadEvent() const {
@@ -112,14 +128,17 @@ void KvEventPublisher::Loop() {
     const std::string load = load_due && !subs_.empty() ? LoadEvent() : "";
     for (auto& [conn, sub] : subs_) {
       std::string out;
-      if (!sub.need_snapshot && !DeltaEvents(&sub, &out)) {
+      if (!sub.need_snapshot && !sub.snapping && !DeltaEvents(&sub, &out)) {
         out.clear();
         sub.need_snapshot = true;  // fell behind the bounded log: start over
       }
       if (sub.need_snapshot) {
-        out = SnapshotEvent(&sub.seq);
+        sub.snap = engine_.kv_events().TakeSnapshot();
+        sub.snap_off = 0;
+        sub.snapping = true;
         sub.need_snapshot = false;
       }
+      if (sub.snapping) out += SnapshotEvent(&sub);  // one slice per poll
       out += load;
       if (!out.empty()) http_.SendChunk(conn, std::move(out));
     }

@@ -101,6 +101,7 @@ OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptio
   KvEventPublisherOptions kv_opt;
   kv_opt.model_name = name_;
   kv_opt.prompt_digest = prompt_digest_ = PromptDigest(tok_, chat_->source());
+  kv_opt.max_hashes_per_snapshot_event = opt_.kv_events_slice;
   kv_events_ = std::make_unique<KvEventPublisher>(engine_, http_, kv_opt);
 }
 

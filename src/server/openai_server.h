@@ -45,6 +45,7 @@ struct OpenAiServerOptions {
   // /v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none).
   size_t max_stored_responses = 1000;
   bool webui = true;  // the chat page at / and /index.html (server/webui.h); --no-webui: 404 there
+  size_t kv_events_slice = 65536;  // GET /v1/kv_events: block hashes per snapshot event (--kv-events-slice)
 };
 
 

@@ -6,11 +6,13 @@
 // 2. the job stores 16 new prompts from both ranks, exits 0 on SIGTERM (leak check clean on every rank, loads
 //    drained), and a one-process restart hits all of them with the cold outputs;
 // 3. `--tp 2` with a store is refused with the reason.
+// Rank 0's GET /v1/kv_events reports the whole job's disk tier: the entries both ranks found at start-up, before
+// any request (so the idle job still ships its groups' events), and the new prompts' blocks both ranks wrote.
 import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {startServer, metrics, checker, sharedModels, seededCompletion as complete} from "../server/common.mjs";
+import {startServer, metrics, checker, sharedModels, seededCompletion as complete, chainHashes, kvSnapshot} from "../server/common.mjs";
 import {tokenPrompt} from "../common/rng.mjs";
 
 const bin = process.argv[2];
@@ -48,9 +50,23 @@ try {
     check((await srv.stop()) === 0, "one process: clean shutdown (the writer drains its queue)");
   }
   // 1. The --dp job loads what one process stored, on both groups.
+  // Polls rank 0's snapshot until its tiers.disk holds every prompt's 9 cacheable blocks (3 s at most).
+  const diskHolds = async (base, prompts) => {
+    const want = prompts.flatMap(p => chainHashes(p, 16).slice(0, 9));
+    let snap = null, held = 0;
+    for (let t = 0; t < 30; ++t) {
+      snap = await kvSnapshot(base);
+      held = want.filter(h => snap?.disk.includes(h)).length;
+      if (held === want.length) break;
+      await new Promise(r => setTimeout(r, 100));
+    }
+    return {held, want: want.length};
+  };
   withMpi(2, "--dp 2");
   {
     const srv = await startServer(bin, [...serveArgs, ...store]);
+    const found = await diskHolds(srv.base, first);
+    check(found.held === found.want, `--dp 2, idle after start-up: rank 0's /v1/kv_events lists the store's entries under tiers.disk (${found.held} of ${found.want})`);
     const got = await serveAll(srv, first);
     const diff = same(got, cold.first);
     check(diff === 0, `--dp 2 on the store: all 16 outputs bitwise the cold ones (${diff} differ)`);
@@ -72,6 +88,8 @@ try {
     // 2. Both ranks store new prompts.
     const got2 = await serveAll(srv, second);
     check(same(got2, cold.second) === 0, "--dp 2, storing new prompts: outputs bitwise the cold ones");
+    const wrote = await diskHolds(srv.base, second);
+    check(wrote.held === wrote.want, `--dp 2: the blocks both ranks wrote reach rank 0's /v1/kv_events (${wrote.held} of ${wrote.want} under tiers.disk)`);
     const code = await srv.stop();
     check(code === 0, `--dp 2: SIGTERM ends the job with exit 0, leak check clean on every rank (exit ${code}; ${srv.log().split("\n").filter(l => /error|leak/i.test(l)).join(" | ").slice(0, 300)})`);
   }

@@ -55,8 +55,9 @@ const exited = proc => new Promise(resolve => proc.once("exit", (code, sig) => r
   check(code !== 0 && secs < 3 + 15, `rank 1 stopped: the job ends with exit ${code} after ${secs.toFixed(1)} s (timeout 3 s + 15 s bound)`);
   check(/waited 3 s for rank\(s\) 1/.test(srv.log()), `the hung rank is named (${(srv.log().match(/.*waited.*/) ?? [""])[0].slice(0, 200)})`);
 }
-// 2b. A rank hangs while the engine is idle: the heartbeat round notices, the server answers 503 meanwhile (health
-// and new requests), and the job ends at --dist-timeout naming the rank.
+// 2b. A rank hangs while the engine is idle: the heartbeat round, or rank 0's idle iteration (four a second under
+// --dp, which ships the groups' KV events), notices; the server answers 503 meanwhile (health and new requests),
+// and the job ends at --dist-timeout naming the rank.
 {
   process.env.DEEPINFER_SERVE_ARGS = "--dp 2 --ep 2 --dist-timeout 8";
   const srv = await startServer(bin);
@@ -82,7 +83,7 @@ const exited = proc => new Promise(resolve => proc.once("exit", (code, sig) => r
   check(healthy === 200 && health503 !== null && health503 < 8, `idle rank 1 stopped: /health 503 after ${health503} s (before the 8 s timeout)`);
   check(/^503 .*not answered/.test(completion503 ?? ""), `a new completion meanwhile: ${completion503}`);
   check(code !== 0 && secs < 8 + 15, `idle rank 1 stopped: the job ends with exit ${code} after ${secs.toFixed(1)} s (timeout 8 s + 15 s bound)`);
-  check(/heartbeat.*waited 8 s for rank\(s\) 1/.test(srv.log()), `the hung rank is named (${(srv.log().match(/.*waited.*/) ?? [""])[0].slice(0, 200)})`);
+  check(/(heartbeat|control [a-z-]+).*waited 8 s for rank\(s\) 1/.test(srv.log()), `the hung rank is named (${(srv.log().match(/.*waited.*/) ?? [""])[0].slice(0, 200)})`);
   try { process.kill(victim, "SIGKILL"); } catch {}
 }
 // 3. Refusals, on every rank, before any work.

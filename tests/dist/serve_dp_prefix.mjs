@@ -11,7 +11,7 @@
 // both runs must answer the same (greedy). Under either policy, rank 0's GET /v1/kv_events (what `deepinfer route`
 // sees of this job) reports every group's blocks: after phase A its snapshot holds all 16 tenants' prefix blocks,
 // although each group cached only the tenants routed to it.
-import {startServer, metrics, checker, chainHashes} from "../server/common.mjs";
+import {startServer, metrics, checker, chainHashes, kvSnapshot} from "../server/common.mjs";
 import {makeRng} from "../common/rng.mjs";
 
 const bin = process.argv[2];
@@ -46,26 +46,6 @@ async function send(base, reqs) {
     }
   }));
   return out;
-}
-
-// The first event of a GET /v1/kv_events subscription: the snapshot.
-async function kvSnapshot(base) {
-  const ctl = new AbortController();
-  const r = await fetch(`${base}/v1/kv_events`, {signal: ctl.signal});
-  const dec = new TextDecoder();
-  let buf = "";
-  try {
-    for await (const piece of r.body) {
-      buf += dec.decode(piece, {stream: true});
-      const end = buf.indexOf("\n\n");
-      if (end < 0) continue;
-      const data = buf.slice(0, end).split("\n").find(l => l.startsWith("data: "));
-      return data ? JSON.parse(data.slice(6)) : null;
-    }
-  } finally {
-    ctl.abort();
-  }
-  return null;
 }
 
 async function run(policy) {

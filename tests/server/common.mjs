@@ -113,3 +113,35 @@ export function chainHashes(ids, bs) {
   }
   return out;
 }
+
+// The snapshot a new GET /v1/kv_events subscriber gets, its parts (`snapshot`, then `snapshot_part`s while
+// "more") merged: {seq, block_size, hashes (the pool's), ram, disk, events (how many it came in)}; null if the
+// stream ends first. `headers`: e.g. an Authorization header.
+export async function kvSnapshot(base, headers = {}) {
+  const ctl = new AbortController();
+  const r = await fetch(`${base}/v1/kv_events`, {headers, signal: ctl.signal});
+  const dec = new TextDecoder();
+  let buf = "", snap = null;
+  try {
+    for await (const piece of r.body) {
+      buf += dec.decode(piece, {stream: true});
+      let end;
+      while ((end = buf.indexOf("\n\n")) >= 0) {
+        const data = buf.slice(0, end).split("\n").find(l => l.startsWith("data: "));
+        buf = buf.slice(end + 2);
+        if (!data) continue;
+        const e = JSON.parse(data.slice(6));
+        if (e.type !== "snapshot" && e.type !== "snapshot_part") continue;
+        if (e.type === "snapshot") snap = {seq: e.seq, block_size: e.block_size, hashes: [], ram: [], disk: [], events: 0};
+        snap.hashes.push(...e.hashes);
+        snap.ram.push(...(e.tiers?.ram ?? []));
+        snap.disk.push(...(e.tiers?.disk ?? []));
+        ++snap.events;
+        if (!e.more) return snap;
+      }
+    }
+  } finally {
+    ctl.abort();
+  }
+  return null;
+}

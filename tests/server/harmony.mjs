@@ -56,7 +56,11 @@ fs.writeFileSync(path.join(dir, "tokenizer.json"), JSON.stringify(tj));
 const tcfg = JSON.parse(fs.readFileSync(path.join(dir, "tokenizer_config.json"), "utf8"));
 Object.assign(tcfg, {bos_token: "<|startoftext|>", eos_token: "<|return|>", add_bos_token: false});
 fs.writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify(tcfg));
-const tmplSrc = fs.readFileSync(path.join(repoRoot, "tools/ref/llama-data/templates/openai-gpt-oss-120b.jinja"), "utf8");
+// The template writes today's date into the system message (strftime_now): fixed here, so the prompt (and the
+// seeded samples the checks below rely on) do not change from one day to the next.
+const tmplSrc = fs.readFileSync(path.join(repoRoot, "tools/ref/llama-data/templates/openai-gpt-oss-120b.jinja"), "utf8")
+  .replace('strftime_now("%Y-%m-%d")', '"2026-12-05"');
+if (!tmplSrc.includes('"Current date: " + "2026-12-05"')) { console.log("FAIL the template's date line changed"); process.exit(1); }
 const tmpl = path.join(tmp, "gpt-oss.jinja");
 fs.writeFileSync(tmpl, tmplSrc);
 

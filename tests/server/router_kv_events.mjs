@@ -13,7 +13,7 @@
 //    serves requests.
 // 4. the KV tiers' blocks are events too: on a replica with a tiny pool and --kv-offload-ram, the prompt's blocks
 //    are reported stored with medium "ram", stay there when the pool evicts them (medium "pool" removed), and a new
-//    subscriber's snapshot lists them under tiers.ram; behind `route --model`, that prompt then goes to this
+//    subscriber's snapshot (sliced: --kv-events-slice 4) lists them under tiers.ram; behind `route --model`, that prompt then goes to this
 //    replica as a cache hit (a tier hit) rather than to an idle replica that never saw it, and is served as cached.
 import fs from "node:fs";
 import os from "node:os";
@@ -206,8 +206,9 @@ try {
   check(ans.choices?.length === 1, "requests are still served through it");
 
   // 4. Tier blocks as events: a replica of 24 blocks with a RAM tier, next to a fresh replica with a large pool.
+  // --kv-events-slice 4: its snapshots come in events of 4 blocks (a snapshot, then snapshot_parts).
   const tiered = await startServer(bin, ["-t", "1", "--prep-workers", "1", "--kv-cache", String(24 * 16 * 1280), "--max-num-seqs", "2",
-                                         "--kv-offload-ram", "16M"]);
+                                         "--kv-offload-ram", "16M", "--kv-events-slice", "4"]);
   servers.push(tiered);
   const idle = await startServer(bin, ["-t", "1", "--prep-workers", "1"]);
   servers.push(idle);
@@ -226,9 +227,15 @@ try {
         "the pool evicted them (medium \"pool\" removed) while RAM kept them (no \"ram\" removal)");
   tsub.close();
   const tsub2 = await subscribe(tiered.base);
-  const tsnap = await tsub2.waitFor(e => e.type === "snapshot");
-  check(tsnap && !want4.some(h => tsnap.hashes.includes(h)) && want4.every(h => tsnap.tiers?.ram?.includes(h)),
-        `a new subscriber's snapshot: not in "hashes" (the pool), all in tiers.ram (${tsnap?.tiers?.ram?.length} blocks)`);
+  const last = await tsub2.waitFor(e => (e.type === "snapshot" || e.type === "snapshot_part") && e.more === false);
+  const parts = tsub2.events.slice(0, tsub2.events.indexOf(last) + 1).filter(e => e.type !== "load");
+  const tsnap = {hashes: parts.flatMap(e => e.hashes), ram: parts.flatMap(e => e.tiers?.ram ?? [])};
+  check(last && parts[0].type === "snapshot" && parts.length > 2 && parts.slice(1).every(e => e.type === "snapshot_part") &&
+        parts.every(e => e.hashes.length + e.tiers.ram.length + e.tiers.disk.length <= 2 * 4 && e.seq === parts[0].seq) &&
+        parts.slice(0, -1).every(e => e.more === true),
+        `a new subscriber's snapshot comes in ${parts.length} events of at most 4 blocks, more: true until the last`);
+  check(!want4.some(h => tsnap.hashes.includes(h)) && want4.every(h => tsnap.ram.includes(h)),
+        `that snapshot: the prompt's blocks not in "hashes" (the pool), all in tiers.ram (${tsnap.ram.length} blocks)`);
   tsub2.close();
   const tr = await startRouter(bin, [tiered.base, idle.base], ["--model", model]);
   routers.push(tr);

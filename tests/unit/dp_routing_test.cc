@@ -162,9 +162,11 @@ TEST(DpRouting, FeedIsBoundedPerSyncAndResyncsAfterTheLogDroppedEvents) {
   EXPECT_EQ(index.tier_size(), tier_only);
   EXPECT_GT(tier_only, 0u) << "some blocks must be held in a tier only";
   for (uint64_t x : live.hashes) EXPECT_EQ(index.LeadingBlocks({x}, router::KvBlockIndex::Clock::now()), 1) << x;
-  for (uint64_t x = 1; x <= 48; ++x)
-    if (std::find(live.hashes.begin(), live.hashes.end(), x) == live.hashes.end())
+  for (uint64_t x = 1; x <= 48; ++x) {
+    if (std::find(live.hashes.begin(), live.hashes.end(), x) == live.hashes.end()) {
       EXPECT_EQ(index.LeadingBlocks({x}, router::KvBlockIndex::Clock::now()), 0) << x;
+    }
+  }
   // A hash stored, removed and stored again inside one delta ends up held (the order of the log is kept).
   KvEventLog log2;
   KvEventFeed out2(&log2), in2(nullptr);

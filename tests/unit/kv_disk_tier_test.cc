@@ -235,5 +235,53 @@ TEST(KvDiskTierTest, AnotherVersionsFilesAreLeftAlone) {
   EXPECT_TRUE(fs::exists(f));
 }
 
+// KV events: group 0's entries are announced (found at start-up, stored, evicted or failed on read), other
+// groups' never; a version 1 entry (its group unknown: version 1 wrote 0 for every group) is served, not announced.
+TEST(KvDiskTierTest, AnnouncesGroupZerosEntriesToTheKvEvents) {
+  TempDir dir("events");
+  const size_t file = sizeof(DiskBlockHeader) + kEntryBytes;
+  {
+    KvEventLog log;
+    auto t = KvDiskTier::Open(dir.path.string(), 3 * file, kDigest, nullptr, &log);
+    ASSERT_TRUE(t.ok());
+    for (uint64_t i = 0; i < 4; ++i) {
+      const std::vector<uint8_t> p = Payload(i);
+      (*t)->Put(Key(i), Chain(i), /*parent=*/7, kTokens, p.data(), p.size(), /*group=*/i == 2 ? 1 : 0);
+    }
+    // 0, 1, 3 announced (2 is group 1's); the fourth Put evicted 0.
+    std::vector<KvEventLog::Event> evs;
+    ASSERT_TRUE(log.Since(0, 100, &evs));
+    ASSERT_EQ(evs.size(), 4u);
+    EXPECT_TRUE(evs[0].stored && evs[0].hash == Chain(0) && evs[0].medium == KvMedium::kDisk);
+    EXPECT_TRUE(evs[1].stored && evs[1].hash == Chain(1) && evs[1].parent == 7u);
+    EXPECT_TRUE(evs[2].stored && evs[2].hash == Chain(3));
+    EXPECT_TRUE(!evs[3].stored && evs[3].hash == Chain(0));
+  }
+  // Entry 1 rewritten as version 1.
+  char name[32];
+  std::snprintf(name, sizeof name, "%016llx.kvb", static_cast<unsigned long long>(Key(1)));
+  {
+    std::fstream io(dir.path / name, std::ios::in | std::ios::out | std::ios::binary);
+    DiskBlockHeader h;
+    io.read(reinterpret_cast<char*>(&h), sizeof h);
+    h.version = 1;
+    h.group = 0;
+    h.header_checksum = HeaderChecksum(h);
+    io.seekp(0);
+    io.write(reinterpret_cast<const char*>(&h), sizeof h);
+  }
+  KvEventLog log;
+  auto t = KvDiskTier::Open(dir.path.string(), 3 * file, kDigest, nullptr, &log);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ((*t)->entries(), 3u);
+  const KvEventLog::Snapshot s = log.TakeSnapshot();
+  EXPECT_EQ(s.hashes, std::vector<uint64_t>{Chain(3)}) << "only the version 2 group 0 entry is announced at start-up";
+  std::vector<uint8_t> out(kEntryBytes), scratch;
+  const std::vector<uint8_t> p1 = Payload(1);
+  EXPECT_TRUE((*t)->Get(Key(1), Chain(1), 7, p1.data(), kTokens * 4, out.data(), kEntryBytes, &scratch))
+      << "a version 1 entry is still served";
+  EXPECT_EQ(out, p1);
+}
+
 }  // namespace
 }  // namespace deepinfer

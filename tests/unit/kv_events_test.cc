@@ -209,6 +209,17 @@ TEST(KvEventSubscriber, AppliesSnapshotDeltaAndLoadEvents) {
   EXPECT_TRUE(idx.mismatch());
   EXPECT_EQ(idx.LeadingBlocks({0x10}, now), 0);
   EXPECT_FALSE(sub.OnEvent(R"({"type":"snapshot","seq":9,"block_size":16,"hash_scheme":"sha256","prompt_digest":"0000000000000abc","hashes":[]})"));
+  // A snapshot in parts is applied once whole; a delta among its parts, or a part with no snapshot, starts over.
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"snapshot","seq":9,"block_size":16,"hash_scheme":"fnv1a64-chain-v1","prompt_digest":"0000000000000abc","hashes":["0000000000000021"],"tiers":{},"more":true})"));
+  EXPECT_EQ(idx.LeadingBlocks({0x10}, now), 0) << "still the mismatched set: nothing applied before the last part";
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"load","waiting":1,"running":0,"kv_used_blocks":1,"kv_total_blocks":40})"));
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"snapshot_part","seq":9,"hashes":[],"tiers":{"ram":["0000000000000022"]},"more":true})"));
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"snapshot_part","seq":9,"hashes":["0000000000000023"],"tiers":{},"more":false})"));
+  EXPECT_EQ(idx.LeadingBlocks({0x21, 0x22, 0x23}, now), 3);
+  EXPECT_EQ(idx.size(), 2u);
+  EXPECT_FALSE(sub.OnEvent(R"({"type":"snapshot_part","seq":9,"hashes":["0000000000000024"],"more":false})"));
+  ASSERT_TRUE(sub.OnEvent(R"({"type":"snapshot","seq":9,"block_size":16,"hash_scheme":"fnv1a64-chain-v1","prompt_digest":"0000000000000abc","hashes":[],"more":true})"));
+  EXPECT_FALSE(sub.OnEvent(R"({"type":"delta","seq":10,"medium":"pool","stored":[],"removed":["0000000000000021"]})"));
   // The tiers: a snapshot's "tiers" and a delta's "medium".
   ASSERT_TRUE(sub.OnEvent(R"({"type":"snapshot","seq":10,"block_size":16,"hash_scheme":"fnv1a64-chain-v1","prompt_digest":"0000000000000abc","hashes":["0000000000000001"],"tiers":{"ram":["0000000000000002"],"disk":["0000000000000002","0000000000000003"],"hbm9":["0000000000000004"]}})"));
   EXPECT_EQ(idx.LeadingBlocks({1, 2, 3}, now), 3);
