@@ -172,8 +172,8 @@ const vocab = ggufVocab(opt.model);
 const results = [];
 console.log(`serve_peer: ${opt.server} (${opt.bin}), ${path.basename(opt.model)}, prompt ${nPrompt} random ids, ${nGen} tokens, ` +
             `ignore_eos, ${perClient} requests per client, ${threads} threads; server logs in ${logDir}`);
-console.log(`${"clients".padStart(7)} | ${"out tok/s".padStart(10)} | ${"TTFT p50".padStart(9)} ${"p99".padStart(9)} | ` +
-            `${"ITL p50".padStart(8)} ${"p99".padStart(8)} | ${"e2e p50".padStart(8)} | ${"ok".padStart(7)}`);
+console.log(`${"clients".padStart(7)} | ${"out tok/s".padStart(10)} | ${"TTFT p50".padStart(9)} ${"p90".padStart(9)} ${"p99".padStart(9)} | ` +
+            `${"ITL p50".padStart(8)} ${"p90".padStart(8)} ${"p99".padStart(8)} | ${"e2e p50".padStart(8)} | ${"ok".padStart(7)}`);
 for (const C of opt.clients.split(",").map(Number)) {
   const srv = await startServer(C);
   try {
@@ -194,12 +194,14 @@ for (const C of opt.clients.split(",").map(Number)) {
     const exact = ok.filter(r => (r.tokens ?? nGen) === nGen && (r.finish === "length" || r.finish === null)).length;
     const row = {clients: C, requests: rs.length, ok: ok.length, exact_length: exact, output_tokens: tokens,
                  seconds: (t1 - t0) / 1e3, output_tokens_per_s: tokens / ((t1 - t0) / 1e3),
-                 ttft_ms: {p50: pct(ttft, 50), p99: pct(ttft, 99)}, itl_ms: {p50: pct(itl, 50), p99: pct(itl, 99)},
+                 ttft_ms: {p50: pct(ttft, 50), p90: pct(ttft, 90), p99: pct(ttft, 99)},
+                 itl_ms: {p50: pct(itl, 50), p90: pct(itl, 90), p99: pct(itl, 99)},
                  e2e_ms: {p50: pct(e2e, 50), p99: pct(e2e, 99)}, text_events: itl.length + ok.length, server_command: srv.cmd};
     results.push(row);
     const f = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
     console.log(`${String(C).padStart(7)} | ${f(row.output_tokens_per_s).padStart(10)} | ${f(row.ttft_ms.p50, 0).padStart(9)} ` +
-                `${f(row.ttft_ms.p99, 0).padStart(9)} | ${f(row.itl_ms.p50).padStart(8)} ${f(row.itl_ms.p99).padStart(8)} | ` +
+                `${f(row.ttft_ms.p90, 0).padStart(9)} ${f(row.ttft_ms.p99, 0).padStart(9)} | ${f(row.itl_ms.p50).padStart(8)} ` +
+                `${f(row.itl_ms.p90).padStart(8)} ${f(row.itl_ms.p99).padStart(8)} | ` +
                 `${f(row.e2e_ms.p50, 0).padStart(8)} | ${(ok.length + "/" + rs.length).padStart(7)}` +
                 (exact === ok.length ? "" : `  (${ok.length - exact} not exactly ${nGen} tokens)`));
     if (ok.length !== rs.length) {
