@@ -126,6 +126,9 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   table_ = std::make_unique<TokenTable>(opt.max_num_seqs, sched_cfg_.max_model_len);
   SetUpLatencyTarget();
   sched_ = std::make_unique<Scheduler>(sched_cfg_, pool_.get(), table_.get());
+  // The pool's size from the start: readers (/metrics, the KV-events "load" feed) may ask before the first step.
+  stats_.kv_blocks_total = pool_->num_blocks();
+  stats_.kv_blocks_free = pool_->num_available();
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& opt) {

@@ -377,8 +377,8 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
         // m >= 4: whole 16-row panels; the rest (fewer than 16 rows) and small m on the one-row tiles.
         const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
         if (m >= 4 && whole > n0) {
-          if (q4) QSliceVnni<true>(w, xq, m, y, ldy, n0, whole);
-          else QSliceVnni<false>(w, xq, m, y, ldy, n0, whole);
+          if (q4) QSliceVnni<QBlockLoad<true>>(w, xq, m, y, ldy, n0, whole);
+          else QSliceVnni<QBlockLoad<false>>(w, xq, m, y, ldy, n0, whole);
           done = whole;
         } else if (m < 4 && !q4) {
           done = Q8Rows16Slice(w, xq, m, y, ldy, n0, n1);  // decode: 16 rows at a time, in their lanes
@@ -394,7 +394,8 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       break;
     }
     default: {
-      // k-quants at m >= 4 on VNNI: whole 16-row panels, the rest (fewer than 16 rows) on the decoded path.
+      // k-quants at m >= 4 on VNNI: whole 16-row panels, the rest (fewer than 16 rows) on the decoded path; the
+      // grid types (iq4_nl, MXFP4) on q8_0-style panels at m >= 4 and 16-row decode kernels below.
       int64_t done = n0;
       if constexpr (kVnni) {
         const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
@@ -403,6 +404,16 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
         else if (m < 4 && w.dtype == DType::kQ6_K) {
           Q6KDecodeSlice(w, xq, m, y, ldy, n0, n1);
           done = n1;
+        } else if (w.dtype == DType::kIQ4_NL || w.dtype == DType::kMXFP4) {  // the 16-entry grid types
+          const bool mx = w.dtype == DType::kMXFP4;
+          if (m >= 4 && whole > n0) {
+            if (mx) QSliceVnni<GridBlockLoad<DType::kMXFP4>>(w, xq, m, y, ldy, n0, whole);
+            else QSliceVnni<GridBlockLoad<DType::kIQ4_NL>>(w, xq, m, y, ldy, n0, whole);
+            done = whole;
+          } else if (m < 4) {
+            done = mx ? GridRows16Slice<DType::kMXFP4>(w, xq, m, y, ldy, n0, n1)
+                      : GridRows16Slice<DType::kIQ4_NL>(w, xq, m, y, ldy, n0, n1);
+          }
         }
       }
       if (done < n1) QuantSlice(w, xq, m, y, ldy, done, n1);  // the other GGUF block types: portable kernels

@@ -5,8 +5,9 @@
 
 namespace deepinfer {
 
-// Reads a buffer of `bytes` (>> last-level cache) `reps` times with all pool threads; returns the best GB/s.
-double MeasureReadBandwidthGBs(size_t bytes = size_t{1} << 30, int reps = 5);
+// Reads a buffer of `bytes` (>> last-level cache) with all pool threads, `reps` times at each of several software
+// prefetch distances (none included); returns the best GB/s.
+double MeasureReadBandwidthGBs(size_t bytes = size_t{1} << 30, int reps = 3);
 
 // The inner instruction of a GEMM family: f32 FMA (f32/f16 weights, bf16 without AVX512-BF16; zmm when the active
 // kernel table is AVX-512's, ymm otherwise), vdpbf16ps (bf16 weights on AVX512-BF16), vpdpbusd (quantized weights
