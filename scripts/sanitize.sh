@@ -27,9 +27,11 @@ gtest_no_skips() {
 echo "[asan] unit tests"
 # Left out here: the two tests that bound how the tokenizers' CPU time grows with the input (8 MB of text, 140 s
 # instrumented; the encoders they drive run instrumented in every other tokenizer test, and instrumented time is not
-# what they measure).
+# what they measure), and the bound on the resident-set peak while loading HF gpt-oss experts (ASan's shadow
+# memory, redzones and 256 MB quarantine of freed blocks are resident too; its load path runs here in the other
+# GptOssHf tests).
 gtest_no_skips build-san/tests/unit_tests --gtest_brief=1 \
-  --gtest_filter='-HfTokenizerTest.EncodeIsLinearInInputSize:TokenizerTest.SpmEncodeScalesLinearly'
+  --gtest_filter='-HfTokenizerTest.EncodeIsLinearInInputSize:TokenizerTest.SpmEncodeScalesLinearly:GptOssHfMxfp4.ExpertsAreBuiltOnceWhileLoading'
 # The sanitizers check memory and threads, not numerics: the equivalence suite runs on every model in the
 # Release ctest; here the two MoE families that only add routing variants (Mixtral, Qwen2-MoE; the MoE path is
 # covered by Qwen3-MoE and DeepSeek-V3) are left out, which keeps the sanitizer pass inside CI's budget on 2 cores.

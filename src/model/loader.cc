@@ -4,6 +4,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_map>
 
 #include <algorithm>
 #include <atomic>
@@ -43,8 +44,8 @@ namespace {
 struct TensorSource {
   std::string file;
   std::function<const TensorView*(const std::string&)> find;
-  // Where tensors the loader builds (repacked HF gpt-oss experts) are kept: the Model's shard_buffers.
-  std::vector<std::unique_ptr<HostBuffer>>* owned = nullptr;
+  // Where tensors the loader builds (repacked HF gpt-oss experts) are registered: the Model's pending_weights.
+  std::vector<Model::PendingWeight>* pending = nullptr;
 };
 
 Status Expect(const TensorSource& src, const std::string& name, std::vector<int64_t> shape, TensorView* out) {
@@ -163,7 +164,8 @@ bool IsFusedGateUp(TensorId id) {
 // GptOssExperts: gate = gate_up[..., ::2], up = gate_up[..., 1::2]).
 int64_t FusedParity(TensorId id) { return id == TensorId::kFfnUpExps || id == TensorId::kFfnUpExpsBias ? 1 : 0; }
 
-// HF gpt-oss experts (ArchSpec::hf_oai_experts) into per-expert {rows, cols} views of a buffer the model owns.
+// HF gpt-oss experts (ArchSpec::hf_oai_experts) as per-expert {rows, cols} views the model builds
+// (Model::pending_weights: written once, by CopyWeights or BuildPendingWeights).
 // gate/up come from the fused gate_up_proj (every second row), down from down_proj. MXFP4 `_blocks` [E, R, nb, 16]
 // (or flattened [E, R, nb * 16]) with `_scales` [E, R, nb] (R = the file's rows, nb = cols / 32) become ggml's
 // block_mxfp4 rows; float tensors [E, cols, R] (x @ W) are transposed, keeping their type.
@@ -192,27 +194,22 @@ Status LoadOaiExperts(const TensorSource& src, const Names& N, const TensorDecl&
                              "], are " + DTypeName(blocks->dtype) + " " + blocks->ShapeString() + " / " +
                              DTypeName(scales->dtype) + " " + scales->ShapeString());
     const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockMXFP4), expert_bytes = row_bytes * static_cast<size_t>(rows);
-    DI_ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buf, HostBuffer::Allocate(expert_bytes * static_cast<size_t>(E)));
-    uint8_t* dst = buf->data();
     const uint8_t* hb = static_cast<const uint8_t*>(blocks->data);
     const uint8_t* hs = static_cast<const uint8_t*>(scales->data);
-    ComputePool().Run([&](int tid, int nt) {
-      for (int64_t e = tid; e < E; e += nt)
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t sr = e * R + r * stride + parity;  // the file's row
-          HfMxfp4ToBlocks(hb + sr * nb * 16, hs + sr * nb,
-                          reinterpret_cast<BlockMXFP4*>(dst + static_cast<size_t>(e) * expert_bytes + static_cast<size_t>(r) * row_bytes),
-                          static_cast<size_t>(nb));
-        }
-    });
     for (int64_t e = 0; e < E; ++e) {
       TensorView& v = out[static_cast<size_t>(e)];
       v.dtype = DType::kMXFP4;
       v.shape = {rows, cols};
       v.nbytes = expert_bytes;
-      v.data = dst + static_cast<size_t>(e) * expert_bytes;
+      src.pending->push_back({&v, [=](uint8_t* dst) {
+                                for (int64_t r = 0; r < rows; ++r) {
+                                  const int64_t sr = e * R + r * stride + parity;  // the file's row
+                                  HfMxfp4ToBlocks(hb + sr * nb * 16, hs + sr * nb,
+                                                  reinterpret_cast<BlockMXFP4*>(dst + static_cast<size_t>(r) * row_bytes),
+                                                  static_cast<size_t>(nb));
+                                }
+                              }});
     }
-    src.owned->push_back(std::move(buf));
     return Status::Ok();
   }
   const TensorView* w = src.find(name);
@@ -223,26 +220,20 @@ Status LoadOaiExperts(const TensorSource& src, const Names& N, const TensorDecl&
   if (w->dtype != DType::kF32 && w->dtype != DType::kF16 && w->dtype != DType::kBF16)
     return InvalidArgument(src.file + ": tensor '" + name + "' must be f32, f16 or bf16 (or MXFP4 _blocks/_scales), is " + DTypeName(w->dtype));
   const size_t es = GetDTypeInfo(w->dtype).block_bytes, expert_bytes = es * static_cast<size_t>(rows * cols);
-  DI_ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buf, HostBuffer::Allocate(expert_bytes * static_cast<size_t>(E)));
-  uint8_t* dst = buf->data();
   const uint8_t* in = static_cast<const uint8_t*>(w->data);
-  ComputePool().Run([&](int tid, int nt) {
-    for (int64_t e = tid; e < E; e += nt)
-      for (int64_t c = 0; c < cols; ++c) {
-        const uint8_t* line = in + (static_cast<size_t>(e * cols + c) * static_cast<size_t>(R)) * es;  // in[e][c][:]
-        for (int64_t r = 0; r < rows; ++r)
-          std::memcpy(dst + static_cast<size_t>(e) * expert_bytes + static_cast<size_t>(r * cols + c) * es,
-                      line + static_cast<size_t>(r * stride + parity) * es, es);
-      }
-  });
   for (int64_t e = 0; e < E; ++e) {
     TensorView& v = out[static_cast<size_t>(e)];
     v.dtype = w->dtype;
     v.shape = {rows, cols};
     v.nbytes = expert_bytes;
-    v.data = dst + static_cast<size_t>(e) * expert_bytes;
+    src.pending->push_back({&v, [=](uint8_t* dst) {
+                              for (int64_t c = 0; c < cols; ++c) {
+                                const uint8_t* line = in + (static_cast<size_t>(e * cols + c) * static_cast<size_t>(R)) * es;  // in[e][c][:]
+                                for (int64_t r = 0; r < rows; ++r)
+                                  std::memcpy(dst + static_cast<size_t>(r * cols + c) * es, line + static_cast<size_t>(r * stride + parity) * es, es);
+                              }
+                            }});
   }
-  src.owned->push_back(std::move(buf));
   return Status::Ok();
 }
 
@@ -395,17 +386,42 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
                      if (head != "lm_head." && n.rfind("lm_head.", 0) == 0) return sp->Find(head + n.substr(8));
                      return sp->Find(n);
                    },
-                   &m->shard_buffers};
+                   &m->pending_weights};
   DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kHf));
   DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromHfDir(dir));
   m->safetensors = std::move(st);
   return m;
 }
 
+// Builds the pending weights into one buffer of their own (kept in shard_buffers): for weights that stay mmapped
+// and for sharding, which reads every view's data. One task per weight, spread over the pool.
+Status BuildPendingWeights(Model& m) {
+  if (m.pending_weights.empty()) return Status::Ok();
+  constexpr size_t kAlign = 64;
+  size_t total = 0;
+  std::vector<size_t> offsets;
+  for (const Model::PendingWeight& p : m.pending_weights) {
+    offsets.push_back(total);
+    total += (p.view->nbytes + kAlign - 1) / kAlign * kAlign;
+  }
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<HostBuffer> buf, HostBuffer::Allocate(total));
+  uint8_t* base = buf->data();
+  ComputePool().Run([&](int tid, int nt) {
+    for (size_t i = tid; i < m.pending_weights.size(); i += nt) m.pending_weights[i].fill(base + offsets[i]);
+  });
+  for (size_t i = 0; i < m.pending_weights.size(); ++i) m.pending_weights[i].view->data = base + offsets[i];
+  m.shard_buffers.push_back(std::move(buf));
+  m.pending_weights.clear();
+  return Status::Ok();
+}
+
 // Copies every declared weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and
 // points the model's views at the copies. Views that stand in for another (a tied head, an MTP module's borrowed
-// embedding and head) are not copied again: they are pointed at their original's copy afterwards.
+// embedding and head) are not copied again: they are pointed at their original's copy afterwards. Pending weights
+// are built in their place (no second copy); if the weights stay mmapped, in a buffer of their own.
 Status CopyWeights(Model& m, const LoadOptions& opts) {
+  std::unordered_map<const TensorView*, const Model::PendingWeight*> pending;
+  for (const Model::PendingWeight& p : m.pending_weights) pending[p.view] = &p;
   const ModelTensors plan = DeclareModelTensors(m.config, m);
   std::vector<const TensorList*> lists = {&plan.embedding, &plan.head};  // a head before the MTP modules borrowing it
   for (const TensorList& layer : plan.layers) lists.push_back(&layer);
@@ -416,7 +432,7 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     for (const TensorDecl& d : *list) {
       if (d.experts) {
         for (TensorView& t : *d.experts)  // expert parallelism: only the experts this rank holds have data
-          if (t.data) views.push_back(&t);
+          if (t.data || pending.count(&t)) views.push_back(&t);
       } else if (d.matrix && d.matrix->data) {
         if (d.fallback_matrix && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
         else views.push_back(d.matrix);
@@ -429,7 +445,7 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     const size_t avail = AvailableMemoryBytes();
     if (avail == 0 || total > avail / 10 * 6) {
       DI_LOG_INFO("weights stay mmapped (%.2f GB; %.2f GB available)", total / 1e9, avail / 1e9);
-      return Status::Ok();
+      return BuildPendingWeights(m);
     }
   }
   DI_ASSIGN_OR_RETURN(m.weights, HostBuffer::Allocate(total));
@@ -443,15 +459,24 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   if (opts.progress && total > (256u << 20)) bar = std::make_unique<ProgressBar>("loading weights", total, "B");
   std::atomic<size_t> copied{0};
   constexpr size_t kChunk = 8u << 20;
-  // Chunks of all tensors, spread over the pool: each thread copies (and first-touches) its own chunks.
+  // Chunks of all tensors, spread over the pool: each thread copies (and first-touches) its own chunks. A
+  // pending weight is one chunk, built where it goes.
   std::vector<std::pair<size_t, size_t>> chunks;  // (view index, byte offset)
-  for (size_t i = 0; i < views.size(); ++i)
-    for (size_t b = 0; b < views[i]->nbytes; b += kChunk) chunks.emplace_back(i, b);
+  for (size_t i = 0; i < views.size(); ++i) {
+    if (pending.count(views[i])) chunks.emplace_back(i, 0);
+    else
+      for (size_t b = 0; b < views[i]->nbytes; b += kChunk) chunks.emplace_back(i, b);
+  }
   ComputePool().Run([&](int tid, int nt) {
     for (size_t c = tid; c < chunks.size(); c += nt) {
       auto [i, b] = chunks[c];
-      const size_t n = std::min(kChunk, views[i]->nbytes - b);
-      std::memcpy(m.weights->data() + offsets[i] + b, static_cast<const uint8_t*>(views[i]->data) + b, n);
+      size_t n = std::min(kChunk, views[i]->nbytes - b);
+      if (auto p = pending.find(views[i]); p != pending.end()) {
+        p->second->fill(m.weights->data() + offsets[i]);
+        n = views[i]->nbytes;
+      } else {
+        std::memcpy(m.weights->data() + offsets[i] + b, static_cast<const uint8_t*>(views[i]->data) + b, n);
+      }
       const size_t done = copied.fetch_add(n) + n;
       if (bar && tid == 0) bar->Update(done);
     }
@@ -461,6 +486,8 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
     bar->Finish();
   }
   for (size_t i = 0; i < views.size(); ++i) views[i]->data = m.weights->data() + offsets[i];
+  std::erase_if(m.pending_weights, [](const Model::PendingWeight& p) { return p.view->data != nullptr; });
+  DI_RETURN_IF_ERROR(BuildPendingWeights(m));  // none left unless a pending view is outside the declared lists
   for (const TensorDecl* d : stand_ins) *d->matrix = *d->fallback_matrix;
   DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
   return Status::Ok();
@@ -475,8 +502,14 @@ StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, cons
   if (fs::is_directory(path, ec)) m = LoadHf(path, opts.split);
   else if (fs::exists(path, ec)) m = LoadGguf(path, opts.split);
   if (!m.ok()) return m;
-  if (opts.split && !opts.split->single()) DI_RETURN_IF_ERROR(ShardModel(**m, *opts.split));
-  if (opts.placement == WeightPlacement::kMmap) return m;
+  if (opts.split && !opts.split->single()) {
+    DI_RETURN_IF_ERROR(BuildPendingWeights(**m));  // sharding reads every view
+    DI_RETURN_IF_ERROR(ShardModel(**m, *opts.split));
+  }
+  if (opts.placement == WeightPlacement::kMmap) {
+    DI_RETURN_IF_ERROR(BuildPendingWeights(**m));
+    return m;
+  }
   DI_RETURN_IF_ERROR(CopyWeights(**m, opts));
   if ((*m)->weights) (*m)->shard_buffers.clear();  // the tensor-parallel slices were copied again with the rest
   return m;

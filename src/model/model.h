@@ -1,5 +1,6 @@
 // A loaded model: configuration, weight views into the mmapped files, and its tokenizer.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,6 +91,15 @@ struct Model {
   // the file, copied out (released once CopyWeights has copied them again), and FP8 block scales of them.
   std::vector<std::unique_ptr<HostBuffer>> shard_buffers;
   std::vector<std::vector<float>> shard_scales;
+  // Weights the loader builds rather than points at (HF gpt-oss's experts, repacked from the file's layout): a
+  // view with no data yet and the function that writes its nbytes. CopyWeights runs them straight into `weights`,
+  // so the model is held once while loading; where the weights stay mmapped or are sharded they are built into a
+  // buffer of their own first (in shard_buffers). Empty once LoadModelFromPath returns.
+  struct PendingWeight {
+    TensorView* view;
+    std::function<void(uint8_t* dst)> fill;
+  };
+  std::vector<PendingWeight> pending_weights;
 };
 
 // The configuration this rank's layers run with: model.config with the rank's heads, KV heads and FFN widths

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -297,6 +298,84 @@ TEST(GptOssHfMxfp4, FlattenedBlocksLoadAndBrokenOnesAreRefused) {
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("gate_up_proj_blocks"), std::string::npos) << d.status().ToString();
   fs::remove_all(base);
+}
+
+// The process's resident-set peak (VmHWM) and current size (VmRSS), in bytes.
+int64_t ProcStatusBytes(const char* field) {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind(field, 0) == 0) return std::stoll(line.substr(std::strlen(field))) * 1024;
+  return -1;
+}
+
+// HF experts are repacked straight into the weights buffer (Model::pending_weights), so loading holds them once
+// beside the file's pages, not twice (a repacked copy, then the copy of it): the resident peak while loading stays
+// under file + 1.5 x the experts (the old path reached file + 2 x). The mmap placement and sharding build them into
+// a buffer of their own; that path gives the same bytes.
+TEST(GptOssHfMxfp4, ExpertsAreBuiltOnceWhileLoading) {
+  const fs::path dir = fs::temp_directory_path() / ("deepinfer_gptoss_peak_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  TinySpec s;
+  s.arch = Arch::kGptOss;
+  s.vocab = 300;
+  s.hidden = 512;
+  s.layers = 4;
+  s.heads = 8;
+  s.kv_heads = 2;
+  s.head_dim = 64;
+  s.experts = 32;
+  s.experts_used = 4;
+  s.moe_intermediate = 1024;
+  s.window = 5;
+  s.dtype = DType::kBF16;
+  s.expert_dtype = DType::kMXFP4;
+  ASSERT_TRUE(MakeTinyModel(s, TinyFormat::kHf, dir.string(), true).ok());
+  // gate, up (hidden -> moe_intermediate each) and down per expert and layer, 17 bytes per 32 weights
+  const int64_t expert_bytes = int64_t{s.layers} * s.experts * 3 * s.hidden * s.moe_intermediate / 32 * 17;
+  int64_t file_bytes = 0;
+  for (const auto& e : fs::directory_iterator(dir)) file_bytes += static_cast<int64_t>(e.file_size());
+  {
+    std::ofstream reset("/proc/self/clear_refs");  // "5": the peak restarts from the current resident set
+    reset << "5";
+    reset.close();
+    ASSERT_TRUE(reset.good()) << "cannot reset the resident-set peak (/proc/self/clear_refs)";
+  }
+  const int64_t rss_before = ProcStatusBytes("VmRSS:");
+  ASSERT_LE(ProcStatusBytes("VmHWM:"), rss_before + (int64_t{8} << 20)) << "the peak was not reset";
+  LoadOptions copy;
+  copy.placement = WeightPlacement::kCopy;
+  copy.progress = false;
+  auto m = LoadModelFromPath(dir.string(), copy);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const int64_t peak = ProcStatusBytes("VmHWM:") - rss_before;
+  std::printf("loading peaked %.1f MB over the resident set before (file %.1f MB, experts %.1f MB)\n", peak / 1e6,
+              file_bytes / 1e6, expert_bytes / 1e6);
+  EXPECT_LT(peak, file_bytes + expert_bytes * 3 / 2)
+      << "loading peaked " << peak / 1e6 << " MB over " << rss_before / 1e6 << " MB (file " << file_bytes / 1e6
+      << " MB, experts " << expert_bytes / 1e6 << " MB)";
+  EXPECT_TRUE((*m)->pending_weights.empty());
+  EXPECT_TRUE((*m)->shard_buffers.empty());
+  LoadOptions mapped;
+  mapped.placement = WeightPlacement::kMmap;
+  mapped.progress = false;
+  auto mm = LoadModelFromPath(dir.string(), mapped);
+  ASSERT_TRUE(mm.ok()) << mm.status().ToString();
+  EXPECT_TRUE((*mm)->pending_weights.empty());
+  int compared = 0;
+  for (int l = 0; l < s.layers; ++l) {
+    const MoeWeights& a = (*m)->layers[l].moe;
+    const MoeWeights& b = (*mm)->layers[l].moe;
+    for (auto [x, y] : {std::pair{&a.gate, &b.gate}, std::pair{&a.up, &b.up}, std::pair{&a.down, &b.down}}) {
+      ASSERT_EQ(x->size(), y->size());
+      for (size_t e = 0; e < x->size(); ++e, ++compared) {
+        ASSERT_TRUE((*x)[e].data && (*y)[e].data);
+        ASSERT_EQ((*x)[e].nbytes, (*y)[e].nbytes);
+        ASSERT_EQ(std::memcmp((*x)[e].data, (*y)[e].data, (*x)[e].nbytes), 0) << "layer " << l << " expert " << e;
+      }
+    }
+  }
+  EXPECT_EQ(compared, s.layers * s.experts * 3);
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Experts, GptOssHfModel,
