@@ -95,6 +95,10 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
     opt->swa_replay_max = static_cast<int>(args.GetInt("swa-replay-max"));
     if (opt->swa_replay_max < 0) return InvalidArgument("--swa-replay-max must be >= 0");
   }
+  if (args.Has("swa-checkpoint-every")) {
+    opt->swa_checkpoint_every = static_cast<int>(args.GetInt("swa-checkpoint-every"));
+    if (opt->swa_checkpoint_every < 0) return InvalidArgument("--swa-checkpoint-every must be >= 0");
+  }
   opt->overlap = !args.Has("no-overlap");
   // KV tiers: sizes in bytes with a unit (a fraction of RAM would make the store's size depend on the machine).
   auto tier_size = [&](const char* flag, size_t* bytes) -> Status {

@@ -55,6 +55,7 @@ struct EngineOptions {
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
   bool swa_full = false;            // keep sliding-window layers' K/V for every position (no hybrid KV cache)
   int swa_replay_max = -1;          // bounded replay: prompt tokens a prefix hit may recompute (-1: 4 x window)
+  int swa_checkpoint_every = 0;     // cache a sliding window only every N tokens (0: every window block stays cached)
   bool swa_replay_approx = false;   // DeepSeek-V4: --swa-replay approx (V4.1's encoder-side replay; not exact)
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
   // KV tiers behind the prefix cache: a host-RAM tier of this many bytes (0: none) and a disk tier in

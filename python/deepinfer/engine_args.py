@@ -27,6 +27,7 @@ _SIMPLE = {
     "prefix_caching": ("prefix_caching", bool),
     "swa_full": ("swa_full", bool),
     "swa_replay_max": ("swa_replay_max", int),
+    "swa_checkpoint_every": ("swa_checkpoint_every", int),
     "overlap": ("overlap", bool),
     "target_itl_ms": ("target_itl_ms", float),
     "threads": ("threads", int),

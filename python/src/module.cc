@@ -103,6 +103,7 @@ PYBIND11_MODULE(_core, m) {
       .def_readwrite("prefix_caching", &api::EngineOptions::prefix_caching)
       .def_readwrite("swa_full", &api::EngineOptions::swa_full)
       .def_readwrite("swa_replay_max", &api::EngineOptions::swa_replay_max)
+      .def_readwrite("swa_checkpoint_every", &api::EngineOptions::swa_checkpoint_every)
       .def_readwrite("overlap", &api::EngineOptions::overlap)
       .def_readwrite("target_itl_ms", &api::EngineOptions::target_itl_ms)
       .def_readwrite("threads", &api::EngineOptions::threads)

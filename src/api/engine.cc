@@ -64,6 +64,7 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   e.prefix_caching = o.prefix_caching;
   e.swa_full = o.swa_full;
   e.swa_replay_max = o.swa_replay_max;
+  e.swa_checkpoint_every = o.swa_checkpoint_every;
   e.swa_replay_approx = o.swa_replay_approx;
   e.overlap = o.overlap;
   e.kv_offload_ram_bytes = o.kv_offload_ram_bytes;

@@ -106,6 +106,7 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
   sched_cfg_.swa_replay_max = ReplayBound(layout, opt.swa_replay_max, sched_cfg_.max_model_len);
+  sched_cfg_.swa_checkpoint_every = (opt.swa_checkpoint_every + opt.block_size - 1) / opt.block_size * opt.block_size;
   if (opt.swa_replay_approx) {
     // A hit at H replays from H - W, moved back to the open block of every compressor (CSA pools the previous
     // block too), so each block the replay or the rest of the prompt closes finds all its inputs recomputed.
@@ -149,9 +150,26 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                                        "compressed layers; ") + ArchName(c.arch) + " takes --swa-replay exact (the default)");
   if (opt.swa_replay_approx && opt.swa_full)
     return InvalidArgument("--swa-replay approx caches no sliding window and --swa-full keeps every one: choose one");
+  if (opt.swa_checkpoint_every < 0) return InvalidArgument("--swa-checkpoint-every must be >= 0");
+  if (opt.swa_checkpoint_every > 0 && opt.swa_replay_approx)
+    return InvalidArgument("--swa-checkpoint-every keeps some cached windows and --swa-replay approx caches none: choose one");
   KvLayout layout = RankKvLayout(model);
   if (!opt.swa_full && !c.mla) {
     layout = GroupKvLayout(layout, c.kv_layer_windows());
+  }
+  if (opt.swa_checkpoint_every > 0 && !opt.swa_replay_approx) {
+    // A checkpoint is only reachable from a hit within the replay bound after it.
+    const int every = (opt.swa_checkpoint_every + opt.block_size - 1) / opt.block_size * opt.block_size;
+    const int bound = ReplayBound(layout, opt.swa_replay_max, ResolveMaxModelLen(c, opt));
+    const bool windowed = std::any_of(layout.group_window.begin(), layout.group_window.end(), [](int w) { return w > 0; });
+    if (windowed && layout.has_anchor() && every > bound)
+      return InvalidArgument("--swa-checkpoint-every " + std::to_string(every) + " keeps a window every " +
+                             std::to_string(every) + " tokens, but a prefix hit may replay at most " + std::to_string(bound) +
+                             " (--swa-replay-max): raise --swa-replay-max to at least " + std::to_string(every) +
+                             " or checkpoint more often");
+    if (!windowed || !layout.has_anchor())
+      DI_LOG_WARN("--swa-checkpoint-every has no effect here: %s", !windowed ? "no layer has a sliding window"
+                                                                             : "no full-attention layer anchors a window");
   }
   if (!layout.has_anchor() && (spec.draft_model || spec.method == SpecMethod::kMtp))
     return InvalidArgument("--speculative draft/mtp keeps its K/V in the blocks of the model's full-attention "

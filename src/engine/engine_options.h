@@ -31,6 +31,11 @@ struct EngineOptions {
   // cached recomputes at most this many prompt tokens for the windowed layers to rebuild them, reusing the
   // full-attention layers' K/V. -1: four times the largest window; 0: never (the hit stops where a window is).
   int swa_replay_max = -1;
+  // Sparse window checkpoints: a windowed block that slides out of a running sequence's window stays in the prefix
+  // cache only if the window ending at a multiple of this many tokens (rounded up to whole blocks) needs it; the
+  // others are freed at once. Windows then cost ~W / N of the full-attention bytes in the cache, and a hit replays
+  // at most N tokens from the checkpoint before it (N <= swa_replay_max). 0: every windowed block stays cached.
+  int swa_checkpoint_every = 0;
   // --swa-replay approx (DeepSeek-V4 only; docs/design/deepseek_v4.md "Bounded replay, approximate"): DeepSeek-V4.1's
   // encoder-side scheme. Windowed state is never cached; a prefix hit at H recomputes [H - W, H) plus the open
   // compressor blocks, whose window attention reads nothing below that start. Not equal to a cold run (the

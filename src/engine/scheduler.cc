@@ -586,9 +586,27 @@ void Scheduler::Publish(Sequence* s) {
 
 void Scheduler::Slide(Sequence* s) {
   if (s->status() != SeqStatus::kRunning || cfg_.group_window.empty()) return;
-  const int floor = s->read_floor(), bs = pool_->block_size();
-  for (int g = 0; g < s->num_groups(); ++g)
-    if (window(g) > 0) pool_->Release(s->Slide(g, WindowKeepFrom(window(g), floor, bs)));
+  const int floor = s->read_floor(), bs = pool_->block_size(), every = cfg_.swa_checkpoint_every;
+  for (int g = 0; g < s->num_groups(); ++g) {
+    if (window(g) == 0) continue;
+    const int first = s->first(g);
+    std::vector<int32_t> out = s->Slide(g, WindowKeepFrom(window(g), floor, bs));
+    if (every == 0 || !cfg_.prefix_caching) {
+      pool_->Release(out);
+      continue;
+    }
+    // Sparse checkpoints: block i (positions [i * bs, (i + 1) * bs)) stays cached when the window of the first
+    // checkpoint c = k * every at or past its end, [c - W + 1, c), reaches back to it; later checkpoints' windows
+    // start later still. The sequence's last window (finish, preemption) is released as usual, so it stays too.
+    std::vector<int32_t> kept, dropped;
+    for (size_t j = 0; j < out.size(); ++j) {
+      const int i = first + static_cast<int>(j);
+      const int c = ((i + 1) * bs + every - 1) / every * every;
+      (WindowKeepFrom(window(g), c, bs) <= i ? kept : dropped).push_back(out[j]);
+    }
+    pool_->Release(kept);
+    pool_->ReleaseUncached(dropped);
+  }
 }
 
 void Scheduler::Release(Sequence* s, Fence /*completed*/) {

@@ -38,6 +38,9 @@ struct SchedulerConfig {
   // position C where every windowed group still holds its window reuses the full groups' K/V up to C + this
   // many tokens (rounded down to blocks) and recomputes [C, ..) for the windowed groups only. 0: reuse up to C.
   int swa_replay_max = 0;
+  // Sparse window checkpoints (EngineOptions::swa_checkpoint_every, in tokens, a multiple of the block size; 0:
+  // off): Slide keeps cached only the windowed blocks that the window ending at a multiple of it needs.
+  int swa_checkpoint_every = 0;
   // Approximate replay (--swa-replay approx, DeepSeek-V4): the windowed groups are never published, and a hit at H
   // (the full groups' match) recomputes from approx_replay_from(H) for the windowed groups, whose attention reads
   // nothing below that (Sequence::window_floor). Unset: exact replay.

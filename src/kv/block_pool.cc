@@ -77,6 +77,17 @@ void BlockPool::Release(const std::vector<int32_t>& blocks) {
   }
 }
 
+void BlockPool::ReleaseUncached(const std::vector<int32_t>& blocks) {
+  for (int32_t b : blocks) {
+    Block& blk = blocks_[b];
+    if (blk.refs <= 0) continue;
+    if (--blk.refs > 0) continue;
+    Unreferenced(b);
+    if (blk.cached) Uncache(b);
+    free_.push_back(b);
+  }
+}
+
 std::vector<uint64_t> BlockPool::ChainHashes(const int32_t* tokens, int n) const {
   return PrefixChainHashes(tokens, n, block_size_);
 }

@@ -34,6 +34,9 @@ class BlockPool {
   // Drops one reference from each block. A block at zero references returns to the free list, or, if it holds a
   // cached prefix, stays findable until evicted (most recently released = last evicted).
   void Release(const std::vector<int32_t>& blocks);
+  // As Release, but a block left with no reference leaves the prefix cache for the free list at once (a window
+  // block no checkpoint keeps: Scheduler::Slide). One still referenced (a sibling sharing it) stays as it is.
+  void ReleaseUncached(const std::vector<int32_t>& blocks);
 
   // Chain hashes of the full blocks of `tokens` (a trailing partial block has none).
   std::vector<uint64_t> ChainHashes(const int32_t* tokens, int n) const;

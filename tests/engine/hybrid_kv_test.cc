@@ -255,6 +255,85 @@ TEST(HybridKvTest, PrefixHitsAreColdExact) {
   ExpectPrefixHitsColdExact(TinyGemma3Window(W), 8, 64, {1, W - 1, W, W + 1, 10 * W, 200}, "gemma3 W=16");
 }
 
+// Sparse window checkpoints (--swa-checkpoint-every N): windowed blocks that slide out stay cached only where the
+// window ending at a multiple of N needs them, so after a 207-position request the windowed groups cache ~W/N of
+// what they cache with every window kept, and a later request sharing s tokens is served from the checkpoint at or
+// before its hit, replaying at most N tokens: bitwise the cold engine's log-probs, overlap on and off.
+TEST(HybridKvTest, SparseWindowCheckpointsCacheFewerWindowsAndStayColdExact) {
+  const int W = 16, bs = 8, R = 64, every = 32;
+  const Model& m = TinyGemma3Window(W);
+  std::mt19937 rng(5151);
+  auto random_tokens = [&](int n) {
+    std::vector<int32_t> t;
+    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
+    return t;
+  };
+  TestRequest a;
+  a.prompt = random_tokens(200);
+  a.params.max_tokens = 8;
+  a.params.ignore_eos = true;
+  auto options = [&](bool overlap, int checkpoint_every) {
+    EngineOptions o = Options(overlap);
+    o.block_size = bs;
+    o.max_batched_tokens = 32;
+    o.swa_replay_max = R;
+    o.swa_checkpoint_every = checkpoint_every;
+    return o;
+  };
+  // Cached blocks once A is done: the full group's 25 (207 positions written) plus each windowed group's.
+  const int full_blocks = (200 + 8 - 1) / bs;
+  int windowed_cached[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    auto eng = Engine::Create(m, options(true, k ? every : 0));
+    ASSERT_TRUE(eng.ok()) << eng.status().ToString();
+    RunOne(**eng, a);
+    windowed_cached[k] = (*eng)->kv_cached_blocks() - full_blocks;
+  }
+  // Per windowed group: the window of each checkpoint c = 32, 64, ..., 192 (ceil(W / bs) blocks) and A's last window.
+  const int per_group_bound = (200 + 8) / every * ((W + bs - 1) / bs) + (W + bs - 1) / bs + 1;
+  std::printf("[checkpoints] windowed blocks cached after A: %d with every window, %d with one every %d tokens (bound %d)\n",
+              windowed_cached[0], windowed_cached[1], every, 2 * per_group_bound);
+  EXPECT_EQ(windowed_cached[0], 2 * full_blocks) << "without checkpoints every windowed block stays cached";
+  EXPECT_LE(windowed_cached[1], 2 * per_group_bound);
+  EXPECT_LT(windowed_cached[1] * 3, windowed_cached[0] * 2);
+  for (const int shared : {W - 1, 31, 32, 33, 100, 120, 150, 200}) {
+    TestRequest b;
+    b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
+    const std::vector<int32_t> own = random_tokens(30);
+    b.prompt.insert(b.prompt.end(), own.begin(), own.end());
+    b.params.max_tokens = 8;
+    b.params.ignore_eos = true;
+    b.params.logprobs = 20;
+    b.params.has_seed = true;
+    b.params.sampling.seed = 7;
+    b.params.sampling.temperature = 0.8f;
+    for (const bool overlap : {true, false}) {
+      EngineOptions cold = options(overlap, every);
+      cold.prefix_caching = false;
+      const auto ref = RunRequests(m, cold, {b});
+      auto eng = Engine::Create(m, options(overlap, every));
+      ASSERT_TRUE(eng.ok());
+      RunOne(**eng, a);
+      const RequestResult got = RunOne(**eng, b);
+      ASSERT_TRUE((*eng)->CheckNoLeaks().ok());
+      const std::string what = "checkpoints every " + std::to_string(every) + ": shared " + std::to_string(shared) +
+                               ", overlap " + (overlap ? "on" : "off");
+      ExpectSameResults(ref, {got}, what);
+      const int blocks = shared / bs * bs;
+      EXPECT_EQ(got.cached_tokens + got.replayed_tokens, blocks) << what;
+      EXPECT_LT(got.replayed_tokens, every) << what;
+      if (got.replayed_tokens > 0) {
+        EXPECT_EQ(got.cached_tokens % every, 0) << what << ": replay starts at a checkpoint";
+      }
+      if (overlap) std::printf("[checkpoints] s=%3d: cached %d + replayed %d\n", shared, got.cached_tokens, got.replayed_tokens);
+    }
+  }
+  // A checkpoint past the replay bound could never be reached: refused, as is a checkpoint under approximate replay.
+  auto far = Engine::Create(m, options(true, 2 * R));
+  ASSERT_FALSE(far.ok());
+  EXPECT_NE(far.status().message().find("--swa-replay-max"), std::string::npos) << far.status().ToString();
+}
+
 // Issue 33, must-show 2: the same on the tiny DeepSeek-V4 (raw window 16, CSA's compressor inputs over 8
 // positions, HCA's over 128, compressed rows in full-attention layers). Blocks of 6 put hits inside a CSA 4-block
 // (6, 18: a block's first half cached, its row computed by B) and on both sides of HCA's 128 (126, 132); with the
