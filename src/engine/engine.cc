@@ -130,6 +130,7 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   // The pool's size from the start: readers (/metrics, the KV-events "load" feed) may ask before the first step.
   stats_.kv_blocks_total = pool_->num_blocks();
   stats_.kv_blocks_free = pool_->num_available();
+  stats_.kv_blocks_cached = pool_->num_cached();
 }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& opt) {
@@ -486,6 +487,7 @@ void Engine::StepOnce() {
   stats_.running = sched_->num_running();
   stats_.kv_blocks_total = pool_->num_blocks();
   stats_.kv_blocks_free = pool_->num_available();
+  stats_.kv_blocks_cached = pool_->num_cached();
 }
 
 int64_t Engine::KvAhead() const {

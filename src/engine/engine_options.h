@@ -73,6 +73,7 @@ struct EngineStats {
   int loading = 0;       // of the waiting: sequences waiting on a KV tier load (not admissible until it is done)
   KvTierStats kv_tiers;  // the KV tiers' counters (enabled == false without tiers)
   int kv_blocks_total = 0, kv_blocks_free = 0;
+  int kv_blocks_cached = 0;  // blocks the prefix cache can match (every KV group; referenced or not)
   double host_seconds = 0;          // engine thread busy (scheduling, processing), excluding waits on the stream
   double device_busy_seconds = 0, device_idle_seconds = 0;  // the executor stream
   // Latency target: the prefill budget it gave the last step (-1: none, only --max-batched-tokens), and the steps

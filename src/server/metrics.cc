@@ -110,6 +110,9 @@ std::string ServerMetrics::Render(const EngineStats& st, const std::string& mode
   Metric(&out, "deepinfer_kv_cache_usage_perc", "gauge", "Fraction of KV cache blocks in use (cached-but-free blocks count as free).", m, usage);
   Metric(&out, "deepinfer_kv_cache_blocks_total", "gauge", "KV cache blocks in the pool.", m, st.kv_blocks_total);
   Metric(&out, "deepinfer_kv_cache_blocks_free", "gauge", "KV cache blocks free or evictable.", m, st.kv_blocks_free);
+  Metric(&out, "deepinfer_kv_cache_blocks_cached", "gauge",
+         "KV cache blocks the prefix cache can match, in use or not (every KV group: full-attention and window blocks).", m,
+         st.kv_blocks_cached);
   const double computed = static_cast<double>(st.prompt_tokens_computed), cached = static_cast<double>(st.cached_prompt_tokens);
   Metric(&out, "deepinfer_prefix_cache_hit_rate", "gauge", "Prompt tokens served from the prefix cache / all prompt tokens.", m,
          computed + cached > 0 ? cached / (computed + cached) : 0);

@@ -72,6 +72,11 @@ try {
         `${Math.ceil(promptTokens / BS)} blocks)`);
   check(shortStatus.every(s => s === 200) && order.indexOf("long") === order.length - 1,
         `short completions sent during the long prefill finished first: ${order.join(", ")}`);
+  // What the prefix cache holds afterwards: the requests' windows (every layer is windowed here), within the pool.
+  const after = await metrics(srv.base);
+  const cachedBlocks = after.get("deepinfer_kv_cache_blocks_cached");
+  check(cachedBlocks > 0 && cachedBlocks <= after.get("deepinfer_kv_cache_blocks_total"),
+        `/metrics deepinfer_kv_cache_blocks_cached: ${cachedBlocks} of ${after.get("deepinfer_kv_cache_blocks_total")} blocks`);
 } finally {
   check(await srv.stop() === 0, "clean shutdown (leak check passed)");
   fs.rmSync(dir, {recursive: true, force: true});
