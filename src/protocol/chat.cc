@@ -152,9 +152,11 @@ StatusOr<std::string> ChatFormatter::RenderRequest(const ordered_json& request, 
   if (!request.is_object()) return InvalidArgument("the request body must be a JSON object");
   auto m = request.find("messages");
   const ToolFormat format = DetectToolFormat(source_);
-  // Harmony's template dumps arguments with tojson too (as an object, else it is double-encoded).
+  // Harmony's template dumps arguments with tojson too (as an object, else it is double-encoded); DeepSeek's DSML
+  // templates iterate them (`args.items()`, after a `from_json` of text that our Jinja and @huggingface/jinja lack).
   DI_ASSIGN_OR_RETURN(ordered_json msgs, NormalizeMessages(m == request.end() ? ordered_json() : *m,
-                                                           format == ToolFormat::kLlama3Json || format == ToolFormat::kHarmony,
+                                                           format == ToolFormat::kLlama3Json || format == ToolFormat::kHarmony ||
+                                                               format == ToolFormat::kDeepSeekDsml,
                                                            template_tests_null_content_, !template_has_developer_));
   if (format == ToolFormat::kHarmony) HarmonyMessages(&msgs);
   // continue_final_message (vLLM's field): the last assistant message is an unfinished answer the model goes on

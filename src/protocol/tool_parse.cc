@@ -8,6 +8,7 @@ namespace deepinfer {
 
 ToolFormat DetectToolFormat(const std::string& t) {
   if (t.find("<|channel|>") != std::string::npos) return ToolFormat::kHarmony;  // llama.cpp common/chat.cpp
+  if (t.find("DSML") != std::string::npos) return ToolFormat::kDeepSeekDsml;  // DeepSeek-V3.2 / V4
   if (t.find("tool▁calls▁begin") != std::string::npos) return ToolFormat::kDeepSeekV3;
   if (t.find("<tool_call>") != std::string::npos) return ToolFormat::kHermes;
   if (t.find("<|start_header_id|>ipython<|end_header_id|>") != std::string::npos ||

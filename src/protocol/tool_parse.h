@@ -1,6 +1,6 @@
 // Assistant output -> OpenAI message fields: `<think>` reasoning split into reasoning_content, and tool calls
 // parsed out of the text in the format the model's chat template teaches (Qwen3 / Hermes `<tool_call>` JSON,
-// DeepSeek-V3's `<｜tool▁call▁begin｜>` blocks, Llama-3.x bare JSON); the calls are read by the streaming parser
+// DeepSeek-V3's `<｜tool▁call▁begin｜>` blocks, DeepSeek-V4's DSML `<｜DSML｜invoke>` blocks, Llama-3.x bare JSON); the calls are read by the streaming parser
 // (tool_stream.h), so a streamed answer and a non-streamed one agree.
 #pragma once
 #include <optional>
@@ -11,10 +11,11 @@
 namespace deepinfer {
 
 // kHarmony (gpt-oss) is parsed on token ids by protocol/harmony.h, not by ToolCallStreamer.
-enum class ToolFormat { kNone, kHermes, kDeepSeekV3, kLlama3Json, kHarmony };
+enum class ToolFormat { kNone, kHermes, kDeepSeekV3, kDeepSeekDsml, kLlama3Json, kHarmony };
 
 // The format a chat template's tool calls use, picked by marker text as llama.cpp does (Harmony's `<|channel|>`
-// first, then DeepSeek, then `<tool_call>`, then Llama-3.x's ipython role).
+// first, then DeepSeek-V4's `DSML` (before V3's markers, which a V4 template could mention), then DeepSeek-V3, then
+// `<tool_call>`, then Llama-3.x's ipython role).
 ToolFormat DetectToolFormat(const std::string& template_source);
 // Whether the template writes `<think>` blocks (Qwen3, DeepSeek-R1/V3.1): reasoning is then split off.
 bool TemplateHasThinking(const std::string& template_source);

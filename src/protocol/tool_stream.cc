@@ -262,6 +262,10 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
         continue;
       }
       case State::kContent: {
+        if (format_ == ToolFormat::kDeepSeekDsml) {
+          if (DsmlContent(end, out)) continue;
+          return;
+        }
         const std::string* marker = format_ == ToolFormat::kHermes       ? &kHermesOpen
                                     : format_ == ToolFormat::kDeepSeekV3 ? &kDsCallsBegin
                                                                          : nullptr;
@@ -291,6 +295,11 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
       case State::kBetween: {  // looking for the next call
         if (static_cast<int>(calls_.size()) >= max_calls_) {
           state_ = State::kDone;
+          continue;
+        }
+        if (format_ == ToolFormat::kDeepSeekDsml) {
+          dsml_ = Dsml::kInvoke;
+          state_ = State::kDsml;
           continue;
         }
         if (format_ == ToolFormat::kLlama3Json) {
@@ -415,6 +424,9 @@ void ToolCallStreamer::Run(bool end, ToolStreamDelta* out) {
         state_ = State::kBetween;
         continue;
       }
+      case State::kDsml:
+        if (DsmlStep(end, out)) continue;
+        return;
       case State::kDone:
         Consume(buf_.size());
         return;

@@ -12,7 +12,14 @@
 //     "length"); a marker followed by text that never names a call leaves the whole answer as content.
 // Formats: Hermes / Qwen3 `<tool_call>{json}</tool_call>`, DeepSeek-V3 `<｜tool▁call▁begin｜>function<｜tool▁sep｜>
 // NAME\n```json\nARGS\n```<｜tool▁call▁end｜>`, Llama-3.x bare `{json}` calls separated by ';' (after an optional
-// <|python_tag|>; the answer must start with one).
+// <|python_tag|>; the answer must start with one), DeepSeek-V3.2 / V4 DSML (tool_stream_dsml.cc):
+//   <｜DSML｜tool_calls>\n<｜DSML｜invoke name="NAME">\n<｜DSML｜parameter name="KEY" string="true">raw text
+//   </｜DSML｜parameter>\n<｜DSML｜parameter name="K2" string="false">JSON</｜DSML｜parameter>\n</｜DSML｜invoke>\n
+//   </｜DSML｜tool_calls>   (V3.2 names the block function_calls; both are read)
+// whose parameters become the arguments object `{"KEY": "json-escaped raw text", "K2": JSON}`: a string="true"
+// value is escaped a character at a time as it arrives; a string="false" value is held to its closing tag and sent
+// verbatim (trimmed) when it parses as JSON, else as a JSON string of its raw text, so the arguments are always
+// JSON; a parameter whose head is not `name="KEY" string="true|false">` is skipped. No parameters: "{}".
 #pragma once
 #include <algorithm>
 #include <string>
@@ -58,7 +65,9 @@ class ToolCallStreamer {
   const std::vector<ParsedToolCall>& calls() const { return calls_; }
 
  private:
-  enum class State { kLead, kContent, kBetween, kJsonCall, kAfterJsonCall, kDsType, kDsName, kDsFence, kDsArgs, kDone };
+  enum class State { kLead, kContent, kBetween, kJsonCall, kAfterJsonCall, kDsType, kDsName, kDsFence, kDsArgs, kDsml, kDone };
+  // DeepSeek DSML: where in an invoke block the scanner is.
+  enum class Dsml { kInvoke, kName, kParams, kParamHead, kString, kJson, kSkip };
   // The Hermes / Llama-3 call object, scanned a character at a time.
   enum class Js { kBeforeObj, kKeyOrEnd, kKey, kColon, kValueStart, kValue, kAfterValue, kDone, kBad };
   enum class Kind { kName, kArgs, kOther };
@@ -73,6 +82,10 @@ class ToolCallStreamer {
   void Args(std::string_view s, ToolStreamDelta* out);
   void Content(std::string_view s, ToolStreamDelta* out);
   void EndCall(ToolStreamDelta* out);
+  // tool_stream_dsml.cc; false: needs more text. DsmlContent: content up to a block's opener.
+  bool DsmlContent(bool end, ToolStreamDelta* out);
+  bool DsmlStep(bool end, ToolStreamDelta* out);
+  void DsmlEndInvoke(ToolStreamDelta* out);
 
   const ToolFormat format_;
   const int max_calls_;
@@ -98,6 +111,11 @@ class ToolCallStreamer {
   // DeepSeek-V3: the "```json\n" prefix read so far, arguments' whitespace held back (trimmed at the end).
   std::string fence_, args_ws_;
   bool args_started_ = false;
+  // DeepSeek DSML: the block's closing marker (per its opener), parameters sent, a string="false" value so far.
+  Dsml dsml_ = Dsml::kInvoke;
+  const std::string* dsml_block_close_ = nullptr;
+  int dsml_params_ = 0;
+  std::string dsml_value_;
 };
 
 }  // namespace deepinfer

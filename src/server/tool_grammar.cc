@@ -1,5 +1,6 @@
 #include "server/tool_grammar.h"
 
+#include <algorithm>
 #include <map>
 
 #include <nlohmann/json.hpp>
@@ -28,17 +29,22 @@ CallSyntax Syntax(ToolFormat f) {
     case ToolFormat::kLlama3Json:  // {"name": "f", "parameters": {...}}; several joined by "; "
       return {"", "{\"name\": ", ", \"parameters\": ", "}", "; ", ""};
     case ToolFormat::kNone:
+    case ToolFormat::kDeepSeekDsml:  // DsmlToolCallGbnf: parameters are elements, not a JSON object
     case ToolFormat::kHarmony: break;  // refused in ToolCallGbnf
   }
   return {};
 }
 
-// Each allowed tool's argument rules (tI and its tI-... rules, into `rules`) and name, in `tools` order.
-StatusOr<std::vector<std::pair<std::string, std::string>>> ToolArgRules(const json& tools, const std::string& only,
-                                                                        grammar::JsonWhitespace ws,
-                                                                        std::map<std::string, std::string>* rules) {
+struct AllowedTool {
+  size_t index;  // in `tools`
+  std::string name;
+  json schema;   // its `parameters`
+};
+
+// The tools a call may name (`only`, or all), validated, in `tools` order.
+StatusOr<std::vector<AllowedTool>> AllowedTools(const json& tools, const std::string& only) {
   if (!tools.is_array() || tools.empty()) return InvalidArgument("'tool_choice' needs a non-empty 'tools' list");
-  std::vector<std::pair<std::string, std::string>> out;  // (name, argument rule)
+  std::vector<AllowedTool> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string field = "tools[" + std::to_string(i) + "]";
     const json& t = tools[i];
@@ -52,14 +58,147 @@ StatusOr<std::vector<std::pair<std::string, std::string>>> ToolArgRules(const js
     json schema = json{{"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}};
     if (auto p = fn.find("parameters"); p != fn.end() && !p->is_null()) schema = *p;
     if (!schema.is_object()) return InvalidArgument("'" + field + ".function.parameters' must be a JSON Schema object");
-    // Tool i's rules are tI-...; its arguments tI and its call cI, which no generated name can equal.
-    const std::string id = std::to_string(i), prefix = "t" + id + "-";
-    auto r = grammar::JsonSchemaRules(schema, prefix, "t" + id, ws);
-    if (!r.ok()) return InvalidArgument("'" + field + ".function.parameters': " + r.status().message());
-    for (auto& [k, v] : *r) (*rules)[k] = std::move(v);  // shared primitives have equal bodies
-    out.push_back({name, "t" + id});
+    out.push_back({i, name, std::move(schema)});
   }
   if (out.empty()) return InvalidArgument("'tool_choice' names function '" + only + "', which is not in 'tools'");
+  return out;
+}
+
+// Each allowed tool's argument rules (tI and its tI-... rules, into `rules`) and name, in `tools` order.
+StatusOr<std::vector<std::pair<std::string, std::string>>> ToolArgRules(const json& tools, const std::string& only,
+                                                                        grammar::JsonWhitespace ws,
+                                                                        std::map<std::string, std::string>* rules) {
+  DI_ASSIGN_OR_RETURN(const auto allowed, AllowedTools(tools, only));
+  std::vector<std::pair<std::string, std::string>> out;  // (name, argument rule)
+  for (const AllowedTool& t : allowed) {
+    // Tool i's rules are tI-...; its arguments tI and its call cI, which no generated name can equal.
+    const std::string id = std::to_string(t.index), prefix = "t" + id + "-";
+    auto r = grammar::JsonSchemaRules(t.schema, prefix, "t" + id, ws);
+    if (!r.ok()) return InvalidArgument("'tools[" + id + "].function.parameters': " + r.status().message());
+    for (auto& [k, v] : *r) (*rules)[k] = std::move(v);  // shared primitives have equal bodies
+    out.push_back({t.name, "t" + id});
+  }
+  return out;
+}
+
+// DeepSeek-V3.2 / V4 DSML calls (tool_stream.h). The arguments are not one JSON value but parameter elements, so
+// each property of the function's (object) schema gets its own element rule, the string attribute implied by its
+// type as the template teaches ("true" for string values, written raw; "false" for the rest, as JSON compiled
+// from the property's schema). What the grammar cannot express exactly is refused or narrowed, never loosened:
+//   - properties come in the schema's key order (nlohmann::json's, i.e. sorted), each at most once; the required
+//     ones must all appear; additional properties are never written;
+//   - a raw string cannot hold U+FF5C (｜), so it cannot hold the closing tag `</｜DSML｜parameter>`; raw values
+//     honor enum / const / minLength / maxLength; a string property with any other constraint (pattern, format,
+//     ...) is written string="false" as a JSON string its schema constrains (the parser reads that as the same
+//     argument);
+//   - a JSON value could in principle spell `</｜DSML｜parameter>` inside a string and cut itself short (the JSON
+//     Schema compiler's strings do not exclude it);
+//   - a top-level schema that is not a plain object with `properties` (anyOf, $ref, ...) is refused.
+// Both block names are allowed (V4's tool_calls, V3.2's function_calls): the format does not say which template.
+const std::string kDsml = "｜DSML｜";
+
+// A string property written raw (string="true"): its value rule, or "" when it must go as JSON.
+std::string RawStringRule(const json& prop) {
+  auto all_strings = [](const json& v) {
+    return v.is_array() && !v.empty() && std::all_of(v.begin(), v.end(), [](const json& x) { return x.is_string(); });
+  };
+  if (auto c = prop.find("const"); c != prop.end()) return c->is_string() ? grammar::GbnfLiteral(c->get<std::string>()) : "";
+  if (auto e = prop.find("enum"); e != prop.end()) {
+    if (!all_strings(*e)) return "";
+    std::string alts;
+    for (const json& v : *e) alts += (alts.empty() ? "" : " | ") + grammar::GbnfLiteral(v.get<std::string>());
+    return "( " + alts + " )";
+  }
+  if (prop.value("type", json()) != "string") return "";
+  for (const auto& [k, v] : prop.items()) {
+    if (k == "minLength" || k == "maxLength") {
+      if (!v.is_number_unsigned()) return "";
+    } else if (k != "type" && k != "description" && k != "title" && k != "default" && k != "examples") {
+      return "";
+    }
+  }
+  const uint64_t lo = prop.value("minLength", uint64_t{0});
+  if (lo > 4096 || prop.value("maxLength", uint64_t{0}) > 4096) return "";  // GBNF's repetition limit
+  if (!prop.contains("maxLength")) return lo > 0 ? "dsml-char{" + std::to_string(lo) + ",}" : "dsml-char*";
+  const uint64_t hi = prop["maxLength"].get<uint64_t>();
+  if (hi < lo) return "";  // unsatisfiable: the JSON compiler's verdict
+  return "dsml-char{" + std::to_string(lo) + "," + std::to_string(hi) + "}";
+}
+
+StatusOr<std::string> DsmlToolCallGbnf(const json& tools, const std::string& only, bool parallel,
+                                       grammar::JsonWhitespace ws) {
+  DI_ASSIGN_OR_RETURN(const auto allowed, AllowedTools(tools, only));
+  std::map<std::string, std::string> rules;
+  std::string alts;
+  for (const AllowedTool& t : allowed) {
+    const std::string id = std::to_string(t.index), field = "'tools[" + id + "].function.parameters'";
+    if (t.name.find('"') != std::string::npos)
+      return InvalidArgument("'tools[" + id + "].function.name' cannot be written in a DSML invoke tag");
+    const json& schema = t.schema;
+    for (const char* k : {"anyOf", "oneOf", "allOf", "$ref", "not", "if", "patternProperties"})
+      if (schema.contains(k))
+        return InvalidArgument(field + ": DSML tool calls need a plain object schema ('" + k + "' is not supported)");
+    if (schema.contains("type") && schema["type"] != "object")
+      return InvalidArgument(field + ": DSML tool calls need \"type\": \"object\"");
+    const json props = schema.value("properties", json::object());
+    if (!props.is_object()) return InvalidArgument(field + ": 'properties' must be an object");
+    std::vector<std::string> required;
+    if (auto r = schema.find("required"); r != schema.end() && r->is_array())
+      for (const json& x : *r)
+        if (x.is_string()) required.push_back(x.get<std::string>());
+    for (const std::string& r : required)
+      if (!props.contains(r)) return InvalidArgument(field + ": required property '" + r + "' has no schema");
+    std::vector<std::pair<std::string, bool>> params;  // (element rule, required)
+    int j = 0;
+    for (const auto& [key, prop] : props.items()) {
+      if (key.find('"') != std::string::npos || key.find(kDsml) != std::string::npos)
+        return InvalidArgument(field + ": property name '" + key + "' cannot be written in a DSML parameter tag");
+      const std::string elem = "d" + id + "-" + std::to_string(j), head = "<" + kDsml + "parameter name=\"" + key;
+      const std::string close = grammar::GbnfLiteral("</" + kDsml + "parameter>\n");
+      std::string raw = prop.is_object() ? RawStringRule(prop) : "";
+      if (!raw.empty()) {
+        rules[elem] = grammar::GbnfLiteral(head + "\" string=\"true\">") + " " + raw + " " + close;
+      } else {
+        // The property's schema compiled as a document of its own, with the root's definitions for its $refs.
+        json sub = prop;
+        for (const char* defs : {"$defs", "definitions"})
+          if (schema.contains(defs) && sub.is_object() && !sub.contains(defs)) sub[defs] = schema[defs];
+        const std::string top = "t" + id + "-p" + std::to_string(j);
+        auto r = grammar::JsonSchemaRules(sub, top + "-", top, ws);
+        if (!r.ok()) return InvalidArgument(field + " property '" + key + "': " + r.status().message());
+        for (auto& [k, v] : *r) rules[k] = std::move(v);
+        rules[elem] = grammar::GbnfLiteral(head + "\" string=\"false\">") + " " + top + " " + close;
+      }
+      params.push_back({elem, std::find(required.begin(), required.end(), key) != required.end()});
+      ++j;
+    }
+    // The parameters: the template writes a bare "\n" when there are none.
+    std::string seq;
+    const bool any_required = std::any_of(params.begin(), params.end(), [](const auto& p) { return p.second; });
+    if (params.empty()) {
+      seq = grammar::GbnfLiteral("\n");
+    } else if (any_required) {
+      for (const auto& [elem, req] : params) seq += (seq.empty() ? "" : " ") + (req ? elem : "( " + elem + " )?");
+    } else {  // all optional: none ("\n"), or the first one written is k
+      seq = grammar::GbnfLiteral("\n");
+      for (size_t k = 0; k < params.size(); ++k) {
+        seq += " | " + params[k].first;
+        for (size_t m = k + 1; m < params.size(); ++m) seq += " ( " + params[m].first + " )?";
+      }
+      seq = "( " + seq + " )";
+    }
+    const std::string c = "c" + id;
+    rules[c] = grammar::GbnfLiteral("<" + kDsml + "invoke name=\"" + t.name + "\">\n") + " " + seq + " " +
+               grammar::GbnfLiteral("</" + kDsml + "invoke>\n");
+    alts += (alts.empty() ? "" : " | ") + c;
+  }
+  const std::string calls = parallel ? "call+" : "call";
+  std::string root;
+  for (const char* block : {"tool_calls", "function_calls"})
+    root += (root.empty() ? "" : " | ") + grammar::GbnfLiteral("<" + kDsml + block + ">\n") + " " + calls + " " +
+            grammar::GbnfLiteral("</" + kDsml + block + ">");
+  std::string out = "root ::= " + root + "\ncall ::= " + alts + "\ndsml-char ::= [^｜]\n";
+  for (const auto& [k, v] : rules) out += k + " ::= " + v + "\n";
   return out;
 }
 
@@ -71,6 +210,7 @@ StatusOr<std::string> ToolCallGbnf(const json& tools, ToolFormat format, const s
     return InvalidArgument("'tools': this model's chat template has no tool-call format deepinfer can parse");
   // Harmony calls come after analysis messages the model writes freely: HarmonyToolCallGbnf's gated grammar.
   if (format == ToolFormat::kHarmony) return InvalidArgument("'tool_choice': Harmony calls need HarmonyToolCallGbnf");
+  if (format == ToolFormat::kDeepSeekDsml) return DsmlToolCallGbnf(tools, only, parallel, ws);
   const CallSyntax s = Syntax(format);
   std::map<std::string, std::string> rules;
   DI_ASSIGN_OR_RETURN(const auto args, ToolArgRules(tools, only, ws, &rules));

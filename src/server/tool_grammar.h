@@ -1,7 +1,7 @@
 // Forced tool calls (`tool_choice` "required" or naming a function) as a grammar: the call syntax the model's
-// chat template teaches (Qwen3 / Hermes `<tool_call>` JSON, DeepSeek-V3's tool-call markers, Llama-3.x bare
-// JSON), with each function's name as a literal and its arguments compiled from the function's `parameters`
-// JSON Schema. The output is then always something ParseAssistantOutput turns into calls whose arguments
+// chat template teaches (Qwen3 / Hermes `<tool_call>` JSON, DeepSeek-V3's tool-call markers, DeepSeek-V3.2 / V4
+// DSML parameter elements, Llama-3.x bare JSON), with each function's name as a literal and its arguments
+// compiled from the function's `parameters` JSON Schema. The output is then always something ParseAssistantOutput turns into calls whose arguments
 // validate against their schema.
 #pragma once
 #include <string>

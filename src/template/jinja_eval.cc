@@ -9,6 +9,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 
+#include "base/json_escape.h"
 #include "template/jinja.h"
 #include "template/jinja_ast.h"
 
@@ -44,25 +45,7 @@ ValuePtr FromJsonValue(const nlohmann::ordered_json& j) {
 std::string JsonString(const std::string& s) {
   // JSON.stringify escaping: quotes, backslash, control characters; other characters stay as they are.
   std::string o = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\r': o += "\\r"; break;
-      case '\t': o += "\\t"; break;
-      case '\b': o += "\\b"; break;
-      case '\f': o += "\\f"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof buf, "\\u%04x", c);
-          o += buf;
-        } else {
-          o += static_cast<char>(c);
-        }
-    }
-  }
+  AppendJsonEscaped(s, &o);
   return o + "\"";
 }
 

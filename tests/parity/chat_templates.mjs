@@ -1,7 +1,8 @@
 // Chat templates rendered by deepinfer's Jinja engine against @huggingface/jinja (the reference renderer of
 // transformers.js) for every real template we have: the ~70 templates in llama.cpp's models/templates plus the
 // DeepSeek-V3, Qwen3 and Llama-3 templates from their tokenizer_config.json, each on a fixed set of
-// conversations (system/user/assistant, multi-turn, tools and tool calls, generation prompt on and off).
+// conversations (system/user/assistant, multi-turn, tools and tool calls, generation prompt on and off), plus
+// extra ones for templates with features of their own (extraConversations).
 // A template/conversation pair passes when both render the same bytes, or both refuse for the same reason: the
 // same raise_exception text, or the pair of messages chat_templates_refusals.json records for that template and
 // conversation (checked by hand to name one cause). Refusals for different or unrecorded reasons do not pass.
@@ -44,6 +45,25 @@ const conversations = [
   {messages: [{role: "user", content: "Use a tool if needed: weather in Oslo?"}], tools, add_generation_prompt: true},
   {messages: [{role: "user", content: "ünïcödé 日本語 🐶\n\n  spaced  "}], add_generation_prompt: true, enable_thinking: false},
 ];
+// Conversations for some templates only (on top of the ones above), where their own features need covering:
+// DeepSeek-V4's DSML tool calls (a string and a non-string argument, a call without arguments, a tool result,
+// reasoning kept or dropped) with thinking off and on. Arguments are objects: the template's `from_json` branch
+// for text is one neither renderer has (the server parses arguments into objects for it, protocol/chat.cc).
+const dsmlTools = [{type: "function", function: {name: "get_weather", description: "Get the weather",
+  parameters: {type: "object", properties: {city: {type: "string"}, days: {type: "integer"}, opts: {type: "object"}}, required: ["city"]}}},
+  {type: "function", function: {name: "now", description: "The time", parameters: {type: "object", properties: {}}}}];
+const dsmlConversation = thinking => ({
+  messages: [{role: "system", content: "You are a weather bot."}, {role: "user", content: "Weather in \"Paris\" for 3 days?"},
+             {role: "assistant", reasoning_content: "Call the tool.", content: "Checking.",
+              tool_calls: [{id: "c1", type: "function", function: {name: "get_weather", arguments: {city: "Paris\nFR", days: 3, opts: {a: [1, "x"]}}}},
+                           {id: "c2", type: "function", function: {name: "now", arguments: {}}}]},
+             {role: "tool", tool_call_id: "c1", content: "{\"temp\": 21}"}, {role: "tool", tool_call_id: "c2", content: "noon"},
+             {role: "assistant", reasoning_content: "Got it.", content: "21 degrees at noon."}, {role: "user", content: "Thanks!"}],
+  tools: dsmlTools, add_generation_prompt: true, thinking});
+const extraConversations = {
+  "deepseek-ai-DeepSeek-V4.jinja": [dsmlConversation(false), dsmlConversation(true)],
+  "deepseek-ai-DeepSeek-V4-Flash-0731.jinja": [dsmlConversation(false), dsmlConversation(true)],
+};
 const base = {bos_token: "<s>", eos_token: "</s>", unk_token: "<unk>", pad_token: "<pad>"};
 
 // Templates known to render identically to the reference; a regression in one of these fails the test.
@@ -77,7 +97,7 @@ for (const n of [...SUPPORTED, ...UNSUPPORTED.keys()])
 for (const [name, src] of templates) {
   const tmp = path.join(repoRoot, "build", `tmpl-${process.pid}.jinja`);
   fs.writeFileSync(tmp, src);
-  const contexts = conversations.map(c => ({...base, ...c}));
+  const contexts = [...conversations, ...(extraConversations[name] ?? [])].map(c => ({...base, ...c}));
   const r = spawnSync(bin, ["template", "-f", tmp, "--batch"], {input: contexts.map(c => JSON.stringify(c)).join("\n") + "\n", encoding: "utf8"});
   fs.rmSync(tmp, {force: true});
   const ours = r.status === 0 ? r.stdout.trimEnd().split("\n").map(l => JSON.parse(l)) : [];

