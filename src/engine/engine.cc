@@ -96,6 +96,12 @@ Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, const dist
   return Status::Ok();
 }
 
+// --swa-checkpoint-every in tokens, rounded up to whole blocks (64-bit: the flag is any non-negative int).
+int64_t CheckpointStride(const EngineOptions& opt) {
+  const int64_t bs = opt.block_size;
+  return (static_cast<int64_t>(opt.swa_checkpoint_every) + bs - 1) / bs * bs;
+}
+
 }  // namespace
 
 Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOptions& opt, int num_blocks,
@@ -106,7 +112,11 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.max_batched_tokens = opt.max_batched_tokens;
   sched_cfg_.max_model_len = ResolveMaxModelLen(config, opt);
   sched_cfg_.swa_replay_max = ReplayBound(layout, opt.swa_replay_max, sched_cfg_.max_model_len);
-  sched_cfg_.swa_checkpoint_every = (opt.swa_checkpoint_every + opt.block_size - 1) / opt.block_size * opt.block_size;
+  // Checkpoints need windowed groups tied to a full-attention anchor (group 0): a model whose every layer is
+  // windowed matches its prefixes by chain from block 0, which dropping a block would cut (Create warns).
+  const bool anchored_windows = layout.has_anchor() &&
+                                std::any_of(layout.group_window.begin(), layout.group_window.end(), [](int w) { return w > 0; });
+  sched_cfg_.swa_checkpoint_every = anchored_windows ? static_cast<int>(CheckpointStride(opt)) : 0;  // <= the replay bound (Create)
   if (opt.swa_replay_approx) {
     // A hit at H replays from H - W, moved back to the open block of every compressor (CSA pools the previous
     // block too), so each block the replay or the rest of the prompt closes finds all its inputs recomputed.
@@ -160,7 +170,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   }
   if (opt.swa_checkpoint_every > 0 && !opt.swa_replay_approx) {
     // A checkpoint is only reachable from a hit within the replay bound after it.
-    const int every = (opt.swa_checkpoint_every + opt.block_size - 1) / opt.block_size * opt.block_size;
+    const int64_t every = CheckpointStride(opt);
     const int bound = ReplayBound(layout, opt.swa_replay_max, ResolveMaxModelLen(c, opt));
     const bool windowed = std::any_of(layout.group_window.begin(), layout.group_window.end(), [](int w) { return w > 0; });
     if (windowed && layout.has_anchor() && every > bound)
@@ -169,8 +179,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                              " (--swa-replay-max): raise --swa-replay-max to at least " + std::to_string(every) +
                              " or checkpoint more often");
     if (!windowed || !layout.has_anchor())
-      DI_LOG_WARN("--swa-checkpoint-every has no effect here: %s", !windowed ? "no layer has a sliding window"
-                                                                             : "no full-attention layer anchors a window");
+      DI_LOG_WARN("--swa-checkpoint-every has no effect here: %s",
+                  opt.swa_full ? "--swa-full keeps every window"
+                  : !windowed  ? "no layer has a sliding window"
+                               : "no full-attention layer anchors a window (prefixes match by chain from the first block)");
   }
   if (!layout.has_anchor() && (spec.draft_model || spec.method == SpecMethod::kMtp))
     return InvalidArgument("--speculative draft/mtp keeps its K/V in the blocks of the model's full-attention "

@@ -591,7 +591,7 @@ void Scheduler::Slide(Sequence* s) {
     if (window(g) == 0) continue;
     const int first = s->first(g);
     std::vector<int32_t> out = s->Slide(g, WindowKeepFrom(window(g), floor, bs));
-    if (every == 0 || !cfg_.prefix_caching) {
+    if (every == 0 || !cfg_.prefix_caching || window(0) > 0) {  // checkpoints need a full-attention anchor
       pool_->Release(out);
       continue;
     }

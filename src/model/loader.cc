@@ -487,7 +487,8 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   }
   for (size_t i = 0; i < views.size(); ++i) views[i]->data = m.weights->data() + offsets[i];
   std::erase_if(m.pending_weights, [](const Model::PendingWeight& p) { return p.view->data != nullptr; });
-  DI_RETURN_IF_ERROR(BuildPendingWeights(m));  // none left unless a pending view is outside the declared lists
+  if (!m.pending_weights.empty())  // a built weight outside the declared lists: nothing would own its bytes
+    return Internal("loader: " + std::to_string(m.pending_weights.size()) + " built weights are not in the model's tensor lists");
   for (const TensorDecl* d : stand_ins) *d->matrix = *d->fallback_matrix;
   DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
   return Status::Ok();

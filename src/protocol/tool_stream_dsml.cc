@@ -107,7 +107,8 @@ bool ToolCallStreamer::DsmlStep(bool end, ToolStreamDelta* out) {
       return true;
     }
     case Dsml::kName: {  // NAME"> (a name holds none of the tag's characters)
-      const size_t q = buf.find_first_of("\"<>\n");
+      size_t q = buf.find_first_of("\"<>\n");
+      if (q != std::string::npos && q > kMaxHeadBytes) q = std::string::npos;  // as a stream gives up: both paths agree
       const bool wait = q == std::string::npos ? buf.size() <= kMaxHeadBytes : buf[q] == '"' && q + 1 >= buf.size();
       if (wait && !end) return false;
       if (q == std::string::npos || buf[q] != '"' || q == 0 || q + 1 >= buf.size() || buf[q + 1] != '>') {
@@ -120,12 +121,18 @@ bool ToolCallStreamer::DsmlStep(bool end, ToolStreamDelta* out) {
       dsml_ = Dsml::kParams;
       return true;
     }
-    case Dsml::kParams: {  // the next parameter, or the invoke's end (the block's end also ends it)
+    case Dsml::kParams: {  // the next parameter, or the invoke's end (the block's end, or a next invoke, also ends it)
       const std::string* m = nullptr;
-      const size_t at = FindFirst(buf, {&kParamOpen, &kInvokeClose, dsml_block_close_}, &m);
+      const size_t at = FindFirst(buf, {&kParamOpen, &kInvokeClose, &kInvokeOpen, dsml_block_close_}, &m);
       if (at == std::string::npos) {
-        Consume(buf.size() - (end ? 0 : PartialAny(buf, {&kParamOpen, &kInvokeClose, dsml_block_close_})));
+        Consume(buf.size() - (end ? 0 : PartialAny(buf, {&kParamOpen, &kInvokeClose, &kInvokeOpen, dsml_block_close_})));
         return false;
+      }
+      if (m == &kInvokeOpen) {  // an invoke left open: it ends here, and the next one is read as usual
+        DsmlEndInvoke(out);
+        Consume(at);
+        state_ = State::kBetween;
+        return true;
       }
       if (m == &kParamOpen) {
         Consume(at + kParamOpen.size());
@@ -142,7 +149,8 @@ bool ToolCallStreamer::DsmlStep(bool end, ToolStreamDelta* out) {
       return true;
     }
     case Dsml::kParamHead: {  // KEY" string="true|false">
-      const size_t q = buf.find('"');
+      size_t q = buf.find('"');
+      if (q != std::string::npos && q > kMaxHeadBytes) q = std::string::npos;  // as a stream gives up: both paths agree
       if (q == std::string::npos) {
         if (buf.size() <= kMaxHeadBytes && !end) return false;
         dsml_ = Dsml::kSkip;

@@ -132,8 +132,10 @@ StatusOr<std::string> DsmlToolCallGbnf(const json& tools, const std::string& onl
   std::string alts;
   for (const AllowedTool& t : allowed) {
     const std::string id = std::to_string(t.index), field = "'tools[" + id + "].function.parameters'";
-    if (t.name.find('"') != std::string::npos)
-      return InvalidArgument("'tools[" + id + "].function.name' cannot be written in a DSML invoke tag");
+    // The parser reads a name up to the first of these (tool_stream_dsml.cc, kName): a name holding one would be
+    // forced by the grammar and then not read as a call.
+    if (t.name.empty() || t.name.find_first_of("\"<>\n") != std::string::npos)
+      return InvalidArgument("'tools[" + id + "].function.name' cannot be written in a DSML invoke tag (empty, or holds '\"', '<', '>' or a newline)");
     const json& schema = t.schema;
     for (const char* k : {"anyOf", "oneOf", "allOf", "$ref", "not", "if", "patternProperties"})
       if (schema.contains(k))

@@ -87,6 +87,11 @@ const std::vector<DsmlCase>& DsmlCases() {
        {{"g", "{\"a\": \"\"}"}, {"h", "{}"}}},
       // 9: no calls, a lone '<' and a partial marker at the end stay content.
       {"a < b and <｜DSML｜tool_c", "a < b and <｜DSML｜tool_c", {}},
+      // 10: an invoke left open ends where the next one starts: two calls, each with its own parameters.
+      {DSML_OPEN DSML_INVOKE("g") DSML_PARAM("a", "true", "x") DSML_INVOKE("h") DSML_PARAM("b", "false", "2")
+           DSML_END_INVOKE DSML_CLOSE,
+       "<null>",
+       {{"g", "{\"a\": \"x\"}"}, {"h", "{\"b\": 2}"}}},
   };
   return cases;
 }
