@@ -9,7 +9,7 @@ import {spawnSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {startServer, metrics} from "../tests/server/common.mjs";
+import {startServer, metrics, streamedTtft as ttft} from "../tests/server/common.mjs";
 import {tokenPrompt} from "../tests/common/rng.mjs";
 
 const bin = process.argv[2] ?? "build/deepinfer";
@@ -25,24 +25,6 @@ function dd(args) {
   return m ? {seconds: Number(m[1]), rate: m[2]} : {error: r.stderr.trim().split("\n").pop()};
 }
 
-// Streams one completion (1 token) and returns the time to its first token and the cached prompt tokens.
-async function ttft(base, prompt) {
-  const t0 = performance.now();
-  const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({prompt, max_tokens: 1, temperature: 0, stream: true, stream_options: {include_usage: true}})});
-  const reader = r.body.getReader();
-  const dec = new TextDecoder();
-  let text = "", first = null;
-  for (;;) {
-    const {value, done} = await reader.read();
-    if (done) break;
-    text += dec.decode(value, {stream: true});
-    if (first === null && /"text":/.test(text)) first = performance.now() - t0;
-  }
-  const usage = [...text.matchAll(/"usage":(\{[^}]*\{[^}]*\}[^}]*\}|\{[^}]*\})/g)].map(m => m[1]).filter(u => u !== "null").pop();
-  const cached = usage ? (JSON.parse(usage).prompt_tokens_details?.cached_tokens ?? 0) : 0;
-  return {ms: first, cached};
-}
 const tier = (m, name, t) => Number(new RegExp(`^${name}\\{[^}]*tier="${t}"\\} ([0-9.e+-]+)$`, "m").exec(m.text)?.[1] ?? NaN);
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 async function flushed(base) {  // the writer is idle: disk bytes written stop moving

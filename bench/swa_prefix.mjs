@@ -4,35 +4,17 @@
 // S`: the windowed layers recompute the tokens since the checkpoint before the hit, reading the cached full-attention
 // K/V), with the cached and replayed token counts the server reports, and the windowed blocks each server keeps cached.
 // usage: node bench/swa_prefix.mjs build/deepinfer MODEL.gguf [prefix tokens=4096] [checkpoint every=512] [threads=2]
-import {startServer, metrics} from "../tests/server/common.mjs";
+//        [token ids below=30000: ordinary text tokens of every large vocabulary; less for a tiny model]
+import {startServer, metrics, streamedTtft as ttft} from "../tests/server/common.mjs";
 import {tokenPrompt} from "../tests/common/rng.mjs";
 
-const [bin = "build/deepinfer", model, nArg, everyArg, threadsArg] = process.argv.slice(2);
-if (!model) throw new Error("usage: node bench/swa_prefix.mjs BIN MODEL.gguf [prefix=4096] [every=512] [threads=2]");
+const [bin = "build/deepinfer", model, nArg, everyArg, threadsArg, vocabArg] = process.argv.slice(2);
+if (!model) throw new Error("usage: node bench/swa_prefix.mjs BIN MODEL.gguf [prefix=4096] [every=512] [threads=2] [ids below=30000]");
 const N = Number(nArg ?? 4096), EVERY = Number(everyArg ?? 512), THREADS = String(threadsArg ?? 2);
-const VOCAB_HI = 30000;  // token ids drawn from [256, 30000): ordinary text tokens of every large vocabulary
+const VOCAB_HI = Number(vocabArg ?? 30000);  // token ids drawn from [256, VOCAB_HI)
 
-// Streams one completion (1 token) and returns the time to its first token and the cached prompt tokens.
-async function ttft(base, prompt) {
-  const t0 = performance.now();
-  const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
-    body: JSON.stringify({prompt, max_tokens: 1, temperature: 0, stream: true, stream_options: {include_usage: true}})});
-  if (!r.ok) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
-  const reader = r.body.getReader();
-  const dec = new TextDecoder();
-  let text = "", first = null;
-  for (;;) {
-    const {value, done} = await reader.read();
-    if (done) break;
-    text += dec.decode(value, {stream: true});
-    if (first === null && /"text":/.test(text)) first = performance.now() - t0;
-  }
-  const usage = [...text.matchAll(/"usage":(\{[^}]*\{[^}]*\}[^}]*\}|\{[^}]*\})/g)].map(m => m[1]).filter(u => u !== "null").pop();
-  const cached = usage ? (JSON.parse(usage).prompt_tokens_details?.cached_tokens ?? 0) : 0;
-  return {ms: first, cached};
-}
-const replayed = async base => (await metrics(base)).get("deepinfer_swa_replayed_tokens_total") ?? 0;
-const cachedBlocks = async base => (await metrics(base)).get("deepinfer_kv_cache_blocks_cached") ?? NaN;
+const replayed = async base => (await metrics(base)).get("deepinfer_swa_replayed_tokens_total");
+const cachedBlocks = async base => (await metrics(base)).get("deepinfer_kv_cache_blocks_cached");
 
 const base = tokenPrompt(3201, N + 64, VOCAB_HI, {lo: 256});
 const prefix = base.slice(0, N);

@@ -114,9 +114,8 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   sched_cfg_.swa_replay_max = ReplayBound(layout, opt.swa_replay_max, sched_cfg_.max_model_len);
   // Checkpoints need windowed groups tied to a full-attention anchor (group 0): a model whose every layer is
   // windowed matches its prefixes by chain from block 0, which dropping a block would cut (Create warns).
-  const bool anchored_windows = layout.has_anchor() &&
-                                std::any_of(layout.group_window.begin(), layout.group_window.end(), [](int w) { return w > 0; });
-  sched_cfg_.swa_checkpoint_every = anchored_windows ? static_cast<int>(CheckpointStride(opt)) : 0;  // <= the replay bound (Create)
+  sched_cfg_.swa_checkpoint_every =
+      layout.has_anchor() && layout.windowed() ? static_cast<int>(CheckpointStride(opt)) : 0;  // <= the replay bound (Create)
   if (opt.swa_replay_approx) {
     // A hit at H replays from H - W, moved back to the open block of every compressor (CSA pools the previous
     // block too), so each block the replay or the rest of the prompt closes finds all its inputs recomputed.
@@ -172,7 +171,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     // A checkpoint is only reachable from a hit within the replay bound after it.
     const int64_t every = CheckpointStride(opt);
     const int bound = ReplayBound(layout, opt.swa_replay_max, ResolveMaxModelLen(c, opt));
-    const bool windowed = std::any_of(layout.group_window.begin(), layout.group_window.end(), [](int w) { return w > 0; });
+    const bool windowed = layout.windowed();
     if (windowed && layout.has_anchor() && every > bound)
       return InvalidArgument("--swa-checkpoint-every " + std::to_string(every) + " keeps a window every " +
                              std::to_string(every) + " tokens, but a prefix hit may replay at most " + std::to_string(bound) +

@@ -38,6 +38,12 @@ struct KvLayout {
   // Group 0 is full attention (full groups come first): the "anchor" whose table never loses a block, which the
   // proposers' caches (draft model, MTP) index and whose chain hashes name a prefix.
   bool has_anchor() const { return window(0) == 0; }
+  // Whether some group has a sliding window (a hybrid cache).
+  bool windowed() const {
+    for (int w : group_window)
+      if (w > 0) return true;
+    return false;
+  }
 };
 
 }  // namespace deepinfer

@@ -183,6 +183,28 @@ RequestResult RunOne(Engine& e, const TestRequest& r) {
   return out;
 }
 
+// `n` token ids from `rng`, above the special ids.
+std::vector<int32_t> RandomTokens(const Model& m, std::mt19937& rng, int n) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
+  return t;
+}
+
+// The second request of a prefix-hit check: the first `shared` tokens of `a`, then `own`; 8 tokens sampled with a
+// fixed seed, the top-20 log-probs of each compared.
+TestRequest SharingRequest(const TestRequest& a, int shared, const std::vector<int32_t>& own) {
+  TestRequest b;
+  b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
+  b.prompt.insert(b.prompt.end(), own.begin(), own.end());
+  b.params.max_tokens = 8;
+  b.params.ignore_eos = true;
+  b.params.logprobs = 20;
+  b.params.has_seed = true;
+  b.params.sampling.seed = 7;
+  b.params.sampling.temperature = 0.8f;
+  return b;
+}
+
 // Issue 32, must-show 4: a request B sharing s tokens with an earlier A (W = 16, blocks of 8, chunks of 32,
 // R = 64) gives bitwise the cold engine's log-probs (top 20 and the sampled token's) whether A's windowed blocks
 // are still cached (a direct hit), evicted (the full layers' K/V reused, the windows rebuilt by recomputing at
@@ -192,11 +214,7 @@ RequestResult RunOne(Engine& e, const TestRequest& r) {
 // chunks of 32, replay bound R (a multiple of bs).
 void ExpectPrefixHitsColdExact(const Model& m, int bs, int R, const std::vector<int>& shares, const char* tag) {
   std::mt19937 rng(4444);
-  auto random_tokens = [&](int n) {
-    std::vector<int32_t> t;
-    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
-    return t;
-  };
+  auto random_tokens = [&](int n) { return RandomTokens(m, rng, n); };
   TestRequest a;
   a.prompt = random_tokens(200);
   a.params.max_tokens = 8;
@@ -205,16 +223,7 @@ void ExpectPrefixHitsColdExact(const Model& m, int bs, int R, const std::vector<
   const char* kModeNames[] = {"kept", "evict-windows", "evict-all"};
   std::printf("[replay] %s bs=%d R=%d: shared s -> cached + replayed per mode\n", tag, bs, R);
   for (const int shared : shares) {
-    TestRequest b;
-    b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
-    const std::vector<int32_t> own = random_tokens(30);
-    b.prompt.insert(b.prompt.end(), own.begin(), own.end());
-    b.params.max_tokens = 8;
-    b.params.ignore_eos = true;
-    b.params.logprobs = 20;
-    b.params.has_seed = true;
-    b.params.sampling.seed = 7;
-    b.params.sampling.temperature = 0.8f;
+    const TestRequest b = SharingRequest(a, shared, random_tokens(30));
     for (const bool overlap : {true, false}) {
       EngineOptions o = Options(overlap);
       o.block_size = bs;
@@ -263,11 +272,7 @@ TEST(HybridKvTest, SparseWindowCheckpointsCacheFewerWindowsAndStayColdExact) {
   const int W = 16, bs = 8, R = 64, every = 32;
   const Model& m = TinyGemma3Window(W);
   std::mt19937 rng(5151);
-  auto random_tokens = [&](int n) {
-    std::vector<int32_t> t;
-    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m.config.vocab_size - 3)));
-    return t;
-  };
+  auto random_tokens = [&](int n) { return RandomTokens(m, rng, n); };
   TestRequest a;
   a.prompt = random_tokens(200);
   a.params.max_tokens = 8;
@@ -297,16 +302,7 @@ TEST(HybridKvTest, SparseWindowCheckpointsCacheFewerWindowsAndStayColdExact) {
   EXPECT_LE(windowed_cached[1], 2 * per_group_bound);
   EXPECT_LT(windowed_cached[1] * 3, windowed_cached[0] * 2);
   for (const int shared : {W - 1, 31, 32, 33, 100, 120, 150, 200}) {
-    TestRequest b;
-    b.prompt.assign(a.prompt.begin(), a.prompt.begin() + shared);
-    const std::vector<int32_t> own = random_tokens(30);
-    b.prompt.insert(b.prompt.end(), own.begin(), own.end());
-    b.params.max_tokens = 8;
-    b.params.ignore_eos = true;
-    b.params.logprobs = 20;
-    b.params.has_seed = true;
-    b.params.sampling.seed = 7;
-    b.params.sampling.temperature = 0.8f;
+    const TestRequest b = SharingRequest(a, shared, random_tokens(30));
     for (const bool overlap : {true, false}) {
       EngineOptions cold = options(overlap, every);
       cold.prefix_caching = false;
@@ -353,11 +349,7 @@ TEST(HybridKvTest, DeepseekV4ApproxReplayIsDeterministicAndBounded) {
   static std::unique_ptr<Model> m = MakeTiny(SmallSpec(Arch::kDeepseekV4), "dsv4_approx");
   const int bs = 6, W = m->config.sliding_window;
   std::mt19937 rng(3333);
-  auto random_tokens = [&](int n) {
-    std::vector<int32_t> t;
-    for (int i = 0; i < n; ++i) t.push_back(static_cast<int32_t>(3 + rng() % (m->config.vocab_size - 3)));
-    return t;
-  };
+  auto random_tokens = [&](int n) { return RandomTokens(*m, rng, n); };
   TestRequest a;
   a.prompt = random_tokens(200);
   a.params.max_tokens = 4;

@@ -77,6 +77,27 @@ export async function seededCompletion(base, prompt) {
           cached: body.usage.prompt_tokens_details?.cached_tokens ?? 0};
 }
 
+// Streams a 1-token greedy completion of `prompt`: the time to its first token (ms) and the cached prompt tokens
+// the server reported (benchmarks: bench/kv_tiers.mjs, bench/swa_prefix.mjs).
+export async function streamedTtft(base, prompt) {
+  const t0 = performance.now();
+  const r = await fetch(`${base}/v1/completions`, {method: "POST", headers: {"Content-Type": "application/json"},
+    body: JSON.stringify({prompt, max_tokens: 1, temperature: 0, stream: true, stream_options: {include_usage: true}})});
+  if (!r.ok) throw new Error(`HTTP ${r.status}: ${await r.text()}`);
+  const reader = r.body.getReader();
+  const dec = new TextDecoder();
+  let text = "", first = null;
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    text += dec.decode(value, {stream: true});
+    if (first === null && /"text":/.test(text)) first = performance.now() - t0;
+  }
+  const usage = [...text.matchAll(/"usage":(\{[^}]*\{[^}]*\}[^}]*\}|\{[^}]*\})/g)].map(m => m[1]).filter(u => u !== "null").pop();
+  const cached = usage ? (JSON.parse(usage).prompt_tokens_details?.cached_tokens ?? 0) : 0;
+  return {ms: first, cached};
+}
+
 export async function metrics(base) {
   const text = await (await fetch(`${base}/metrics`)).text();
   const get = name => {
