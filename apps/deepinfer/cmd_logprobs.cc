@@ -16,7 +16,7 @@ namespace deepinfer::cli {
 int CmdLogprobs(int argc, char** argv) {
   Args args("logprobs", "Full-vocabulary log-probabilities of the next token at every position of a token sequence, as JSON\n"
                         "{\"logprobs\": [[...vocab...], ...]} (one row per input token). Used by the parity tests.\n"
-                        "With --mtp (DeepSeek-V3 checkpoints with an MTP module) the output adds \"mtp\": n-1 rows, row i\n"
+                        "With --mtp (DeepSeek-V3 or V4 checkpoints with an MTP module) the output adds \"mtp\": n-1 rows, row i\n"
                         "being the MTP module's prediction of token i+2 from token i+1 and the model's hidden state at i.",
             {
                 {"model", "m", "MODEL", "", "GGUF file, HF model directory or hub reference"},
@@ -49,7 +49,7 @@ int CmdLogprobs(int argc, char** argv) {
   if (mtp && model->mtp.empty()) return Fail(InvalidArgument(args.Get("model") + ": the model has no MTP module"));
   if (mtp && n < 2) return Fail(InvalidArgument("--mtp needs at least two tokens"));
   std::vector<float> logits(static_cast<size_t>(n) * V), lp(V), hidden;
-  if (mtp) hidden.resize(static_cast<size_t>(n) * model->config.hidden);
+  if (mtp) hidden.resize(static_cast<size_t>(n) * model->config.mtp_hidden());
   if (Status s = tf.Forward(ids.data(), n, 0, kv, logits.data(), true, mtp ? hidden.data() : nullptr); !s.ok()) return Fail(s);
   std::string out = "{\"logprobs\":[";
   char buf[32];
@@ -74,7 +74,7 @@ int CmdLogprobs(int argc, char** argv) {
       const int len = std::min(chunk, n - 1 - done);
       rows.clear();
       for (int i = done; i < done + len; ++i) rows.push_back({&ids[i + 1], 1, i, mtp_kv.block_table().data(), nb, true});
-      if (Status s = tf.ForwardMtp(0, rows.data(), len, hidden.data() + static_cast<size_t>(done) * model->config.hidden,
+      if (Status s = tf.ForwardMtp(0, rows.data(), len, hidden.data() + static_cast<size_t>(done) * model->config.mtp_hidden(),
                                    mtp_kv.paged(), logits.data() + static_cast<size_t>(done) * V);
           !s.ok())
         return Fail(s);

@@ -41,7 +41,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"first-dense", "", "N", "1", "deepseek_v3: leading dense layers (first_k_dense_replace)"},
                 {"groups", "", "N", "4", "deepseek_v3: expert groups (n_group)"},
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
-                {"mtp", "", "", "", "deepseek_v3: add one MTP (next-token prediction) module after the last layer"},
+                {"mtp", "", "", "", "deepseek_v3, deepseek_v4: add one MTP (next-token prediction) module after the last layer"},
                 {"split-kv-b", "", "", "", "deepseek_v3 GGUF: store kv_b pre-split as attn_k_b/attn_v_b (llama.cpp's current layout)"},
                 {"window", "", "N", "", "sliding window: of gemma3 and gpt_oss's windowed layers (default 16), of every mistral layer (default none)"},
                 {"swa-pattern", "", "N", "min(6, layers)", "gemma3: every N-th layer attends globally, the others within --window"},
@@ -86,8 +86,9 @@ int CmdMakeTiny(int argc, char** argv) {
     if (s.window < 0 || s.swa_period < 0) return Fail(InvalidArgument("--window and --swa-pattern must not be negative"));
     s.mtp = args.Has("mtp");
     s.split_kv_b = args.Has("split-kv-b");
-    if ((s.mtp || s.split_kv_b) && s.arch != Arch::kDeepseekV3)
-      return Fail(InvalidArgument("--mtp and --split-kv-b are for --arch deepseek_v3"));
+    if (s.mtp && s.arch != Arch::kDeepseekV3 && s.arch != Arch::kDeepseekV4)
+      return Fail(InvalidArgument("--mtp is for --arch deepseek_v3 and deepseek_v4"));
+    if (s.split_kv_b && s.arch != Arch::kDeepseekV3) return Fail(InvalidArgument("--split-kv-b is for --arch deepseek_v3"));
     if (args.Has("rope-scaling")) {
       const std::string rs = args.Get("rope-scaling");
       if (rs == "llama3") s.llama3_rope_scaling = true;

@@ -39,7 +39,7 @@ Status CheckKvCacheDtype(const std::string& name);
       {"kv-store-size", "", "SIZE", "", "--kv-store: the most bytes its files may hold (least recently used removed first)"}, \
       {"target-itl-ms", "", "MS", "off", "inter-token latency target: size each step's prefill chunk from the measured cost of recent steps so that steps with decoding streams stay within MS milliseconds (prompts still get one KV block per step; never above --max-batched-tokens; outputs unchanged)"}, \
       {"threads", "t", "N", "all cores", "compute threads"},                                                             \
-      {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's MTP module); outputs stay those of plain decoding"}, \
+      {"speculative", "", "ngram|draft|mtp", "off", "speculative decoding: a proposer guesses tokens the model verifies in one pass (n-gram prompt lookup, a --draft-model, or DeepSeek-V3's or V4's MTP module); outputs stay those of plain decoding"}, \
       {"draft-model", "", "MODEL", "", "--speculative draft: the draft model (GGUF, HF directory or hub reference) sharing the target's vocabulary"}, \
       {"num-speculative-tokens", "", "K", "3", "drafts proposed and verified per step (1..16)"},                         \
       {"ngram-min", "", "N", "2", "--speculative ngram: shortest suffix matched against the prompt and output"},       \

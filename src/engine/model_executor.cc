@@ -126,7 +126,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   }
   logits_.resize(static_cast<size_t>(logit_rows) * vocab_);
   const bool mtp = mtp_kv_ != nullptr;
-  if (mtp) hidden_.resize(static_cast<size_t>(so.num_tokens + 1) * tf_.model().config.hidden);
+  if (mtp) hidden_.resize(static_cast<size_t>(so.num_tokens + 1) * tf_.model().config.mtp_hidden());
   // Even with no rows: multi-process steps are collective (an empty batch still takes part in the MoE exchange).
   st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
                                mtp ? hidden_.data() : nullptr);

@@ -224,7 +224,7 @@ void ModelExecutor::VerifyRow(const SequenceMetadata& r, RowPlan& plan, const fl
 Status ModelExecutor::RunMtp(const SchedulerOutputs& so) {
   // Each row's newly known pairs (h_p, token p + 1) go through the module, keeping its cache complete; for a
   // speculating row the last pair's logits give the first draft of its next step.
-  const int H = tf_.model().config.hidden;
+  const int H = tf_.model().config.mtp_hidden();  // per row: what the module reads and chains
   std::vector<SeqForward> rows;
   std::vector<int> owner, proposing;
   mtp_in_hidden_.clear();
@@ -273,7 +273,7 @@ Status ModelExecutor::RunMtp(const SchedulerOutputs& so) {
 }
 
 Status ModelExecutor::MtpChain(const SchedulerOutputs& so) {
-  const int H = tf_.model().config.hidden;
+  const int H = tf_.model().config.mtp_hidden();  // per row: what the module reads and chains
   std::vector<int> chaining;
   std::vector<std::vector<float>> prev(so.rows.size());
   for (size_t i = 0; i < so.rows.size(); ++i) {

@@ -30,12 +30,12 @@ struct Dsv4Params {
   int hc = 0;  // residual streams (hyper_connection.count; 0: not a V4 model)
   int hc_iters = 0;
   float hc_eps = 0;
-  std::vector<int> compress_ratio;  // per layer: 0 (window only), 4 (CSA + indexer) or 128 (HCA)
+  std::vector<int> compress_ratio;  // per layer, then per MTP module (always 0): 0 (window only), 4 (CSA + indexer), 128 (HCA)
   double compress_rope_theta = 0;   // the compressed layers' (and their compressors' and indexer's) RoPE base
   int o_groups = 0, o_lora_rank = 0;
   int index_heads = 0, index_head_dim = 0, index_topk = 0;
   int hash_layers = 0;  // layers l < hash_layers route by token id (tid2eid)
-  std::vector<float> swiglu_limit, swiglu_limit_shared;  // per layer: the experts' clamp (0: none)
+  std::vector<float> swiglu_limit, swiglu_limit_shared;  // per layer, then per MTP module: the experts' clamp (0: none)
 };
 
 // Where a DeepSeek-V4 layer keeps its per-token state in the paged KV cache. Every entry is a cache "layer" (a
@@ -127,8 +127,11 @@ struct ModelConfig {
   bool is_dsv4() const { return dsv4.hc > 0; }
   // DeepSeek-V4: each layer's cache layers, and every cache layer's window (0: full attention).
   std::vector<Dsv4KvLayer> Dsv4KvLayers(std::vector<int>* windows = nullptr) const;
-  // DeepSeek-V3 MTP modules loaded (num_nextn_predict_layers); each has its own KV layer when used.
+  // MTP modules loaded (num_nextn_predict_layers: DeepSeek-V3, V4); each has its own KV layer when used.
   int n_mtp = 0;
+  // Floats per token of the main model's state an MTP module reads (ForwardBatch's `hidden`): the final-normed
+  // hidden state (V3), or V4's un-collapsed residual streams (hc x hidden, as llama.cpp's h_nextn).
+  int mtp_hidden() const { return is_dsv4() ? dsv4.hc * hidden : hidden; }
   int kv_k_elems() const { return mla ? kv_lora_rank + qk_rope_dim : n_kv_heads * head_dim; }
   int kv_v_elems() const { return mla ? 0 : n_kv_heads * head_dim; }
   // The paged KV cache's shape for this model's decoder layers.

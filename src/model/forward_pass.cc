@@ -24,6 +24,7 @@ ForwardPass::ForwardPass(const Model& model, const ModelConfig& lc, int max_toke
   if (dist_ && dist_->pc.cp > 1)
     cp_ = std::make_unique<ContextParallel>(dist_->cp.get(), dist_->pc.cp_contiguous ? CpSplit::kContiguous : CpSplit::kBalanced);
   if (c_.n_experts > 0) moe_ = std::make_unique<MoeLayer>(ops_, model_, lc, max_tokens_, dist_);
+  if (c_.n_mtp > 0) mtp_in_.resize(m * 2 * c_.mtp_hidden());
   x_.resize(m * c_.hidden);
   xn_.resize(m * c_.hidden);
   y_.resize(m * c_.hidden);
@@ -189,6 +190,11 @@ Status ForwardPass::Logits(const std::vector<float>& norm, const TensorView& hea
 
 Status ForwardPass::FinalHidden(int total, float* hidden) {
   const int h = c_.hidden;
+  if (c_.is_dsv4()) {
+    // V4's MTP reads the streams before the head collapses them (V4 attention does not run under CP).
+    std::memcpy(hidden, streams_.data(), sizeof(float) * static_cast<size_t>(total) * c_.mtp_hidden());
+    return Status::Ok();
+  }
   if (!cp_) {
     ops_.RmsNorm(x_.data(), model_.out_norm.data(), c_.rms_eps, total, h, hidden);
     return Status::Ok();
@@ -264,6 +270,12 @@ Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Ro
   if (mla_) DI_RETURN_IF_ERROR(mla_->Forward(L.mla, b, l, kv, xn_.data() + off, y_.data() + off));
   else DI_RETURN_IF_ERROR(gqa_->Forward(L.gqa, b, l, kv, rope, xn_.data() + off, y_.data() + off));
   return TpAllReduce(y_.data() + off, n);  // tensor parallel: each rank's o_proj covers its heads
+}
+
+Status ForwardPass::AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv) {
+  DI_RETURN_IF_ERROR(dsv4_->Forward(L.dsv4, batch_, layer, kv, xn_.data(), y_.data()));
+  if (batch_.n == 0) return Status::Ok();
+  return TpAllReduce(y_.data(), batch_.n);  // tensor parallel: each rank's wo_b covers its output groups
 }
 
 Status ForwardPass::Mlp(const LayerWeights& L, int moe_layer) {

@@ -62,6 +62,9 @@ class ForwardPass {
   // y = attention(xn) of layer kv_layer (GQA or MLA, by the model), its K/V written to kv; tensor-parallel reduced.
   // rope false: a NoPE layer (GQA only; MLA's rope key is part of its cache).
   Status Attention(const LayerWeights& L, int kv_layer, PagedKvCache& kv, Rows rows, bool rope = true);
+  // y = DeepSeek-V4's attention (layers/attention_dsv4.h) of `layer` over xn, the whole batch (n_layers + k: MTP
+  // block k, kv then the MTP cache); tensor-parallel reduced (each rank holds whole output groups of heads).
+  Status AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv);
   // y = the layer's MLP of xn over the whole batch: dense SwiGLU or routed experts (moe_layer: the main layer's
   // index, for its live expert placement; -1 for an MTP module); tensor/expert-parallel as the model is split.
   Status Mlp(const LayerWeights& L, int moe_layer);
@@ -71,7 +74,8 @@ class ForwardPass {
   // The final norm of the logit rows and the vocabulary projection into `logits` (vocab rows, one per logit row
   // in order); vocabulary parallel: each rank projects its slice and the slices are gathered.
   Status Logits(const std::vector<float>& norm, const TensorView& head, float* logits);
-  // hidden = the final-normed state of every row of the batch (total rows, batch order; gathered under CP).
+  // hidden = what an MTP module reads of every row of the batch (total rows of ModelConfig::mtp_hidden(), batch
+  // order; gathered under CP): the final-normed state, or DeepSeek-V4's residual streams before the head.
   Status FinalHidden(int total, float* hidden);
 
   // Two-batch overlap: the batch as two micro-batches, A = the first ceil(n / 2) rows and B = the rest (a
@@ -101,6 +105,8 @@ class ForwardPass {
   HyperConnection* hc() { return hc_.get(); }
   // DeepSeek-V4's residual streams: one row of hc x hidden per token.
   float* streams() { return streams_.data(); }
+  // An MTP module's input rows before eh_proj: 2 x mtp_hidden() floats per token (models with MTP modules).
+  float* mtp_in() { return mtp_in_.data(); }
   const MoeLayer* moe() const { return moe_.get(); }
   bool context_parallel() const { return cp_ != nullptr; }
   // Two-batch overlap is on: an expert-parallel MoE layer with a communication stream.
@@ -128,7 +134,7 @@ class ForwardPass {
   std::unique_ptr<MoeLayer> moe_;
   std::unique_ptr<Dsv4Attention> dsv4_;
   std::unique_ptr<HyperConnection> hc_;
-  std::vector<float> x_, xn_, y_, streams_;
+  std::vector<float> x_, xn_, y_, streams_, mtp_in_;
   std::vector<int32_t> tokens_, pos_;
   std::vector<int32_t> logit_rows_;
   // Per KV group: the K/V rows each sequence reads (rows, from rows_begin[s]), the slot each token writes, the

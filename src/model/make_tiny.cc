@@ -482,7 +482,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
       gw.SetU32(gguf_arch + ".attention.key_length", s.head_dim);
       gw.SetU32(gguf_arch + ".attention.value_length", ds ? s.v_head : s.head_dim);
     }
-    if (ds && s.mtp) gw.SetU32(gguf_arch + ".nextn_predict_layers", 1);
+    if (c.n_mtp > 0) gw.SetU32(gguf_arch + ".nextn_predict_layers", static_cast<uint32_t>(c.n_mtp));
     // MLA and DeepSeek-V4 rotate only a part of each head.
     gw.SetU32(gguf_arch + ".rope.dimension_count", ds || s.arch == Arch::kDeepseekV4 ? s.qk_rope : s.head_dim);
     gw.SetF32(gguf_arch + ".rope.freq_base", static_cast<float>(s.rope_theta));

@@ -15,6 +15,9 @@
 //             M ways by moe_tp_rank (gate/up rows, down input columns) like the dense MLP; the shared expert
 //             stays whole (each rank runs it over its own rows). Only the held experts' down slices are copied,
 //             unless online EPLB (--eplb-interval) may hand this group any expert: then every expert's are.
+//   DSV4      q_b rows and sinks of the rank's heads, wo_a rows of its output groups (whole groups: G / T each),
+//             wo_b columns of them; the K=V latent, q_a, the compressors, the indexer and the hyper-connections
+//             whole (every rank computes and caches the same latent rows).
 //   vocab     rows [r ceil(V/T), ...) of tok_embd and lm_head (the last rank's range is shorter when T does not
 //             divide V); tied heads share the slice. MTP modules get the same treatment.
 #include "model/shard.h"
@@ -43,11 +46,14 @@ bool AnyDenseLayer(const ModelConfig& c) {
 int EplbGroups(int n_experts, int n_group) { return n_group > 1 && n_experts % n_group == 0 ? n_group : 1; }
 
 Status CheckModelSplit(const dist::ParallelConfig& pc, const ModelConfig& c) {
-  // DeepSeek-V4 runs attention data parallel with expert parallelism (each rank's attention and compressed KV
-  // whole, the experts dispatched); splitting its heads (the single K=V latent replicated) or its rows is not done.
-  if (c.is_dsv4() && (pc.tp > 1 || pc.cp > 1))
-    return Unimplemented("deepseek_v4 with --tp or --cp is not implemented yet (its attention is not split); use --dp "
-                         "with --ep, or one process");
+  // DeepSeek-V4 splits its heads (whole output groups per rank) and keeps the single K=V latent, the
+  // compressors, the indexer and the hyper-connections whole on every rank; its rows (--cp) are not split.
+  if (c.is_dsv4() && pc.cp > 1)
+    return Unimplemented("deepseek_v4 with --cp is not implemented yet (its window and compressed rows are not split "
+                         "across ranks); use --tp, --dp with --ep, or one process");
+  if (c.is_dsv4() && pc.tp > 1 && c.dsv4.o_groups % pc.tp != 0)
+    return InvalidArgument("--tp " + std::to_string(pc.tp) + ": deepseek_v4's " + std::to_string(c.dsv4.o_groups) +
+                           " output groups do not split " + std::to_string(pc.tp) + " ways (each rank holds whole groups of heads)");
   if (pc.tp > 1) {
     const std::string t = std::to_string(pc.tp);
     if (c.n_heads % pc.tp != 0)
@@ -85,7 +91,8 @@ ModelConfig RankConfig(const Model& m) {
   if (m.shard.expert_tp > 1) c.moe_intermediate = m.shard.moe_intermediate;
   if (!m.shard.split()) return c;
   c.n_heads = m.shard.n_heads;
-  if (!c.mla) c.n_kv_heads = m.shard.n_kv_heads;
+  if (!c.mla && !c.is_dsv4()) c.n_kv_heads = m.shard.n_kv_heads;  // V4: the one latent, whole on every rank
+  if (c.is_dsv4()) c.dsv4.o_groups /= m.shard.tp;
   c.intermediate = m.shard.intermediate;
   c.moe_intermediate = m.shard.moe_intermediate;
   c.shared_ffn = m.shard.shared_ffn;
@@ -195,6 +202,7 @@ class TpSharder {
     const ModelShard& s = m_.shard;
     switch (by) {
       case TpBy::kHeads: return {s.head0, s.n_heads, T_};
+      case TpBy::kOutGroups: return Even(c_.dsv4.o_groups, T_, r_);
       case TpBy::kKvHeads: return {s.kv_head0, s.n_kv_heads, T_};
       case TpBy::kFfn: return Even(c_.intermediate, T_, r_);
       // Under expert parallelism the shared expert stays whole: each rank runs it over its own rows.

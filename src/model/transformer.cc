@@ -13,6 +13,7 @@ namespace deepinfer {
 Transformer::Transformer(const Model& model, int max_batch_tokens, const dist::DistContext* dist)
     : model_(model), c_(model.config), lc_(RankConfig(model)), max_tokens_(max_batch_tokens),
       forward_(GetArch(model.config.arch).forward ? GetArch(model.config.arch).forward : LlamaForward),
+      mtp_forward_(GetArch(model.config.arch).mtp_forward ? GetArch(model.config.arch).mtp_forward : DeepseekMtpForward),
       pass_(model, lc_, max_batch_tokens, dist) {}
 
 Status Transformer::Forward(const int32_t* tokens, int n, int start, SequenceKvCache& kv, float* logits, bool all_logits,
@@ -28,14 +29,14 @@ Status Transformer::Forward(const int32_t* tokens, int n, int start, SequenceKvC
       const int len = std::min(max_tokens_, n - done);
       SeqForward s{tokens + done, len, start + done, kv.block_table().data(), nb, true, true};
       DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits + static_cast<size_t>(done) * c_.vocab_size,
-                                      hidden ? hidden + static_cast<size_t>(done) * c_.hidden : nullptr));
+                                      hidden ? hidden + static_cast<size_t>(done) * c_.mtp_hidden() : nullptr));
     }
     return Status::Ok();
   }
   for (int done = 0; done < n; done += max_tokens_) {
     const int len = std::min(max_tokens_, n - done);
     SeqForward s{tokens + done, len, start + done, kv.block_table().data(), nb, done + len == n};
-    DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits, hidden ? hidden + static_cast<size_t>(done) * c_.hidden : nullptr));
+    DI_RETURN_IF_ERROR(ForwardBatch(&s, 1, kv.paged(), logits, hidden ? hidden + static_cast<size_t>(done) * c_.mtp_hidden() : nullptr));
   }
   return Status::Ok();
 }
@@ -59,26 +60,13 @@ Status Transformer::ForwardMtp(int k, const SeqForward* seqs, int num_seqs, cons
                                float* logits, float* out_hidden) {
   if (k < 0 || k >= static_cast<int>(model_.mtp.size()))
     return InvalidArgument("forward: the model has no MTP module " + std::to_string(k));
+  if (out_hidden && pass_.context_parallel())
+    return InvalidArgument("forward: MTP output hidden states are not gathered under context parallelism");
   int total = 0;
   DI_RETURN_IF_ERROR(pass_.Plan(seqs, num_seqs, mtp_kv, &total));
   const MtpWeights& P = model_.mtp[k];
-  const int h = c_.hidden, n = pass_.batch().n;
-  mtp_in_.resize(static_cast<size_t>(max_tokens_) * 2 * h);
-  DI_RETURN_IF_ERROR(pass_.Embed(P.embed));  // into x, which eh_proj overwrites below
-  float* x = pass_.x();
-  for (int r = 0; r < n; ++r) {
-    const int g = pass_.global_row(r);  // hidden holds every row of the batch
-    float* in = mtp_in_.data() + static_cast<size_t>(r) * 2 * h;
-    pass_.ops().RmsNorm(x + static_cast<size_t>(r) * h, P.enorm.data(), c_.rms_eps, 1, h, in);
-    pass_.ops().RmsNorm(hidden + static_cast<size_t>(g) * h, P.hnorm.data(), c_.rms_eps, 1, h, in + h);
-  }
-  if (n > 0) pass_.ops().MatMul(P.eh_proj, mtp_in_.data(), n, x);
-  DI_RETURN_IF_ERROR(PreNormLayer(pass_, P.layer, k, mtp_kv, -1));
+  DI_RETURN_IF_ERROR(mtp_forward_(pass_, P, k, hidden, mtp_kv, out_hidden));
   if (pass_.has_logits()) DI_RETURN_IF_ERROR(pass_.Logits(P.head_norm, P.head, logits));
-  if (out_hidden && n > 0) {
-    if (pass_.context_parallel()) return InvalidArgument("forward: MTP output hidden states are not gathered under context parallelism");
-    std::memcpy(out_hidden, x, sizeof(float) * static_cast<size_t>(n) * h);
-  }
   return Status::Ok();
 }
 

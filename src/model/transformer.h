@@ -1,6 +1,6 @@
 // The model's forward as the engine and the tools call it: one batched entry point (several sequences, each a run
 // of consecutive positions: a prefill chunk or one decode token, over the paged K/V cache), the single-sequence
-// form, DeepSeek-V3's MTP modules, and online expert rebalancing. The architecture's own forward is its family's
+// form, DeepSeek's MTP modules, and online expert rebalancing. The architecture's own forward is its family's
 // (model/models/, named by its ArchSpec), composed from the shared builders of ForwardPass; this class plans the
 // batch, runs that forward, and finishes with the final norm and the vocabulary projection.
 //
@@ -31,18 +31,20 @@ class Transformer {
 
   // Batched forward over the paged cache. logits receives vocab-size rows, one per sequence with want_logits,
   // in order. The caller guarantees block tables cover every position (the engine's scheduler does).
-  // hidden (optional): receives the final-normed hidden state of every token (hidden-size rows, batch order),
-  // the input of the MTP modules. A failed collective (multi-process) is returned; the caller ends the job.
+  // hidden (optional): receives what the MTP modules read of every token (ModelConfig::mtp_hidden() floats per
+  // row, batch order: the final-normed hidden state; V4's residual streams). A failed collective (multi-process)
+  // is returned; the caller ends the job.
   Status ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCache& kv, float* logits, float* hidden = nullptr);
 
   // MTP module k (model.mtp[k]) over the same batch layout: row r pairs the token seqs[..].tokens[i] (token
-  // p + 1 of the sequence) with hidden[r], the main model's final-normed state at position p = start + i, and
+  // p + 1 of the sequence) with hidden[r], the main model's state at position p = start + i (ForwardBatch's
+  // `hidden`, ModelConfig::mtp_hidden() floats per row), and
   // predicts token p + 2. Positions, block tables and want_logits work as in ForwardBatch; the module's K/V
   // live in layer k of mtp_kv (a cache made from MtpKvLayout(), indexed by the same block tables). Rotary
   // positions are those of the hidden states (as vLLM and SGLang run it; a uniform shift would not change
   // attention, which only sees relative positions).
-  // out_hidden (optional): the module's output of every row before its head norm, the `hidden` of a chained next
-  // step (speculative decoding proposes k > 1 tokens by feeding the module its own output, as vLLM does).
+  // out_hidden (optional): the module's output of every row before its head (norm), the `hidden` of a chained
+  // next step (speculative decoding proposes k > 1 tokens by feeding the module its own output, as vLLM does).
   Status ForwardMtp(int k, const SeqForward* seqs, int num_seqs, const float* hidden, PagedKvCache& mtp_kv, float* logits,
                     float* out_hidden = nullptr);
   // The shape of this rank's MTP KV cache: one layer per MTP module.
@@ -78,8 +80,8 @@ class Transformer {
   const ModelConfig lc_;  // this rank's shapes (RankConfig): local heads, KV heads, FFN widths
   int max_tokens_;
   FamilyForward forward_;
+  FamilyMtpForward mtp_forward_;
   ForwardPass pass_;
-  std::vector<float> mtp_in_;  // MTP: [enorm(embedding), hnorm(h)] per row
 };
 
 }  // namespace deepinfer

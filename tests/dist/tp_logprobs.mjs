@@ -16,7 +16,7 @@
 //     row, or moves them by far more than ulps.
 //   - two runs of the same split print the same JSON text (the all-reduces sum in rank order);
 //   - TP x EP mixes on the MoE models, experts split inside expert-parallel groups (1 < E < N and E = 1 with DP), a vocabulary not divisible by T (510 over 4 ranks), KV-head replication
-//     (4 heads, 2 KV heads at --tp 4), DeepSeek's MTP module (--mtp);
+//     (4 heads, 2 KV heads at --tp 4), DeepSeek's MTP module (--mtp), DeepSeek-V4 (its MTP block too);
 //   - a split the model cannot take (--tp 3 with 4 heads) exits non-zero with the error on every rank.
 //   node tests/dist/tp_logprobs.mjs BIN [case-prefix]
 import {spawnSync} from "node:child_process";
@@ -125,6 +125,13 @@ const cases = [
   // MLA, a dense first layer, routed + shared experts, the MTP module (embedding and head split too).
   {name: "deepseek_v3", make: ["--arch", "deepseek_v3", "--mtp", "--experts", "16", "--experts-used", "4", "--layers", "3"],
    splits: [...MOE, ["--dp", "4", "--ep", "2"]], extra: ["--mtp"]},
+  // DeepSeek-V4 (issue 33): heads split in whole output groups (2 groups: --tp 2), the single K=V latent, the
+  // compressors, the lightning indexer and the 4 hyper-connection streams whole on every rank, wo_b and the
+  // experts' down row-parallel; the MTP block too. 160 positions: the 16-token window slides, the indexer picks 4 of
+  // up to 40 CSA blocks, an HCA block closes at 127.
+  {name: "deepseek_v4", make: ["--arch", "deepseek_v4", "--format", "gguf", "--mtp"], file: "model.gguf",
+   splits: [["--tp", "2"], ["--tp", "2", "--ep", "2"], ["--dp", "2", "--tp", "2", "--ep", "4"], ["--dp", "2", "--ep", "1"]],
+   extra: ["--mtp"], prompt: tokenPrompt(13, 160, 510, {vocab: 512})},
   // Quantized weights: o_proj/down slices cut at q8_0 block boundaries (32 columns per rank at --tp 2).
   {name: "qwen2-q8_0", make: ["--arch", "qwen2", "--dtype", "q8_0"], file: "model.gguf", splits: [["--tp", "2"]]},
   // The vocabulary over 4 ranks: 128, 128, 128, 126 rows; the tied head shares the embedding's slice.
@@ -140,7 +147,8 @@ for (const c of cases) {
   // --format gguf writes one file (--out names it), the default an HF directory holding model.gguf too.
   if (c.make.includes("gguf")) fs.mkdirSync(dir, {recursive: true});
   deepinfer(["make-tiny", "--out", c.make.includes("gguf") ? path.join(dir, c.file) : dir, "-q", ...c.make]);
-  const args = ["logprobs", "-m", c.file ? path.join(dir, c.file) : dir, ...tokens, ...(c.extra ?? [])];
+  const args = ["logprobs", "-m", c.file ? path.join(dir, c.file) : dir,
+                ...(c.prompt ? ["--tokens", JSON.stringify(c.prompt)] : tokens), ...(c.extra ?? [])];
   const ref = JSON.parse(deepinfer(args));
   for (const split of c.splits) {
     const np = split.reduce((n, v, i) => (split[i - 1] === "--tp" || split[i - 1] === "--dp" ? n * Number(v) : n), 1);
@@ -167,6 +175,19 @@ if (!only || "refusal".startsWith(only)) {
   const said = r.stderr.split("\n").filter(l => /--tp 3: the model's 4 attention heads/.test(l)).length;
   if (r.status === 0 || said !== 3) fail(`--tp 3 with 4 heads: exit ${r.status}, the heads error on ${said} of 3 ranks:\n${r.stderr.slice(-800)}`);
   else console.log("ok   --tp 3 with 4 heads: refused on all 3 ranks");
+}
+
+// Refusal: DeepSeek-V4's 2 output groups do not split 4 ways (a rank holds whole groups of heads).
+if (!only || "refusal".startsWith(only)) {
+  const file = path.join(tmp, "deepseek_v4", "model.gguf");
+  if (!fs.existsSync(file)) {
+    fs.mkdirSync(path.dirname(file), {recursive: true});
+    deepinfer(["make-tiny", "--out", file, "-q", "--arch", "deepseek_v4", "--format", "gguf"]);
+  }
+  const r = mpirun(4, ["logprobs", "-m", file, ...tokens, "--tp", "4"]);
+  const said = r.stderr.split("\n").filter(l => /--tp 4: deepseek_v4's 2 output groups do not split 4 ways/.test(l)).length;
+  if (r.status === 0 || said !== 4) fail(`deepseek_v4 at --tp 4: exit ${r.status}, the groups error on ${said} of 4 ranks:\n${r.stderr.slice(-800)}`);
+  else console.log("ok   deepseek_v4 at --tp 4: refused on all 4 ranks (2 output groups)");
 }
 
 // Refusal: q8_0 o_proj at --tp 4 would cut its 32-element blocks (16 input columns per rank).

@@ -56,6 +56,18 @@ const Model& TinyDeepseekMtp() {
   return *m;
 }
 
+// DeepSeek-V4's MTP block over the specification's tiny shape (window 16; window-only, CSA and HCA layers):
+// the module reads the main model's four residual streams and keeps its window K/V in its own cache; drafts
+// are verified across CSA's 4-blocks, HCA's 128-block and window edges, prefix hits replay windows (exact).
+const Model& TinyDeepseekV4Mtp() {
+  static std::unique_ptr<Model> m = [] {
+    TinySpec s = SmallSpec(Arch::kDeepseekV4);
+    s.mtp = true;
+    return MakeTiny(s, "spec_v4_mtp");
+  }();
+  return *m;
+}
+
 // Sliding windows of 10 on two layers of three: verification rows and rejected drafts at the window's edge.
 const Model& TinyGemma3Windowed() {
   static std::unique_ptr<Model> m = [] {
@@ -111,7 +123,8 @@ class SpecEquivalence : public ::testing::TestWithParam<int> {
       case 1: return {"stories260K self-draft", Stories, SpecMethod::kDraft, StoriesSelf, story_stops, true};
       case 2: return {"tiny-qwen3 other-weights draft", TinyTarget, SpecMethod::kDraft, OtherDraft, tiny_stops, false};
       case 3: return {"tiny-deepseek-v3 mtp", TinyDeepseekMtp, SpecMethod::kMtp, NoDraft, tiny_stops, false};
-      default: return {"tiny-gemma3 windowed self-draft", TinyGemma3Windowed, SpecMethod::kDraft, Gemma3Self, tiny_stops, true};
+      case 4: return {"tiny-gemma3 windowed self-draft", TinyGemma3Windowed, SpecMethod::kDraft, Gemma3Self, tiny_stops, true};
+      default: return {"tiny-deepseek-v4 mtp", TinyDeepseekV4Mtp, SpecMethod::kMtp, NoDraft, tiny_stops, false};
     }
   }
 };
@@ -145,10 +158,10 @@ TEST_P(SpecEquivalence, SameOutputsAsPlainDecoding) {
 
 std::string SpecName(const ::testing::TestParamInfo<int>& info) {
   static const char* kNames[] = {"Stories260KNgram", "Stories260KSelfDraft", "TinyQwen3OtherDraft", "TinyDeepseekV3Mtp",
-                                 "TinyGemma3WindowedSelfDraft"};
+                                 "TinyGemma3WindowedSelfDraft", "TinyDeepseekV4Mtp"};
   return kNames[info.param];
 }
-INSTANTIATE_TEST_SUITE_P(Methods, SpecEquivalence, ::testing::Values(0, 1, 2, 3, 4), SpecName);
+INSTANTIATE_TEST_SUITE_P(Methods, SpecEquivalence, ::testing::Values(0, 1, 2, 3, 4, 5), SpecName);
 
 // Must-show 2: the target as its own draft proposes exactly the target's tokens (its logits are bitwise the
 // target's and it draws with the same keyed randomness), so every draft is accepted, sampled or greedy; a

@@ -1,4 +1,4 @@
-// DeepSeek-V3 MTP (next-n) module and llama.cpp's current deepseek2 GGUF layout (pre-split attn_k_b/attn_v_b),
+// DeepSeek-V3 and V4 MTP (next-n) modules, and llama.cpp's current deepseek2 GGUF layout (pre-split attn_k_b/attn_v_b),
 // against llama.cpp: tools/ref/llama_mtp_ref runs the main model and then the MTP module through llama.cpp's C++
 // API (node-llama-cpp cannot run MTP) and prints full-vocabulary log-probabilities for both.
 //
@@ -53,6 +53,24 @@ for (const c of cases) {
   const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", legacy, "--mtp", "--tokens", JSON.stringify(prompt)]));
   compareLogprobs(`${c.name} hf vs llama.cpp on the converted gguf: main`, ours.logprobs, refConv.main, TOL);
   compareLogprobs(`${c.name} hf vs llama.cpp on the converted gguf: mtp`, ours.mtp, refConv.mtp, TOL);
+}
+
+// DeepSeek-V4's MTP block (issue 33, must-show 1 "with MTP"): the specification's tiny V4 (window 16, CSA, HCA,
+// hash layers, 4 streams, YaRN) plus one window-only MTP layer, GGUF only (deepinfer does not read V4's HF
+// weights). llama.cpp's MTP context reads the main context's un-collapsed streams (h_nextn, hc x hidden per row)
+// and keeps the block's window in its own iSWA cache. 300 positions, so the MTP window (16) slides many times;
+// deepinfer runs it in one batch, in 37-token chunks and one row per forward.
+{
+  const gguf = path.join(tmp, "deepseek_v4-mtp.gguf");
+  runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "--format", "gguf", "--mtp", "-q", "-o", gguf]);
+  const tokens = tokenPrompt(33, 300, 512);
+  const ref = JSON.parse(execFileSync(refTool, [backendDir, gguf, tokens.join(",")], {encoding: "utf8", maxBuffer: 1 << 30}));
+  for (const chunk of [300, 37, 1]) {
+    const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", gguf, "--mtp", "--chunk", String(chunk), "-t", "2",
+                                               "--tokens", JSON.stringify(tokens)]));
+    compareLogprobs(`deepseek_v4-mtp chunk ${chunk} main`, ours.logprobs, ref.main, TOL);
+    compareLogprobs(`deepseek_v4-mtp chunk ${chunk} mtp`, ours.mtp, ref.mtp, TOL);
+  }
 }
 
 // A model without an MTP module is refused with a clear error.

@@ -2,8 +2,8 @@
 // headers extracted from its source bundle) runs a GGUF's main model over a token sequence and then its MTP
 // (next-n) module, and prints full-vocabulary log-probabilities as JSON:
 //   {"main": [[...], ...n rows], "mtp": [[...], ...n-1 rows]}
-// MTP row i pairs token i+1 with the main model's final-normed hidden state at position i (llama.cpp's
-// "h_nextn" output) and predicts token i+2; it runs at position i, as deepinfer, vLLM and SGLang place it.
+// MTP row i pairs token i+1 with the main model's state at position i (llama.cpp's "h_nextn" output: the
+// final-normed hidden state, or DeepSeek-V4's un-collapsed residual streams) and predicts token i+2; it runs at position i, as deepinfer, vLLM and SGLang place it.
 // Built only as a test tool (tests/CMakeLists.txt); it is not part of deepinfer.
 //
 // usage: llama_mtp_ref BACKEND_DIR MODEL.gguf 1,2,3,...
@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   llama_model* model = llama_model_load_from_file(argv[2], mp);
   if (!model) Die("cannot load the model");
   if (llama_model_n_layer_nextn(model) < 1) Die("the model has no MTP layer");
-  const int n_embd = llama_model_n_embd(model);
+  // The main model's state the MTP block reads: n_embd floats (V3), or DeepSeek-V4's hc x n_embd residual streams.
+  const int n_embd = llama_model_n_embd_out(model);
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
   const int n_ctx = ((n + 255) / 256) * 256;
 

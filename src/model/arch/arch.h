@@ -123,6 +123,8 @@ struct ArchSpec {
   // The family's forward (model/models/<family>.cc); nullptr: LlamaForward, the pre-norm decoder the families
   // built like Llama share.
   FamilyForward forward = nullptr;
+  // The forward of an MTP module (model/models/); nullptr: DeepseekMtpForward, V3's pre-norm module.
+  FamilyMtpForward mtp_forward = nullptr;
   // The tensors of decoder layer `layer` in file order, landing in `w` (shared blocks: model/arch/blocks.h). The
   // loader, `convert`, `make-tiny` and the sharder all read this one list.
   void (*layer_tensors)(const ModelConfig& c, int layer, LayerWeights& w, TensorList& out) = nullptr;

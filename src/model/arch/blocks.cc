@@ -128,6 +128,16 @@ void MlaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorLis
   DecoderLayerTensors(c, layer, w, t, [&] { MlaTensors(c, w.mla, t); });
 }
 
+void MtpModuleTensors(const ModelConfig& c, MtpWeights& w, const Model& m, TensorList& t) {
+  const int64_t h = c.hidden;
+  t.Norm(TensorId::kMtpENorm, h, &w.enorm);
+  t.Norm(TensorId::kMtpHNorm, h, &w.hnorm);
+  t.Matrix(TensorId::kMtpEhProj, h, 2 * h, &w.eh_proj, 1.f / std::sqrt(2.f * h));
+  t.Matrix(TensorId::kMtpEmbd, c.vocab_size, h, &w.embed, 1.0f).ColumnParallel(TpBy::kVocab).Optional(&m.tok_embd);
+  t.Norm(TensorId::kMtpHeadNorm, h, &w.head_norm).Optional(&m.out_norm);
+  t.Matrix(TensorId::kMtpHead, c.vocab_size, h, &w.head, 3.f / std::sqrt(h)).ColumnParallel(TpBy::kVocab).Optional(&m.lm_head);
+}
+
 ModelTensors DeclareModelTensors(const ModelConfig& c, Model& m) {
   const ArchSpec& arch = GetArch(c.arch);
   m.layers.resize(c.n_layers);

@@ -11,6 +11,7 @@ struct Model;
 struct LayerWeights;
 struct GqaWeights;
 struct MlaWeights;
+struct MtpWeights;
 class TensorList;
 
 // Model-level: the token embedding (first in the files `convert` and `make-tiny` write) and the final norm and
@@ -33,5 +34,10 @@ void FfnTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t)
 // Decoder layers: attn_norm, the attention, ffn_norm, the MLP. GQA: the layer of every GQA family; MLA: DeepSeek's.
 void GqaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t);
 void MlaLayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& t);
+
+// A DeepSeek MTP module's own tensors (V3 and V4), besides its decoder layer: the norms of the next token's
+// embedding and of the model's hidden state, their joint projection, and the module's own embedding, head norm
+// and head, which a checkpoint may leave to the model's (split by vocabulary rows like those).
+void MtpModuleTensors(const ModelConfig& c, MtpWeights& w, const Model& m, TensorList& t);
 
 }  // namespace deepinfer

@@ -224,19 +224,6 @@ void TinyGgufMetadata(const TinySpec& s, const std::string& p, GgufWriter& w) {
   WriteGgufExpertCounts(p, s.experts, s.experts_used, s.moe_intermediate, w);
 }
 
-// V3's MTP module, besides its decoder layer: the norms of the next token's embedding and of the model's hidden
-// state, their joint projection, and the module's own embedding, head norm and head, which a checkpoint may
-// leave to the model's (split by vocabulary rows like those).
-void MtpTensors(const ModelConfig& c, MtpWeights& w, const Model& m, TensorList& t) {
-  const int64_t h = c.hidden;
-  t.Norm(TensorId::kMtpENorm, h, &w.enorm);
-  t.Norm(TensorId::kMtpHNorm, h, &w.hnorm);
-  t.Matrix(TensorId::kMtpEhProj, h, 2 * h, &w.eh_proj, 1.f / std::sqrt(2.f * h));
-  t.Matrix(TensorId::kMtpEmbd, c.vocab_size, h, &w.embed, 1.0f).ColumnParallel(TpBy::kVocab).Optional(&m.tok_embd);
-  t.Norm(TensorId::kMtpHeadNorm, h, &w.head_norm).Optional(&m.out_norm);
-  t.Matrix(TensorId::kMtpHead, c.vocab_size, h, &w.head, 3.f / std::sqrt(h)).ColumnParallel(TpBy::kVocab).Optional(&m.lm_head);
-}
-
 }  // namespace
 
 const ArchSpec& DeepseekArch() {
@@ -263,7 +250,7 @@ const ArchSpec& DeepseekArch() {
       // MLA attention; a dense SwiGLU in the first first_k_dense layers, else DeepSeekMoE: router (V3: with its
       // selection bias), routed experts, shared experts.
       .layer_tensors = MlaLayerTensors,
-      .mtp_tensors = MtpTensors,
+      .mtp_tensors = MtpModuleTensors,
   };
   return kSpec;
 }

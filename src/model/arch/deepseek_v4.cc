@@ -4,8 +4,8 @@
 // the first layers and a clamped SwiGLU. docs/design/deepseek_v4.md has the specification this follows
 // (../shared/research/deepseek_v4.md, written from llama.cpp's deepseek4 and transformers' deepseek_v4).
 //
-// GGUF files load (what llama.cpp runs); DeepSeek's HF checkpoints (FP8 block weights, MXFP4 experts in their own
-// packing) are not read yet, nor is the MTP block (a file with one loads without it).
+// GGUF files load (what llama.cpp runs), with their MTP block (models/deepseek_v4.cc, DeepseekV4MtpForward);
+// DeepSeek's HF checkpoints (FP8 block weights, MXFP4 experts in their own packing) are not read yet.
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -31,6 +31,13 @@ constexpr int kTinyRatios[] = {0, 0, 4, 128, 4, 128};
 // differently by llama.cpp's std::partial_sort; with 32 heads an exact 0 is a 1-in-4e9 event.
 constexpr int kTinyIndexHeads = 32;
 
+// Every layer's ratio, then the MTP block's (window only) when make-tiny adds one.
+std::vector<int32_t> TinyRatios(const TinySpec& s) {
+  std::vector<int32_t> r(std::begin(kTinyRatios), std::end(kTinyRatios));
+  if (s.mtp) r.push_back(0);
+  return r;
+}
+
 // What both formats share once the fields are read: the rules and the checks llama.cpp's loader makes.
 Status Finish(ModelConfig* c, const std::string& path) {
   Dsv4Params& v = c->dsv4;
@@ -42,8 +49,15 @@ Status Finish(ModelConfig* c, const std::string& path) {
   if (v.o_groups <= 0 || c->n_heads % v.o_groups || v.o_lora_rank <= 0) return bad("output groups must divide the heads, with a positive output rank");
   if (c->q_lora_rank <= 0) return bad("q_lora_rank must be positive");
   if (c->sliding_window <= 0) return bad("sliding_window must be positive");
+  // One MTP block at most, window-only and routed by score (llama.cpp's deepseek4 asserts the same).
+  if (c->n_mtp > 1) return Unimplemented(path + ": deepseek_v4 with " + std::to_string(c->n_mtp) + " MTP blocks (only 1, as llama.cpp)");
+  const int all_layers = c->n_layers + c->n_mtp;
   if (static_cast<int>(v.compress_ratio.size()) < c->n_layers) return bad("compress_ratios has fewer entries than layers");
-  v.compress_ratio.resize(static_cast<size_t>(c->n_layers));
+  // The MTP block's entry may be missing from an HF config that lists the decoder layers only: it is 0.
+  v.compress_ratio.resize(static_cast<size_t>(all_layers), 0);
+  for (int k = 0; k < c->n_mtp; ++k)
+    if (v.compress_ratio[static_cast<size_t>(c->n_layers + k)] != 0)
+      return Unimplemented(path + ": deepseek_v4 MTP block with a compressed attention (only ratio 0, as llama.cpp)");
   bool csa = false;
   for (int r : v.compress_ratio) {
     if (r != 0 && r != 4 && r != 128) return Unimplemented(path + ": deepseek_v4 compress ratio " + std::to_string(r) + " (only 0, 4 and 128, as llama.cpp)");
@@ -54,8 +68,8 @@ Status Finish(ModelConfig* c, const std::string& path) {
   if (!(v.compress_rope_theta > 0)) return bad("compress_rope_freq_base must be positive");
   if (c->n_experts <= 0 || v.hash_layers < 0 || v.hash_layers > c->n_layers) return bad("experts and hash layers out of range");
   for (auto* limits : {&v.swiglu_limit, &v.swiglu_limit_shared}) {
-    if (limits->size() == 1) limits->assign(static_cast<size_t>(c->n_layers), limits->front());
-    if (static_cast<int>(limits->size()) != c->n_layers) return bad("a SwiGLU clamp array must have one entry per layer");
+    if (limits->size() == 1) limits->assign(static_cast<size_t>(all_layers), limits->front());
+    if (static_cast<int>(limits->size()) != all_layers) return bad("a SwiGLU clamp array must have one entry per layer (MTP block included)");
   }
   c->first_k_dense = 0;
   c->intermediate = c->moe_intermediate;
@@ -67,10 +81,6 @@ Status Finish(ModelConfig* c, const std::string& path) {
   c->yarn.beta_fast = 32;
   c->yarn.beta_slow = 1;
   c->yarn.truncate = true;
-  if (c->n_mtp > 0) {
-    DI_LOG_INFO("%s: deepseek_v4's MTP block is not supported yet; loading without it", path.c_str());
-    c->n_mtp = 0;
-  }
   return Status::Ok();
 }
 
@@ -201,14 +211,15 @@ void LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& 
   Dsv4AttnWeights& a = w.dsv4;
   t.Norm(TensorId::kAttnNorm, D, &w.attn_norm);
   HcTensors(c, {TensorId::kHcAttnFn, TensorId::kHcAttnBase, TensorId::kHcAttnScale}, w.hc_attn, t);
-  t.Vector(TensorId::kAttnSinks, H, &a.sinks, 1.f, 0.f);
+  t.Vector(TensorId::kAttnSinks, H, &a.sinks, 1.f, 0.f).ColumnParallel(TpBy::kHeads, 1);
   t.Matrix(TensorId::kAttnQA, qr, D, &a.wq_a, inv(D));
   t.Norm(TensorId::kAttnQANorm, qr, &a.q_a_norm);
-  t.Matrix(TensorId::kAttnQB, H * d, qr, &a.wq_b, inv(qr));
+  t.Matrix(TensorId::kAttnQB, H * d, qr, &a.wq_b, inv(qr)).ColumnParallel(TpBy::kHeads, d);
   t.Matrix(TensorId::kAttnKv, d, D, &a.wkv, inv(D));
   t.Norm(TensorId::kAttnKvANorm, d, &a.kv_norm);
-  t.Matrix(TensorId::kAttnOutA, G * ro, H * d / G, &a.wo_a, inv(H * d / G));
-  t.Matrix(TensorId::kAttnOutB, D, G * ro, &a.wo_b, inv(G * ro));
+  // Tensor parallel: whole output groups per rank (their heads' q rows and sinks above), wo_b row-parallel.
+  t.Matrix(TensorId::kAttnOutA, G * ro, H * d / G, &a.wo_a, inv(H * d / G)).ColumnParallel(TpBy::kOutGroups, ro);
+  t.Matrix(TensorId::kAttnOutB, D, G * ro, &a.wo_b, inv(G * ro)).RowParallel(TpBy::kOutGroups, ro);
   if (ratio != 0) {
     const int64_t cw = (ratio == 4 ? 2 : 1) * d;
     t.Matrix(TensorId::kAttnCompKv, cw, D, &a.comp_kv, inv(D));
@@ -233,13 +244,13 @@ void LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& 
   t.Matrix(TensorId::kFfnRouter, E, D, &m.router, inv(D));
   if (layer < c.dsv4.hash_layers) t.TokenExperts(TensorId::kFfnTid2Eid, c.vocab_size, c.n_experts_used, &m.tid2eid);
   else t.Vector(TensorId::kFfnExpProbsBias, E, &m.exp_probs_bias, 0.1f, 0.f);
-  t.Experts(TensorId::kFfnGateExps, E, F, D, &m.gate, inv(D));
-  t.Experts(TensorId::kFfnUpExps, E, F, D, &m.up, inv(D));
-  t.Experts(TensorId::kFfnDownExps, E, D, F, &m.down, inv(F));
+  t.Experts(TensorId::kFfnGateExps, E, F, D, &m.gate, inv(D)).ColumnParallel(TpBy::kExpertFfn);
+  t.Experts(TensorId::kFfnUpExps, E, F, D, &m.up, inv(D)).ColumnParallel(TpBy::kExpertFfn);
+  t.Experts(TensorId::kFfnDownExps, E, D, F, &m.down, inv(F)).RowParallel(TpBy::kExpertFfn);
   const int64_t S = c.shared_ffn;
-  t.Matrix(TensorId::kFfnGateShexp, S, D, &m.shared.gate, inv(D));
-  t.Matrix(TensorId::kFfnUpShexp, S, D, &m.shared.up, inv(D));
-  t.Matrix(TensorId::kFfnDownShexp, D, S, &m.shared.down, inv(S));
+  t.Matrix(TensorId::kFfnGateShexp, S, D, &m.shared.gate, inv(D)).ColumnParallel(TpBy::kSharedFfn);
+  t.Matrix(TensorId::kFfnUpShexp, S, D, &m.shared.up, inv(D)).ColumnParallel(TpBy::kSharedFfn);
+  t.Matrix(TensorId::kFfnDownShexp, D, S, &m.shared.down, inv(S)).RowParallel(TpBy::kSharedFfn);
 }
 
 }  // namespace
@@ -294,7 +305,8 @@ const ArchSpec& DeepseekV4Arch() {
         (*cfg)["sliding_window"] = s.window;
         (*cfg)["o_groups"] = 2;
         (*cfg)["o_lora_rank"] = 32;
-        (*cfg)["compress_ratios"] = std::vector<int>(std::begin(kTinyRatios), std::end(kTinyRatios));
+        (*cfg)["compress_ratios"] = TinyRatios(s);
+        (*cfg)["num_nextn_predict_layers"] = s.mtp ? 1 : 0;
         (*cfg)["compress_rope_theta"] = 160000.0;
         (*cfg)["index_n_heads"] = kTinyIndexHeads;
         (*cfg)["index_head_dim"] = 64;
@@ -318,7 +330,7 @@ const ArchSpec& DeepseekV4Arch() {
         w.SetU32(p + "attention.sliding_window", static_cast<uint32_t>(s.window));
         w.SetU32(p + "attention.output_group_count", 2);
         w.SetU32(p + "attention.output_lora_rank", 32);
-        w.SetI32Array(p + "attention.compress_ratios", std::vector<int32_t>(std::begin(kTinyRatios), std::end(kTinyRatios)));
+        w.SetI32Array(p + "attention.compress_ratios", TinyRatios(s));
         w.SetF32(p + "attention.compress_rope_freq_base", 160000.f);
         w.SetU32(p + "attention.indexer.head_count", kTinyIndexHeads);
         w.SetU32(p + "attention.indexer.key_length", 64);
@@ -332,7 +344,10 @@ const ArchSpec& DeepseekV4Arch() {
         w.SetU32(p + "rope.scaling.original_context_length", 256);
       },
       .forward = DeepseekV4Forward,
+      .mtp_forward = DeepseekV4MtpForward,
       .layer_tensors = LayerTensors,
+      // The MTP block: V3's module tensors over a window-only V4 layer (blk.{L}.nextn.*, the layer's blk.{L}.*).
+      .mtp_tensors = MtpModuleTensors,
   };
   return kSpec;
 }

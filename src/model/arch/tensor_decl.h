@@ -45,6 +45,7 @@ enum class Presence : uint8_t {
 // of every row, copied out), TpBy what the part counts in, tp_unit rows or columns per unit (model/shard.cc).
 enum class TpBy : uint8_t {
   kHeads,      // the rank's attention heads
+  kOutGroups,  // DeepSeek-V4's output groups (a rank's heads are whole groups of them)
   kKvHeads,    // its GQA KV heads (one replicated head when the ranks outnumber them)
   kFfn,        // the dense MLP's intermediate columns
   kSharedFfn,  // the shared experts' (split only under pure tensor parallelism)

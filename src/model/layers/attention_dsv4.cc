@@ -32,6 +32,8 @@ Dsv4Attention::Dsv4Attention(const Ops& ops, const ModelConfig& c, int max_token
   // Window-only layers rotate with the plain base and no YaRN; compressed layers, their compressors and the
   // indexer with the compressed base and YaRN's frequencies (magnitude 1: llama.cpp's attn_factor cancels its
   // mscale, and transformers forces attention_factor 1 for this model).
+  // MTP block k: window-only, its K=V rows in layer k of the MTP cache (Transformer::MtpKvLayout).
+  for (int k = 0; k < c.n_mtp; ++k) kv_layers_.push_back(Dsv4KvLayer{.raw = k});
   rope_plain_ = RopeTable::Make(RopeStyle::kAdjacentPairs, rope_, c.rope_theta, {});
   YarnParams yarn = c.yarn;
   yarn.mscale = 1.f;

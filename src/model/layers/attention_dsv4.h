@@ -44,7 +44,8 @@ class Dsv4Attention {
  public:
   Dsv4Attention(const Ops& ops, const ModelConfig& c, int max_tokens);
   // out (n rows of hidden) = attention of layer `layer` over xn (the normed sublayer input); the batch's raw
-  // rows, compressor inputs and completed blocks' rows are written to kv first.
+  // rows, compressor inputs and completed blocks' rows are written to kv first. layer n_layers + k is MTP block
+  // k (window only), kv then the MTP cache.
   Status Forward(const Dsv4AttnWeights& w, const BatchView& b, int layer, PagedKvCache& kv, const float* xn, float* out);
 
  private:

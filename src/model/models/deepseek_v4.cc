@@ -5,12 +5,37 @@
 //   per layer:  X = HC_post(attention(RMSNorm(HC_pre(X))), X)      window + compressed K=V (layers/attention_dsv4.h)
 //               X = HC_post(MoE(RMSNorm(HC_pre(X))), X)            hash-routed on the first layers, sqrt-softplus after
 //   x = HC_collapse(X)
+//
+// The MTP block (llama.cpp's deepseek4 graph_mtp) reads the main model's streams X_p at position p, before the
+// head, and the embedding of token p + 1:
+//   X[s] = eh_proj [RMSNorm(e) enorm, RMSNorm(X_p[s]) hnorm]   for each stream s
+//   X = one window-only layer as above (its K=V rows in the MTP cache), routed by score (never hashed)
+//   x = HC_collapse(X) with the model's head weights; logits = head(RMSNorm(x) head_norm)
 #include <cstring>
 
 #include "model/forward_pass.h"
 #include "model/models/forwards.h"
 
 namespace deepinfer {
+namespace {
+
+// One V4 layer over the streams X of the whole batch. layer: the attention's layer (n_layers + k: MTP block k);
+// moe_layer: the MoE's live placement (-1 for the MTP block).
+Status Dsv4Layer(ForwardPass& f, const LayerWeights& L, int layer, int moe_layer, PagedKvCache& kv, float* X) {
+  HyperConnection& hc = *f.hc();
+  const int n = f.batch().n;
+  hc.Pre(L.hc_attn, X, n, f.x());
+  f.Norm(L.attn_norm, f.all());
+  DI_RETURN_IF_ERROR(f.AttentionDsv4(L, layer, kv));
+  hc.Post(f.y(), n, X);
+  hc.Pre(L.hc_ffn, X, n, f.x());
+  f.Norm(L.ffn_norm, f.all());
+  DI_RETURN_IF_ERROR(f.Mlp(L, moe_layer));
+  hc.Post(f.y(), n, X);
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status DeepseekV4Forward(ForwardPass& f, PagedKvCache& kv) {
   const ModelConfig& c = f.config();
@@ -20,19 +45,32 @@ Status DeepseekV4Forward(ForwardPass& f, PagedKvCache& kv) {
   for (int t = 0; t < n; ++t)
     for (int s = 0; s < h; ++s)
       std::memcpy(X + (static_cast<size_t>(t) * h + s) * D, f.x() + static_cast<size_t>(t) * D, sizeof(float) * D);
-  HyperConnection& hc = *f.hc();
-  for (int l = 0; l < c.n_layers; ++l) {
-    const LayerWeights& L = f.model().layers[static_cast<size_t>(l)];
-    hc.Pre(L.hc_attn, X, n, f.x());
-    f.Norm(L.attn_norm, f.all());
-    DI_RETURN_IF_ERROR(f.dsv4()->Forward(L.dsv4, f.batch(), l, kv, f.xn(), f.y()));
-    hc.Post(f.y(), n, X);
-    hc.Pre(L.hc_ffn, X, n, f.x());
-    f.Norm(L.ffn_norm, f.all());
-    DI_RETURN_IF_ERROR(f.Mlp(L, l));
-    hc.Post(f.y(), n, X);
+  for (int l = 0; l < c.n_layers; ++l) DI_RETURN_IF_ERROR(Dsv4Layer(f, f.model().layers[static_cast<size_t>(l)], l, l, kv, X));
+  f.hc()->Collapse(f.model().hc_head, X, n, f.x());
+  return Status::Ok();
+}
+
+Status DeepseekV4MtpForward(ForwardPass& f, const MtpWeights& P, int k, const float* hidden, PagedKvCache& kv, float* out_hidden) {
+  const ModelConfig& c = f.config();
+  const int n = f.batch().n, D = c.hidden, h = c.dsv4.hc;
+  DI_RETURN_IF_ERROR(f.Embed(P.embed));
+  // Each row's h inputs [e ; stream s], e normed once and repeated (llama.cpp norms before it repeats).
+  float* in = f.mtp_in();
+  for (int r = 0; r < n; ++r) {
+    const float* streams = hidden + static_cast<size_t>(f.global_row(r)) * h * D;
+    float* row = in + static_cast<size_t>(r) * h * 2 * D;
+    f.ops().RmsNorm(f.x() + static_cast<size_t>(r) * D, P.enorm.data(), c.rms_eps, 1, D, row);
+    for (int s = 0; s < h; ++s) {
+      float* pair = row + static_cast<size_t>(s) * 2 * D;
+      if (s > 0) std::memcpy(pair, row, sizeof(float) * D);
+      f.ops().RmsNorm(streams + static_cast<size_t>(s) * D, P.hnorm.data(), c.rms_eps, 1, D, pair + D);
+    }
   }
-  hc.Collapse(f.model().hc_head, X, n, f.x());
+  float* X = f.streams();
+  if (n > 0) f.ops().MatMul(P.eh_proj, in, n * h, X);
+  DI_RETURN_IF_ERROR(Dsv4Layer(f, P.layer, c.n_layers + k, -1, kv, X));
+  if (out_hidden && n > 0) std::memcpy(out_hidden, X, sizeof(float) * static_cast<size_t>(n) * h * D);
+  f.hc()->Collapse(f.model().hc_head, X, n, f.x());
   return Status::Ok();
 }
 

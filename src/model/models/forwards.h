@@ -10,16 +10,30 @@ namespace deepinfer {
 class ForwardPass;
 class PagedKvCache;
 struct LayerWeights;
+struct MtpWeights;
 
 // A family's forward over a planned batch: from the token embeddings to the last layer's residual stream in
 // f.x() (the final norm and the vocabulary projection are shared: Transformer does them).
 using FamilyForward = Status (*)(ForwardPass& f, PagedKvCache& kv);
+
+// A family's MTP module k over a planned batch (Transformer::ForwardMtp): row r pairs the batch's token with
+// hidden[global row r] (ModelConfig::mtp_hidden() floats: the main model's state one position earlier); leaves
+// the rows to project in f.x() (the head norm and head are shared: Transformer does them) and, when out_hidden is
+// given, writes each row's state for a chained next step (mtp_hidden() floats per row). kv: the MTP cache (layer
+// k is the module's).
+using FamilyMtpForward = Status (*)(ForwardPass& f, const MtpWeights& P, int k, const float* hidden, PagedKvCache& kv,
+                                    float* out_hidden);
 
 Status LlamaForward(ForwardPass& f, PagedKvCache& kv);
 Status Olmo2Forward(ForwardPass& f, PagedKvCache& kv);    // post-norm layers (models/olmo2.cc)
 Status SmolLM3Forward(ForwardPass& f, PagedKvCache& kv);  // NoPE layers (models/smollm3.cc)
 Status Gemma3Forward(ForwardPass& f, PagedKvCache& kv);   // sandwich norms, scaled embeddings (models/gemma3.cc)
 Status DeepseekV4Forward(ForwardPass& f, PagedKvCache& kv);  // hyper-connections, compressed KV (models/deepseek_v4.cc)
+
+// MTP modules: V3's (x = eh_proj [enorm(e), hnorm(h)], one pre-norm layer; models/deepseek_mtp.cc) and V4's (the
+// same per residual stream, one window-only V4 layer, the head's stream collapse; models/deepseek_v4.cc).
+Status DeepseekMtpForward(ForwardPass& f, const MtpWeights& P, int k, const float* hidden, PagedKvCache& kv, float* out_hidden);
+Status DeepseekV4MtpForward(ForwardPass& f, const MtpWeights& P, int k, const float* hidden, PagedKvCache& kv, float* out_hidden);
 
 // The pre-norm residual layer over the whole batch:  x += attention(norm(x));  x += mlp(norm(x)).
 // kv_layer: the layer's index in kv; moe_layer: the main layer's index for its live expert placement (-1: an
