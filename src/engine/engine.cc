@@ -432,12 +432,13 @@ void Engine::Launch(SchedulerOutputs so) {
   }
   Executor* ex = executor_.get();
   const auto* step_clock = &opt_.step_clock;
-  st->done = stream_.Enqueue([ex, st, timing, step_clock] {
+  const double scale = opt_.step_time_scale;
+  st->done = stream_.Enqueue([ex, st, timing, step_clock, scale] {
     // The step's own execution on the stream, not the gap between two schedules: with overlap the host's work
     // runs beside it and must not count.
     const auto t0 = Clock::now();
     ex->Execute(*st);
-    timing->seconds = *step_clock ? (*step_clock)(timing->shape) : Seconds(Clock::now() - t0);
+    timing->seconds = (*step_clock ? (*step_clock)(timing->shape) : Seconds(Clock::now() - t0)) * scale;
   });
   const int64_t prompt_tokens = timing->shape.prefill_tokens;
   for (const SequenceMetadata& r : st->sched.rows) seqs_.at(r.seq_id)->Launched(st->done);
