@@ -1,9 +1,13 @@
+#include <cmath>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 
 #include "api/engine_impl.h"
 #include "api/model_impl.h"
+#include "base/logging.h"
 #include "base/thread_pool.h"
 
 namespace deepinfer::api {
@@ -78,6 +82,20 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   e.speculative.verify = o.spec_verify == SpeculativeVerify::kExact ? SpecVerify::kExact : SpecVerify::kRejection;
   if (o.draft_model) e.speculative.draft_model = &InternalModel(*o.draft_model);
   e.dist = dist::Context();  // the top level: the process's communicators under mpirun
+  // Test hook (tests/dist/itl_tp.mjs): DEEPINFER_TEST_SKEW_STEP_TIME=RANK:FACTOR multiplies every step time that
+  // world rank RANK (0 in one process) measures by FACTOR, so that the ranks of a --tp / --cp group disagree on
+  // what a step costs; the latency target must still give the whole group the same budgets.
+  if (const char* v = std::getenv("DEEPINFER_TEST_SKEW_STEP_TIME")) {
+    int rank = -1;
+    double factor = 0;
+    char tail = 0;
+    if (std::sscanf(v, "%d:%lf%c", &rank, &factor, &tail) != 2 || !(factor > 0) || !std::isfinite(factor)) {
+      DI_LOG_WARN("DEEPINFER_TEST_SKEW_STEP_TIME='%s' is not RANK:FACTOR (FACTOR > 0): ignored", v);
+    } else if (rank == (e.dist ? e.dist->pc.rank : 0)) {
+      e.step_time_scale = factor;
+      DI_LOG_WARN("DEEPINFER_TEST_SKEW_STEP_TIME (a test hook): rank %d's step times are multiplied by %g", rank, factor);
+    }
+  }
   return e;
 }
 

@@ -1,6 +1,7 @@
 #include "engine/dist_control.h"
 
 #include <algorithm>
+#include <string>
 
 #include "base/logging.h"
 #include "engine/kv_event_feed.h"
@@ -21,6 +22,26 @@ void FillFromStats(const EngineStats& st, RankReport& r) {
   r.kv_tier_ram_hits = st.kv_tiers.ram_hits, r.kv_tier_disk_hits = st.kv_tiers.disk_hits;
   r.kv_tier_ram_blocks_written = st.kv_tiers.ram_blocks_written;
   r.kv_tier_disk_blocks_written = st.kv_tiers.disk_blocks_written;
+}
+
+// A step timing on the wire, field by field (no padding bytes on the wire).
+void PutTiming(wire::Writer& w, const StepObservation& o) {
+  w.Put(o.step), w.Put<uint8_t>(o.ok), w.Put(o.seconds);
+  w.Put(o.shape.tokens), w.Put(o.shape.prefill_tokens), w.Put(o.shape.decode_rows), w.Put(o.shape.attention);
+  w.Put(o.shape.prefill_limit);
+}
+StepObservation GetTiming(wire::Reader& r) {
+  StepObservation o;
+  o.step = r.Get<uint64_t>(), o.ok = r.Get<uint8_t>() != 0, o.seconds = r.Get<double>();
+  o.shape.tokens = r.Get<int>(), o.shape.prefill_tokens = r.Get<int>(), o.shape.decode_rows = r.Get<int>();
+  o.shape.attention = r.Get<double>(), o.shape.prefill_limit = r.Get<int>();
+  return o;
+}
+
+std::string StepList(const std::vector<StepObservation>& v) {
+  std::string s;
+  for (const StepObservation& o : v) s += (s.empty() ? "" : ", ") + std::to_string(o.step);
+  return "[" + s + "]";
 }
 
 }  // namespace
@@ -170,6 +191,10 @@ bool DistControl::Sync(bool has_rows) {
   mine.cp_bytes_sent = ctx_.cp->bytes_sent();
   wire::Writer w;
   w.Put(mine);
+  // Right after the report, so every rank can read every rank's (the feed and the outbox are rank 0's to read).
+  const std::vector<StepObservation> timed = shares_step_times() ? e_.TakeStepTimings() : std::vector<StepObservation>{};
+  w.Put<uint64_t>(timed.size());
+  for (const StepObservation& o : timed) PutTiming(w, o);
   if (feed_out_) feed_out_->Write(w);
   w.Put<uint64_t>(outbox_.size());
   for (const RequestOutput& ev : outbox_) wire::PutOutput(w, ev);
@@ -183,11 +208,20 @@ bool DistControl::Sync(bool has_rows) {
   // /metrics sees counters that include it), then the events.
   std::vector<wire::Reader> readers;
   std::vector<RankReport> reports(ctx_.pc.world);
+  const int leader = ctx_.pc.group_leader(ctx_.pc.dp_rank());
+  std::vector<StepObservation> leader_timed;
   size_t off = 0;
   for (int rank = 0; rank < ctx_.pc.world; ++rank) {
     readers.emplace_back(all.data() + off, sizes[rank]);
     off += sizes[rank];
     reports[rank] = readers.back().Get<RankReport>();
+    const uint64_t n = readers.back().Get<uint64_t>();
+    for (uint64_t i = 0; i < n && readers.back().ok(); ++i) {
+      StepObservation o = GetTiming(readers.back());
+      if (rank == leader) leader_timed.push_back(o);
+    }
+    if (!readers.back().ok())
+      dist::AbortJob("control report from rank " + std::to_string(rank) + " is malformed (ranks run different builds?)");
     launch = launch || reports[rank].has_rows;
     busy = busy || reports[rank].busy;
     if (!is_root() || !ship_events_) continue;
@@ -201,6 +235,17 @@ bool DistControl::Sync(bool has_rows) {
       dist::AbortJob("KV events from rank " + std::to_string(rank) + " are malformed (ranks run different builds?)");
     const RankReport& rr = reports[rank];
     if (index) index->SetLoad({true, rr.waiting, rr.running, rr.kv_blocks_total - rr.kv_blocks_free, rr.kv_blocks_total});
+  }
+  if (shares_step_times()) {
+    // The group processes the same steps at the same iterations (launches are decided together, the overlap
+    // depth is common): a different list means the schedules already split. Said and ended, not hung on.
+    bool same = leader_timed.size() == timed.size();
+    for (size_t i = 0; same && i < timed.size(); ++i) same = leader_timed[i].step == timed[i].step;
+    if (!same)
+      dist::AbortJob("latency target: rank " + std::to_string(ctx_.pc.rank) + " processed steps " + StepList(timed) +
+                     " since the last sync, its group leader (rank " + std::to_string(leader) + ") " +
+                     StepList(leader_timed) + ": the group's schedules split (a bug)");
+    e_.ObserveStepTimings(leader_timed);
   }
   if (is_root()) {
     std::lock_guard<std::mutex> lock(reports_mu_);

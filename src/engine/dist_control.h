@@ -10,14 +10,19 @@
 //     counters, and (group leaders) their prefix cache's changes since the last Sync (engine/kv_event_feed.h)
 //     and the output events they produced since; every rank learns whether any rank runs this step, so a rank
 //     with nothing to do launches an empty step (its MoE collectives still run), and rank 0 feeds the changes
-//     to its routing policy and delivers the remote events to their callbacks in rank order.
+//     to its routing policy and delivers the remote events to their callbacks in rank order. Under a latency
+//     target (--target-itl-ms) with --tp or --cp > 1, every rank also contributes the timings of the steps it
+//     processed since the last Sync, and every rank of a group feeds its cost model its group leader's (the
+//     lowest rank of the group), so the group's prefill budgets agree bit for bit (see shares_step_times()).
 // Routing is `deepinfer route`'s policy code over another transport (routing/routing_policy.h, --dp-policy): one
 // "replica" per group, its load the samples rank 0 routed there and has not seen finish, and for cache_aware its
 // KvBlockIndex fed by the group's own KV events, so a prompt goes where the most of its leading blocks are
 // cached (routing/kv_events_policy.h). A prompt shorter than one block has nothing to match and goes to the least
 // loaded group.
 // The tensor-parallel ranks of a group see the same requests at the same iteration and sample the same tokens
-// (full-vocabulary logits on each), so their schedulers stay identical without exchanging schedules.
+// (full-vocabulary logits on each), so their schedulers stay identical without exchanging schedules. The one
+// input that comes from outside the schedule, the latency target's step times, is made common: the leader's
+// clock is the group's clock.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -29,6 +34,7 @@
 #include "engine/engine_options.h"
 #include "engine/request.h"
 #include "engine/request_inbox.h"
+#include "engine/step_cost_model.h"
 
 namespace deepinfer {
 namespace router {
@@ -73,6 +79,11 @@ class DistControl {
     virtual EngineStats LocalStats() const = 0;   // this rank's counters (thread-safe)
     // The prefix cache's change log (thread-safe), shipped to rank 0 for routing; nullptr: none.
     virtual const KvEventLog* KvEvents() const { return nullptr; }
+    // Latency target, groups of several ranks (shares_step_times()): the timings of the steps this rank processed
+    // since the last Sync (taken: the engine forgets them), and, inside Sync, its group leader's timings of the
+    // same steps, for the cost model. Called on every rank of a group at the same iteration.
+    virtual std::vector<StepObservation> TakeStepTimings() { return {}; }
+    virtual void ObserveStepTimings(const std::vector<StepObservation>& leader) { (void)leader; }
   };
   // inbox: the engine's (rank 0 takes what clients added there); block_size: the KV block, for prefix routing.
   // The routing policy is ctx.pc.dp_policy (checked at start-up; an unknown one is an error there).
@@ -86,6 +97,10 @@ class DistControl {
   // Every rank: the stop signal came and the whole job drained (every rank leaves its loop at this iteration).
   bool done() const { return done_; }
   bool stopping() const { return stopping_; }
+  // The ranks of this rank's attention group (--tp x --cp > 1) share their step timings through Sync: the engine
+  // then hands its timings to TakeStepTimings instead of observing them, and observes the leader's in Sync, one
+  // iteration later than one process would (every rank of the group alike). A group of one rank times itself.
+  bool shares_step_times() const { return ctx_.pc.tp * ctx_.pc.cp > 1; }
 
   // The two collective calls of an iteration (see the header comment). Exchange ingests into the engine;
   // Sync returns whether this iteration launches a step (on every rank alike).

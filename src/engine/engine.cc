@@ -5,6 +5,7 @@
 #include <climits>
 #include <cmath>
 #include <random>
+#include <utility>
 
 #include "base/host_buffer.h"
 #include "base/logging.h"
@@ -38,6 +39,11 @@ class Engine::DistHost final : public DistControl::Host {
     return s;
   }
   const KvEventLog* KvEvents() const override { return e_.kv_events_.get(); }
+  std::vector<StepObservation> TakeStepTimings() override { return std::exchange(e_.unshared_timings_, {}); }
+  void ObserveStepTimings(const std::vector<StepObservation>& leader) override {
+    for (const StepObservation& o : leader)
+      if (o.ok) e_.cost_.Observe(o.shape, o.seconds);
+  }
 
  private:
   Engine& e_;
@@ -59,13 +65,10 @@ Status ValidateOptions(const EngineOptions& opt) {
     return InvalidArgument("--kv-cache-fraction must be in (0, 0.95]");
   if (!(opt.target_itl_ms >= 0) || !std::isfinite(opt.target_itl_ms))
     return InvalidArgument("--target-itl-ms must be a number of milliseconds >= 0 (0: off)");
-  // The tensor- and context-parallel ranks of an attention group run identical schedulers without exchanging
-  // schedules; budgets from each rank's own clock could differ and split them. A group of one rank (pure --dp,
-  // experts over all ranks) decides alone, so the target is safe there.
-  if (opt.target_itl_ms > 0 && opt.dist && !opt.dist->pc.single() && opt.dist->pc.tp * opt.dist->pc.cp > 1)
-    return InvalidArgument("--target-itl-ms is not supported with --tp or --cp > 1 yet (the ranks of an attention "
-                           "group would time their steps apart and schedule differently); use --dp groups of one "
-                           "rank, or no target");
+  // --target-itl-ms under --tp / --cp > 1: the ranks of an attention group run identical schedulers without
+  // exchanging schedules, so their prefill budgets must agree bit for bit. Each rank's own clock would not give
+  // that; the group's cost models are fed the group leader's step timings instead, at the same iteration on
+  // every rank (DistControl::shares_step_times(), Engine::Process). A group of one rank times itself.
   return Status::Ok();
 }
 
@@ -429,20 +432,23 @@ void Engine::Launch(SchedulerOutputs so) {
   }
   Executor* ex = executor_.get();
   const auto* step_clock = &opt_.step_clock;
-  st->done = stream_.Enqueue([ex, st, timing, step_clock] {
+  const double scale = opt_.step_time_scale;
+  st->done = stream_.Enqueue([ex, st, timing, step_clock, scale] {
     // The step's own execution on the stream, not the gap between two schedules: with overlap the host's work
     // runs beside it and must not count.
     const auto t0 = Clock::now();
     ex->Execute(*st);
-    timing->seconds = *step_clock ? (*step_clock)(timing->shape) : Seconds(Clock::now() - t0);
+    timing->seconds = (*step_clock ? (*step_clock)(timing->shape) : Seconds(Clock::now() - t0)) * scale;
   });
   const int64_t prompt_tokens = timing->shape.prefill_tokens;
   for (const SequenceMetadata& r : st->sched.rows) seqs_.at(r.seq_id)->Launched(st->done);
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.prefill_budget = timing->shape.prefill_limit;
   if (timing->shape.prefill_limit >= 0 &&
-      timing->shape.prefill_limit < sched_cfg_.max_batched_tokens - (timing->shape.tokens - timing->shape.prefill_tokens))
+      timing->shape.prefill_limit < sched_cfg_.max_batched_tokens - (timing->shape.tokens - timing->shape.prefill_tokens)) {
     ++stats_.target_limited_steps;
+    if (timing->shape.prefill_tokens >= timing->shape.prefill_limit) ++target_filled_steps_;  // prompts wanted more
+  }
   ++stats_.steps;
   stats_.rows += static_cast<int64_t>(st->sched.rows.size());
   stats_.prompt_tokens_computed += prompt_tokens;
@@ -554,9 +560,15 @@ void Engine::Process(WorkerStepState& st) {
   processed_fence_ = std::max(processed_fence_, st.done);
   // The fence has passed: the stream's write of the step's duration is visible. A failed step's time says
   // nothing about a normal one.
-  if (opt_.target_itl_ms > 0 && st.status.ok()) {
+  if (opt_.target_itl_ms > 0) {
     const StepTiming& t = timing_[st.sched.step % 2];
-    cost_.Observe(t.shape, t.seconds);
+    if (dist_ && dist_->shares_step_times()) {
+      // A group of several ranks: this rank's clock is not the group's. The timing goes out with the next Sync,
+      // and every rank of the group observes its leader's there (DistControl::Sync), all at the same iteration.
+      unshared_timings_.push_back(StepObservation{st.sched.step, st.status.ok(), t.shape, t.seconds});
+    } else if (st.status.ok()) {
+      cost_.Observe(t.shape, t.seconds);
+    }
   }
   for (size_t i = 0; i < st.sched.rows.size(); ++i) {
     const SequenceMetadata& r = st.sched.rows[i];
@@ -785,6 +797,17 @@ void Engine::DrainForShutdown() {
     while (!dist_->done()) StepOnce();
     sched_->DrainLoads();
     sched_->Reclaim(CompletedFence());
+    if (opt_.target_itl_ms > 0) {
+      // Every rank's fit, bit for bit (%a): the ranks of a group fed the same timings agree exactly
+      // (tests/dist/itl_tp.mjs compares them).
+      const auto& c = cost_.coefficients();
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      DI_LOG_INFO("latency target: rank %d: %lld steps timed, fit a=%a s + b=%a s/token + c=%a s/pair; %lld of %lld "
+                  "steps limited, %lld of them with their prefill cut to the limit", dist_->pc().rank,
+                  static_cast<long long>(cost_.observed()), c[0], c[1], c[2],
+                  static_cast<long long>(stats_.target_limited_steps), static_cast<long long>(stats_.steps),
+                  static_cast<long long>(target_filled_steps_));
+    }
     return;
   }
   // Abort whatever is left, then run the loop until the pipeline is empty: a launched step is never abandoned.

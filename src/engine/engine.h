@@ -176,8 +176,12 @@ class Engine {
     double seconds = 0;
   };
   StepTiming timing_[2];
+  // Groups of several ranks (DistControl::shares_step_times()): this rank's timings of the steps processed since
+  // the last Sync, which ships them; the cost model observes the group leader's instead.
+  std::vector<StepObservation> unshared_timings_;
   int prefill_limit_ = -1;
   bool target_infeasible_logged_ = false;
+  int64_t target_filled_steps_ = 0;  // limited steps whose prefill reached the limit (under stats_mu_; logs)
 
   std::unordered_map<uint64_t, std::unique_ptr<Request>> requests_;
   std::unordered_map<uint64_t, std::unique_ptr<Sequence>> seqs_;

@@ -59,6 +59,10 @@ struct EngineOptions {
   // that a test of the latency target does not depend on the machine's speed. Called on the executor's stream
   // right after the step ran. Unset: the wall clock.
   std::function<double(const StepShape&)> step_clock;
+  // Tests only: every measured step time (step_clock's too) is multiplied by this. The public API sets it on one
+  // rank from DEEPINFER_TEST_SKEW_STEP_TIME=RANK:FACTOR (src/api/engine.cc), so that a test can give the ranks of
+  // a --tp / --cp group clocks that disagree (tests/dist/itl_tp.mjs). 1: the clock as measured.
+  double step_time_scale = 1;
   // The process's communicators and parallel plan under mpirun, from the top level (apps, the public API);
   // nullptr: one process. The engine reads no global.
   dist::DistContext* dist = nullptr;

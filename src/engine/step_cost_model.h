@@ -32,6 +32,15 @@ struct StepShape {
                            // --max-batched-tokens: target off, cost model not warm yet, or no decode row to protect)
 };
 
+// One processed step's timing as the ranks of an attention group share it (--tp / --cp; engine/dist_control.h):
+// every rank of the group feeds its cost model its group leader's observations, at the same iteration.
+struct StepObservation {
+  uint64_t step = 0;
+  bool ok = true;  // false: the step failed (its time says nothing about a normal one; not observed)
+  StepShape shape;
+  double seconds = 0;
+};
+
 // Query-key pairs of a row of q_len positions starting at q_begin (causal: position p sees p + 1 keys).
 inline double AttentionPairs(int64_t q_begin, int64_t q_len) {
   return static_cast<double>(q_len) * static_cast<double>(q_begin) +
