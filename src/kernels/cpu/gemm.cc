@@ -221,7 +221,12 @@ void MatMulMany(const MatMulJob* jobs, int count) {
   auto slice = [&, p](int j, int64_t n0, int64_t n1) {
     Slice(kt, *jobs[j].w, p[j], jobs[j].m, jobs[j].y, static_cast<int>(jobs[j].w->rows()), n0, n1);
   };
-  if (pool.size() == 1) {
+  // Small products (DeepSeek-V4's per-row attention over a few dozen keys, routers) run on the caller: waking the
+  // pool costs more than they do. Which thread computes a row never changes its value.
+  constexpr int64_t kSerialWork = int64_t{1} << 17;  // multiply-adds
+  int64_t work = 0;
+  for (int j = 0; j < count; ++j) work += int64_t{jobs[j].m} * jobs[j].w->rows() * jobs[j].w->cols();
+  if (pool.size() == 1 || work < kSerialWork) {
     for (int j = 0; j < count; ++j) slice(j, 0, jobs[j].w->rows());
     return;
   }

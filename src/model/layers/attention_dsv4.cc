@@ -13,12 +13,6 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-float Dot(const float* a, const float* b, int n) {
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // The slot of position p in a sequence's view of a KV group.
 int32_t SlotOf(const AttnSeq& s, int p) { return s.rows[p - s.rows_first]; }
 
@@ -211,40 +205,48 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
     for (int i = 0; i < n * idx_heads_; ++i) idx_w_[i] *= ws;
   }
 
-  // Attention per query row over its window and the compressed rows it may see.
-  std::vector<const float*>& keys = keys_;
-  std::vector<std::vector<float>>& owned = owned_;  // converted rows when the cache is not f32 (kept between calls)
-  std::vector<float>& logits = logits_;
+  // Attention per query row over its window and the compressed rows it may see: the row's keys are gathered
+  // (converted to f32) into one matrix, and its heads' logits and outputs are two products through the ops
+  // (K q_h for every head, then the softmax weights times K): vectorized and threaded like every product, and a
+  // row's result depends on nothing but its own keys (batch- and chunk-invariant). The indexer scores every
+  // visible block the same way (one product of its heads' queries with the blocks' keys).
+  // The first n elements of a cache row, as f32 (row_b_: the conversion scratch when the cache is not f32).
+  auto gather = [&](int cache_layer, int32_t slot, float* dst, int n) {
+    std::memcpy(dst, Row(kv, cache_layer, slot, row_b_.data()), sizeof(float) * static_cast<size_t>(n));
+  };
+  auto f32_view = [](const float* data, int64_t rows, int64_t cols) {
+    TensorView t;
+    t.dtype = DType::kF32;
+    t.shape = {rows, cols};
+    t.data = data;
+    t.nbytes = sizeof(float) * static_cast<size_t>(rows * cols);
+    return t;
+  };
   for (int s = 0; s < b.num_seqs; ++s) {
     const AttnSeq& rq = raw.seqs[s];
     for (int i = 0; i < rq.m; ++i) {
       const int p = rq.start + i, r = static_cast<int>(rq.q_row) + i;
-      keys.clear();
-      size_t used = 0;
-      auto key_row = [&](int cache_layer, int32_t slot) {
-        if (kv.dtype() == DType::kF32) return Row(kv, cache_layer, slot, nullptr);
-        if (used == owned.size()) owned.emplace_back(static_cast<size_t>(hd));
-        float* dst = owned[used++].data();
-        Row(kv, cache_layer, slot, dst);
-        return static_cast<const float*>(dst);
-      };
       // Not below rows_first: an approximate replay (--swa-replay approx) restored nothing before its start.
-      for (int pp = std::max(rq.rows_first, p - window_ + 1); pp <= p; ++pp) keys.push_back(key_row(kl.raw, SlotOf(rq, pp)));
+      const int w0 = std::max(rq.rows_first, p - window_ + 1);
+      picked_.clear();
+      const AttnSeq* cs = nullptr;
       if (ratio != 0) {
-        const AttnSeq& cs = comp->seqs[s];
-        const AttnSeq* is = ratio == 4 ? &b.ForGroup(kv.group_of(kl.index_key)).seqs[s] : nullptr;
+        cs = &comp->seqs[s];
         const int visible = (p + 1) / ratio;
-        picked_.clear();
         if (ratio == 4 && visible > idx_topk_) {
           // The lightning indexer: S_b = sum_h w_h ReLU(q_h . k_b); the top k blocks by score.
+          const AttnSeq& is = b.ForGroup(kv.group_of(kl.index_key)).seqs[s];
+          idx_keys_.resize(static_cast<size_t>(visible) * idx_hd_);
+          for (int blk = 0; blk < visible; ++blk)
+            gather(kl.index_key, SlotOf(is, ratio * blk + ratio - 1), idx_keys_.data() + static_cast<size_t>(blk) * idx_hd_, idx_hd_);
+          idx_dots_.resize(static_cast<size_t>(idx_heads_) * visible);
+          ops_.MatMul(f32_view(idx_keys_.data(), visible, idx_hd_), idx_q_.data() + static_cast<size_t>(r) * idx_heads_ * idx_hd_,
+                      idx_heads_, idx_dots_.data());
           scores_.assign(static_cast<size_t>(visible), 0.f);
+          const float* wr = idx_w_.data() + static_cast<size_t>(r) * idx_heads_;
           for (int blk = 0; blk < visible; ++blk) {
-            const float* k = Row(kv, kl.index_key, SlotOf(*is, ratio * blk + ratio - 1), row_b_.data());
             float sc = 0;
-            for (int h = 0; h < idx_heads_; ++h) {
-              const float d = Dot(idx_q_.data() + (static_cast<size_t>(r) * idx_heads_ + h) * idx_hd_, k, idx_hd_);
-              sc += std::max(0.f, d) * idx_w_[static_cast<size_t>(r) * idx_heads_ + h];
-            }
+            for (int h = 0; h < idx_heads_; ++h) sc += std::max(0.f, idx_dots_[static_cast<size_t>(h) * visible + blk]) * wr[h];
             scores_[blk] = sc;
           }
           picked_.resize(static_cast<size_t>(visible));
@@ -257,26 +259,30 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
         } else {
           for (int blk = 0; blk < visible; ++blk) picked_.push_back(blk);
         }
-        for (int32_t blk : picked_) keys.push_back(key_row(kl.comp, SlotOf(cs, ratio * blk + ratio - 1)));
       }
-      const int nk = static_cast<int>(keys.size());
-      logits.resize(static_cast<size_t>(nk));
+      const int nw = p - w0 + 1, nk = nw + static_cast<int>(picked_.size());
+      keys_.resize(static_cast<size_t>(nk) * hd);
+      for (int j = 0; j < nw; ++j) gather(kl.raw, SlotOf(rq, w0 + j), keys_.data() + static_cast<size_t>(j) * hd, hd);
+      for (size_t j = 0; j < picked_.size(); ++j)
+        gather(kl.comp, SlotOf(*cs, ratio * picked_[j] + ratio - 1), keys_.data() + static_cast<size_t>(nw + j) * hd, hd);
+      // Logits of every head (H rows of nk), then each head's softmax with its sink in place.
+      logits_.resize(static_cast<size_t>(H) * nk);
+      ops_.MatMul(f32_view(keys_.data(), nk, hd), q_.data() + static_cast<size_t>(r) * H * hd, H, logits_.data());
       for (int h = 0; h < H; ++h) {
-        const float* qh = q_.data() + (static_cast<size_t>(r) * H + h) * hd;
-        float* oh = o_.data() + (static_cast<size_t>(r) * H + h) * hd;
+        float* lh = logits_.data() + static_cast<size_t>(h) * nk;
         const float sink = w.sinks[h];
         float mx = sink;
-        for (int j = 0; j < nk; ++j) mx = std::max(mx, logits[j] = Dot(qh, keys[j], hd) * scale_);
+        for (int j = 0; j < nk; ++j) mx = std::max(mx, lh[j] *= scale_);
         double sum = std::exp(sink - mx);
-        for (int j = 0; j < nk; ++j) sum += logits[j] = std::exp(logits[j] - mx);
+        for (int j = 0; j < nk; ++j) sum += lh[j] = std::exp(lh[j] - mx);
         const float inv = static_cast<float>(1.0 / sum);
-        std::fill(oh, oh + hd, 0.f);
-        for (int j = 0; j < nk; ++j) {
-          const float pj = logits[j] * inv;
-          const float* k = keys[j];
-          for (int e = 0; e < hd; ++e) oh[e] += pj * k[e];
-        }
+        for (int j = 0; j < nk; ++j) lh[j] *= inv;
       }
+      // o_h = sum_j p_hj k_j: the weights times K, with K transposed (hd rows of nk) as the product's matrix.
+      keys_t_.resize(keys_.size());
+      for (int j = 0; j < nk; ++j)
+        for (int e = 0; e < hd; ++e) keys_t_[static_cast<size_t>(e) * nk + j] = keys_[static_cast<size_t>(j) * hd + e];
+      ops_.MatMul(f32_view(keys_t_.data(), hd, nk), logits_.data(), H, o_.data() + static_cast<size_t>(r) * H * hd);
     }
   }
   // Undo the rotation the values carried, then the grouped low-rank output: z_g = W_oa[g] o_g, out = W_ob z.

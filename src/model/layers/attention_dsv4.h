@@ -68,14 +68,12 @@ class Dsv4Attention {
   float eps_, scale_;
   RopeTable rope_plain_, rope_compress_;
   std::vector<float> ones_;
-  // Scratch sized at construction (max_tokens rows), so a forward allocates nothing: the projections, the packed
-  // compressor inputs (packed_, tmp_), one compressed row (comp_), a block's candidates (cand_vals_ /
-  // cand_scores_: up to 128 positions), each query row's keys (keys_, converted into owned_ when the cache is not
-  // f32) and logits.
+  // Scratch sized at construction (max_tokens rows): the projections, the packed compressor inputs (packed_,
+  // tmp_), one compressed row (comp_), a block's candidates (cand_vals_ / cand_scores_: up to 128 positions).
+  // Grown as a row's key count needs (kept between calls): its keys as f32 (keys_, nk rows of head_dim) and
+  // transposed (keys_t_), its heads' logits, the indexer's keys, dots and scores.
   std::vector<float> qr_, q_, kv_, ring_, packed_, tmp_, comp_, cand_vals_, cand_scores_, o_, z_, idx_q_, idx_w_,
-      scores_, logits_;
-  std::vector<const float*> keys_;
-  std::vector<std::vector<float>> owned_;
+      scores_, logits_, keys_, keys_t_, idx_keys_, idx_dots_;
   std::vector<int32_t> picked_;
   mutable std::vector<float> row_a_, row_b_;
 };
