@@ -224,6 +224,14 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
   };
   for (int s = 0; s < b.num_seqs; ++s) {
     const AttnSeq& rq = raw.seqs[s];
+    // The indexer's keys of every block the sequence's last row sees, gathered once: each row reads a prefix.
+    const int idx_visible = ratio == 4 && rq.m > 0 ? (rq.start + rq.m) / ratio : 0;
+    if (idx_visible > idx_topk_) {
+      const AttnSeq& is = b.ForGroup(kv.group_of(kl.index_key)).seqs[s];
+      idx_keys_.resize(static_cast<size_t>(idx_visible) * idx_hd_);
+      for (int blk = 0; blk < idx_visible; ++blk)
+        gather(kl.index_key, SlotOf(is, ratio * blk + ratio - 1), idx_keys_.data() + static_cast<size_t>(blk) * idx_hd_, idx_hd_);
+    }
     for (int i = 0; i < rq.m; ++i) {
       const int p = rq.start + i, r = static_cast<int>(rq.q_row) + i;
       // Not below rows_first: an approximate replay (--swa-replay approx) restored nothing before its start.
@@ -235,10 +243,6 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
         const int visible = (p + 1) / ratio;
         if (ratio == 4 && visible > idx_topk_) {
           // The lightning indexer: S_b = sum_h w_h ReLU(q_h . k_b); the top k blocks by score.
-          const AttnSeq& is = b.ForGroup(kv.group_of(kl.index_key)).seqs[s];
-          idx_keys_.resize(static_cast<size_t>(visible) * idx_hd_);
-          for (int blk = 0; blk < visible; ++blk)
-            gather(kl.index_key, SlotOf(is, ratio * blk + ratio - 1), idx_keys_.data() + static_cast<size_t>(blk) * idx_hd_, idx_hd_);
           idx_dots_.resize(static_cast<size_t>(idx_heads_) * visible);
           ops_.MatMul(f32_view(idx_keys_.data(), visible, idx_hd_), idx_q_.data() + static_cast<size_t>(r) * idx_heads_ * idx_hd_,
                       idx_heads_, idx_dots_.data());
