@@ -18,7 +18,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"out", "o", "PATH", "", "output directory (hf, both) or file (gguf)"},
                 {"format", "", "FMT", "both", "hf | gguf | both"},
                 {"dtype", "", "TYPE", "f32", "f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_K..q6_K | mxfp4 (quantized types: every matrix in the GGUF; the HF copy holds the dequantized values)"},
-                {"expert-dtype", "", "TYPE", "", "gpt_oss: the routed experts' type when it differs from --dtype (mxfp4: the GGUF holds ggml's MXFP4 experts, the HF copy the same blocks in HF's *_blocks / *_scales packing)"},
+                {"expert-dtype", "", "TYPE", "", "gpt_oss: the routed experts' type when it differs from --dtype (mxfp4: the GGUF holds ggml's MXFP4 experts, the HF copy the same blocks in HF's *_blocks / *_scales packing; deepseek_v4: mxfp4, the HF copy packed per expert as DeepSeek's checkpoints)"},
                 {"seed", "", "N", "1", "random seed"},
                 {"vocab-seed", "", "N", "--seed", "tokenizer seed: models made with the same --vocab-seed and --vocab share a vocabulary (a target and its draft)"},
                 {"vocab", "", "N", "512", "vocabulary size"},

@@ -19,7 +19,9 @@ DType DTypeFromSafetensors(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;
   if (s == "I32") return DType::kI32;
-  if (s == "U8") return DType::kU8;
+  // Raw bytes: U8, and DeepSeek-V4's packed MXFP4 experts (I8, two e2m1 codes a byte) and E8M0 exponent scales
+  // (F8_E8M0), which the loader reinterprets where a family declares them.
+  if (s == "U8" || s == "I8" || s == "F8_E8M0") return DType::kU8;
   return DType::kInvalid;
 }
 
@@ -135,7 +137,7 @@ Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsEn
   header["__metadata__"] = {{"format", "pt"}};
   uint64_t off = 0;
   for (auto& t : tensors) {
-    const char* dn = SafetensorsDTypeName(t.dtype);
+    const char* dn = t.st_dtype ? t.st_dtype : SafetensorsDTypeName(t.dtype);
     if (!dn) return InvalidArgument(std::string("safetensors cannot store ") + DTypeName(t.dtype));
     header[t.name] = {{"dtype", dn}, {"shape", t.shape}, {"data_offsets", {off, off + t.bytes.size()}}};
     off += t.bytes.size();

@@ -40,6 +40,8 @@ struct SafetensorsEntry {
   DType dtype;
   std::vector<int64_t> shape;
   std::vector<uint8_t> bytes;
+  // The safetensors dtype to record when it is not dtype's own: raw bytes (kU8) written as "I8" or "F8_E8M0".
+  const char* st_dtype = nullptr;
 };
 Status WriteSafetensors(const std::string& path, const std::vector<SafetensorsEntry>& tensors);
 

@@ -290,8 +290,10 @@ bool Holds(const TensorDecl& d) {
 void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl& d, TensorEmitter& out) {
   if (!Holds(d)) return;
   const std::string name = TensorName(GetArch(c.arch), WeightFormat::kGguf, d.id, d.layer);
+  if (name.empty()) return;  // a tensor GGUF does not store (DeepSeek-V4's MTP hc head: the model's serves)
   switch (d.form) {
-    case TensorForm::kMatrix: out.Matrix(name, *d.matrix, d.gguf_permute_heads); break;
+    case TensorForm::kMatrix:
+    case TensorForm::kInputHalves: out.Matrix(name, *d.matrix, d.gguf_permute_heads); break;
     case TensorForm::kVector: out.Vector(name, *d.vector); break;
     case TensorForm::kExpertVectors: out.Vector(name, *d.vector, d.shape); break;
     case TensorForm::kExperts: out.Stacked(name, *d.experts); break;

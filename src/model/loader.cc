@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 
 #include "base/logging.h"
@@ -46,7 +47,22 @@ struct TensorSource {
   std::function<const TensorView*(const std::string&)> find;
   // Where tensors the loader builds (repacked HF gpt-oss experts) are registered: the Model's pending_weights.
   std::vector<Model::PendingWeight>* pending = nullptr;
+  // DeepSeek-V4's HF checkpoints (ArchSpec::hf_e8m0_scales): FP8 block scales and MXFP4 experts' scales are E8M0
+  // bytes in `<base>.scale`; the f32 block scales they convert to are kept in *scales (Model::loaded_scales).
+  bool e8m0 = false;
+  std::vector<std::vector<float>>* scales = nullptr;
 };
+
+// An E8M0 exponent byte's value, 2^(b - 127) (255 is OCP's NaN): exact in f32 except b = 0 and 1 (2^-127 and
+// 2^-126 as denormal / normal minimum, both exact too).
+float E8M0ToF32(uint8_t b) { return b == 255 ? std::nanf("") : std::ldexp(1.f, static_cast<int>(b) - 127); }
+
+// `<base>.weight` -> `<base>.scale` (DeepSeek-V4's scale tensors); empty when the name has no ".weight".
+std::string E8M0ScaleName(const std::string& name) {
+  const std::string w = ".weight";
+  if (name.size() < w.size() || name.compare(name.size() - w.size(), w.size(), w) != 0) return "";
+  return name.substr(0, name.size() - w.size()) + ".scale";
+}
 
 Status Expect(const TensorSource& src, const std::string& name, std::vector<int64_t> shape, TensorView* out) {
   const TensorView* t = src.find(name);
@@ -61,7 +77,22 @@ Status Expect(const TensorSource& src, const std::string& name, std::vector<int6
   if (squeeze(t->shape) != squeeze(shape))
     return InvalidArgument(src.file + ": tensor '" + name + "' has shape " + t->ShapeString() + ", expected " + want.ShapeString());
   *out = *t;
-  if (t->dtype == DType::kF8E4M3) {  // DeepSeek FP8: 128x128 block scales in '<name>_scale_inv' (multiply)
+  if (t->dtype == DType::kF8E4M3 && src.e8m0) {  // DeepSeek-V4: E8M0 128x128 block scales in '<base>.scale'
+    if (t->shape.size() != 2) return InvalidArgument(src.file + ": FP8 tensor '" + name + "' must be 2-D");
+    const std::string sname = E8M0ScaleName(name);
+    const TensorView* sc = sname.empty() ? nullptr : src.find(sname);
+    if (!sc) return NotFound(src.file + ": FP8 tensor '" + name + "' has no block scales '" + (sname.empty() ? name + ".scale" : sname) + "'");
+    const int64_t B = TensorView::kFp8Block, br = (t->shape[0] + B - 1) / B, bc = (t->shape[1] + B - 1) / B;
+    if (sc->dtype != DType::kU8 || sc->shape != std::vector<int64_t>{br, bc})
+      return InvalidArgument(src.file + ": '" + sname + "' must be E8M0 (F8_E8M0 or U8) {" + std::to_string(br) + ", " +
+                             std::to_string(bc) + "} for FP8 '" + name + "' " + t->ShapeString() + ", is " +
+                             DTypeName(sc->dtype) + " " + sc->ShapeString());
+    std::vector<float>& f = src.scales->emplace_back(static_cast<size_t>(br * bc));
+    const uint8_t* b = static_cast<const uint8_t*>(sc->data);
+    for (size_t i = 0; i < f.size(); ++i) f[i] = E8M0ToF32(b[i]);
+    out->block_scale = f.data();  // the vector's buffer stays put when the list grows (moved, not copied)
+    out->scale_cols = bc;
+  } else if (t->dtype == DType::kF8E4M3) {  // DeepSeek FP8: 128x128 block scales in '<name>_scale_inv' (multiply)
     if (t->shape.size() != 2) return InvalidArgument(src.file + ": FP8 tensor '" + name + "' must be 2-D");
     const std::string sname = name + "_scale_inv";
     const TensorView* sc = src.find(sname);
@@ -100,7 +131,10 @@ TensorView ExpertSlice(const TensorView& stacked, int e) {
 struct Names {
   const ArchSpec& arch;
   WeightFormat format;
-  std::string operator()(TensorId id, int layer = -1, int expert = -1) const { return TensorName(arch, format, id, layer, expert); }
+  std::string operator()(TensorId id, int layer = -1, int expert = -1, int mtp = -1) const {
+    return TensorName(arch, format, id, layer, expert, mtp);
+  }
+  std::string operator()(const TensorDecl& d, int expert = -1) const { return (*this)(d.id, d.layer, expert, d.mtp); }
 };
 
 // MLA's key/value up-projection in whichever form the checkpoint holds: llama.cpp's split k_b / v_b, or kv_b (HF,
@@ -109,12 +143,12 @@ Status LoadMlaKvB(const ModelConfig& c, const TensorSource& src, const Names& N,
                   const TensorDecl& k_b, const TensorDecl& v_b) {
   const int64_t H = c.n_heads, kvl = c.kv_lora_rank, nope = c.qk_nope_dim, vd = c.v_head_dim;
   std::vector<float>& uk_t = *k_b.vector;
-  if (src.find(N(k_b.id, k_b.layer))) {
+  if (src.find(N(k_b))) {
     // llama.cpp's layout: k_b = W_UK^T per head {H, kv_lora, nope} (already our uk_t layout), v_b {H, v, kv_lora}.
     TensorView kb;
     TensorView& vb = *v_b.matrix;
-    DI_RETURN_IF_ERROR(Expect(src, N(k_b.id, k_b.layer), k_b.shape, &kb));
-    DI_RETURN_IF_ERROR(Expect(src, N(v_b.id, v_b.layer), v_b.shape, &vb));
+    DI_RETURN_IF_ERROR(Expect(src, N(k_b), k_b.shape, &kb));
+    DI_RETURN_IF_ERROR(Expect(src, N(v_b), v_b.shape, &vb));
     for (TensorView* t : {&kb, &vb})
       if (t->dtype == DType::kF8E4M3 || GetDTypeInfo(t->dtype).block_elems > t->shape.back() ||
           t->shape.back() % GetDTypeInfo(t->dtype).block_elems)
@@ -126,7 +160,7 @@ Status LoadMlaKvB(const ModelConfig& c, const TensorSource& src, const Names& N,
     return Status::Ok();
   }
   TensorView& w = *kv_b.matrix;
-  DI_RETURN_IF_ERROR(Expect(src, N(kv_b.id, kv_b.layer), kv_b.shape, &w));
+  DI_RETURN_IF_ERROR(Expect(src, N(kv_b), kv_b.shape, &w));
   // W_UK[h]^T for the absorbed query: rows [h*(nope+v), h*(nope+v)+nope) of kv_b, transposed, in f32.
   if (GetDTypeInfo(w.dtype).block_elems != 1 && kvl % GetDTypeInfo(w.dtype).block_elems)
     return InvalidArgument(src.file + ": kv_b has an unusable type");
@@ -140,17 +174,92 @@ Status LoadMlaKvB(const ModelConfig& c, const TensorSource& src, const Names& N,
   return Status::Ok();
 }
 
+// DeepSeek-V4's MXFP4 expert (ArchSpec::hf_e8m0_scales): `name` U8 [rows, cols / 2], element 2i in the low
+// nibble, and `<base>.scale` E8M0 [rows, cols / 32], as ggml's block_mxfp4 rows: the nibble order is HF
+// gpt-oss's, so each row is HfMxfp4ToBlocks of its bytes and scales (llama.cpp's repack_mxfp4_blocks).
+Status LoadE8M0Mxfp4(const TensorSource& src, const std::string& name, const TensorView& w, int64_t rows, int64_t cols, TensorView* out) {
+  if (cols % 32) return InvalidArgument(src.file + ": MXFP4 tensor '" + name + "': rows must be a multiple of 32 wide");
+  const int64_t nb = cols / 32;
+  if (w.shape != std::vector<int64_t>{rows, cols / 2})
+    return InvalidArgument(src.file + ": MXFP4 tensor '" + name + "' has shape " + w.ShapeString() + ", expected [" +
+                           std::to_string(rows) + ", " + std::to_string(cols / 2) + "] (two e2m1 codes a byte)");
+  const std::string sname = E8M0ScaleName(name);
+  const TensorView* sc = sname.empty() ? nullptr : src.find(sname);
+  if (!sc) return NotFound(src.file + ": MXFP4 tensor '" + name + "' has no E8M0 scales '" + (sname.empty() ? name + ".scale" : sname) + "'");
+  if (sc->dtype != DType::kU8 || sc->shape != std::vector<int64_t>{rows, nb})
+    return InvalidArgument(src.file + ": '" + sname + "' must be E8M0 (F8_E8M0 or U8) [" + std::to_string(rows) + ", " +
+                           std::to_string(nb) + "] (one exponent per 32 values of '" + name + "'), is " +
+                           DTypeName(sc->dtype) + " " + sc->ShapeString());
+  const uint8_t* hb = static_cast<const uint8_t*>(w.data);
+  const uint8_t* hs = static_cast<const uint8_t*>(sc->data);
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockMXFP4);
+  *out = TensorView{};
+  out->dtype = DType::kMXFP4;
+  out->shape = {rows, cols};
+  out->nbytes = row_bytes * static_cast<size_t>(rows);
+  src.pending->push_back({out, [=](uint8_t* dst) {
+                            for (int64_t r = 0; r < rows; ++r)
+                              HfMxfp4ToBlocks(hb + r * nb * 16, hs + r * nb, reinterpret_cast<BlockMXFP4*>(dst + static_cast<size_t>(r) * row_bytes),
+                                              static_cast<size_t>(nb));
+                          }});
+  return Status::Ok();
+}
+
+// HF kInputHalves (DeepSeek-V4's MTP e_proj / h_proj): the two {rows, cols / 2} halves joined along the input
+// into one {rows, cols} matrix the loader builds. Same plain type on both sides: their rows' bytes side by side;
+// otherwise (FP8 with block scales, mixed types) f32 of the values.
+Status LoadInputHalves(const TensorSource& src, const Names& N, const TensorDecl& d) {
+  const int64_t rows = d.shape[0], cols = d.shape[1], half = cols / 2;
+  TensorView a, b;
+  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpEProj, d.layer, -1, d.mtp), {rows, half}, &a));
+  DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpHProj, d.layer, -1, d.mtp), {rows, half}, &b));
+  const DTypeInfo& info = GetDTypeInfo(a.dtype);
+  const bool raw = a.dtype == b.dtype && !a.block_scale && !b.block_scale && a.dtype != DType::kU8 && a.dtype != DType::kI32 &&
+                   half % info.block_elems == 0;
+  if (!raw)
+    for (const TensorView* t : {&a, &b})
+      if (t->dtype == DType::kU8 || t->dtype == DType::kI32 || half % GetDTypeInfo(t->dtype).block_elems)
+        return InvalidArgument(src.file + ": '" + N(TensorId::kMtpEProj, d.layer, -1, d.mtp) + "' / '" +
+                               N(TensorId::kMtpHProj, d.layer, -1, d.mtp) + "' have an unusable type");
+  TensorView& out = *d.matrix;
+  out = TensorView{};
+  out.dtype = raw ? a.dtype : DType::kF32;
+  out.shape = {rows, cols};
+  out.nbytes = DTypeBytes(out.dtype, static_cast<size_t>(rows * cols));
+  src.pending->push_back({&out, [=](uint8_t* dst) {
+                            const size_t hb = DTypeBytes(raw ? a.dtype : DType::kF32, static_cast<size_t>(half));
+                            for (int64_t r = 0; r < rows; ++r) {
+                              uint8_t* row = dst + static_cast<size_t>(r) * 2 * hb;
+                              if (raw) {
+                                std::memcpy(row, a.row(r), hb);
+                                std::memcpy(row + hb, b.row(r), hb);
+                              } else {
+                                a.RowToF32(r, reinterpret_cast<float*>(row));
+                                b.RowToF32(r, reinterpret_cast<float*>(row + hb));
+                              }
+                            }
+                          }});
+  return Status::Ok();
+}
+
 // Routed experts: one tensor per expert (HF), or one stacked {E, rows, cols} tensor (GGUF) viewed per expert.
 Status LoadExperts(const TensorSource& src, const Names& N, const TensorDecl& d) {
   const int64_t E = d.shape[0];
   std::vector<TensorView>& out = *d.experts;
   out.resize(E);
   if (N.format == WeightFormat::kHf) {
-    for (int e = 0; e < E; ++e) DI_RETURN_IF_ERROR(Expect(src, N(d.id, d.layer, e), {d.shape[1], d.shape[2]}, &out[e]));
+    for (int e = 0; e < E; ++e) {
+      const std::string name = N(d, e);
+      if (const TensorView* w = src.find(name); w && src.e8m0 && w->dtype == DType::kU8) {
+        DI_RETURN_IF_ERROR(LoadE8M0Mxfp4(src, name, *w, d.shape[1], d.shape[2], &out[e]));
+        continue;
+      }
+      DI_RETURN_IF_ERROR(Expect(src, name, {d.shape[1], d.shape[2]}, &out[e]));
+    }
     return Status::Ok();
   }
   TensorView stacked;
-  DI_RETURN_IF_ERROR(Expect(src, N(d.id, d.layer), d.shape, &stacked));
+  DI_RETURN_IF_ERROR(Expect(src, N(d), d.shape, &stacked));
   for (int e = 0; e < E; ++e) out[e] = ExpertSlice(stacked, e);
   return Status::Ok();
 }
@@ -173,7 +282,7 @@ Status LoadOaiExperts(const TensorSource& src, const Names& N, const TensorDecl&
   const int64_t E = d.shape[0], rows = d.shape[1], cols = d.shape[2];
   const bool fused = IsFusedGateUp(d.id);
   const int64_t stride = fused ? 2 : 1, parity = fused ? FusedParity(d.id) : 0, R = rows * stride;
-  const std::string name = N(d.id, d.layer);
+  const std::string name = N(d);
   std::vector<TensorView>& out = *d.experts;
   out.assign(static_cast<size_t>(E), TensorView{});
   auto numel = [](const TensorView& t) {
@@ -242,14 +351,18 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
   const bool oai = N.format == WeightFormat::kHf && N.arch.hf_oai_experts;  // gpt-oss's fused HF experts
   bool previous = true;  // whether the declaration before this one was read
   for (const TensorDecl& d : list) {
-    const std::string name = N(d.id, d.layer);
+    const std::string name = N(d);
     bool present = true;
     switch (d.presence) {
-      case Presence::kRequired: break;
+      case Presence::kRequired:
+        if (name.empty() && d.form != TensorForm::kInputHalves)
+          return Internal(src.file + ": a required tensor has no name in this format");
+        break;
       case Presence::kOptional: present = src.find(name) != nullptr; break;
       case Presence::kIfPresent: present = d.with_previous ? previous : src.find(name) != nullptr; break;
       case Presence::kNotStored: present = false; break;
     }
+    if (name.empty() && d.form != TensorForm::kInputHalves) present = false;  // the format does not store it
     previous = present;
     if (!present) {  // the stand-in, else the member stays empty
       if (d.fallback_matrix) *d.matrix = *d.fallback_matrix;
@@ -290,6 +403,10 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
       case TensorForm::kExperts:
         DI_RETURN_IF_ERROR(oai ? LoadOaiExperts(src, N, d) : LoadExperts(src, N, d));
         break;
+      case TensorForm::kInputHalves:
+        if (N.format == WeightFormat::kHf) DI_RETURN_IF_ERROR(LoadInputHalves(src, N, d));
+        else DI_RETURN_IF_ERROR(Expect(src, name, d.shape, d.matrix));
+        break;
       case TensorForm::kMlaKvB:
         DI_RETURN_IF_ERROR(LoadMlaKvB(c, src, N, d, *list.Find(TensorForm::kMlaKB), *list.Find(TensorForm::kMlaVB)));
         break;
@@ -324,7 +441,7 @@ Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format) {
   if (!t.mtp.empty()) {
     const TensorList& own = t.mtp[0].own;
     auto d = std::find_if(own.begin(), own.end(), [](const TensorDecl& x) { return x.presence == Presence::kRequired; });
-    if (d == own.end() || !src.find(N(d->id, d->layer))) {
+    if (d == own.end() || !src.find(N(*d))) {
       DI_LOG_INFO("%s: the config announces %d MTP module(s) but the weights hold none; loading without MTP",
                   src.file.c_str(), m.config.n_mtp);
       t.mtp.clear();
@@ -386,7 +503,7 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
                      if (head != "lm_head." && n.rfind("lm_head.", 0) == 0) return sp->Find(head + n.substr(8));
                      return sp->Find(n);
                    },
-                   &m->pending_weights};
+                   &m->pending_weights, GetArch(m->config.arch).hf_e8m0_scales, &m->loaded_scales};
   DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kHf));
   DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromHfDir(dir));
   m->safetensors = std::move(st);
@@ -433,8 +550,8 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
       if (d.experts) {
         for (TensorView& t : *d.experts)  // expert parallelism: only the experts this rank holds have data
           if (t.data || pending.count(&t)) views.push_back(&t);
-      } else if (d.matrix && d.matrix->data) {
-        if (d.fallback_matrix && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
+      } else if (d.matrix && (d.matrix->data || pending.count(d.matrix))) {
+        if (d.fallback_matrix && d.matrix->data && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
         else views.push_back(d.matrix);
       }
     }

@@ -186,6 +186,32 @@ std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector
   return {std::move(q), std::move(scales)};
 }
 
+// DeepSeek-V4's FP8: the same blocks with power-of-two scales, 2^ceil(log2(amax / 448)) (so |q| <= 448), stored
+// as E8M0 exponent bytes (b = exponent + 127). Replaces *v by the values represented; returns (q bytes, scale bytes).
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> Fp8E8M0BlockQuantize(std::vector<float>* v, int64_t rows, int64_t cols) {
+  const int64_t B = TensorView::kFp8Block, br = (rows + B - 1) / B, bc = (cols + B - 1) / B;
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), scales(static_cast<size_t>(br * bc));
+  for (int64_t bi = 0; bi < br; ++bi)
+    for (int64_t bj = 0; bj < bc; ++bj) {
+      float amax = 0;
+      for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
+        for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) amax = std::max(amax, std::fabs((*v)[r * cols + c]));
+      const int e = amax > 0 ? static_cast<int>(std::ceil(std::log2(amax / 448.f))) : 0;
+      const float scale = std::ldexp(1.f, e);
+      scales[bi * bc + bj] = static_cast<uint8_t>(e + 127);
+      for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
+        for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) {
+          float& x = (*v)[r * cols + c];
+          q[r * cols + c] = F32ToFp8E4M3(x / scale);
+          x = Fp8E4M3ToF32(q[r * cols + c]) * scale;
+        }
+    }
+  return {std::move(q), std::move(scales)};
+}
+
+// `<base>.weight` -> `<base>.scale` (DeepSeek-V4's scale tensors).
+std::string TinyScaleName(const std::string& weight) { return weight.substr(0, weight.size() - 7) + ".scale"; }
+
 // DeepSeek's FP8 checkpoints keep the embeddings, heads and routers in full precision; every other linear weight
 // is e4m3 with block scales.
 bool KeepsFullPrecision(TensorId id) {
@@ -275,7 +301,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   // everything else, and the whole GGUF (llama.cpp has no FP8), holds f32 = the dequantized values.
   const bool fp8 = s.dtype == DType::kF8E4M3;
   const ArchSpec& family = GetArch(s.arch);
-  if (fp8 && !family.mla) return InvalidArgument("make-tiny: --dtype f8_e4m3 is for deepseek_v3 (HF format)");
+  if (fp8 && !family.mla && !family.hf_e8m0_scales) return InvalidArgument("make-tiny: --dtype f8_e4m3 is for deepseek_v3 and deepseek_v4 (HF format)");
   const DType store_dtype = fp8 ? DType::kF32 : s.dtype;  // what the values are rounded to (fp8 rounds itself)
   const DType hf_dtype = quant || fp8 ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
   const DType vec_dtype = hf_dtype;                       // norms/biases in HF; GGUF keeps them f32
@@ -293,7 +319,8 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   const DType expert_dtype = s.expert_dtype == DType::kInvalid ? store_dtype : s.expert_dtype;
   if (expert_dtype != store_dtype) {
     const int eblk = GetDTypeInfo(expert_dtype).block_elems;
-    if (!family.hf_oai_experts) return InvalidArgument("make-tiny: --expert-dtype is for gpt_oss");
+    if (!family.hf_oai_experts && !(family.hf_e8m0_scales && expert_dtype == DType::kMXFP4))
+      return InvalidArgument("make-tiny: --expert-dtype is for gpt_oss (and mxfp4 for deepseek_v4)");
     if (expert_dtype == DType::kF8E4M3 || !CanQuantizeRow(expert_dtype) || s.hidden % eblk || s.moe_intermediate % eblk)
       return InvalidArgument(std::string("make-tiny: --expert-dtype ") + DTypeName(expert_dtype) + " needs hidden and the expert FFN multiples of " + std::to_string(eblk));
   }
@@ -342,12 +369,21 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
 
   // One tensor of the HF directory: drawn (seeded by its name), rounded to the stored type and written; returns
   // the values both files hold (FP8: what e4m3 and the block scales represent).
-  auto hf_tensor = [&](const TensorDecl& d, const std::string& name, const std::vector<int64_t>& shape) {
+  // `seed`: the name the values are drawn under (the HF name, or the shared table's for
+  // ArchSpec::tiny_seeds_by_shared_names); `name`: the HF tensor written (none when empty).
+  auto hf_tensor = [&](const TensorDecl& d, const std::string& seed, const std::string& name, const std::vector<int64_t>& shape) {
     const bool is_vector = d.form == TensorForm::kVector || d.form == TensorForm::kExpertVectors;
     size_t n = 1;
     for (auto dim : shape) n *= static_cast<size_t>(dim);
-    std::vector<float> v = RoundTrip(is_vector ? vec_dtype : store_dtype, RandomTensor(s.seed, name, n, d.tiny_std, d.tiny_center - (d.norm ? family.hf_norm_offset : 0.f)));
-    if (fp8 && !is_vector && shape.size() == 2 && !KeepsFullPrecision(d.id)) {
+    std::vector<float> v = RoundTrip(is_vector ? vec_dtype : store_dtype, RandomTensor(s.seed, seed, n, d.tiny_std, d.tiny_center - (d.norm ? family.hf_norm_offset : 0.f)));
+    if (fp8 && !is_vector && shape.size() == 2 && !KeepsFullPrecision(d.id) && family.hf_e8m0_scales) {
+      auto [bytes, scales] = Fp8E8M0BlockQuantize(&v, shape[0], shape[1]);
+      if (want_hf && !name.empty()) {
+        const int64_t B = TensorView::kFp8Block;
+        st.push_back({name, DType::kF8E4M3, shape, std::move(bytes)});
+        st.push_back({TinyScaleName(name), DType::kU8, {(shape[0] + B - 1) / B, (shape[1] + B - 1) / B}, std::move(scales), "F8_E8M0"});
+      }
+    } else if (fp8 && !is_vector && shape.size() == 2 && !KeepsFullPrecision(d.id)) {
       auto [bytes, scales] = Fp8BlockQuantize(&v, shape[0], shape[1]);
       if (want_hf) {
         st.push_back({name, DType::kF8E4M3, shape, std::move(bytes)});
@@ -356,10 +392,25 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
         std::memcpy(sb.data(), scales.data(), sb.size());
         st.push_back({name + "_scale_inv", DType::kF32, {(shape[0] + B - 1) / B, (shape[1] + B - 1) / B}, std::move(sb)});
       }
-    } else if (want_hf) {
+    } else if (want_hf && !name.empty()) {
       st.push_back({name, is_vector ? vec_dtype : hf_dtype, shape, Encode(is_vector ? vec_dtype : hf_dtype, v)});
     }
     return v;
+  };
+  // The name values are drawn under.
+  auto seed_name = [&](const TensorDecl& d, int expert) {
+    return family.tiny_seeds_by_shared_names ? SharedTensorName(WeightFormat::kHf, d.id, d.layer, expert)
+                                             : TensorName(family, WeightFormat::kHf, d.id, d.layer, expert, d.mtp);
+  };
+  // A tensor only HF stores that stands in for another where absent (DeepSeek-V4's MTP hc head): drawn as that one
+  // is, so both files hold the same model.
+  auto stands_for = [&](const TensorDecl& d) -> const TensorDecl* {
+    if (!d.fallback_vector && !d.fallback_matrix) return nullptr;
+    for (const TensorList* list : lists)
+      for (const TensorDecl& o : *list)
+        if (&o != &d && ((d.fallback_vector && o.vector == d.fallback_vector) || (d.fallback_matrix && o.matrix == d.fallback_matrix)))
+          return &o;
+    return nullptr;
   };
   for (const TensorList* list : lists) {
     std::vector<float> kv_b;  // MLA: kv_b's values, which the GGUF may hold split (k_b, v_b follow it)
@@ -368,8 +419,12 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     for (const TensorDecl& d : *list) {
       bar.Update(++done);
       if (d.presence == Presence::kNotStored || d.presence == Presence::kIfPresent) continue;
-      const std::string hf = TensorName(family, WeightFormat::kHf, d.id, d.layer);
+      const std::string hf = TensorName(family, WeightFormat::kHf, d.id, d.layer, -1, d.mtp);
       const std::string gg = TensorName(family, WeightFormat::kGguf, d.id, d.layer);
+      std::string seed = seed_name(d, -1);
+      if (gg.empty())  // HF only
+        if (const TensorDecl* o = stands_for(d)) seed = seed_name(*o, -1);
+      if (hf.empty() && gg.empty()) continue;
       if (family.hf_oai_experts && d.form == TensorForm::kExperts) {
         const int64_t E = d.shape[0], rows = d.shape[1], cols = d.shape[2];
         std::vector<float> stacked;
@@ -411,42 +466,84 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
         case TensorForm::kMatrix:
         case TensorForm::kVector:
         case TensorForm::kExpertVectors: {
-          std::vector<float> v = hf_tensor(d, hf, d.shape);
+          std::vector<float> v = hf_tensor(d, seed, hf, d.shape);
           if (d.norm && family.hf_norm_offset != 0.f)  // HF holds the offset from it (drawn around 0), GGUF the weight
             for (float& x : v) x += family.hf_norm_offset;
           const DType t = d.form == TensorForm::kMatrix ? store_dtype : DType::kF32;
-          if (want_gguf)
+          if (want_gguf && !gg.empty())
             gw.AddTensor(gg, t, d.shape, Encode(t, d.gguf_permute_heads ? PermuteQK(v, d.gguf_permute_heads, d.shape.back()) : v));
           break;
         }
         case TensorForm::kGateVector: {  // HF a {1, n} linear, GGUF an f32 vector {n}
-          const std::vector<float> v = hf_tensor(d, hf, d.shape);
+          const std::vector<float> v = hf_tensor(d, seed, hf, d.shape);
           if (want_gguf) gw.AddTensor(gg, DType::kF32, {d.shape.back()}, Encode(DType::kF32, v));
+          break;
+        }
+        case TensorForm::kInputHalves: {  // drawn whole (as one matrix); HF its two input halves, each scaled alone
+          const int64_t rows = d.shape[0], cols = d.shape[1], half = cols / 2;
+          const std::vector<float> whole = RoundTrip(store_dtype, RandomTensor(s.seed, seed, static_cast<size_t>(rows * cols), d.tiny_std, d.tiny_center));
+          std::vector<float> joined(whole.size());
+          for (int p = 0; p < 2; ++p) {
+            std::vector<float> v(static_cast<size_t>(rows * half));
+            for (int64_t r = 0; r < rows; ++r) std::copy_n(whole.begin() + r * cols + p * half, half, v.begin() + r * half);
+            const std::string name = TensorName(family, WeightFormat::kHf, p ? TensorId::kMtpHProj : TensorId::kMtpEProj, d.layer, -1, d.mtp);
+            if (fp8 && family.hf_e8m0_scales) {
+              auto [bytes, scales] = Fp8E8M0BlockQuantize(&v, rows, half);
+              const int64_t B = TensorView::kFp8Block;
+              if (want_hf) {
+                st.push_back({name, DType::kF8E4M3, {rows, half}, std::move(bytes)});
+                st.push_back({TinyScaleName(name), DType::kU8, {(rows + B - 1) / B, (half + B - 1) / B}, std::move(scales), "F8_E8M0"});
+              }
+            } else if (want_hf) {
+              st.push_back({name, hf_dtype, {rows, half}, Encode(hf_dtype, v)});
+            }
+            for (int64_t r = 0; r < rows; ++r) std::copy_n(v.begin() + r * half, half, joined.begin() + r * cols + p * half);
+          }
+          if (want_gguf) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, joined));
           break;
         }
         case TensorForm::kExperts: {  // HF one tensor per expert, GGUF them stacked: the same values
           std::vector<float> stacked;
+          const int64_t rows = d.shape[1], cols = d.shape[2];
           for (int e = 0; e < d.shape[0]; ++e) {
-            const std::vector<float> v = hf_tensor(d, TensorName(family, WeightFormat::kHf, d.id, d.layer, e), {d.shape[1], d.shape[2]});
+            const std::string name = TensorName(family, WeightFormat::kHf, d.id, d.layer, e, d.mtp);
+            if (expert_dtype == DType::kMXFP4) {  // DeepSeek-V4: packed per expert, E8M0 scales per 32 values
+              const std::vector<float> v = RoundTrip(DType::kMXFP4, RandomTensor(s.seed, seed_name(d, e), static_cast<size_t>(rows * cols), d.tiny_std, d.tiny_center));
+              if (want_hf) {
+                const std::vector<uint8_t> blocks = Encode(DType::kMXFP4, v);
+                const int64_t nb = cols / 32;
+                std::vector<uint8_t> packed(static_cast<size_t>(rows * cols / 2)), scales(static_cast<size_t>(rows * nb));
+                for (int64_t r = 0; r < rows; ++r)
+                  BlocksToHfMxfp4(reinterpret_cast<const BlockMXFP4*>(blocks.data()) + r * nb, packed.data() + r * nb * 16,
+                                  scales.data() + r * nb, static_cast<size_t>(nb));
+                st.push_back({name, DType::kU8, {rows, cols / 2}, std::move(packed), "I8"});
+                st.push_back({TinyScaleName(name), DType::kU8, {rows, nb}, std::move(scales), "F8_E8M0"});
+              }
+              stacked.insert(stacked.end(), v.begin(), v.end());
+              continue;
+            }
+            const std::vector<float> v = hf_tensor(d, seed_name(d, e), name, {rows, cols});
             stacked.insert(stacked.end(), v.begin(), v.end());
           }
-          if (want_gguf) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, stacked));
+          if (want_gguf) gw.AddTensor(gg, expert_dtype == DType::kMXFP4 ? DType::kMXFP4 : store_dtype, d.shape,
+                                      Encode(expert_dtype == DType::kMXFP4 ? DType::kMXFP4 : store_dtype, stacked));
           break;
         }
         case TensorForm::kMlaKvB:
-          kv_b = hf_tensor(d, hf, d.shape);
+          kv_b = hf_tensor(d, seed, hf, d.shape);
           if (want_gguf && !s.split_kv_b) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, kv_b));
           break;
-        case TensorForm::kTokenExperts: {  // k distinct experts per token from a seeded start (HF: not written)
+        case TensorForm::kTokenExperts: {  // k distinct experts per token from a seeded start, I32 in both
           const int64_t V = d.shape[0], K = d.shape[1];
           std::vector<int32_t> ids(static_cast<size_t>(V * K));
-          uint64_t st = s.seed ^ HashName(gg);
+          uint64_t rng = s.seed ^ HashName(gg);
           for (int64_t t = 0; t < V; ++t) {
-            const int64_t first = static_cast<int64_t>(SplitMix(st) % static_cast<uint64_t>(c.n_experts));
+            const int64_t first = static_cast<int64_t>(SplitMix(rng) % static_cast<uint64_t>(c.n_experts));
             for (int64_t j = 0; j < K; ++j) ids[static_cast<size_t>(t * K + j)] = static_cast<int32_t>((first + j) % c.n_experts);
           }
           std::vector<uint8_t> b(ids.size() * sizeof(int32_t));
           std::memcpy(b.data(), ids.data(), b.size());
+          if (want_hf) st.push_back({hf, DType::kI32, d.shape, b});
           if (want_gguf) gw.AddTensor(gg, DType::kI32, d.shape, std::move(b));
           break;
         }

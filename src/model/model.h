@@ -51,6 +51,7 @@ struct MtpWeights {
   std::vector<float> enorm, hnorm, head_norm;
   TensorView eh_proj;      // {hidden, 2 * hidden}
   TensorView embed, head;  // the module's own copies when the checkpoint has them, else the model's
+  HcWeights hc_head;       // DeepSeek-V4: the block's collapse of the streams (HF has its own; GGUF: the model's)
 };
 
 // What one tensor-parallel rank holds (model/shard.cc). With tp == 1 (one process, or expert parallelism
@@ -91,6 +92,8 @@ struct Model {
   // the file, copied out (released once CopyWeights has copied them again), and FP8 block scales of them.
   std::vector<std::unique_ptr<HostBuffer>> shard_buffers;
   std::vector<std::vector<float>> shard_scales;
+  // FP8 block scales the loader converted (DeepSeek-V4's E8M0 `.scale` bytes as the f32 multipliers views read).
+  std::vector<std::vector<float>> loaded_scales;
   // Weights the loader builds rather than points at (HF gpt-oss's experts, repacked from the file's layout): a
   // view with no data yet and the function that writes its nbytes. CopyWeights runs them straight into `weights`,
   // so the model is held once while loading; where the weights stay mmapped or are sharded they are built into a

@@ -56,20 +56,28 @@ for (const c of cases) {
 }
 
 // DeepSeek-V4's MTP block (issue 33, must-show 1 "with MTP"): the specification's tiny V4 (window 16, CSA, HCA,
-// hash layers, 4 streams, YaRN) plus one window-only MTP layer, GGUF only (deepinfer does not read V4's HF
-// weights). llama.cpp's MTP context reads the main context's un-collapsed streams (h_nextn, hc x hidden per row)
-// and keeps the block's window in its own iSWA cache. 300 positions, so the MTP window (16) slides many times;
-// deepinfer runs it in one batch, in 37-token chunks and one row per forward.
+// hash layers, 4 streams, YaRN) plus one window-only MTP layer. llama.cpp's MTP context reads the main context's
+// un-collapsed streams (h_nextn, hc x hidden per row) and keeps the block's window in its own iSWA cache. 300
+// positions, so the MTP window (16) slides many times; deepinfer runs the GGUF in one batch, in 37-token chunks
+// and one row per forward, and the HF directory beside it (DeepSeek's format: mtp.0.* with e_proj / h_proj and
+// the block's own hc_head_*, equal to the model's, which llama.cpp's single-file GGUF uses) in one batch and in
+// chunks; then an FP8 HF directory (E8M0 block scales, MTP included) against llama.cpp on its f32 GGUF.
 {
-  const gguf = path.join(tmp, "deepseek_v4-mtp.gguf");
-  runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "--format", "gguf", "--mtp", "-q", "-o", gguf]);
   const tokens = tokenPrompt(33, 300, 512);
-  const ref = JSON.parse(execFileSync(refTool, [backendDir, gguf, tokens.join(",")], {encoding: "utf8", maxBuffer: 1 << 30}));
-  for (const chunk of [300, 37, 1]) {
-    const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", gguf, "--mtp", "--chunk", String(chunk), "-t", "2",
-                                               "--tokens", JSON.stringify(tokens)]));
-    compareLogprobs(`deepseek_v4-mtp chunk ${chunk} main`, ours.logprobs, ref.main, TOL);
-    compareLogprobs(`deepseek_v4-mtp chunk ${chunk} mtp`, ours.mtp, ref.mtp, TOL);
+  const v4 = [{name: "deepseek_v4-mtp", flags: [], gguf: [300, 37, 1], hf: [300, 37]},
+              {name: "deepseek_v4-mtp-fp8", flags: ["--dtype", "f8_e4m3"], gguf: [], hf: [300]}];
+  for (const c of v4) {
+    const dir = path.join(tmp, c.name);
+    runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "--mtp", "-q", "-o", dir, ...c.flags]);
+    const gguf = path.join(dir, "model.gguf");
+    const ref = JSON.parse(execFileSync(refTool, [backendDir, gguf, tokens.join(",")], {encoding: "utf8", maxBuffer: 1 << 30}));
+    for (const [fmt, m, chunks] of [["gguf", gguf, c.gguf], ["hf", dir, c.hf]])
+      for (const chunk of chunks) {
+        const ours = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--mtp", "--chunk", String(chunk), "-t", "2",
+                                                   "--tokens", JSON.stringify(tokens)]));
+        compareLogprobs(`${c.name} ${fmt} chunk ${chunk} main`, ours.logprobs, ref.main, TOL);
+        compareLogprobs(`${c.name} ${fmt} chunk ${chunk} mtp`, ours.mtp, ref.mtp, TOL);
+      }
   }
 }
 

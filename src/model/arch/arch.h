@@ -94,6 +94,18 @@ struct ArchSpec {
   float hf_norm_offset = 0.f;
   // Why the family's HF weights cannot be read yet (null: they can); its GGUF files still load.
   const char* hf_weights_unsupported = nullptr;
+  // Where HF checkpoints keep a decoder layer's tensors ("<prefix>{L}.") and, where the family stores its MTP
+  // modules apart, module k's ("<hf_mtp_prefix>{k}."; null: as layer n_layers + k under hf_layer_prefix).
+  const char* hf_layer_prefix = "model.layers.";
+  const char* hf_mtp_prefix = nullptr;
+  // DeepSeek-V4's checkpoints: an FP8 (e4m3) `<base>.weight` has its 128x128 block scales in `<base>.scale` as
+  // E8M0 exponent bytes (2^(b - 127); V3's are f32 multipliers in `<name>_scale_inv`), and a routed expert may be
+  // MXFP4: `<base>.weight` U8/I8 [rows, cols / 2] (element 2i in the low nibble) with `<base>.scale` E8M0
+  // [rows, cols / 32], repacked into ggml's block_mxfp4 bit for bit (llama.cpp's repack_mxfp4_blocks).
+  bool hf_e8m0_scales = false;
+  // make-tiny draws the family's weights under the shared table's HF spellings (SharedTensorName) rather than its
+  // own: DeepSeek-V4's GGUFs were made before its HF names existed, and must not change.
+  bool tiny_seeds_by_shared_names = false;
   // gpt-oss: HF stores each layer's routed experts fused, as OpenAI's checkpoints do: gate and up in one
   // gate_up_proj with their rows interleaved (gate even, up odd; its bias likewise), down_proj alone, either as
   // MXFP4 `<name>_blocks` / `<name>_scales` (U8, rows {out, in}, HF's nibble order) or as float tensors in x @ W

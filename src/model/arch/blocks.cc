@@ -148,7 +148,7 @@ ModelTensors DeclareModelTensors(const ModelConfig& c, Model& m) {
   for (int l = 0; l < c.n_layers; ++l) arch.layer_tensors(c, l, m.layers[l], t.layers.emplace_back(l));
   for (int k = 0; k < c.n_mtp; ++k) {
     const int l = c.n_layers + k;
-    ModelTensors::Mtp& p = t.mtp.emplace_back(ModelTensors::Mtp{TensorList(l), TensorList(l)});
+    ModelTensors::Mtp& p = t.mtp.emplace_back(ModelTensors::Mtp{TensorList(l, k), TensorList(l, k)});
     arch.layer_tensors(c, l, m.mtp[k].layer, p.layer);
     if (arch.mtp_tensors) arch.mtp_tensors(c, m.mtp[k], m, p.own);
   }

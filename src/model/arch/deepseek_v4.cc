@@ -4,8 +4,10 @@
 // the first layers and a clamped SwiGLU. docs/design/deepseek_v4.md has the specification this follows
 // (../shared/research/deepseek_v4.md, written from llama.cpp's deepseek4 and transformers' deepseek_v4).
 //
-// GGUF files load (what llama.cpp runs), with their MTP block (models/deepseek_v4.cc, DeepseekV4MtpForward);
-// DeepSeek's HF checkpoints (FP8 block weights, MXFP4 experts in their own packing) are not read yet.
+// GGUF files load (what llama.cpp runs), with their MTP block (models/deepseek_v4.cc, DeepseekV4MtpForward), and
+// so do DeepSeek's own checkpoints (the names and packing llama.cpp's converter reads, conversion/deepseek.py
+// DeepseekV4Model): embed / layers.{L}.* / norm / head / hc_head_*, mtp.0.*, FP8 linear weights with E8M0 128x128
+// block scales in `<base>.scale`, MXFP4 routed experts packed per expert (ArchSpec::hf_e8m0_scales).
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -119,8 +121,11 @@ Status DeepseekV4HfConfig(const HfConfigReader& j, ModelConfig* c) {
   DI_ASSIGN_OR_RETURN(double hc_eps, j.Number("hc_eps", 1e-6));
   v.hc_eps = static_cast<float>(hc_eps);
   DI_ASSIGN_OR_RETURN(double limit, j.Number("swiglu_limit", 0.0));
+  // One limit for the routed and the shared experts, as llama.cpp's converter writes both; make-tiny's configs
+  // carry the shared expert's own (deepinfer's key, so its HF and GGUF files hold the same model).
+  DI_ASSIGN_OR_RETURN(double limit_shared, j.Number("swiglu_limit_shared", limit));
   v.swiglu_limit = {static_cast<float>(limit)};
-  v.swiglu_limit_shared = v.swiglu_limit;
+  v.swiglu_limit_shared = {static_cast<float>(limit_shared)};
   c->n_mtp = static_cast<int>(j.IntOr("num_nextn_predict_layers", 0));
   if (js.contains("rope_scaling") && js["rope_scaling"].is_object()) {
     const nlohmann::json& rs = js["rope_scaling"];
@@ -253,6 +258,26 @@ void LayerTensors(const ModelConfig& c, int layer, LayerWeights& w, TensorList& 
   t.Matrix(TensorId::kFfnDownShexp, D, S, &m.shared.down, inv(S)).RowParallel(TpBy::kSharedFfn);
 }
 
+// The MTP block's own tensors (its layer is a window-only V4 layer): V3's module (blocks.cc) but as DeepSeek's V4
+// checkpoints hold it: eh_proj as e_proj / h_proj, the head norm `norm`, the block's own collapse of the streams
+// (hc_head_*; GGUF has none: llama.cpp's single-file GGUF uses the model's, which the block falls back to), and no
+// embedding or head of its own (the model's serve; a GGUF's nextn.embed_tokens / shared_head_head are honoured).
+void Dsv4MtpTensors(const ModelConfig& c, MtpWeights& w, const Model& m, TensorList& t) {
+  const int64_t D = c.hidden, h = c.dsv4.hc, width = h * D;
+  t.Norm(TensorId::kMtpENorm, D, &w.enorm);
+  t.Norm(TensorId::kMtpHNorm, D, &w.hnorm);
+  t.Other(TensorId::kMtpEhProj, TensorForm::kInputHalves, {D, 2 * D}, &w.eh_proj, nullptr, 1.f / std::sqrt(2.f * D));
+  TensorDecl& embed = t.Matrix(TensorId::kMtpEmbd, c.vocab_size, D, &w.embed, 1.0f).ColumnParallel(TpBy::kVocab).IfPresent();
+  embed.fallback_matrix = &m.tok_embd;
+  t.Norm(TensorId::kMtpHeadNorm, D, &w.head_norm).Optional(&m.out_norm);
+  TensorDecl& head = t.Matrix(TensorId::kMtpHead, c.vocab_size, D, &w.head, 3.f / std::sqrt(D)).ColumnParallel(TpBy::kVocab).IfPresent();
+  head.fallback_matrix = &m.lm_head;
+  // Drawn as the model's (Dsv4HeadTensors): make-tiny writes the model's values here.
+  t.ExpertVectors(TensorId::kMtpHcFn, h, width, &w.hc_head.fn, 1.f / std::sqrt(static_cast<float>(width))).Optional(&m.hc_head.fn);
+  t.Vector(TensorId::kMtpHcBase, h, &w.hc_head.base, 1.f, 0.f).Optional(&m.hc_head.base);
+  t.Vector(TensorId::kMtpHcScale, 1, &w.hc_head.scale, 0.1f, 1.f).Optional(&m.hc_head.scale);
+}
+
 }  // namespace
 
 // The head's collapse of the streams (model-level: declared with the head, model/arch/blocks.cc).
@@ -271,8 +296,11 @@ const ArchSpec& DeepseekV4Arch() {
       .hf_class = "DeepseekV4ForCausalLM",
       .gguf_arch = "deepseek4",
       .moe = true,
-      .hf_weights_unsupported = "DeepSeek-V4 HF checkpoints (FP8 block weights, MXFP4 experts in DeepSeek's packing) are not "
-                                "read yet: use a GGUF (llama.cpp's convert_hf_to_gguf.py writes one)",
+      // DeepSeek's own checkpoint layout (llama.cpp's converter reads these names).
+      .hf_layer_prefix = "layers.",
+      .hf_mtp_prefix = "mtp.",
+      .hf_e8m0_scales = true,
+      .tiny_seeds_by_shared_names = true,
       .gguf_rope = RopeStyle::kAdjacentPairs,
       .hf_rope = RopeStyle::kAdjacentPairs,
       .hf_config = DeepseekV4HfConfig,
@@ -316,6 +344,7 @@ const ArchSpec& DeepseekV4Arch() {
         (*cfg)["hc_sinkhorn_iters"] = 20;
         (*cfg)["hc_eps"] = 1e-6;
         (*cfg)["swiglu_limit"] = 1.5;
+        (*cfg)["swiglu_limit_shared"] = 1.25;  // the GGUF's swiglu_clamp_shexp
         (*cfg)["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
       },
       .tiny_gguf_metadata = [](const TinySpec& s, const std::string& p, GgufWriter& w) {
@@ -343,11 +372,36 @@ const ArchSpec& DeepseekV4Arch() {
         w.SetF32(p + "rope.scaling.factor", 4.f);
         w.SetU32(p + "rope.scaling.original_context_length", 256);
       },
+      .tensor_names = {
+          {TensorId::kTokEmbd, WeightFormat::kHf, "embed.weight"},
+          {TensorId::kOutputNorm, WeightFormat::kHf, "norm.weight"},
+          {TensorId::kOutput, WeightFormat::kHf, "head.weight"},
+          {TensorId::kAttnNorm, WeightFormat::kHf, "attn_norm.weight"},
+          {TensorId::kAttnSinks, WeightFormat::kHf, "attn.attn_sink"},
+          {TensorId::kAttnQA, WeightFormat::kHf, "attn.wq_a.weight"},
+          {TensorId::kAttnQANorm, WeightFormat::kHf, "attn.q_norm.weight"},
+          {TensorId::kAttnQB, WeightFormat::kHf, "attn.wq_b.weight"},
+          {TensorId::kAttnKvANorm, WeightFormat::kHf, "attn.kv_norm.weight"},
+          {TensorId::kFfnNorm, WeightFormat::kHf, "ffn_norm.weight"},
+          {TensorId::kFfnRouter, WeightFormat::kHf, "ffn.gate.weight"},
+          {TensorId::kFfnExpProbsBias, WeightFormat::kHf, "ffn.gate.bias"},
+          {TensorId::kFfnGateExps, WeightFormat::kHf, "ffn.experts.{e}.w1.weight"},
+          {TensorId::kFfnDownExps, WeightFormat::kHf, "ffn.experts.{e}.w2.weight"},
+          {TensorId::kFfnUpExps, WeightFormat::kHf, "ffn.experts.{e}.w3.weight"},
+          {TensorId::kFfnGateShexp, WeightFormat::kHf, "ffn.shared_experts.w1.weight"},
+          {TensorId::kFfnDownShexp, WeightFormat::kHf, "ffn.shared_experts.w2.weight"},
+          {TensorId::kFfnUpShexp, WeightFormat::kHf, "ffn.shared_experts.w3.weight"},
+          // The MTP block (under mtp.{k}.): its head norm; no embedding or head of its own.
+          {TensorId::kMtpHeadNorm, WeightFormat::kHf, "norm.weight"},
+          {TensorId::kMtpEmbd, WeightFormat::kHf, ""},
+          {TensorId::kMtpHead, WeightFormat::kHf, ""},
+      },
       .forward = DeepseekV4Forward,
       .mtp_forward = DeepseekV4MtpForward,
       .layer_tensors = LayerTensors,
-      // The MTP block: V3's module tensors over a window-only V4 layer (blk.{L}.nextn.*, the layer's blk.{L}.*).
-      .mtp_tensors = MtpModuleTensors,
+      // The MTP block: V3's module tensors, as V4's checkpoints hold them, over a window-only V4 layer (GGUF
+      // blk.{L}.nextn.* and the layer's blk.{L}.*; HF mtp.{k}.*).
+      .mtp_tensors = Dsv4MtpTensors,
   };
   return kSpec;
 }

@@ -29,6 +29,9 @@ enum class TensorForm : uint8_t {
   kMlaVB,  // W_UV {H, v, kv_lora}: held as {H v, kv_lora}
   // DeepSeek-V4's hash routing table {vocab, top_k} of expert ids, I32 in both formats; held as int32s.
   kTokenExperts,
+  // {rows, cols}: GGUF one matrix; HF its two input halves {rows, cols / 2} as two tensors (DeepSeek-V4's MTP
+  // eh_proj = [e_proj | h_proj]: TensorIds kMtpEProj, kMtpHProj), joined by the loader.
+  kInputHalves,
 };
 
 // Whether a checkpoint of the configuration has the tensor.
@@ -56,6 +59,7 @@ enum class TpBy : uint8_t {
 struct TensorDecl {
   TensorId id = TensorId::kCount;
   int layer = -1;  // -1: model-level
+  int mtp = -1;    // the MTP module whose tensor it is (its layer is n_layers + mtp), else -1
   TensorForm form = TensorForm::kMatrix;
   // As the loader checks it: {rows, cols}; {n}; kExperts {E, rows, cols}; kGateVector {1, n}; kMlaKB
   // {H, kv_lora, nope}; kMlaVB {H, v, kv_lora}.

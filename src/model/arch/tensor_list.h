@@ -11,7 +11,7 @@ namespace deepinfer {
 
 class TensorList {
  public:
-  explicit TensorList(int layer = -1) : layer_(layer) {}
+  explicit TensorList(int layer = -1, int mtp = -1) : layer_(layer), mtp_(mtp) {}
 
   // A weight matrix {rows, cols}; make-tiny draws it around 0 with standard deviation `std`.
   TensorDecl& Matrix(TensorId id, int64_t rows, int64_t cols, TensorView* dst, float std) {
@@ -49,7 +49,7 @@ class TensorList {
     d.ints = dst;
     return d;
   }
-  // A matrix of another form (kGateVector, kMlaKvB, kMlaVB), or a vector one (kMlaKB).
+  // A matrix of another form (kGateVector, kMlaKvB, kMlaVB, kInputHalves), or a vector one (kMlaKB).
   TensorDecl& Other(TensorId id, TensorForm form, std::vector<int64_t> shape, TensorView* matrix, std::vector<float>* vector,
                     float std) {
     TensorDecl& d = Add(id, form, std::move(shape), std, 0.f);
@@ -73,6 +73,7 @@ class TensorList {
     TensorDecl& d = decls_.emplace_back();
     d.id = id;
     d.layer = layer_;
+    d.mtp = mtp_;
     d.form = form;
     d.shape = std::move(shape);
     d.tiny_std = std;
@@ -80,7 +81,7 @@ class TensorList {
     return d;
   }
 
-  int layer_;
+  int layer_, mtp_;
   std::vector<TensorDecl> decls_;
 };
 

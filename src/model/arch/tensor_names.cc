@@ -18,7 +18,7 @@ constexpr SharedName kShared[] = {
     {"output_norm.weight", "model.norm.weight"},
     {"output.weight", "lm_head.weight"},
     {"rope_freqs.weight", ""},  // GGUF only: llama3 scaling factors (HF derives them from rope_scaling)
-    // DeepSeek-V4 (HF: the names of DeepSeek's own checkpoint, which deepinfer does not read yet)
+    // DeepSeek-V4 (HF: the names of DeepSeek's own checkpoint)
     {"output_hc_fn.weight", "hc_head_fn"},
     {"output_hc_base.weight", "hc_head_base"},
     {"output_hc_scale.weight", "hc_head_scale"},
@@ -87,6 +87,11 @@ constexpr SharedName kShared[] = {
     {"indexer_compressor_ape.weight", "attn.indexer.compressor.ape"},
     {"indexer_compressor_norm.weight", "attn.indexer.compressor.norm.weight"},
     {"ffn_gate_tid2eid.weight", "ffn.gate.tid2eid"},
+    {"", "e_proj.weight"},
+    {"", "h_proj.weight"},
+    {"", "hc_head_fn"},
+    {"", "hc_head_base"},
+    {"", "hc_head_scale"},
 };
 static_assert(sizeof(kShared) / sizeof(kShared[0]) == static_cast<size_t>(TensorId::kCount),
               "one shared name per TensorId");
@@ -95,14 +100,32 @@ static_assert(sizeof(kShared) / sizeof(kShared[0]) == static_cast<size_t>(Tensor
 
 bool IsLayerTensor(TensorId id) { return static_cast<int>(id) >= static_cast<int>(TensorId::kAttnNorm); }
 
-std::string TensorName(const ArchSpec& arch, WeightFormat format, TensorId id, int layer, int expert) {
+namespace {
+
+std::string Spell(std::string pattern, TensorId id, const std::string& layer_prefix, int expert) {
+  if (pattern.empty()) return pattern;
+  if (const size_t at = pattern.find("{e}"); at != std::string::npos) pattern.replace(at, 3, std::to_string(expert));
+  return IsLayerTensor(id) ? layer_prefix + pattern : pattern;
+}
+
+}  // namespace
+
+std::string TensorName(const ArchSpec& arch, WeightFormat format, TensorId id, int layer, int expert, int mtp) {
   const SharedName& s = kShared[static_cast<int>(id)];
   std::string pattern = format == WeightFormat::kGguf ? s.gguf : s.hf;
   for (const TensorNameOverride& o : arch.tensor_names)
     if (o.id == id && o.format == format) pattern = o.pattern;
-  if (const size_t at = pattern.find("{e}"); at != std::string::npos) pattern.replace(at, 3, std::to_string(expert));
-  if (!IsLayerTensor(id)) return pattern;
-  return (format == WeightFormat::kGguf ? "blk." : "model.layers.") + std::to_string(layer) + "." + pattern;
+  std::string prefix;
+  if (format == WeightFormat::kGguf) prefix = "blk." + std::to_string(layer) + ".";
+  else if (mtp >= 0 && arch.hf_mtp_prefix) prefix = arch.hf_mtp_prefix + std::to_string(mtp) + ".";
+  else prefix = arch.hf_layer_prefix + std::to_string(layer) + ".";
+  return Spell(pattern, id, prefix, expert);
+}
+
+std::string SharedTensorName(WeightFormat format, TensorId id, int layer, int expert) {
+  const SharedName& s = kShared[static_cast<int>(id)];
+  const bool gguf = format == WeightFormat::kGguf;
+  return Spell(gguf ? s.gguf : s.hf, id, (gguf ? "blk." : "model.layers.") + std::to_string(layer) + ".", expert);
 }
 
 }  // namespace deepinfer

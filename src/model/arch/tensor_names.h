@@ -37,13 +37,19 @@ enum class TensorId {
   kAttnCompKv, kAttnCompGate, kAttnCompApe, kAttnCompNorm,
   kIdxProj, kIdxQB, kIdxCompKv, kIdxCompGate, kIdxCompApe, kIdxCompNorm,
   kFfnTid2Eid,
+  // DeepSeek-V4's MTP block in DeepSeek's checkpoints: eh_proj's two input halves as two tensors (e_proj for the
+  // embedding, h_proj for the hidden streams) and the block's own collapse of the streams (GGUF has neither: one
+  // eh_proj, and the model's output_hc_* serve the block).
+  kMtpEProj, kMtpHProj, kMtpHcFn, kMtpHcBase, kMtpHcScale,
   kCount
 };
 
 enum class WeightFormat { kGguf, kHf };
 
 // A family's spelling of one tensor in one format, replacing the shared table's. Patterns are relative to the
-// layer prefix ("blk.{L}." / "model.layers.{L}.") for per-layer tensors; "{e}" stands for the expert index.
+// layer prefix ("blk.{L}." / the family's HF prefix, "model.layers.{L}." unless ArchSpec says otherwise) for
+// per-layer tensors; "{e}" stands for the expert index. An empty pattern: the format does not store the tensor
+// (the loader takes its stand-in, make-tiny and convert write nothing).
 struct TensorNameOverride {
   TensorId id;
   WeightFormat format;
@@ -53,8 +59,12 @@ struct TensorNameOverride {
 struct ArchSpec;
 
 // The full name of tensor `id` of layer `layer` (ignored for model-level tensors) and expert `expert` (HF
-// per-expert tensors only) as `arch` spells it in `format`.
-std::string TensorName(const ArchSpec& arch, WeightFormat format, TensorId id, int layer = -1, int expert = -1);
+// per-expert tensors only) as `arch` spells it in `format`; `mtp` >= 0: the layer is that MTP module's (HF names
+// it under ArchSpec::hf_mtp_prefix where the family has one). Empty: the format does not store it.
+std::string TensorName(const ArchSpec& arch, WeightFormat format, TensorId id, int layer = -1, int expert = -1, int mtp = -1);
+// The shared table's spelling with the default prefixes, whatever the family overrides (make-tiny draws the
+// weights of families with ArchSpec::tiny_seeds_by_shared_names under these names).
+std::string SharedTensorName(WeightFormat format, TensorId id, int layer = -1, int expert = -1);
 // True for tensors that live inside a layer.
 bool IsLayerTensor(TensorId id);
 

@@ -70,7 +70,7 @@ Status DeepseekV4MtpForward(ForwardPass& f, const MtpWeights& P, int k, const fl
   if (n > 0) f.ops().MatMul(P.eh_proj, in, n * h, X);
   DI_RETURN_IF_ERROR(Dsv4Layer(f, P.layer, c.n_layers + k, -1, kv, X));
   if (out_hidden && n > 0) std::memcpy(out_hidden, X, sizeof(float) * static_cast<size_t>(n) * h * D);
-  f.hc()->Collapse(f.model().hc_head, X, n, f.x());
+  f.hc()->Collapse(P.hc_head, X, n, f.x());  // the block's own (DeepSeek's checkpoints), else the model's (GGUF)
   return Status::Ok();
 }
 
