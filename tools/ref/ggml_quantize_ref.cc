@@ -7,7 +7,7 @@
 // usage: ggml_quantize_ref IN.gguf OUT.gguf DEFAULT_TYPE [NAME=TYPE ...]
 //   Each tensor of 2 or more dimensions gets the type of the first rule whose NAME starts its name or follows a
 //   '.' in it ("output" matches output.weight, not blk.0.attn_output.weight; "attn_v" matches blk.N.attn_v.weight),
-//   else DEFAULT_TYPE. Types are ggml names (q4_K, q6_K, q8_0, iq4_nl, f16, ...).
+//   else DEFAULT_TYPE (I32 tensors are copied as they are). Types are ggml names (q4_K, q6_K, q8_0, iq4_nl, f16, ...).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     ggml_tensor* src = ggml_get_tensor(in_ctx, name);
     if (!src) Die(std::string("no tensor ") + name);
     ggml_type type = src->type;
-    if (ggml_n_dims(src) >= 2) {
+    if (ggml_n_dims(src) >= 2 && src->type != GGML_TYPE_I32) {  // integer tables (DeepSeek-V4's tid2eid) as they are
       type = def;
       for (const auto& [sub, t] : rules)
         if (std::strncmp(name, sub.c_str(), sub.size()) == 0 || std::strstr(name, ("." + sub).c_str())) {
