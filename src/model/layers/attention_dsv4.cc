@@ -207,9 +207,10 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
 
   // Attention per query row over its window and the compressed rows it may see: the row's keys are gathered
   // (converted to f32) into one matrix, and its heads' logits and outputs are two products through the ops
-  // (K q_h for every head, then the softmax weights times K): vectorized and threaded like every product, and a
-  // row's result depends on nothing but its own keys (batch- and chunk-invariant). The indexer scores every
-  // visible block the same way (one product of its heads' queries with the blocks' keys).
+  // (K q_h for every head, then the softmax weights times K^T); the indexer scores every visible block the same
+  // way (its heads' queries times the blocks' keys). A row's result depends on nothing but its own keys (batch-
+  // and chunk-invariant). The rows go in waves whose gathered keys fit a budget, each product kind of a wave in
+  // one MatMulMany (bitwise each MatMul), so rows with few heads or keys still share the threads.
   // The first n elements of a cache row, as f32 (row_b_: the conversion scratch when the cache is not f32).
   auto gather = [&](int cache_layer, int32_t slot, float* dst, int n) {
     std::memcpy(dst, Row(kv, cache_layer, slot, row_b_.data()), sizeof(float) * static_cast<size_t>(n));
@@ -222,72 +223,133 @@ Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int 
     t.nbytes = sizeof(float) * static_cast<size_t>(rows * cols);
     return t;
   };
+  // Every sequence's indexer keys (the blocks its last row sees), gathered once: each row reads a prefix.
+  idx_seq_off_.assign(static_cast<size_t>(b.num_seqs) + 1, 0);
   for (int s = 0; s < b.num_seqs; ++s) {
     const AttnSeq& rq = raw.seqs[s];
-    // The indexer's keys of every block the sequence's last row sees, gathered once: each row reads a prefix.
-    const int idx_visible = ratio == 4 && rq.m > 0 ? (rq.start + rq.m) / ratio : 0;
-    if (idx_visible > idx_topk_) {
-      const AttnSeq& is = b.ForGroup(kv.group_of(kl.index_key)).seqs[s];
-      idx_keys_.resize(static_cast<size_t>(idx_visible) * idx_hd_);
-      for (int blk = 0; blk < idx_visible; ++blk)
-        gather(kl.index_key, SlotOf(is, ratio * blk + ratio - 1), idx_keys_.data() + static_cast<size_t>(blk) * idx_hd_, idx_hd_);
-    }
+    const int visible = ratio == 4 && rq.m > 0 ? (rq.start + rq.m) / ratio : 0;
+    idx_seq_off_[s + 1] = idx_seq_off_[s] + (visible > idx_topk_ ? static_cast<size_t>(visible) * idx_hd_ : 0);
+  }
+  idx_keys_.resize(idx_seq_off_.back());
+  for (int s = 0; s < b.num_seqs; ++s) {
+    const int visible = static_cast<int>((idx_seq_off_[s + 1] - idx_seq_off_[s]) / std::max(1, idx_hd_));
+    if (visible == 0) continue;
+    const AttnSeq& is = b.ForGroup(kv.group_of(kl.index_key)).seqs[s];
+    for (int blk = 0; blk < visible; ++blk)
+      gather(kl.index_key, SlotOf(is, ratio * blk + ratio - 1), idx_keys_.data() + idx_seq_off_[s] + static_cast<size_t>(blk) * idx_hd_, idx_hd_);
+  }
+  // Each row's shape, known before any product: its window, and the compressed rows it attends (the indexer's
+  // top-k of more than k visible blocks, else every visible one).
+  wave_.clear();
+  for (int s = 0; s < b.num_seqs; ++s) {
+    const AttnSeq& rq = raw.seqs[s];
     for (int i = 0; i < rq.m; ++i) {
-      const int p = rq.start + i, r = static_cast<int>(rq.q_row) + i;
+      QueryRow q;
+      q.s = s;
+      q.p = rq.start + i;
+      q.r = static_cast<int>(rq.q_row) + i;
       // Not below rows_first: an approximate replay (--swa-replay approx) restored nothing before its start.
-      const int w0 = std::max(rq.rows_first, p - window_ + 1);
+      q.w0 = std::max(rq.rows_first, q.p - window_ + 1);
+      q.visible = ratio != 0 ? (q.p + 1) / ratio : 0;
+      q.indexed = ratio == 4 && q.visible > idx_topk_;
+      q.nk = q.p - q.w0 + 1 + (q.indexed ? idx_topk_ : q.visible);
+      wave_.push_back(q);
+    }
+  }
+  constexpr size_t kWaveFloats = size_t{1} << 21;  // gathered keys per wave (8 MiB, and as much transposed)
+  for (size_t first = 0; first < wave_.size();) {
+    // The wave: rows from `first` while their keys fit (at least one row).
+    size_t last = first, key_floats = 0, logit_floats = 0, dot_floats = 0;
+    while (last < wave_.size() && (last == first || key_floats + static_cast<size_t>(wave_[last].nk) * hd <= kWaveFloats)) {
+      QueryRow& q = wave_[last++];
+      q.keys = key_floats;
+      q.logits = logit_floats;
+      q.dots = dot_floats;
+      key_floats += static_cast<size_t>(q.nk) * hd;
+      logit_floats += static_cast<size_t>(q.nk) * H;
+      if (q.indexed) dot_floats += static_cast<size_t>(q.visible) * idx_heads_;
+    }
+    keys_.resize(key_floats);
+    keys_t_.resize(key_floats);
+    logits_.resize(logit_floats);
+    idx_dots_.resize(dot_floats);
+    views_.resize(2 * (last - first));
+    jobs_.clear();
+    // The indexer: S_b = sum_h w_h ReLU(q_h . k_b) for the rows with more visible blocks than k.
+    for (size_t j = first; j < last; ++j) {
+      const QueryRow& q = wave_[j];
+      if (!q.indexed) continue;
+      views_[2 * (j - first)] = f32_view(idx_keys_.data() + idx_seq_off_[q.s], q.visible, idx_hd_);
+      jobs_.push_back({&views_[2 * (j - first)], idx_q_.data() + static_cast<size_t>(q.r) * idx_heads_ * idx_hd_, idx_heads_,
+                       idx_dots_.data() + q.dots});
+    }
+    if (!jobs_.empty()) ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
+    // Each row's keys: the window, then the compressed rows (the top k by score, in block order).
+    for (size_t j = first; j < last; ++j) {
+      const QueryRow& q = wave_[j];
+      const AttnSeq& rq = raw.seqs[q.s];
       picked_.clear();
-      const AttnSeq* cs = nullptr;
-      if (ratio != 0) {
-        cs = &comp->seqs[s];
-        const int visible = (p + 1) / ratio;
-        if (ratio == 4 && visible > idx_topk_) {
-          // The lightning indexer: S_b = sum_h w_h ReLU(q_h . k_b); the top k blocks by score.
-          idx_dots_.resize(static_cast<size_t>(idx_heads_) * visible);
-          ops_.MatMul(f32_view(idx_keys_.data(), visible, idx_hd_), idx_q_.data() + static_cast<size_t>(r) * idx_heads_ * idx_hd_,
-                      idx_heads_, idx_dots_.data());
-          scores_.assign(static_cast<size_t>(visible), 0.f);
-          const float* wr = idx_w_.data() + static_cast<size_t>(r) * idx_heads_;
-          for (int blk = 0; blk < visible; ++blk) {
-            float sc = 0;
-            for (int h = 0; h < idx_heads_; ++h) sc += std::max(0.f, idx_dots_[static_cast<size_t>(h) * visible + blk]) * wr[h];
-            scores_[blk] = sc;
-          }
-          picked_.resize(static_cast<size_t>(visible));
-          std::iota(picked_.begin(), picked_.end(), 0);
-          std::partial_sort(picked_.begin(), picked_.begin() + idx_topk_, picked_.end(), [&](int32_t a, int32_t c) {
-            return scores_[a] > scores_[c] || (scores_[a] == scores_[c] && a < c);
-          });
-          picked_.resize(static_cast<size_t>(idx_topk_));
-          std::sort(picked_.begin(), picked_.end());
-        } else {
-          for (int blk = 0; blk < visible; ++blk) picked_.push_back(blk);
+      if (q.indexed) {
+        scores_.assign(static_cast<size_t>(q.visible), 0.f);
+        const float* wr = idx_w_.data() + static_cast<size_t>(q.r) * idx_heads_;
+        const float* dots = idx_dots_.data() + q.dots;
+        for (int blk = 0; blk < q.visible; ++blk) {
+          float sc = 0;
+          for (int h = 0; h < idx_heads_; ++h) sc += std::max(0.f, dots[static_cast<size_t>(h) * q.visible + blk]) * wr[h];
+          scores_[blk] = sc;
         }
+        picked_.resize(static_cast<size_t>(q.visible));
+        std::iota(picked_.begin(), picked_.end(), 0);
+        std::partial_sort(picked_.begin(), picked_.begin() + idx_topk_, picked_.end(), [&](int32_t a, int32_t c) {
+          return scores_[a] > scores_[c] || (scores_[a] == scores_[c] && a < c);
+        });
+        picked_.resize(static_cast<size_t>(idx_topk_));
+        std::sort(picked_.begin(), picked_.end());
+      } else {
+        for (int blk = 0; blk < q.visible; ++blk) picked_.push_back(blk);
       }
-      const int nw = p - w0 + 1, nk = nw + static_cast<int>(picked_.size());
-      keys_.resize(static_cast<size_t>(nk) * hd);
-      for (int j = 0; j < nw; ++j) gather(kl.raw, SlotOf(rq, w0 + j), keys_.data() + static_cast<size_t>(j) * hd, hd);
-      for (size_t j = 0; j < picked_.size(); ++j)
-        gather(kl.comp, SlotOf(*cs, ratio * picked_[j] + ratio - 1), keys_.data() + static_cast<size_t>(nw + j) * hd, hd);
-      // Logits of every head (H rows of nk), then each head's softmax with its sink in place.
-      logits_.resize(static_cast<size_t>(H) * nk);
-      ops_.MatMul(f32_view(keys_.data(), nk, hd), q_.data() + static_cast<size_t>(r) * H * hd, H, logits_.data());
+      float* keys = keys_.data() + q.keys;
+      const int nw = q.p - q.w0 + 1;
+      for (int j2 = 0; j2 < nw; ++j2) gather(kl.raw, SlotOf(rq, q.w0 + j2), keys + static_cast<size_t>(j2) * hd, hd);
+      for (size_t j2 = 0; j2 < picked_.size(); ++j2)
+        gather(kl.comp, SlotOf(comp->seqs[q.s], ratio * picked_[j2] + ratio - 1), keys + static_cast<size_t>(nw + j2) * hd, hd);
+    }
+    // Logits of every head (H rows of nk per query row).
+    jobs_.clear();
+    for (size_t j = first; j < last; ++j) {
+      const QueryRow& q = wave_[j];
+      views_[2 * (j - first)] = f32_view(keys_.data() + q.keys, q.nk, hd);
+      jobs_.push_back({&views_[2 * (j - first)], q_.data() + static_cast<size_t>(q.r) * H * hd, H, logits_.data() + q.logits});
+    }
+    ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
+    // Each head's softmax with its sink, in place; the keys transposed (hd rows of nk) for the second product.
+    for (size_t j = first; j < last; ++j) {
+      const QueryRow& q = wave_[j];
+      const int nk = q.nk;
       for (int h = 0; h < H; ++h) {
-        float* lh = logits_.data() + static_cast<size_t>(h) * nk;
+        float* lh = logits_.data() + q.logits + static_cast<size_t>(h) * nk;
         const float sink = w.sinks[h];
         float mx = sink;
-        for (int j = 0; j < nk; ++j) mx = std::max(mx, lh[j] *= scale_);
+        for (int k = 0; k < nk; ++k) mx = std::max(mx, lh[k] *= scale_);
         double sum = std::exp(sink - mx);
-        for (int j = 0; j < nk; ++j) sum += lh[j] = std::exp(lh[j] - mx);
+        for (int k = 0; k < nk; ++k) sum += lh[k] = std::exp(lh[k] - mx);
         const float inv = static_cast<float>(1.0 / sum);
-        for (int j = 0; j < nk; ++j) lh[j] *= inv;
+        for (int k = 0; k < nk; ++k) lh[k] *= inv;
       }
-      // o_h = sum_j p_hj k_j: the weights times K, with K transposed (hd rows of nk) as the product's matrix.
-      keys_t_.resize(keys_.size());
-      for (int j = 0; j < nk; ++j)
-        for (int e = 0; e < hd; ++e) keys_t_[static_cast<size_t>(e) * nk + j] = keys_[static_cast<size_t>(j) * hd + e];
-      ops_.MatMul(f32_view(keys_t_.data(), hd, nk), logits_.data(), H, o_.data() + static_cast<size_t>(r) * H * hd);
+      const float* keys = keys_.data() + q.keys;
+      float* keys_t = keys_t_.data() + q.keys;
+      for (int k = 0; k < nk; ++k)
+        for (int e = 0; e < hd; ++e) keys_t[static_cast<size_t>(e) * nk + k] = keys[static_cast<size_t>(k) * hd + e];
     }
+    // o_h = sum_k p_hk key_k: the weights times K^T.
+    jobs_.clear();
+    for (size_t j = first; j < last; ++j) {
+      const QueryRow& q = wave_[j];
+      views_[2 * (j - first) + 1] = f32_view(keys_t_.data() + q.keys, hd, q.nk);
+      jobs_.push_back({&views_[2 * (j - first) + 1], logits_.data() + q.logits, H, o_.data() + static_cast<size_t>(q.r) * H * hd});
+    }
+    ops_.MatMulMany(jobs_.data(), static_cast<int>(jobs_.size()));
+    first = last;
   }
   // Undo the rotation the values carried, then the grouped low-rank output: z_g = W_oa[g] o_g, out = W_ob z.
   TailRope(rope, o_.data(), n, H, hd, b.pos, true);

@@ -70,10 +70,21 @@ class Dsv4Attention {
   std::vector<float> ones_;
   // Scratch sized at construction (max_tokens rows): the projections, the packed compressor inputs (packed_,
   // tmp_), one compressed row (comp_), a block's candidates (cand_vals_ / cand_scores_: up to 128 positions).
-  // Grown as a row's key count needs (kept between calls): its keys as f32 (keys_, nk rows of head_dim) and
-  // transposed (keys_t_), its heads' logits, the indexer's keys, dots and scores.
+  // Grown as a wave of query rows needs (kept between calls): their keys as f32 (keys_, nk rows of head_dim each)
+  // and transposed (keys_t_), their heads' logits, the sequences' indexer keys, the rows' indexer dots and scores.
   std::vector<float> qr_, q_, kv_, ring_, packed_, tmp_, comp_, cand_vals_, cand_scores_, o_, z_, idx_q_, idx_w_,
       scores_, logits_, keys_, keys_t_, idx_keys_, idx_dots_;
+  // One query row of the attention: batch row r at position p of sequence s, its window from w0, the blocks it
+  // sees and whether the indexer picks among them, its key count; its offsets in the wave's scratch.
+  struct QueryRow {
+    int s = 0, p = 0, r = 0, w0 = 0, visible = 0, nk = 0;
+    bool indexed = false;
+    size_t keys = 0, logits = 0, dots = 0;
+  };
+  std::vector<QueryRow> wave_;
+  std::vector<size_t> idx_seq_off_;  // per sequence: its indexer keys' offset in idx_keys_
+  std::vector<TensorView> views_;    // the wave's key matrices (two per row: K, K^T), which jobs_ point at
+  std::vector<MatMulJob> jobs_;
   std::vector<int32_t> picked_;
   mutable std::vector<float> row_a_, row_b_;
 };
