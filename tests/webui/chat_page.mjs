@@ -107,10 +107,11 @@ try {
   check(/API key/.test(need) && /Settings/.test(need), `401 shown readably: "${need}"`);
   await shot("01-needs-api-key");
 
-  // The key (and an answer of 300 tokens, long enough to take several frames) in Settings: the model shows, the message goes away. The random model's
+  // The key (and an answer of 2000 tokens: the tiny model streams 300 in ~100 ms, which a loaded machine's browser
+  // may paint in 2 frames; 2000 take several hundred ms) in Settings: the model shows, the message goes away. The random model's
   // 512-token vocabulary would end answers at its EOS too early and at random: ignore_eos, through the page's extra
   // request fields, makes every answer run to Max tokens (or to Stop).
-  await settings({"s-key": KEY, "s-max": "300", "s-temp": "1", "s-extra": '{"ignore_eos": true}'});
+  await settings({"s-key": KEY, "s-max": "2000", "s-temp": "1", "s-extra": '{"ignore_eos": true}'});
   await page.waitForFunction(() => document.getElementById("model").textContent.includes("·"), null, {timeout: 5000});
   check(!(await page.locator("#error.on").count()), "with the key: no error, model listed: " + await page.locator("#model").textContent());
 
@@ -129,7 +130,7 @@ try {
   const final = await lastAssistant().locator(".content").textContent();
   check(states.length >= 3 && final.length > 0 && states[states.length - 1] === final,
         `streamed in ${states.length} visible steps to ${final.length} characters`);
-  check(/300 tokens/.test(await lastAssistant().locator(".note").textContent()), "the answer ends at Max tokens (300), noted");
+  check(/2000 tokens/.test(await lastAssistant().locator(".note").textContent()), "the answer ends at Max tokens (2000), noted");
   await shot("02-streamed-answer");
 
   // Stop mid-stream: a generation to the end of the 8k context, stopped once it shows some text.
