@@ -261,7 +261,7 @@ void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter
   }
   gw.SetF32(k("attention.layer_norm_rms_epsilon"), c.rms_eps);
   gw.SetU32(k("vocab_size"), c.vocab_size);
-  if (!c.mla) {  // MLA families write their attention keys themselves
+  if (!c.mla && !c.is_dsv4()) {  // MLA and DeepSeek-V4 write their attention keys themselves
     gw.SetU32(k("attention.head_count_kv"), c.n_kv_heads);
     gw.SetU32(k("attention.key_length"), c.head_dim);
     gw.SetU32(k("attention.value_length"), c.head_dim);
@@ -421,7 +421,9 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   DI_ASSIGN_OR_RETURN(std::unique_ptr<Model> m, LoadModelFromPath(hf_dir, lo));
   if (m->format != "hf") return InvalidArgument(hf_dir + ": convert reads a Hugging Face model directory");
   const ModelConfig& c = m->config;
-  DI_RETURN_IF_ERROR(CheckConvertible(c, hf_dir));
+  ModelConfig written = c;  // what the GGUF will describe: without the MTP modules under --no-mtp
+  if (!opts.mtp) written.n_mtp = 0;
+  DI_RETURN_IF_ERROR(CheckConvertible(written, hf_dir));
   if (c.mla && c.n_experts > 0 && !c.router_sigmoid && c.n_group > 1)
     DI_LOG_WARN("%s: llama.cpp ranks expert groups by their top-2 sum; this V2-style router ranks by the best score",
                 hf_dir.c_str());

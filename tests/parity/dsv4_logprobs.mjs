@@ -131,6 +131,36 @@ try {
     runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "-q", "-o", dir, "--dtype", "f8_e4m3", "--expert-dtype", "mxfp4"]);
     const run = (m) => JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(tokens), "-t", "2"])).logprobs;
     compareLogprobs("deepseek_v4 hf-fp8-mxfp4: HF dir vs its GGUF in deepinfer (bitwise)", run(dir), run(path.join(dir, "model.gguf")), 0);
+    // `deepinfer convert` of the same HF directory (the MXFP4 experts pass through as they are): bitwise again.
+    const conv = path.join(tmp, "hf-fp8-mxfp4-converted.gguf");
+    runDeepinfer(bin, ["convert", "-m", dir, "-o", conv, "--outtype", "f32", "-q"]);
+    compareLogprobs("deepseek_v4 hf-fp8-mxfp4: HF dir vs its `convert` output in deepinfer (bitwise)", run(dir), run(conv), 0);
+  }
+  // `deepinfer convert` of a DeepSeek-format HF directory (FP8 weights to f32): llama.cpp runs the converted file,
+  // against deepinfer on the directory, same bar.
+  {
+    const dir = path.join(tmp, "hf-fp8");
+    const conv = path.join(tmp, "hf-fp8-converted.gguf");
+    runDeepinfer(bin, ["convert", "-m", dir, "-o", conv, "--outtype", "f32", "-q"]);
+    const ref = await llamaLogprobs(conv, tokens);
+    const out = JSON.parse(runDeepinfer(bin, ["logprobs", "-m", dir, "--tokens", JSON.stringify(tokens), "-t", "2"]));
+    compareLogprobs("deepseek_v4 hf-fp8 (HF dir) vs llama.cpp on its `convert` output", out.logprobs, ref, TOL);
+  }
+  // The MTP block has a head collapse of its own, which one GGUF cannot hold: convert refuses it by name and
+  // converts without it under --no-mtp.
+  {
+    const dir = path.join(tmp, "hf-mtp");
+    runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "--mtp", "-q", "-o", dir]);
+    let refused = "";
+    try {
+      runDeepinfer(bin, ["convert", "-m", dir, "-o", path.join(tmp, "mtp.gguf"), "-q"]);
+    } catch (e) {
+      refused = String(e.stderr ?? e.message);
+    }
+    if (!/MTP block has a head collapse of its own.*--no-mtp/s.test(refused)) fail(`convert with the MTP block: expected the refusal, got: ${refused.slice(-300) || "success"}`);
+    else console.log("ok   deepseek_v4 convert with an MTP block: refused, naming --no-mtp");
+    runDeepinfer(bin, ["convert", "-m", dir, "-o", path.join(tmp, "no-mtp.gguf"), "--no-mtp", "-q"]);
+    console.log("ok   deepseek_v4 convert --no-mtp: written");
   }
 } catch (e) {
   fail(e.stack || String(e));

@@ -201,6 +201,45 @@ Status DeepseekV4GgufConfig(const GgufConfigReader& g, ModelConfig* c) {
   return Finish(c, g.path());
 }
 
+// `convert`: the deepseek4 keys llama.cpp's loader reads (deepseek4.cpp load_arch_hparams), from the
+// configuration, beside the shared ones the generic writer puts (the attention's are written here: one K=V head
+// of head_dim, RoPE on its last qk_rope_dim elements). GGUF keys are written once each.
+void Dsv4GgufMetadata(const ModelConfig& c, const std::string& p, GgufWriter& w) {
+  const Dsv4Params& v = c.dsv4;
+  WriteGgufExpertCounts(p, c.n_experts, c.n_experts_used, c.moe_intermediate, w);
+  w.SetU32(p + "attention.head_count_kv", 1);
+  w.SetU32(p + "attention.key_length", static_cast<uint32_t>(c.head_dim));
+  w.SetU32(p + "attention.value_length", static_cast<uint32_t>(c.head_dim));
+  w.SetU32(p + "rope.dimension_count", static_cast<uint32_t>(c.qk_rope_dim));
+  w.SetU32(p + "expert_shared_count", static_cast<uint32_t>(c.n_shared_experts));
+  w.SetF32(p + "expert_weights_scale", c.routed_scaling_factor);
+  w.SetBool(p + "expert_weights_norm", c.norm_topk_prob);
+  w.SetU32(p + "expert_gating_func", kGatingSqrtSoftplus);
+  w.SetF32Array(p + "swiglu_clamp_exp", v.swiglu_limit);  // per layer, the MTP block's included
+  w.SetF32Array(p + "swiglu_clamp_shexp", v.swiglu_limit_shared);
+  w.SetU32(p + "attention.q_lora_rank", static_cast<uint32_t>(c.q_lora_rank));
+  w.SetU32(p + "attention.output_group_count", static_cast<uint32_t>(v.o_groups));
+  w.SetU32(p + "attention.output_lora_rank", static_cast<uint32_t>(v.o_lora_rank));
+  w.SetI32Array(p + "attention.compress_ratios", std::vector<int32_t>(v.compress_ratio.begin(), v.compress_ratio.end()));
+  w.SetF32(p + "attention.compress_rope_freq_base", static_cast<float>(v.compress_rope_theta));
+  bool csa = false;
+  for (int r : v.compress_ratio) csa = csa || r == 4;
+  if (csa) {
+    w.SetU32(p + "attention.indexer.head_count", static_cast<uint32_t>(v.index_heads));
+    w.SetU32(p + "attention.indexer.key_length", static_cast<uint32_t>(v.index_head_dim));
+    w.SetU32(p + "attention.indexer.top_k", static_cast<uint32_t>(v.index_topk));
+  }
+  w.SetU32(p + "hyper_connection.count", static_cast<uint32_t>(v.hc));
+  w.SetU32(p + "hyper_connection.sinkhorn_iterations", static_cast<uint32_t>(v.hc_iters));
+  w.SetF32(p + "hyper_connection.epsilon", v.hc_eps);
+  w.SetU32(p + "hash_layer_count", static_cast<uint32_t>(v.hash_layers));
+  if (c.yarn.factor > 1) {
+    w.SetString(p + "rope.scaling.type", "yarn");
+    w.SetF32(p + "rope.scaling.factor", static_cast<float>(c.yarn.factor));
+    w.SetU32(p + "rope.scaling.original_context_length", static_cast<uint32_t>(c.yarn.original_ctx));
+  }
+}
+
 void HcTensors(const ModelConfig& c, const TensorId (&ids)[3], HcWeights& w, TensorList& t) {
   const int64_t h = c.dsv4.hc, mix = (2 + h) * h, width = h * c.hidden;
   t.ExpertVectors(ids[0], mix, width, &w.fn, 1.f / std::sqrt(static_cast<float>(width)));
@@ -305,9 +344,14 @@ const ArchSpec& DeepseekV4Arch() {
       .hf_rope = RopeStyle::kAdjacentPairs,
       .hf_config = DeepseekV4HfConfig,
       .gguf_config = DeepseekV4GgufConfig,
-      .gguf_convertible = [](const ModelConfig&) -> Status {
-        return Unimplemented("convert does not write deepseek4 GGUFs yet (llama.cpp's converter does)");
+      .gguf_convertible = [](const ModelConfig& c) -> Status {
+        if (c.n_mtp > 0)
+          return Unimplemented("DeepSeek-V4's MTP block has a head collapse of its own (mtp.0.hc_head_*), which one GGUF "
+                               "cannot hold (llama.cpp's converter writes the block to a separate mtp-*.gguf): convert "
+                               "with --no-mtp");
+        return Status::Ok();
       },
+      .gguf_metadata = Dsv4GgufMetadata,
       .tiny_adjust = [](TinySpec* s) {
         // The shape of the specification's tiny model where make-tiny's flags were left at their defaults.
         if (s->hidden == 64) s->hidden = 256;
