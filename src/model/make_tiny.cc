@@ -163,9 +163,11 @@ TinyVocab MakeVocab(int vocab, uint64_t seed) {
   return v;
 }
 
-// DeepSeek-style FP8: per 128x128 block, scale = amax / 448 and q = e4m3(w / scale). Replaces *v by the values
-// the checkpoint represents (e4m3(q) * scale in f32, exactly what the loader computes) and returns (q bytes, scales).
-std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector<float>* v, int64_t rows, int64_t cols) {
+// FP8 in 128x128 blocks: q = e4m3(w / scale) with the block's scale from its amax (`scale_of`). Replaces *v by the
+// values the checkpoint represents (e4m3(q) * scale in f32, exactly what the loader computes) and returns (q
+// bytes, the blocks' scales).
+template <class ScaleOf>
+std::pair<std::vector<uint8_t>, std::vector<float>> Fp8Blocks(std::vector<float>* v, int64_t rows, int64_t cols, ScaleOf scale_of) {
   const int64_t B = TensorView::kFp8Block, br = (rows + B - 1) / B, bc = (cols + B - 1) / B;
   std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
   std::vector<float> scales(static_cast<size_t>(br * bc));
@@ -174,7 +176,7 @@ std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector
       float amax = 0;
       for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
         for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) amax = std::max(amax, std::fabs((*v)[r * cols + c]));
-      const float scale = amax > 0 ? amax / 448.f : 1.f;
+      const float scale = scale_of(amax);
       scales[bi * bc + bj] = scale;
       for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
         for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) {
@@ -186,27 +188,20 @@ std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector
   return {std::move(q), std::move(scales)};
 }
 
-// DeepSeek-V4's FP8: the same blocks with power-of-two scales, 2^ceil(log2(amax / 448)) (so |q| <= 448), stored
-// as E8M0 exponent bytes (b = exponent + 127). Replaces *v by the values represented; returns (q bytes, scale bytes).
+// DeepSeek-V3's FP8: scale = amax / 448, stored as f32 ('<name>_scale_inv').
+std::pair<std::vector<uint8_t>, std::vector<float>> Fp8BlockQuantize(std::vector<float>* v, int64_t rows, int64_t cols) {
+  return Fp8Blocks(v, rows, cols, [](float amax) { return amax > 0 ? amax / 448.f : 1.f; });
+}
+
+// DeepSeek-V4's FP8: power-of-two scales, 2^ceil(log2(amax / 448)) (so |q| <= 448), stored as E8M0 exponent bytes
+// (b = exponent + 127). Returns (q bytes, scale bytes).
 std::pair<std::vector<uint8_t>, std::vector<uint8_t>> Fp8E8M0BlockQuantize(std::vector<float>* v, int64_t rows, int64_t cols) {
-  const int64_t B = TensorView::kFp8Block, br = (rows + B - 1) / B, bc = (cols + B - 1) / B;
-  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), scales(static_cast<size_t>(br * bc));
-  for (int64_t bi = 0; bi < br; ++bi)
-    for (int64_t bj = 0; bj < bc; ++bj) {
-      float amax = 0;
-      for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
-        for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) amax = std::max(amax, std::fabs((*v)[r * cols + c]));
-      const int e = amax > 0 ? static_cast<int>(std::ceil(std::log2(amax / 448.f))) : 0;
-      const float scale = std::ldexp(1.f, e);
-      scales[bi * bc + bj] = static_cast<uint8_t>(e + 127);
-      for (int64_t r = bi * B; r < std::min(rows, (bi + 1) * B); ++r)
-        for (int64_t c = bj * B; c < std::min(cols, (bj + 1) * B); ++c) {
-          float& x = (*v)[r * cols + c];
-          q[r * cols + c] = F32ToFp8E4M3(x / scale);
-          x = Fp8E4M3ToF32(q[r * cols + c]) * scale;
-        }
-    }
-  return {std::move(q), std::move(scales)};
+  auto [q, scales] = Fp8Blocks(v, rows, cols, [](float amax) {
+    return std::ldexp(1.f, amax > 0 ? static_cast<int>(std::ceil(std::log2(amax / 448.f))) : 0);
+  });
+  std::vector<uint8_t> bytes(scales.size());
+  for (size_t i = 0; i < scales.size(); ++i) bytes[i] = static_cast<uint8_t>(std::ilogb(scales[i]) + 127);
+  return {std::move(q), std::move(bytes)};
 }
 
 // `<base>.weight` -> `<base>.scale` (DeepSeek-V4's scale tensors).
