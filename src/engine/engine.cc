@@ -322,6 +322,8 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   }
   if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
   if (p.gate.enabled() && !p.grammar) return InvalidArgument("a grammar gate needs a grammar");
+  if (!p.gate.open_after.empty() && !p.gate.open_headers.empty())
+    return InvalidArgument("a grammar gate opens on headers or on a trigger, not both");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
   const int64_t blocks = MaxSeqBlocks(kv_layout_, opt_.block_size, longest, KvAhead());
   if (blocks > pool_->num_blocks())

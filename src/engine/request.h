@@ -37,7 +37,13 @@ struct GrammarGate {
   std::vector<std::pair<int32_t, std::string>> markers;   // ids a header holds as one token each, and their text
   std::vector<std::string> open_headers, free_headers;    // full header texts, markers written as their text
   bool feed_header = false;  // the grammar's sentences begin with the open header's text (it picks the body rule)
-  bool enabled() const { return !open_headers.empty(); }
+  // Or a lazy grammar behind a text trigger (no headers with it): reasoning models whose generation prompt opens
+  // <think>. The answer runs free (end-of-generation ids refused) until its text holds `open_after` ("</think>")
+  // or one of `open_after_tokens` (the trigger as one control token, which has no text the grammar sees) comes;
+  // the grammar then constrains the rest, beginning with the triggering token's bytes after the trigger.
+  std::string open_after;
+  std::vector<int32_t> open_after_tokens;
+  bool enabled() const { return !open_headers.empty() || !open_after.empty(); }
 };
 
 struct RequestParams {

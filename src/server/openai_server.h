@@ -79,7 +79,10 @@ class OpenAiServer {
   void Submit(HttpServer::ConnId c, const AnswerShape& shape, const RequestParams& params, std::vector<ValidatedRequest> checked);
   // What a chat answer is parsed into, from `tools` / `tool_choice` / `parallel_tool_calls` and the template;
   // for tool_choice "required" or named, the grammar that forces the calls goes into params.
-  StatusOr<OutputParsing> ChatOutputParsing(const nlohmann::json& body, bool chat, RequestParams* params) const;
+  // prompt_opens_thinking: the chat prompt ends inside an open <think> (a forced tool call then waits behind a
+  // trigger gate for the reasoning to close).
+  StatusOr<OutputParsing> ChatOutputParsing(const nlohmann::json& body, bool chat, bool prompt_opens_thinking,
+                                            RequestParams* params) const;
   static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
