@@ -39,18 +39,21 @@ GrammarGate FinalGate() {
 
 bool Finite(float v) { return std::isfinite(v); }
 
-// One sample's grammar stage, driven token by token as the executor drives it.
+// One sample's grammar stage, driven token by token as the executor drives it, over a vocabulary (each id's
+// bytes; control tokens empty) and a prompt.
 struct Row {
-  Row(std::shared_ptr<const grammar::Grammar> g, const GrammarGate& spec)
-      : trie(std::make_shared<grammar::TokenTrie>(kBytes, std::vector<int32_t>{kCall})),
+  Row(std::shared_ptr<const grammar::Grammar> g, const GrammarGate& spec, const std::vector<std::string>& vocab = kBytes,
+      std::vector<int32_t> eog = {kCall}, std::vector<int32_t> prompt = {kX, kStart, kAssistant})
+      : trie(std::make_shared<grammar::TokenTrie>(vocab, std::move(eog))),
         m(grammar::TokenSets::Build(std::move(g), trie)),
         spec(spec),
-        hist{kX, kStart, kAssistant},  // a prompt ending in the generation prompt <|start|>assistant
+        hist(std::move(prompt)),  // Harmony: a prompt ending in the generation prompt <|start|>assistant
+        prompt_len(static_cast<int>(hist.size())),
         gate(this->spec, trie.get(), hist) {}
   // The logits the stage leaves at the end of the history (all 0 before it).
   std::vector<float> Logits() {
-    std::vector<float> l(kVocab, 0.f);
-    accept = ConstrainRow(&m, &gate, hist.data(), 3, static_cast<int>(hist.size()), l.data(), kVocab, &bits);
+    std::vector<float> l(trie->vocab_size(), 0.f);
+    accept = ConstrainRow(&m, &gate, hist.data(), prompt_len, static_cast<int>(hist.size()), l.data(), trie->vocab_size(), &bits);
     return l;
   }
   // The phase at the end of the history (the gate is synced when the next position's mask is made).
@@ -70,6 +73,7 @@ struct Row {
   grammar::GrammarMatcher m;
   GrammarGate spec;
   std::vector<int32_t> hist;
+  int prompt_len;
   GrammarGateState gate;
   std::vector<uint32_t> bits;
   bool accept = false;
@@ -210,42 +214,15 @@ enum : int32_t { tEot, tLt, tThink, tGt, tGtNlBrace, tLBrace, tKeyA, tColon, tOn
 const std::vector<std::string> kTriggerBytes = {"", "</", "think", ">", ">\n{", "{", "\"a\"", ":", "1", "}", "x", "\n",
                                                 "", "x</", "think>"};
 
-struct TriggerRow {
-  explicit TriggerRow(const GrammarGate& spec)
-      : trie(std::make_shared<grammar::TokenTrie>(kTriggerBytes, std::vector<int32_t>{tEot})),
-        m(grammar::TokenSets::Build(Grammar(), trie)),
-        spec(spec),
-        hist{tX},  // the prompt (it ends inside <think>)
-        gate(this->spec, trie.get(), hist) {}
-  static std::shared_ptr<const grammar::Grammar> Grammar() {
-    auto g = grammar::CompileGbnf(AfterReasoningGbnf("root ::= \"{\" \"\\\"a\\\"\" \":\" [0-9] \"}\"\n"));
-    EXPECT_TRUE(g.ok()) << g.status().ToString();
-    return *g;
-  }
-  std::vector<float> Logits() {
-    std::vector<float> l(tVocab, 0.f);
-    accept = ConstrainRow(&m, &gate, hist.data(), 1, static_cast<int>(hist.size()), l.data(), tVocab, &bits);
-    return l;
-  }
-  GrammarGateState::Phase Phase() {
-    Logits();
-    return gate.phase();
-  }
-  void Take(int32_t t) {
-    const std::vector<float> l = Logits();
-    ASSERT_TRUE(Finite(l[t])) << "token " << t << " is masked at position " << hist.size();
-    if (accept) {
-      ASSERT_TRUE(m.AcceptToken(t));
-    }
-    hist.push_back(t);
-  }
-  std::shared_ptr<const grammar::TokenTrie> trie;
-  grammar::GrammarMatcher m;
-  GrammarGate spec;
-  std::vector<int32_t> hist;
-  GrammarGateState gate;
-  std::vector<uint32_t> bits;
-  bool accept = false;
+std::shared_ptr<const grammar::Grammar> AfterThinkJson() {
+  auto g = grammar::CompileGbnf(AfterReasoningGbnf("root ::= \"{\" \"\\\"a\\\"\" \":\" [0-9] \"}\"\n"));
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return *g;
+}
+
+// A row over the trigger vocabulary whose prompt ("x") ends inside <think>.
+struct TriggerRow : Row {
+  explicit TriggerRow(const GrammarGate& spec) : Row(AfterThinkJson(), spec, kTriggerBytes, {tEot}, {tX}) {}
 };
 
 GrammarGate ThinkGate() {
