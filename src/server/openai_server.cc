@@ -53,6 +53,18 @@ int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+HttpServerOptions HttpOptions(const api::ServerOptions& o) {
+  HttpServerOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.limits.max_body_bytes = o.max_body_bytes;
+  h.max_connections = o.max_connections;
+  h.request_timeout_s = o.request_timeout_s;
+  h.idle_timeout_s = o.idle_timeout_s;
+  h.allowed_origins = SplitOrigins(o.allowed_origins);
+  return h;
+}
+
 const char* ErrorType(int status) {
   switch (status) {
     case 401: return "authentication_error";
@@ -66,12 +78,12 @@ const char* ErrorType(int status) {
 
 }  // namespace
 
-OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptions opt)
+OpenAiServer::OpenAiServer(Engine& engine, const Model& model, api::ServerOptions opt)
     : engine_(engine),
       model_(model),
       tok_(*model.tokenizer),
       opt_(std::move(opt)),
-      http_(opt_.http, [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
+      http_(HttpOptions(opt_), [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
             [this](HttpServer::ConnId c) { OnClose(c); }),
       responses_(opt_.max_stored_responses) {
   name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
@@ -110,7 +122,7 @@ OpenAiServer::~OpenAiServer() = default;
 Status OpenAiServer::Listen() {
   DI_RETURN_IF_ERROR(http_.Listen());
   DI_LOG_INFO("serving %s on http://%s:%d (%sOpenAI API at /v1; /health, /metrics)%s", name_.c_str(),
-              opt_.http.host.c_str(), http_.port(), webui_ ? "web chat at /; " : "",
+              opt_.host.c_str(), http_.port(), webui_ ? "web chat at /; " : "",
               opt_.api_key.empty() ? "" : "; API key required");
   return Status::Ok();
 }
