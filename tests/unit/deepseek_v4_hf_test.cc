@@ -12,6 +12,8 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <regex>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -143,6 +145,42 @@ TEST_F(DeepseekV4Hf, BrokenScalesAreRefused) {
   ExpectRefused(Variant("no_h_proj", [](SafetensorsEntry& e) { return e.name != "mtp.0.h_proj.weight"; }), {"mtp.0.h_proj.weight"});
 }
 
+// Every tensor the two models declare, bitwise.
+void ExpectSameWeights(Model& x, Model& y) {
+  const ModelTensors tx = DeclareModelTensors(x.config, x), ty = DeclareModelTensors(y.config, y);
+  std::vector<std::pair<const TensorList*, const TensorList*>> lists = {{&tx.embedding, &ty.embedding}, {&tx.head, &ty.head}};
+  ASSERT_EQ(tx.layers.size(), ty.layers.size());
+  for (size_t l = 0; l < tx.layers.size(); ++l) lists.emplace_back(&tx.layers[l], &ty.layers[l]);
+  auto same = [](const TensorView& u, const TensorView& v, const std::string& what) {
+    ASSERT_EQ(u.dtype, v.dtype) << what;
+    ASSERT_EQ(u.shape, v.shape) << what;
+    ASSERT_EQ(u.nbytes, v.nbytes) << what;
+    EXPECT_EQ(std::memcmp(u.data, v.data, u.nbytes), 0) << what;
+  };
+  size_t compared = 0;
+  for (const auto& [lx, ly] : lists) {
+    ASSERT_EQ(lx->size(), ly->size());
+    for (size_t i = 0; i < lx->size(); ++i) {
+      const TensorDecl &u = *(lx->begin() + i), &v = *(ly->begin() + i);
+      const std::string what = TensorName(GetArch(Arch::kDeepseekV4), WeightFormat::kHf, u.id, u.layer);
+      ASSERT_EQ(u.id, v.id) << what;
+      if (u.matrix) same(*u.matrix, *v.matrix, what);
+      if (u.vector) {
+        EXPECT_EQ(*u.vector, *v.vector) << what;
+      }
+      if (u.ints) {
+        EXPECT_EQ(*u.ints, *v.ints) << what;
+      }
+      if (u.experts) {
+        ASSERT_EQ(u.experts->size(), v.experts->size()) << what;
+        for (size_t e = 0; e < u.experts->size(); ++e) same((*u.experts)[e], (*v.experts)[e], what + " expert " + std::to_string(e));
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 100u);
+}
+
 // The same tiny V4 (every layer kind, hash and biased routing) in both HF layouts, f32 so that transformers' float
 // experts hold exactly DeepSeek's values.
 class DeepseekV4TransformersLayout : public ::testing::Test {
@@ -212,39 +250,90 @@ TEST_F(DeepseekV4TransformersLayout, LoadsTheSameWeightsAndConfig) {
   EXPECT_EQ(p.yarn.original_ctx, q.yarn.original_ctx);
   EXPECT_EQ(p.dsv4.swiglu_limit, q.dsv4.swiglu_limit);
   EXPECT_EQ(p.dsv4.swiglu_limit_shared, q.dsv4.swiglu_limit_shared);
-  // Every declared tensor, bitwise.
-  const ModelTensors tx = DeclareModelTensors(p, x), ty = DeclareModelTensors(q, y);
-  std::vector<std::pair<const TensorList*, const TensorList*>> lists = {{&tx.embedding, &ty.embedding}, {&tx.head, &ty.head}};
-  ASSERT_EQ(tx.layers.size(), ty.layers.size());
-  for (size_t l = 0; l < tx.layers.size(); ++l) lists.emplace_back(&tx.layers[l], &ty.layers[l]);
-  auto same = [](const TensorView& u, const TensorView& v, const std::string& what) {
-    ASSERT_EQ(u.dtype, v.dtype) << what;
-    ASSERT_EQ(u.shape, v.shape) << what;
-    ASSERT_EQ(u.nbytes, v.nbytes) << what;
-    EXPECT_EQ(std::memcmp(u.data, v.data, u.nbytes), 0) << what;
+  ExpectSameWeights(x, y);
+}
+
+// transformers' own renaming of DeepSeek's names, restated here independently of the family file: the rules of
+// conversion_mapping.py's "deepseek_v4" entry in their order (structural prefixes, then the in-prefix leaves), the
+// indexer's head weights under its `scorer` module (modeling_deepseek_v4.py: DeepseekV4Indexer.scorer.weights_proj),
+// the base model under "model." (base_model_prefix) but lm_head; routed experts fused apart (below).
+std::string TransformersName(std::string n) {
+  static const std::pair<const char*, const char*> kRules[] = {
+      {R"(^embed\.weight$)", "embed_tokens.weight"},
+      {R"(^head\.weight$)", "lm_head.weight"},
+      {R"(^hc_head_(fn|base|scale)$)", "hc_head.hc_$1"},
+      {R"(^layers\.(\d+)\.attn_norm\.)", "layers.$1.input_layernorm."},
+      {R"(^layers\.(\d+)\.ffn_norm\.)", "layers.$1.post_attention_layernorm."},
+      {R"(^layers\.(\d+)\.hc_attn_(fn|base|scale)$)", "layers.$1.attn_hc.$2"},
+      {R"(^layers\.(\d+)\.hc_ffn_(fn|base|scale)$)", "layers.$1.ffn_hc.$2"},
+      {R"(^layers\.(\d+)\.attn\.)", "layers.$1.self_attn."},
+      {R"(^layers\.(\d+)\.ffn\.)", "layers.$1.mlp."},
+      {R"(^layers\.(\d+)\.self_attn\.attn_sink$)", "layers.$1.self_attn.sinks"},
+      {R"(^layers\.(\d+)\.self_attn\.indexer\.compressor\.norm\.)", "layers.$1.self_attn.compressor.indexer.kv_norm."},
+      {R"(^layers\.(\d+)\.self_attn\.indexer\.compressor\.ape$)", "layers.$1.self_attn.compressor.indexer.position_bias"},
+      {R"(^layers\.(\d+)\.self_attn\.indexer\.compressor\.)", "layers.$1.self_attn.compressor.indexer."},
+      {R"(^layers\.(\d+)\.self_attn\.indexer\.)", "layers.$1.self_attn.compressor.indexer."},
+      {R"(^layers\.(\d+)\.self_attn\.compressor\.norm\.)", "layers.$1.self_attn.compressor.kv_norm."},
+      {R"(^layers\.(\d+)\.self_attn\.compressor\.ape$)", "layers.$1.self_attn.compressor.position_bias"},
+      {R"(^layers\.(\d+)\.self_attn\.(.*?)\.wq_b\.)", "layers.$1.self_attn.$2.q_b_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.(.*?)\.wkv\.)", "layers.$1.self_attn.$2.kv_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.(.*?)\.wgate\.)", "layers.$1.self_attn.$2.gate_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.wq_a\.)", "layers.$1.self_attn.q_a_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.wq_b\.)", "layers.$1.self_attn.q_b_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.wkv\.)", "layers.$1.self_attn.kv_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.wo_a\.)", "layers.$1.self_attn.o_a_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.wo_b\.)", "layers.$1.self_attn.o_b_proj."},
+      {R"(^layers\.(\d+)\.self_attn\.q_norm\.)", "layers.$1.self_attn.q_a_norm."},
+      {R"(^layers\.(\d+)\.mlp\.gate\.bias$)", "layers.$1.mlp.gate.e_score_correction_bias"},
+      {R"(^layers\.(\d+)\.mlp\.shared_experts\.w1\.)", "layers.$1.mlp.shared_experts.gate_proj."},
+      {R"(^layers\.(\d+)\.mlp\.shared_experts\.w2\.)", "layers.$1.mlp.shared_experts.down_proj."},
+      {R"(^layers\.(\d+)\.mlp\.shared_experts\.w3\.)", "layers.$1.mlp.shared_experts.up_proj."},
+      {R"(\.compressor\.indexer\.weights_proj\.)", ".compressor.indexer.scorer.weights_proj."},
   };
-  size_t compared = 0;
-  for (const auto& [lx, ly] : lists) {
-    ASSERT_EQ(lx->size(), ly->size());
-    for (size_t i = 0; i < lx->size(); ++i) {
-      const TensorDecl &u = *(lx->begin() + i), &v = *(ly->begin() + i);
-      const std::string what = TensorName(GetArch(Arch::kDeepseekV4), WeightFormat::kHf, u.id, u.layer);
-      ASSERT_EQ(u.id, v.id) << what;
-      if (u.matrix) same(*u.matrix, *v.matrix, what);
-      if (u.vector) {
-        EXPECT_EQ(*u.vector, *v.vector) << what;
-      }
-      if (u.ints) {
-        EXPECT_EQ(*u.ints, *v.ints) << what;
-      }
-      if (u.experts) {
-        ASSERT_EQ(u.experts->size(), v.experts->size()) << what;
-        for (size_t e = 0; e < u.experts->size(); ++e) same((*u.experts)[e], (*v.experts)[e], what + " expert " + std::to_string(e));
-      }
-      ++compared;
+  for (const auto& [from, to] : kRules) n = std::regex_replace(n, std::regex(from), to);
+  return n == "lm_head.weight" ? n : "model." + n;
+}
+
+TEST_F(DeepseekV4TransformersLayout, TransformersRenamingOfDeepseeksDirectoryLoadsTheSame) {
+  // DeepSeek's directory renamed by the rules above, its experts fused as transformers' WeightConverter does
+  // (MergeModulelist(dim=0) of each of w1 / w3 / w2, then Concatenate(dim=1) of w1's and w3's): the same model.
+  const fs::path from = base_ / "deepseek", dir = base_ / "renamed";
+  auto st = SafetensorsModel::OpenDir(from.string());
+  ASSERT_TRUE(st.ok());
+  std::map<std::string, std::map<int, const TensorView*>> experts;  // "layers.L.ffn.experts.w1" -> e -> tensor
+  std::vector<SafetensorsEntry> out;
+  const std::regex expert(R"(^layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])\.weight$)");
+  for (const auto& [n, v] : (*st)->tensors()) {
+    std::smatch m;
+    if (std::regex_match(n, m, expert)) {
+      experts["model.layers." + m[1].str() + ".mlp.experts." + m[3].str()][std::stoi(m[2].str())] = &v;
+      continue;
     }
+    const uint8_t* p = static_cast<const uint8_t*>(v.data);
+    out.push_back({TransformersName(n), v.dtype, v.shape, std::vector<uint8_t>(p, p + v.nbytes)});
   }
-  EXPECT_GT(compared, 100u);
+  ASSERT_FALSE(experts.empty());
+  for (const auto& [key, by_expert] : experts) {
+    if (key.back() == '3') continue;  // with w1
+    const std::string layer = key.substr(0, key.size() - 2);
+    const bool down = key.back() == '2';
+    const std::map<int, const TensorView*>& up = experts[layer + "w3"];
+    SafetensorsEntry e{layer + (down ? "down_proj" : "gate_up_proj"), by_expert.begin()->second->dtype, {}, {}};
+    for (const auto& [i, t] : by_expert)
+      for (const TensorView* part : down ? std::vector<const TensorView*>{t} : std::vector<const TensorView*>{t, up.at(i)})
+        e.bytes.insert(e.bytes.end(), static_cast<const uint8_t*>(part->data), static_cast<const uint8_t*>(part->data) + part->nbytes);
+    const std::vector<int64_t>& s = by_expert.begin()->second->shape;
+    e.shape = {static_cast<int64_t>(by_expert.size()), down ? s[0] : 2 * s[0], s[1]};
+    out.push_back(std::move(e));
+  }
+  fs::create_directories(dir);
+  ASSERT_TRUE(WriteSafetensors((dir / "model.safetensors").string(), out).ok());
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json"}) fs::copy_file(base_ / "transformers" / f, dir / f);
+  auto a = LoadModelFromPath(from.string());
+  auto b = LoadModelFromPath(dir.string());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ExpectSameWeights(**a, **b);
 }
 
 TEST_F(DeepseekV4TransformersLayout, ParsesTransformersConfigKeys) {
