@@ -7,7 +7,9 @@
 // GGUF files load (what llama.cpp runs), with their MTP block (models/deepseek_v4.cc, DeepseekV4MtpForward), and
 // so do DeepSeek's own checkpoints (the names and packing llama.cpp's converter reads, conversion/deepseek.py
 // DeepseekV4Model): embed / layers.{L}.* / norm / head / hc_head_*, mtp.0.*, FP8 linear weights with E8M0 128x128
-// block scales in `<base>.scale`, MXFP4 routed experts packed per expert (ArchSpec::hf_e8m0_scales).
+// block scales in `<base>.scale`, MXFP4 routed experts packed per expert (ArchSpec::hf_e8m0_scales). So does
+// transformers' renamed layout of them (model.layers.{L}.self_attn.q_a_proj, fused mlp.experts.gate_up_proj, its
+// config keys): DeepseekV4TransformersLayout() below, the family's other HF spelling (ArchSpec::hf_alt_layout).
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
