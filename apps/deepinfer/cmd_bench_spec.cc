@@ -50,8 +50,8 @@ Measured Run(const Model& m, const EngineOptions& o, const std::vector<std::vect
   RequestParams p;
   p.max_tokens = n_gen;
   p.ignore_eos = true;
-  p.has_seed = true;
-  p.sampling.temperature = temperature;
+  p.seed = 0;
+  p.temperature = temperature;
   // Warm-up (weights paged in, pool spun up).
   (void)(*e)->Add(prompts[0], [&] { RequestParams w = p; w.max_tokens = 4; return w; }(), nullptr);
   (void)(*e)->RunUntilIdle();
@@ -59,7 +59,7 @@ Measured Run(const Model& m, const EngineOptions& o, const std::vector<std::vect
   r.outputs.resize(prompts.size());
   const auto t0 = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i)
-    (void)(*e)->Add(prompts[i], [&] { RequestParams q = p; q.sampling.seed = 1000 + i; return q; }(), [&r, i](const RequestOutput& ev) {
+    (void)(*e)->Add(prompts[i], [&] { RequestParams q = p; q.seed = 1000 + i; return q; }(), [&r, i](const RequestOutput& ev) {
       r.outputs[i].insert(r.outputs[i].end(), ev.token_ids.begin(), ev.token_ids.end());
     });
   (void)(*e)->RunUntilIdle();
@@ -109,30 +109,30 @@ int CmdBenchSpec(int argc, char** argv) {
   EngineOptions base;
   base.dist = dist::Context();  // under mpirun, the process's communicators (speculation refuses them)
   if (Status s = EngineOptionsFromArgs(args, &base); !s.ok()) return Fail(s);
-  if (base.speculative.method == SpecMethod::kNone) return Fail(InvalidArgument("bench spec needs --speculative"));
+  if (base.speculative == SpecMethod::kNone) return Fail(InvalidArgument("bench spec needs --speculative"));
   const int threads = args.Has("threads") ? static_cast<int>(args.GetInt("threads")) : DefaultThreadCount();
   SetComputeThreads(threads);
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
   std::unique_ptr<Model> draft;
   if (args.Has("draft-model")) {
     draft = LoadModelOrDie(args.Get("draft-model"), LoadOptionsFromArgs(args));
-    base.speculative.draft_model = draft.get();
+    base.draft = draft.get();
   }
   const Model& m = *model;
   if (!m.tokenizer) return Fail(InvalidArgument("bench spec needs a model with a tokenizer (it tokenizes story prompts)"));
   const int n_gen = static_cast<int>(args.GetInt("n-gen"));
-  const int k = base.speculative.num_tokens;
-  const std::string method = SpecMethodName(base.speculative.method);
+  const int k = base.num_speculative_tokens;
+  const std::string method = SpecMethodName(base.speculative);
   nlohmann::json runs = nlohmann::json::array();
   std::printf("bench spec: %s, k = %d, %s verification, %d threads, %d tokens per request, temperature %g\n",
-              method.c_str(), k, SpecVerifyName(base.speculative.verify), threads, n_gen, args.GetFloat("temp"));
+              method.c_str(), k, SpecVerifyName(base.spec_verify), threads, n_gen, args.GetFloat("temp"));
   std::printf("%5s | %9s %9s %7s %8s %8s | %9s %8s %9s | %10s %10s %8s\n", "conc", "plain t/s", "spec t/s", "speedup",
               "accept", "acc len", "E tok/ps", "predict", "identical", "llama t/s", "llama spec", "ratio");
   for (int c : ParseInts(args.Get("concurrency"))) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < c; ++i) prompts.push_back(m.tokenizer->Encode(kPrompts[i % std::size(kPrompts)], m.tokenizer->add_bos()));
     EngineOptions plain = base, spec = base;
-    plain.speculative = SpeculativeOptions{};
+    plain.speculative = SpecMethod::kNone;
     for (EngineOptions* o : {&plain, &spec}) {
       o->max_num_seqs = std::max(c, 1);
       o->prefix_caching = false;
@@ -166,7 +166,7 @@ int CmdBenchSpec(int argc, char** argv) {
     // node-llama-cpp's DraftSequenceTokenPredictor and a plain draft-verify loop, since the predictor accepts at
     // most one draft per verify batch in node-llama-cpp 3.21.1: see tools/ref/llama_spec.mjs). The best counts.
     std::string peer_plain = "-", peer_spec = "-", ratio = "-";
-    if (args.Has("peer") && m.format == "gguf" && base.speculative.method != SpecMethod::kMtp && args.GetFloat("temp") == 0) {
+    if (args.Has("peer") && m.format == "gguf" && base.speculative != SpecMethod::kMtp && args.GetFloat("temp") == 0) {
       const std::string pf = "/tmp/deepinfer_bench_spec_prompts.json";
       std::ofstream(pf) << nlohmann::json(prompts).dump() << "\n";
       auto call = [&](const std::string& how) {
@@ -179,7 +179,7 @@ int CmdBenchSpec(int argc, char** argv) {
       };
       const nlohmann::json pp = call("plain");
       std::vector<std::string> methods = {"lookup"};
-      if (base.speculative.method == SpecMethod::kDraft) methods = {"draft", "draft-loop"};
+      if (base.speculative == SpecMethod::kDraft) methods = {"draft", "draft-loop"};
       double best = 0;
       for (const std::string& how : methods) {
         const nlohmann::json ps = call(how);
@@ -210,7 +210,7 @@ int CmdBenchSpec(int argc, char** argv) {
   }
   if (args.Has("out"))
     std::ofstream(args.Get("out")) << nlohmann::json({{"benchmark", "spec"}, {"method", method}, {"k", k},
-                                                      {"verify", SpecVerifyName(base.speculative.verify)},
+                                                      {"verify", SpecVerifyName(base.spec_verify)},
                                                       {"threads", threads}, {"n_gen", n_gen}, {"model", m.source},
                                                       {"runs", runs}}).dump(2)
                                    << "\n";

@@ -12,14 +12,14 @@ namespace deepinfer::cli {
 Status EngineOptionsFromArgs(const Args& args, EngineOptions* opt) {
   api::EngineOptions parsed;
   DI_RETURN_IF_ERROR(EngineOptionsFromArgs(args, &parsed));
-  EngineOptions converted = api::ToInternal(parsed);
-  converted.num_kv_blocks = opt->num_kv_blocks;
-  converted.host_overhead_us = opt->host_overhead_us;
-  *opt = converted;
+  EngineOptions resolved = api::ResolveOptions(parsed);
+  resolved.num_kv_blocks = opt->num_kv_blocks;
+  resolved.host_overhead_us = opt->host_overhead_us;
+  *opt = resolved;
   return Status::Ok();
 }
 
-LoadOptions LoadOptionsFromArgs(const Args& args) { return api::ToInternal(ModelOptionsFromArgs(args)); }
+LoadOptions LoadOptionsFromArgs(const Args& args) { return api::ResolveOptions(ModelOptionsFromArgs(args)); }
 
 std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg, const LoadOptions& opts) {
   ExitIfNoModel(model_arg);

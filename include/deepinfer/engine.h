@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "deepinfer/model.h"
+#include "deepinfer/sampling_params.h"
 #include "deepinfer/status.h"
 
 namespace deepinfer::api {
@@ -53,10 +54,22 @@ struct EngineOptions {
   double kv_cache_fraction = 0.25;
   KvCacheDtype kv_cache_dtype = KvCacheDtype::kF32;
   bool prefix_caching = true;       // reuse the K/V of earlier prompts that share a prefix
-  bool swa_full = false;            // keep sliding-window layers' K/V for every position (no hybrid KV cache)
-  int swa_replay_max = -1;          // bounded replay: prompt tokens a prefix hit may recompute (-1: 4 x window)
-  int swa_checkpoint_every = 0;     // cache a sliding window only every N tokens (0: every window block stays cached)
-  bool swa_replay_approx = false;   // DeepSeek-V4: --swa-replay approx (V4.1's encoder-side replay; not exact)
+  // Keep every layer's K/V for every position even where a layer attends only to a sliding window (llama.cpp's
+  // --swa-full): one KV group, nothing released early. Off: a hybrid cache whose windowed layers keep their window.
+  bool swa_full = false;
+  // Bounded replay: a prefix hit whose sliding windows are no longer cached recomputes at most this many prompt
+  // tokens for the windowed layers to rebuild them, reusing the full-attention layers' K/V. -1: four times the
+  // largest window; 0: never (the hit stops where a window is).
+  int swa_replay_max = -1;
+  // Sparse window checkpoints: a windowed block that slides out of a running sequence's window stays in the prefix
+  // cache only if the window ending at a multiple of this many tokens needs it. Windows then cost ~W / N of the
+  // full-attention bytes in the cache, and a hit replays at most N tokens (N <= swa_replay_max). 0: every
+  // windowed block stays cached.
+  int swa_checkpoint_every = 0;
+  // DeepSeek-V4 only (--swa-replay approx): V4.1's encoder-side scheme. Windowed state is never cached; a prefix hit
+  // at H recomputes [H - W, H) plus the open compressor blocks. Not equal to a cold run (the receptive field of
+  // stacked windows is cut); false: exact replay from cached windows, bitwise a cold run.
+  bool swa_replay_approx = false;
   bool overlap = true;              // schedule step N+1 while step N computes (outputs are identical either way)
   // KV tiers behind the prefix cache: a host-RAM tier of this many bytes (0: none) and a disk tier in
   // kv_store_dir (empty: none) of at most kv_store_bytes, which a restarted engine of the same model reuses.
@@ -75,21 +88,11 @@ struct EngineOptions {
   const Model* draft_model = nullptr;  // kDraft: must share the vocabulary and outlive the engine
 };
 
-// What to generate for one request. The defaults are greedy decoding of up to 16 tokens.
-struct GenerationParams {
+// What to generate for one request: the sampling parameters plus its length, samples, stops and constraints.
+// The defaults are greedy decoding of up to 16 tokens. This is the engine's own request type (no internal copy).
+struct GenerationParams : SamplingParams {
   int max_tokens = 16;       // generated tokens per sample (the context length caps it)
   int n = 1;                 // independent samples of the same prompt
-  float temperature = 0.f;   // <= 0: greedy
-  int top_k = 0;             // keep the k most likely tokens; <= 0: off
-  float top_p = 1.f;         // nucleus: the smallest set with probability mass >= top_p; >= 1: off
-  float min_p = 0.f;         // drop tokens below min_p x the top probability; <= 0: off
-  std::optional<uint64_t> seed;  // unset: the engine draws one (the output is then not repeatable)
-  // OpenAI-style, over generated tokens: logit -= presence * [count > 0] + frequency * count; each in [-2, 2].
-  float presence_penalty = 0.f;
-  float frequency_penalty = 0.f;
-  // CTRL/HF-style over prompt and generated tokens: positive logits divided by it, negative ones multiplied.
-  float repetition_penalty = 1.f;
-  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, bias in [-100, 100]) added to the logits
   std::vector<std::string> stop;          // stop strings: matched across token boundaries, cut from the text
   std::vector<int32_t> stop_token_ids;    // extra ids that end a sample (kept in token_ids, not in the text)
   bool include_stop_str_in_output = false;
@@ -103,10 +106,6 @@ struct GenerationParams {
   // Scheduling priority (vLLM's): lower values are admitted and prefilled first and may preempt running
   // requests of a higher value; equal values run in arrival order. Outputs do not depend on it.
   int priority = 0;
-
-  // The sampling ranges (an error names the parameter); vocab_size > 0 also checks logit_bias ids. Engine::Add
-  // checks this too, with the prompt; calling it first reports bad parameters before any engine exists.
-  Status Validate(int vocab_size = 0) const;
 };
 
 struct TokenLogprob {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
+#include <type_traits>
 
 #include "api/engine_impl.h"
 #include "api/model_impl.h"
@@ -52,35 +53,19 @@ class OutputStreamImpl final : public OutputStream {
 
 }  // namespace
 
-deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
+// The boundary's invariant (LevelDB's rule): the public types are the engine's own, never a mirror copied field by
+// field. Reintroducing one fails here.
+static_assert(std::is_base_of_v<EngineOptions, deepinfer::EngineOptions>, "the engine's options extend the public ones");
+static_assert(std::is_base_of_v<GenerationParams, RequestParams>, "the engine's request extends the public one");
+static_assert(std::is_same_v<deepinfer::SamplingParams, SamplingParams>, "the sampler reads the public type");
+static_assert(std::is_same_v<RequestOutput, Output> && std::is_same_v<deepinfer::TokenLogprob, TokenLogprob>,
+              "the engine's outputs are the public ones");
+static_assert(std::is_base_of_v<ModelOptions, LoadOptions>, "the loader's options extend the public ones");
+
+deepinfer::EngineOptions ResolveOptions(const EngineOptions& o) {
   deepinfer::EngineOptions e;
-  e.max_num_seqs = o.max_num_seqs;
-  e.max_batched_tokens = o.max_batched_tokens;
-  e.max_model_len = o.max_model_len;
-  e.block_size = o.block_size;
-  e.kv_cache_bytes = o.kv_cache_bytes;
-  e.kv_cache_fraction = o.kv_cache_fraction;
-  switch (o.kv_cache_dtype) {
-    case KvCacheDtype::kF32: e.kv_dtype = DType::kF32; break;
-    case KvCacheDtype::kBF16: e.kv_dtype = DType::kBF16; break;
-    case KvCacheDtype::kF16: e.kv_dtype = DType::kF16; break;
-  }
-  e.prefix_caching = o.prefix_caching;
-  e.swa_full = o.swa_full;
-  e.swa_replay_max = o.swa_replay_max;
-  e.swa_checkpoint_every = o.swa_checkpoint_every;
-  e.swa_replay_approx = o.swa_replay_approx;
-  e.overlap = o.overlap;
-  e.kv_offload_ram_bytes = o.kv_offload_ram_bytes;
-  e.kv_store_dir = o.kv_store_dir;
-  e.kv_store_bytes = o.kv_store_bytes;
-  e.target_itl_ms = o.target_itl_ms;
-  e.speculative.method = static_cast<SpecMethod>(o.speculative);  // the enums list the methods in the same order
-  e.speculative.num_tokens = o.num_speculative_tokens;
-  e.speculative.ngram_min = o.ngram_min;
-  e.speculative.ngram_max = o.ngram_max;
-  e.speculative.verify = o.spec_verify == SpeculativeVerify::kExact ? SpecVerify::kExact : SpecVerify::kRejection;
-  if (o.draft_model) e.speculative.draft_model = &InternalModel(*o.draft_model);
+  static_cast<EngineOptions&>(e) = o;  // the public options are the engine's own; add what only this layer resolves
+  if (o.draft_model) e.draft = &InternalModel(*o.draft_model);
   e.dist = dist::Context();  // the top level: the process's communicators under mpirun
   // Test hook (tests/dist/itl_tp.mjs): DEEPINFER_TEST_SKEW_STEP_TIME=RANK:FACTOR multiplies every step time that
   // world rank RANK (0 in one process) measures by FACTOR, so that the ranks of a --tp / --cp group disagree on
@@ -99,63 +84,16 @@ deepinfer::EngineOptions ToInternal(const EngineOptions& o) {
   return e;
 }
 
-RequestParams ToInternal(const GenerationParams& g) {
-  RequestParams p;
-  p.sampling.temperature = g.temperature;
-  p.sampling.top_k = g.top_k;
-  p.sampling.top_p = g.top_p;
-  p.sampling.min_p = g.min_p;
-  p.sampling.presence_penalty = g.presence_penalty;
-  p.sampling.frequency_penalty = g.frequency_penalty;
-  p.sampling.repetition_penalty = g.repetition_penalty;
-  p.sampling.logit_bias = g.logit_bias;
-  p.has_seed = g.seed.has_value();
-  p.sampling.seed = g.seed.value_or(0);
-  p.max_tokens = g.max_tokens;
-  p.n = g.n;
-  p.stop = g.stop;
-  p.stop_token_ids = g.stop_token_ids;
-  p.ignore_eos = g.ignore_eos;
-  p.logprobs = g.logprobs;
-  p.include_stop_str_in_output = g.include_stop_str_in_output;
-  p.speculative.num_tokens = g.num_speculative_tokens;
-  p.priority = g.priority;
-  if (!g.grammar.empty()) {  // an invalid grammar leaves p.grammar unset; Engine::Validate reports why
-    p.grammar_source = g.grammar;
-    if (auto gr = grammar::ParseGbnf(g.grammar); gr.ok()) p.grammar = *gr;
-  }
+RequestParams CompileParams(const GenerationParams& g) {
+  RequestParams p(g);  // the public parameters are the engine's own; it takes the grammar compiled
+  if (!g.grammar.empty())  // an invalid grammar leaves it uncompiled; Engine::Validate reports why
+    if (auto gr = grammar::ParseGbnf(g.grammar); gr.ok()) p.compiled_grammar = *gr;
   return p;
 }
 
-GenerationParams FromInternal(const RequestParams& p) {
-  GenerationParams g;
-  g.temperature = p.sampling.temperature;
-  g.top_k = p.sampling.top_k;
-  g.top_p = p.sampling.top_p;
-  g.min_p = p.sampling.min_p;
-  g.presence_penalty = p.sampling.presence_penalty;
-  g.frequency_penalty = p.sampling.frequency_penalty;
-  g.repetition_penalty = p.sampling.repetition_penalty;
-  g.logit_bias = p.sampling.logit_bias;
-  if (p.has_seed) g.seed = p.sampling.seed;
-  g.max_tokens = p.max_tokens;
-  g.n = p.n;
-  g.stop = p.stop;
-  g.stop_token_ids = p.stop_token_ids;
-  g.ignore_eos = p.ignore_eos;
-  g.logprobs = p.logprobs;
-  g.include_stop_str_in_output = p.include_stop_str_in_output;
-  g.grammar = p.grammar ? p.grammar_source : std::string();
-  g.num_speculative_tokens = p.speculative.num_tokens;
-  g.priority = p.priority;
-  return g;
-}
-
-Status GenerationParams::Validate(int vocab_size) const { return ToInternal(*this).sampling.Validate(vocab_size); }
-
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
   if (options.threads > 0) deepinfer::SetComputeThreads(options.threads);
-  DI_ASSIGN_OR_RETURN(std::unique_ptr<deepinfer::Engine> e, deepinfer::Engine::Create(InternalModel(model), ToInternal(options)));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<deepinfer::Engine> e, deepinfer::Engine::Create(InternalModel(model), ResolveOptions(options)));
   return std::unique_ptr<Engine>(std::make_unique<EngineImpl>(model, std::move(e)));
 }
 
@@ -167,7 +105,7 @@ EngineImpl::~EngineImpl() {
 }
 
 StatusOr<uint64_t> EngineImpl::Add(std::vector<int32_t> prompt, const GenerationParams& params, OutputCallback callback) {
-  return engine_->Add(std::move(prompt), ToInternal(params), std::move(callback));  // the outputs are the public type
+  return engine_->Add(std::move(prompt), CompileParams(params), std::move(callback));  // the outputs are the public type
 }
 
 StatusOr<uint64_t> EngineImpl::AddText(const std::string& prompt, const GenerationParams& params, OutputCallback callback) {
@@ -178,7 +116,7 @@ StatusOr<std::unique_ptr<OutputStream>> EngineImpl::AddStream(std::vector<int32_
   auto q = std::make_shared<StreamQueue>();
   q->unfinished = params.n;
   // Counted before Add: the first event may be pushed on the engine thread before Add returns.
-  auto id = engine_->Add(std::move(prompt), ToInternal(params), [q](const RequestOutput& r) {
+  auto id = engine_->Add(std::move(prompt), CompileParams(params), [q](const RequestOutput& r) {
     {
       std::lock_guard<std::mutex> lock(q->mu);
       q->events.push_back(r);
@@ -191,7 +129,7 @@ StatusOr<std::unique_ptr<OutputStream>> EngineImpl::AddStream(std::vector<int32_
 }
 
 Status EngineImpl::Validate(const std::vector<int32_t>& prompt, const GenerationParams& params) const {
-  return engine_->Validate(prompt, ToInternal(params));
+  return engine_->Validate(prompt, CompileParams(params));
 }
 
 Status EngineImpl::Shutdown() {

@@ -1,5 +1,6 @@
-// The api::Engine implementation over the internal Engine, and the conversions between the public option and
-// output types and the internal ones. Internal header: not installed.
+// The api::Engine implementation over the internal Engine. The public option, request and output types are the
+// engine's own; this layer only resolves handles (models, communicators) and compiles grammars. Internal header:
+// not installed.
 #pragma once
 #include <memory>
 
@@ -8,9 +9,11 @@
 
 namespace deepinfer::api {
 
-deepinfer::EngineOptions ToInternal(const EngineOptions& options);
-RequestParams ToInternal(const GenerationParams& params);
-GenerationParams FromInternal(const RequestParams& params);
+// The engine's options: the public ones (its own type) plus the handles only the top level resolves (the draft
+// model's internals, the process's communicators) and a test hook read from the environment.
+deepinfer::EngineOptions ResolveOptions(const EngineOptions& options);
+// The engine's request: the public parameters (its own type) with the grammar compiled.
+RequestParams CompileParams(const GenerationParams& params);
 
 class EngineImpl final : public Engine {
  public:

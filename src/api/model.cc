@@ -17,14 +17,8 @@ nlohmann::json MessagesJson(const std::vector<ChatMessage>& messages) {
 
 }  // namespace
 
-LoadOptions ToInternal(const ModelOptions& options) {
-  LoadOptions o;
-  switch (options.placement) {
-    case WeightPlacement::kAuto: o.placement = deepinfer::WeightPlacement::kAuto; break;
-    case WeightPlacement::kMmap: o.placement = deepinfer::WeightPlacement::kMmap; break;
-    case WeightPlacement::kCopy: o.placement = deepinfer::WeightPlacement::kCopy; break;
-  }
-  o.progress = options.progress;
+LoadOptions ResolveOptions(const ModelOptions& options) {
+  LoadOptions o(options);  // the public options are the loader's own
   // The top level: under mpirun each rank loads its shard.
   if (const dist::DistContext* d = dist::Context()) o.split = &d->pc;
   return o;
@@ -39,7 +33,7 @@ StatusOr<std::unique_ptr<deepinfer::Model>> LoadInternalModel(const std::string&
 }
 
 StatusOr<std::unique_ptr<Model>> Model::Load(const std::string& model, const ModelOptions& options) {
-  DI_ASSIGN_OR_RETURN(std::unique_ptr<deepinfer::Model> m, LoadInternalModel(model, ToInternal(options)));
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<deepinfer::Model> m, LoadInternalModel(model, ResolveOptions(options)));
   return std::unique_ptr<Model>(std::make_unique<ModelImpl>(std::move(m)));
 }
 

@@ -16,7 +16,8 @@ namespace deepinfer::api {
 
 // Resolves `model` (path or hub reference), loads it and logs what was loaded.
 StatusOr<std::unique_ptr<deepinfer::Model>> LoadInternalModel(const std::string& model, const LoadOptions& options);
-LoadOptions ToInternal(const ModelOptions& options);
+// The loader's options: the public ones plus this process's shard under mpirun (the top level reads the global).
+LoadOptions ResolveOptions(const ModelOptions& options);
 
 class ModelImpl final : public Model {
  public:

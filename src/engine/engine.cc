@@ -86,7 +86,7 @@ Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, const dist
     return InvalidArgument("--kv-offload-ram / --kv-store: every layer of this model has a sliding window (no "
                            "full-attention layer to anchor a stored prefix); add --swa-full (every layer keeps every "
                            "position: one full-attention group) to use the tiers with this model");
-  if (opt.speculative.draft_model || opt.speculative.method == SpecMethod::kMtp)
+  if (opt.draft || opt.speculative == SpecMethod::kMtp)
     return InvalidArgument("--kv-offload-ram / --kv-store do not store the draft model's or MTP module's K/V yet "
                            "(their caches share the target's blocks): use --speculative ngram or none");
   // One rank per attention group (--dp, --ep): each rank's scheduler decides its own hits, as one process does.
@@ -132,7 +132,7 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
     };
   }
   sched_cfg_.prefix_caching = opt.prefix_caching;
-  sched_cfg_.prefix_drop_last_block = opt.speculative.method == SpecMethod::kMtp;
+  sched_cfg_.prefix_drop_last_block = opt.speculative == SpecMethod::kMtp;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
   kv_events_ = std::make_unique<KvEventLog>();
   pool_->set_event_log(kv_events_.get());
@@ -149,9 +149,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   DI_RETURN_IF_ERROR(ValidateOptions(opt));
   const ModelConfig& c = model.config;
   const int max_len = ResolveMaxModelLen(c, opt);
-  const SpeculativeOptions& spec = opt.speculative;
-  const bool speculating = spec.method != SpecMethod::kNone;
-  if (speculating || spec.draft_model) DI_RETURN_IF_ERROR(ValidateSpeculative(spec, model));
+  const bool speculating = opt.speculative != SpecMethod::kNone;
+  if (speculating || opt.draft) DI_RETURN_IF_ERROR(ValidateSpeculative(opt, model));
   dist::DistContext* dctx = opt.dist;
   if (dctx && dctx->pc.single()) dctx = nullptr;
   if (dctx && speculating)
@@ -189,28 +188,28 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                   : !windowed  ? "no layer has a sliding window"
                                : "no full-attention layer anchors a window (prefixes match by chain from the first block)");
   }
-  if (!layout.has_anchor() && (spec.draft_model || spec.method == SpecMethod::kMtp))
+  if (!layout.has_anchor() && (opt.draft || opt.speculative == SpecMethod::kMtp))
     return InvalidArgument("--speculative draft/mtp keeps its K/V in the blocks of the model's full-attention "
                            "layers, and every layer of this model has a sliding window: add --swa-full");
   // The proposers' caches share the target's block tables (group 0's): a block holds its positions in every cache.
   KvLayout mtp_layout;
-  if (spec.method == SpecMethod::kMtp) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
-  size_t bytes_per_token = PagedKvCache::BytesPerToken(layout, opt.kv_dtype);
-  if (spec.draft_model) bytes_per_token += PagedKvCache::BytesPerToken(RankKvLayout(*spec.draft_model), opt.kv_dtype);
-  if (spec.method == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype);
+  if (opt.speculative == SpecMethod::kMtp) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
+  size_t bytes_per_token = PagedKvCache::BytesPerToken(layout, opt.kv_dtype());
+  if (opt.draft) bytes_per_token += PagedKvCache::BytesPerToken(RankKvLayout(*opt.draft), opt.kv_dtype());
+  if (opt.speculative == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype());
   const size_t block_bytes = bytes_per_token * opt.block_size;
   // No point holding more than every slot at full length needs.
   const int64_t seq_blocks =
       MaxSeqBlocks(layout, opt.block_size, max_len,
-                   deepinfer::KvAhead(opt.overlap ? 2 : 1, opt.max_batched_tokens, speculating ? spec.num_tokens + 1 : 0));
+                   deepinfer::KvAhead(opt.overlap ? 2 : 1, opt.max_batched_tokens, speculating ? opt.num_speculative_tokens + 1 : 0));
   const size_t most = layout.num_groups() == 1 && layout.window(0) == 0
                           ? bytes_per_token * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size)
                           : block_bytes * opt.max_num_seqs * static_cast<size_t>(seq_blocks + layout.num_groups());
   DI_ASSIGN_OR_RETURN(const int blocks, KvPoolBlocks(opt, block_bytes, most, dctx ? dctx->control.get() : nullptr));
-  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(layout, blocks, opt.block_size, opt.kv_dtype));
+  DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(layout, blocks, opt.block_size, opt.kv_dtype()));
   DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
               "max_batched_tokens %d, prefix caching %s, overlap %s",
-              blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype),
+              blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype()),
               kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   if (layout.num_groups() > 1 || layout.window(0) > 0) {
@@ -227,27 +226,27 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                   return w;
                 }().c_str(),
                 PaddingPlanes(layout), max_len,
-                seq_blocks * PagedKvCache::BytesPerToken(layout, opt.kv_dtype) * opt.block_size / 1048576.0,
-                full_blocks * PagedKvCache::BytesPerToken(one, opt.kv_dtype) * opt.block_size / 1048576.0);
+                seq_blocks * PagedKvCache::BytesPerToken(layout, opt.kv_dtype()) * opt.block_size / 1048576.0,
+                full_blocks * PagedKvCache::BytesPerToken(one, opt.kv_dtype()) * opt.block_size / 1048576.0);
   }
   std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks, layout));
   // The rank's shard of its attention group's K/V (tp and cp split it; --dp groups of one rank each hold all of
   // it): the ranks of a --dp job, and one process, share stored blocks when their weights are the same (under
   // --ep each rank's expert shard differs, and with it the digest).
   const int kv_shard = dctx ? dctx->pc.rank % (dctx->pc.tp * dctx->pc.cp) : 0;
-  e->model_digest_ = ModelKvDigest(model, layout, opt.kv_dtype, opt.block_size, kv_shard);
+  e->model_digest_ = ModelKvDigest(model, layout, opt.kv_dtype(), opt.block_size, kv_shard);
   std::unique_ptr<PagedKvCache> draft_kv, mtp_kv;
-  if (spec.draft_model) {
-    DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*spec.draft_model), blocks, opt.block_size, opt.kv_dtype));
+  if (opt.draft) {
+    DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*opt.draft), blocks, opt.block_size, opt.kv_dtype()));
   }
-  if (spec.method == SpecMethod::kMtp) {
-    DI_ASSIGN_OR_RETURN(mtp_kv, PagedKvCache::Create(mtp_layout, blocks, opt.block_size, opt.kv_dtype));
+  if (opt.speculative == SpecMethod::kMtp) {
+    DI_ASSIGN_OR_RETURN(mtp_kv, PagedKvCache::Create(mtp_layout, blocks, opt.block_size, opt.kv_dtype()));
   }
   if (speculating)
-    DI_LOG_INFO("speculative decoding: %s, %d tokens per step, %s verification%s", SpecMethodName(spec.method),
-                spec.num_tokens, SpecVerifyName(spec.verify),
-                spec.method == SpecMethod::kNgram
-                    ? (", n-gram " + std::to_string(spec.ngram_min) + ".." + std::to_string(spec.ngram_max)).c_str()
+    DI_LOG_INFO("speculative decoding: %s, %d tokens per step, %s verification%s", SpecMethodName(opt.speculative),
+                opt.num_speculative_tokens, SpecVerifyName(opt.spec_verify),
+                opt.speculative == SpecMethod::kNgram
+                    ? (", n-gram " + std::to_string(opt.ngram_min) + ".." + std::to_string(opt.ngram_max)).c_str()
                     : "");
   if (opt.kv_offload_ram_bytes > 0 || !opt.kv_store_dir.empty()) {
     DI_RETURN_IF_ERROR(CheckKvTiers(opt, layout, dctx ? &dctx->pc : nullptr));
@@ -267,7 +266,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     DI_ASSIGN_OR_RETURN(e->tiers_, KvTiers::Create(to, kv.get()));
     e->sched_->SetTiers(e->tiers_.get());
   }
-  e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, spec,
+  e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, opt,
                                                  std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs, dctx);
   if (dctx) {
     e->dist_host_ = std::make_unique<DistHost>(*e);
@@ -309,19 +308,19 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   if (p.logprobs > 20) return InvalidArgument("logprobs must be <= 20");
   for (int32_t t : p.stop_token_ids)
     if (t < 0 || t >= config_.vocab_size) return InvalidArgument("stop_token_ids: " + std::to_string(t) + " is outside the vocabulary");
-  DI_RETURN_IF_ERROR(p.sampling.Validate(config_.vocab_size));
+  DI_RETURN_IF_ERROR(p.SamplingParams::Validate(config_.vocab_size));
   SpecMethod method;
   int k;
-  DI_RETURN_IF_ERROR(ResolveSpeculation(p.speculative, opt_.speculative, opt_.speculative.draft_model != nullptr,
-                                        opt_.speculative.method == SpecMethod::kMtp, &method, &k));
+  DI_RETURN_IF_ERROR(ResolveSpeculation(p, opt_, opt_.draft != nullptr, opt_.speculative == SpecMethod::kMtp,
+                                        &method, &k));
   if (method != SpecMethod::kNone && dist_)
     return InvalidArgument("speculative decoding is not supported in multi-process runs yet");
-  if (!p.grammar && !p.grammar_source.empty()) {
-    auto g = grammar::ParseGbnf(p.grammar_source);
+  if (!p.compiled_grammar && !p.grammar.empty()) {
+    auto g = grammar::ParseGbnf(p.grammar);
     return g.ok() ? InvalidArgument("grammar: given as source but not compiled") : g.status();
   }
-  if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
-  if (p.gate.enabled() && !p.grammar) return InvalidArgument("a grammar gate needs a grammar");
+  if (p.compiled_grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
+  if (p.gate.enabled() && !p.compiled_grammar) return InvalidArgument("a grammar gate needs a grammar");
   if (!p.gate.open_after.empty() && !p.gate.open_headers.empty())
     return InvalidArgument("a grammar gate opens on headers or on a trigger, not both");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
@@ -336,7 +335,7 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
 StatusOr<ValidatedRequest> Engine::Check(std::vector<int32_t> prompt, RequestParams params) const {
   DI_RETURN_IF_ERROR(Validate(prompt, params));
   ValidatedRequest v(this, std::move(prompt), std::move(params));
-  if (v.params_.grammar) v.token_sets_ = grammars_.Sets(v.params_);
+  if (v.params_.compiled_grammar) v.token_sets_ = grammars_.Sets(v.params_);
   return v;
 }
 
@@ -348,18 +347,18 @@ StatusOr<uint64_t> Engine::Add(std::vector<int32_t> prompt, RequestParams p, Out
 StatusOr<uint64_t> Engine::Add(ValidatedRequest v, OutputCallback cb) {
   if (v.engine_ != this) return InvalidArgument("the request was validated by another engine");
   RequestParams& p = v.params_;
-  if (!p.has_seed) p.sampling.seed = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
+  if (!p.seed) p.seed = std::random_device{}() | (static_cast<uint64_t>(std::random_device{}()) << 32);
   auto req = std::make_unique<Request>();
   req->id = inbox_.NextId();
   req->params = std::move(p);
   req->prompt = std::move(v.prompt_);
   req->callback = std::move(cb);
-  if (req->params.grammar && (!v.token_sets_ || v.token_sets_->trie() != grammars_.Trie().get()))
+  if (req->params.compiled_grammar && (!v.token_sets_ || v.token_sets_->trie() != grammars_.Trie().get()))
     v.token_sets_ = grammars_.Sets(req->params);
-  if (req->params.grammar)
+  if (req->params.compiled_grammar)
     for (int i = 0; i < req->params.n; ++i)
       req->matchers.push_back(std::make_unique<grammar::GrammarMatcher>(v.token_sets_));
-  if (req->params.grammar && req->params.gate.enabled())
+  if (req->params.compiled_grammar && req->params.gate.enabled())
     for (int i = 0; i < req->params.n; ++i)
       req->gates.push_back(std::make_unique<GrammarGateState>(req->params.gate, v.token_sets_->trie(), req->prompt));
   const uint64_t id = req->id;
@@ -392,8 +391,8 @@ void Engine::IngestRequests(std::vector<std::unique_ptr<Request>> inbox, const s
     Request* req = r.get();
     req->unfinished = req->params.n;
     // Validated at Add: resolving again cannot fail.
-    (void)ResolveSpeculation(req->params.speculative, opt_.speculative, opt_.speculative.draft_model != nullptr,
-                             opt_.speculative.method == SpecMethod::kMtp, &req->spec_method, &req->spec_k);
+    (void)ResolveSpeculation(req->params, opt_, opt_.draft != nullptr, opt_.speculative == SpecMethod::kMtp,
+                             &req->spec_method, &req->spec_k);
     auto& list = seqs_of_[req->id];
     for (int i = 0; i < req->params.n; ++i) {
       std::unique_ptr<OutputText> text;
@@ -516,7 +515,7 @@ void Engine::StepOnce() {
 }
 
 int64_t Engine::KvAhead() const {
-  const int64_t spec = opt_.speculative.method != SpecMethod::kNone ? opt_.speculative.num_tokens + 1 : 0;
+  const int64_t spec = opt_.speculative != SpecMethod::kNone ? opt_.num_speculative_tokens + 1 : 0;
   return deepinfer::KvAhead(opt_.overlap ? 2 : 1, opt_.max_batched_tokens, spec);
 }
 

@@ -9,7 +9,7 @@ std::shared_ptr<const grammar::TokenTrie> GrammarCache::Trie() const {
 }
 
 std::shared_ptr<const grammar::TokenSets> GrammarCache::Sets(const RequestParams& p) const {
-  const std::string& key = p.grammar_source;
+  const std::string& key = p.grammar;
   if (!key.empty()) {
     std::lock_guard<std::mutex> lock(sets_mu_);
     for (auto it = sets_lru_.begin(); it != sets_lru_.end(); ++it)
@@ -18,7 +18,7 @@ std::shared_ptr<const grammar::TokenSets> GrammarCache::Sets(const RequestParams
         return it->second;
       }
   }
-  auto sets = grammar::TokenSets::Build(p.grammar, Trie());
+  auto sets = grammar::TokenSets::Build(p.compiled_grammar, Trie());
   if (!key.empty()) {
     std::lock_guard<std::mutex> lock(sets_mu_);
     sets_lru_.emplace_front(key, sets);

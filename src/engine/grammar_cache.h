@@ -19,7 +19,7 @@ class GrammarCache {
  public:
   explicit GrammarCache(const Tokenizer* tok) : tok_(tok) {}
   std::shared_ptr<const grammar::TokenTrie> Trie() const;
-  // The token sets of p.grammar (cached by p.grammar_source when it has one).
+  // The token sets of p.compiled_grammar (cached by its source, p.grammar, when it has one).
   std::shared_ptr<const grammar::TokenSets> Sets(const RequestParams& p) const;
 
  private:

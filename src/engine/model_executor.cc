@@ -13,14 +13,14 @@
 namespace deepinfer {
 
 ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
-                             int max_batch_tokens, const SpeculativeOptions& spec,
+                             int max_batch_tokens, const EngineOptions& opt,
                              std::unique_ptr<PagedKvCache> draft_kv, std::unique_ptr<PagedKvCache> mtp_kv, int max_rows,
                              const dist::DistContext* dist)
-    : dist_(dist), tf_(model, max_batch_tokens, dist), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), spec_(spec),
+    : dist_(dist), tf_(model, max_batch_tokens, dist), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), opt_(opt),
       slots_(table->num_slots()), draft_kv_(std::move(draft_kv)), mtp_kv_(std::move(mtp_kv)) {
   // The draft also catches up, per decoding row, the committed tokens it has not seen (up to 1 + k).
-  if (spec_.draft_model)
-    draft_tf_ = std::make_unique<Transformer>(*spec_.draft_model, max_batch_tokens + max_rows * (1 + kMaxSpecTokens), nullptr);
+  if (opt_.draft)
+    draft_tf_ = std::make_unique<Transformer>(*opt_.draft, max_batch_tokens + max_rows * (1 + kMaxSpecTokens), nullptr);
 }
 
 void ModelExecutor::MaybeRebalance(uint64_t step) {

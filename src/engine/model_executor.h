@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/grammar_mask.h"
+#include "engine/engine_options.h"
 #include "engine/speculative.h"
 #include "engine/step.h"
 #include "sample/sampler.h"
@@ -40,10 +41,10 @@ struct RowPlan {
 
 class ModelExecutor : public Executor {
  public:
-  // spec / draft_kv / mtp_kv: speculative decoding (draft_kv with the target's block count when
-  // spec.draft_model is set; mtp_kv from MtpKvLayout() for kMtp).
+  // opt: the engine's options (the speculative ones are read here); draft_kv / mtp_kv: speculative decoding
+  // (draft_kv with the target's block count when opt.draft is set; mtp_kv from MtpKvLayout() for kMtp).
   ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table, int max_batch_tokens,
-                const SpeculativeOptions& spec = {}, std::unique_ptr<PagedKvCache> draft_kv = nullptr,
+                const EngineOptions& opt, std::unique_ptr<PagedKvCache> draft_kv = nullptr,
                 std::unique_ptr<PagedKvCache> mtp_kv = nullptr, int max_rows = 0,
                 const dist::DistContext* dist = nullptr);
   void Execute(WorkerStepState& st) override;
@@ -96,7 +97,7 @@ class ModelExecutor : public Executor {
   int rebalances_ = 0;
   int64_t moved_slots_ = 0, moved_bytes_ = 0;
 
-  SpeculativeOptions spec_;
+  EngineOptions opt_;  // the engine's; the speculative fields (proposer, k, n-gram lengths, verification, draft) are read here
   std::vector<SlotState> slots_;
   std::vector<RowPlan> plans_;
   std::unique_ptr<Transformer> draft_tf_;

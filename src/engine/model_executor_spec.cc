@@ -52,11 +52,11 @@ Status ModelExecutor::PlanRows(const SchedulerOutputs& so) {
     int32_t* hist = table_->row(r.slot);
     const SpecMethod method = static_cast<SpecMethod>(r.spec_method);
     if (plan.kmax > 0 && method == SpecMethod::kNgram) {
-      plan.k = ProposeNgram(hist, len, spec_.ngram_min, spec_.ngram_max, plan.kmax, hist + len);
+      plan.k = ProposeNgram(hist, len, opt_.ngram_min, opt_.ngram_max, plan.kmax, hist + len);
     } else if (plan.kmax > 0 && method == SpecMethod::kMtp && ss.mtp_for == len && !ss.mtp_drafts.empty()) {
       hist[len] = ss.mtp_drafts[0];
       plan.k = 1;
-      if (spec_.verify == SpecVerify::kRejection) plan.q.push_back(ss.mtp_q[0]);
+      if (opt_.spec_verify == SpecVerify::kRejection) plan.q.push_back(ss.mtp_q[0]);
     }
     plan.n = 1 + plan.k;
   }
@@ -68,9 +68,9 @@ int32_t ModelExecutor::DraftSample(const SequenceMetadata& r, float* logits, int
   const SamplingParams& sp = *r.sampling;
   ApplyPenalties(logits, vocab_, sp, hist, pos, r.prompt_len, &counts_);
   if (sp.greedy()) return ArgMax(logits, vocab_);
-  if (spec_.verify == SpecVerify::kRejection) {
+  if (opt_.spec_verify == SpecVerify::kRejection) {
     *q = Filter(logits, vocab_, sp);
-    return DrawFrom(*q, UniformAt(sp.seed, static_cast<uint64_t>(pos), r.sample_index | kDraftSubstream));
+    return DrawFrom(*q, UniformAt(sp.seed.value_or(0), static_cast<uint64_t>(pos), r.sample_index | kDraftSubstream));
   }
   // Exact verification: the draft draws with the target's own random number at this position, so a draft whose
   // distribution is close to the target's proposes the token the target will choose (a coupling).
@@ -81,7 +81,7 @@ bool ModelExecutor::AppendDraft(const SequenceMetadata& r, float* logits, RowPla
   const int pos = plan->begin + 1 + plan->k;
   FilteredDistribution q;
   table_->row(r.slot)[pos] = DraftSample(r, logits, pos, &q);
-  if (spec_.verify == SpecVerify::kRejection) plan->q.push_back(std::move(q));
+  if (opt_.spec_verify == SpecVerify::kRejection) plan->q.push_back(std::move(q));
   ++plan->k;
   plan->n = 1 + plan->k;
   return plan->k < plan->kmax;
@@ -173,7 +173,7 @@ int32_t ModelExecutor::DrawResidual(const FilteredDistribution& p, const Filtere
 void ModelExecutor::VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits_in, VerifiedRun* run) {
   int32_t* hist = table_->row(r.slot);
   const SamplingParams& sp = *r.sampling;
-  const bool rejection = spec_.verify == SpecVerify::kRejection && !sp.greedy();
+  const bool rejection = opt_.spec_verify == SpecVerify::kRejection && !sp.greedy();
   run->begin = plan.begin;
   run->proposed = plan.k;
   float* logits = const_cast<float*>(logits_in);
@@ -194,12 +194,12 @@ void ModelExecutor::VerifyRow(const SequenceMetadata& r, RowPlan& plan, const fl
       const FilteredDistribution P = Filter(lg, vocab_, sp);
       const FilteredDistribution* q = static_cast<int>(plan.q.size()) > j ? &plan.q[j] : nullptr;
       const double p_d = P.Prob(d), q_d = q ? q->Prob(d) : 1.0;
-      const float u = UniformAt(sp.seed, static_cast<uint64_t>(pos), r.sample_index | kAcceptSubstream);
+      const float u = UniformAt(sp.seed.value_or(0), static_cast<uint64_t>(pos), r.sample_index | kAcceptSubstream);
       if (q_d > 0 && static_cast<double>(u) * q_d < p_d) {
         out.token = d;
         accept = true;
       } else {
-        out.token = DrawResidual(P, q, d, UniformAt(sp.seed, static_cast<uint64_t>(pos), r.sample_index));
+        out.token = DrawResidual(P, q, d, UniformAt(sp.seed.value_or(0), static_cast<uint64_t>(pos), r.sample_index));
       }
     } else {
       out.token = SampleToken(lg, vocab_, sp, static_cast<uint64_t>(pos), r.sample_index);
@@ -264,7 +264,7 @@ Status ModelExecutor::RunMtp(const SchedulerOutputs& so) {
     const int32_t d = DraftSample(r, mtp_logits_.data() + li++ * static_cast<size_t>(vocab_), ss.len, &q);
     ss.mtp_drafts.assign(1, d);
     ss.mtp_q.clear();
-    if (spec_.verify == SpecVerify::kRejection) ss.mtp_q.push_back(std::move(q));
+    if (opt_.spec_verify == SpecVerify::kRejection) ss.mtp_q.push_back(std::move(q));
     const float* last = mtp_hidden_.data() + static_cast<size_t>(hrow - 1) * H;
     ss.mtp_hidden.assign(last, last + H);
     ss.mtp_for = ss.len;

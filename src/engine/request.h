@@ -2,6 +2,8 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,16 +16,9 @@
 namespace deepinfer {
 
 // Speculative decoding (engine/speculative.h): a proposer guesses tokens, the target verifies them in one pass.
-enum class SpecMethod : uint8_t { kNone = 0, kNgram = 1, kDraft = 2, kMtp = 3 };
+// The public enum is the engine's own (kNone, kNgram, kDraft, kMtp).
+using SpecMethod = api::SpeculativeMethod;
 const char* SpecMethodName(SpecMethod m);
-
-// Per request: which proposer and how many drafts per step. Unset fields take the engine's configuration
-// (--speculative, --num-speculative-tokens); num_tokens = 0 turns speculation off for this request.
-struct SpecParams {
-  int num_tokens = -1;
-  bool has_method = false;
-  SpecMethod method = SpecMethod::kNone;
-};
 
 // A gated grammar, for chat formats whose answer is a run of headed messages (Harmony, gpt-oss: analysis, then
 // final or a tool call). A header starts at a `header_begin` token (or where the output starts when the prompt
@@ -47,28 +42,21 @@ struct GrammarGate {
   bool enabled() const { return !open_headers.empty() || !open_after.empty(); }
 };
 
-struct RequestParams {
-  SamplingParams sampling;       // sampling.seed is used only when has_seed
-  bool has_seed = false;         // otherwise the engine draws a seed for the request
-  int max_tokens = 16;           // generated tokens per sample (capped by the context length)
-  int n = 1;                     // independent samples sharing the prompt
-  std::vector<std::string> stop;          // stop strings: matched across token boundaries, cut from the text
-  std::vector<int32_t> stop_token_ids;    // extra ids that end a sample (kept in token_ids, not in the text)
-  bool ignore_eos = false;
-  int logprobs = -1;             // < 0: none; k >= 0: the chosen token's log-prob plus the k most likely
-  bool include_stop_str_in_output = false;
-  // Structured output: every sample's text is a sentence of this grammar (compiled by the caller, off the
-  // engine thread). grammar_source is its GBNF text, which multi-process runs send to the other ranks.
-  std::shared_ptr<const grammar::Grammar> grammar;
-  std::string grammar_source;
+// A request as the engine takes it: the public GenerationParams (include/deepinfer/engine.h; every field read in
+// place, no internal copy) plus what the caller derives from them off the engine thread and what only the server
+// and tests set.
+struct RequestParams : api::GenerationParams {
+  // `grammar` (the GBNF text, which multi-process runs send to the other ranks) compiled by the caller, off the
+  // engine thread; null with a grammar set means it did not parse (Engine::Validate reports why).
+  std::shared_ptr<const grammar::Grammar> compiled_grammar;
   // Gated structured output (engine/grammar_gate.h): when set, the grammar constrains only the body of a message
   // whose header is one of gate.open_headers, so a reasoning channel before it runs free.
   GrammarGate gate;
-  SpecParams speculative;
-  // Scheduling priority, vLLM's semantics: lower values are admitted and prefilled first, and a waiting request
-  // may preempt a running one of a strictly higher value; equal values keep arrival order. Outputs never depend
-  // on it (scheduling does not change a bit).
-  int priority = 0;
+  // The proposer for this request; unset: the engine's (--speculative). num_speculative_tokens picks k.
+  std::optional<SpecMethod> spec_method;
+
+  RequestParams() = default;
+  explicit RequestParams(const api::GenerationParams& g) : api::GenerationParams(g) {}
 };
 
 // One streamed event for one sample of a request: what is new since the previous event. The last event of a

@@ -152,7 +152,7 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
     out->block_tables.insert(out->block_tables.end(), first, -1);  // released: never read
     out->block_tables.insert(out->block_tables.end(), t.begin() + first, t.begin() + r.num_blocks);
   }
-  r.sampling = &s->req()->params.sampling;
+  r.sampling = &s->req()->params;  // its sampling part
   r.sample_index = static_cast<uint32_t>(s->index());
   r.logprobs = s->req()->params.logprobs;
   if (!s->req()->matchers.empty()) r.matcher = s->req()->matchers[s->index()].get();

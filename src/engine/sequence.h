@@ -40,7 +40,7 @@ struct Request {
   std::vector<int32_t> prompt;
   OutputCallback callback;
   int unfinished = 0;  // samples not yet finished
-  // One grammar matcher per sample when params.grammar is set. Only the executor (stream thread) touches them.
+  // One grammar matcher per sample when params.compiled_grammar is set. Only the executor (stream thread) touches them.
   std::vector<std::unique_ptr<grammar::GrammarMatcher>> matchers;
   std::vector<std::unique_ptr<GrammarGateState>> gates;  // one per sample when params.gate is enabled
   // Speculative decoding, resolved from params.speculative and the engine's options at ingestion.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/engine_options.h"
 #include "model/model.h"
 
 namespace deepinfer {
@@ -32,20 +33,20 @@ StatusOr<SpecVerify> ParseSpecVerify(const std::string& name) {
   return InvalidArgument("--spec-verify '" + name + "': expected exact or rejection");
 }
 
-Status ValidateSpeculative(const SpeculativeOptions& o, const Model& target) {
-  if (o.num_tokens < 1 || o.num_tokens > kMaxSpecTokens)
+Status ValidateSpeculative(const EngineOptions& o, const Model& target) {
+  if (o.num_speculative_tokens < 1 || o.num_speculative_tokens > kMaxSpecTokens)
     return InvalidArgument("--num-speculative-tokens must be in [1, " + std::to_string(kMaxSpecTokens) + "], got " +
-                           std::to_string(o.num_tokens));
+                           std::to_string(o.num_speculative_tokens));
   if (o.ngram_min < 1 || o.ngram_max < o.ngram_min || o.ngram_max > 64)
     return InvalidArgument("--ngram-min / --ngram-max: need 1 <= min <= max <= 64, got " + std::to_string(o.ngram_min) +
                            " and " + std::to_string(o.ngram_max));
-  if (o.method == SpecMethod::kDraft && !o.draft_model)
+  if (o.speculative == SpecMethod::kDraft && !o.draft)
     return InvalidArgument("--speculative draft needs --draft-model");
-  if (o.method != SpecMethod::kDraft && o.draft_model)
+  if (o.speculative != SpecMethod::kDraft && o.draft)
     return InvalidArgument("--draft-model is only used with --speculative draft");
-  if (o.method == SpecMethod::kMtp && target.mtp.empty())
+  if (o.speculative == SpecMethod::kMtp && target.mtp.empty())
     return InvalidArgument("--speculative mtp: the model has no MTP (next-n) module");
-  if (const Model* d = o.draft_model) {
+  if (const Model* d = o.draft) {
     if (d->config.vocab_size != target.config.vocab_size)
       return InvalidArgument("--draft-model has a vocabulary of " + std::to_string(d->config.vocab_size) +
                              " tokens, the target " + std::to_string(target.config.vocab_size) +
@@ -62,12 +63,12 @@ Status ValidateSpeculative(const SpeculativeOptions& o, const Model& target) {
   return Status::Ok();
 }
 
-Status ResolveSpeculation(const SpecParams& p, const SpeculativeOptions& opt, bool has_draft, bool has_mtp,
+Status ResolveSpeculation(const RequestParams& p, const EngineOptions& opt, bool has_draft, bool has_mtp,
                           SpecMethod* method, int* k) {
-  *method = p.has_method ? p.method : opt.method;
-  if (p.num_tokens < -1 || p.num_tokens > kMaxSpecTokens)
+  *method = p.spec_method.value_or(opt.speculative);
+  if (p.num_speculative_tokens < -1 || p.num_speculative_tokens > kMaxSpecTokens)
     return InvalidArgument("num_speculative_tokens must be in [0, " + std::to_string(kMaxSpecTokens) + "]");
-  *k = p.num_tokens >= 0 ? p.num_tokens : opt.num_tokens;
+  *k = p.num_speculative_tokens >= 0 ? p.num_speculative_tokens : opt.num_speculative_tokens;
   if (*method == SpecMethod::kDraft && !has_draft)
     return InvalidArgument("speculative method 'draft': the server has no draft model (--draft-model)");
   if (*method == SpecMethod::kMtp && !has_mtp)

@@ -23,27 +23,22 @@ struct Model;
 
 constexpr int kMaxSpecTokens = 16;  // drafts per verify row
 
-enum class SpecVerify : uint8_t { kExact, kRejection };
+using SpecVerify = api::SpeculativeVerify;  // kExact, kRejection (the public enum is the engine's own)
 
-struct SpeculativeOptions {
-  SpecMethod method = SpecMethod::kNone;  // the default proposer of requests that do not choose one
-  int num_tokens = 3;                     // k: drafts per step (1..kMaxSpecTokens)
-  int ngram_min = 2, ngram_max = 4;       // n-gram proposer: match lengths tried, longest first
-  SpecVerify verify = SpecVerify::kExact;
-  const Model* draft_model = nullptr;     // kDraft: same vocabulary as the target; must outlive the engine
-};
+struct EngineOptions;
 
 const char* SpecVerifyName(SpecVerify v);
 StatusOr<SpecMethod> ParseSpecMethod(const std::string& name);
 StatusOr<SpecVerify> ParseSpecVerify(const std::string& name);
 
-// Start-up checks (clear errors before any request): ranges, the draft's vocabulary against the target's, an
-// MTP module present for kMtp.
-Status ValidateSpeculative(const SpeculativeOptions& opt, const Model& target);
+// Start-up checks of the engine's speculative options (speculative, num_speculative_tokens, ngram_min/max,
+// draft): clear errors before any request: ranges, the draft's vocabulary against the target's, an MTP module
+// present for kMtp.
+Status ValidateSpeculative(const EngineOptions& opt, const Model& target);
 
-// Resolves a request's speculation (its SpecParams over the engine's options): method kNone or k = 0 turn it
-// off. Errors name the field (per-request 400s).
-Status ResolveSpeculation(const SpecParams& p, const SpeculativeOptions& opt, bool has_draft, bool has_mtp,
+// Resolves a request's speculation (its spec_method and num_speculative_tokens over the engine's options):
+// method kNone or k = 0 turn it off. Errors name the field (per-request 400s).
+Status ResolveSpeculation(const RequestParams& p, const EngineOptions& opt, bool has_draft, bool has_mtp,
                           SpecMethod* method, int* k);
 
 // Prompt lookup: the most recent earlier occurrence of the history's last n tokens (n from n_max down to

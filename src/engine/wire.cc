@@ -3,17 +3,17 @@
 namespace deepinfer::wire {
 
 void PutParams(Writer& w, const RequestParams& p) {
-  const SamplingParams& s = p.sampling;
-  w.Put(s.temperature), w.Put(s.top_k), w.Put(s.top_p), w.Put(s.min_p), w.Put(s.seed);
-  w.Put(s.presence_penalty), w.Put(s.frequency_penalty), w.Put(s.repetition_penalty);
-  w.PutVector(s.logit_bias);
-  w.Put(p.has_seed), w.Put(p.max_tokens), w.Put(p.n);
+  w.Put(p.temperature), w.Put(p.top_k), w.Put(p.top_p), w.Put(p.min_p);
+  w.Put(p.seed.has_value()), w.Put(p.seed.value_or(0));
+  w.Put(p.presence_penalty), w.Put(p.frequency_penalty), w.Put(p.repetition_penalty);
+  w.PutVector(p.logit_bias);
+  w.Put(p.max_tokens), w.Put(p.n);
   w.Put<uint64_t>(p.stop.size());
   for (const std::string& x : p.stop) w.PutString(x);
   w.PutVector(p.stop_token_ids);
   w.Put(p.ignore_eos), w.Put(p.logprobs), w.Put(p.include_stop_str_in_output);
   w.Put(p.priority);  // every rank's scheduler must order the same way
-  w.PutString(p.grammar ? p.grammar_source : std::string());
+  w.PutString(p.compiled_grammar ? p.grammar : std::string());
   // The grammar's gate (gpt-oss's Harmony headers): without it another rank would constrain from the first token.
   const GrammarGate& g = p.gate;
   w.PutVector(g.header_begin);
@@ -30,22 +30,23 @@ void PutParams(Writer& w, const RequestParams& p) {
 
 RequestParams GetParams(Reader& r) {
   RequestParams p;
-  SamplingParams& s = p.sampling;
-  s.temperature = r.Get<float>(), s.top_k = r.Get<int>(), s.top_p = r.Get<float>(), s.min_p = r.Get<float>();
-  s.seed = r.Get<uint64_t>();
-  s.presence_penalty = r.Get<float>(), s.frequency_penalty = r.Get<float>(), s.repetition_penalty = r.Get<float>();
-  s.logit_bias = r.GetVector<std::pair<int32_t, float>>();
-  p.has_seed = r.Get<bool>(), p.max_tokens = r.Get<int>(), p.n = r.Get<int>();
+  p.temperature = r.Get<float>(), p.top_k = r.Get<int>(), p.top_p = r.Get<float>(), p.min_p = r.Get<float>();
+  const bool has_seed = r.Get<bool>();
+  const uint64_t seed = r.Get<uint64_t>();
+  if (has_seed) p.seed = seed;
+  p.presence_penalty = r.Get<float>(), p.frequency_penalty = r.Get<float>(), p.repetition_penalty = r.Get<float>();
+  p.logit_bias = r.GetVector<std::pair<int32_t, float>>();
+  p.max_tokens = r.Get<int>(), p.n = r.Get<int>();
   const uint64_t stops = r.Get<uint64_t>();
   for (uint64_t i = 0; i < stops && r.ok(); ++i) p.stop.push_back(r.GetString());
   p.stop_token_ids = r.GetVector<int32_t>();
   p.ignore_eos = r.Get<bool>(), p.logprobs = r.Get<int>(), p.include_stop_str_in_output = r.Get<bool>();
   p.priority = r.Get<int>();
   // The grammar travels as its GBNF source; it compiled on rank 0, so it compiles here too.
-  p.grammar_source = r.GetString();
-  if (r.ok() && !p.grammar_source.empty()) {
-    auto g = grammar::ParseGbnf(p.grammar_source);
-    if (g.ok()) p.grammar = *g;
+  p.grammar = r.GetString();
+  if (r.ok() && !p.grammar.empty()) {
+    auto g = grammar::ParseGbnf(p.grammar);
+    if (g.ok()) p.compiled_grammar = *g;
   }
   GrammarGate& g = p.gate;
   g.header_begin = r.GetVector<int32_t>();

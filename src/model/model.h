@@ -7,6 +7,7 @@
 
 #include "base/host_buffer.h"
 #include "dist/parallel.h"
+#include "deepinfer/model.h"
 #include "deepinfer/status.h"
 #include "model/config.h"
 #include "model/layers/attention_gqa.h"
@@ -112,19 +113,17 @@ ModelConfig RankConfig(const Model& m);
 KvLayout RankKvLayout(const Model& m);
 
 // Where the weight matrices live while the model runs.
-enum class WeightPlacement {
-  kAuto,  // copy into huge-page memory when it fits comfortably in available RAM, else keep the mmap
-  kMmap,  // read straight from the mmapped files (no copy; page cache shared between processes)
-  kCopy,  // always copy into anonymous huge-page memory
-};
+using WeightPlacement = api::WeightPlacement;  // the public enum is the loader's own
 
-struct LoadOptions {
-  WeightPlacement placement = WeightPlacement::kAuto;
-  bool progress = true;
+// How to load: the public ModelOptions (placement, progress) plus what only the top level knows.
+struct LoadOptions : api::ModelOptions {
   // The process's parallel plan under mpirun (from the top level: apps, the public API); nullptr or a single
   // rank: the whole model. The split is checked against the configuration before any weight is read, and the
   // model keeps only this rank's shard (ShardModel).
   const dist::ParallelConfig* split = nullptr;
+
+  LoadOptions() = default;
+  explicit LoadOptions(const api::ModelOptions& o) : api::ModelOptions(o) {}
 };
 
 // The configuration an HF config.json describes (architecture, shapes, MoE/MLA/YaRN settings), validated;

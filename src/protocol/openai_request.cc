@@ -64,7 +64,7 @@ Status ToInt32(const std::string& field, int64_t v, int64_t lo, int64_t hi, int*
 StatusOr<RequestParams> ParseRequestParams(const json& b, const RequestParams& defaults) {
   if (!b.is_object()) return InvalidArgument("the request body must be a JSON object");
   RequestParams p = defaults;
-  SamplingParams& s = p.sampling;
+  SamplingParams& s = p;  // the request's sampling part
   DI_RETURN_IF_ERROR(GetFloat(b, "temperature", &s.temperature));
   DI_RETURN_IF_ERROR(GetFloat(b, "top_p", &s.top_p));
   DI_RETURN_IF_ERROR(GetFloat(b, "min_p", &s.min_p));
@@ -79,7 +79,6 @@ StatusOr<RequestParams> ParseRequestParams(const json& b, const RequestParams& d
     int64_t seed = 0;
     DI_RETURN_IF_ERROR(GetInt(b, "seed", &seed));
     s.seed = static_cast<uint64_t>(seed);
-    p.has_seed = true;
   }
   v = p.max_tokens;
   if (b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null()) {
@@ -152,7 +151,7 @@ StatusOr<RequestParams> ParseRequestParams(const json& b, const RequestParams& d
     // deepinfer's extension: drafts per step for this request (0 turns speculative decoding off for it).
     int64_t k = 0;
     DI_RETURN_IF_ERROR(GetInt(b, "num_speculative_tokens", &k));
-    DI_RETURN_IF_ERROR(ToInt32("num_speculative_tokens", k, 0, kMaxSpecTokens, &p.speculative.num_tokens));
+    DI_RETURN_IF_ERROR(ToInt32("num_speculative_tokens", k, 0, kMaxSpecTokens, &p.num_speculative_tokens));
   }
   DI_RETURN_IF_ERROR(s.Validate());
   DI_RETURN_IF_ERROR(ParseStructuredOutput(b, &p));

@@ -126,8 +126,8 @@ Status ParseStructuredOutput(const json& b, RequestParams* p) {
       break;
   }
   if (!g.ok()) return InvalidArgument("'" + c.field + "': " + g.status().message());
-  p->grammar = *g;
-  p->grammar_source = std::move(gbnf);
+  p->compiled_grammar = *g;
+  p->grammar = std::move(gbnf);
   return Status::Ok();
 }
 

@@ -244,7 +244,7 @@ int32_t SampleToken(const float* logits, int n, const SamplingParams& p, uint64_
   if (p.greedy()) return ArgMax(logits, n);
   thread_local FilteredDistribution d;  // reused: a full vocabulary's candidate lists are up to 1.5 MB
   Filter(logits, n, p, &d);
-  return DrawFrom(d, UniformAt(p.seed, position, substream));
+  return DrawFrom(d, UniformAt(p.seed.value_or(0), position, substream));
 }
 
 }  // namespace deepinfer

@@ -5,30 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "deepinfer/sampling_params.h"
 #include "deepinfer/status.h"
 
 namespace deepinfer {
 
-struct SamplingParams {
-  float temperature = 0.f;  // <= 0: greedy
-  int top_k = 0;            // <= 0: off
-  float top_p = 1.f;        // >= 1: off
-  float min_p = 0.f;        // <= 0: off
-  uint64_t seed = 0;
-  // OpenAI-style penalties over the generated tokens: logit -= presence * [count > 0] + frequency * count.
-  float presence_penalty = 0.f;   // [-2, 2]
-  float frequency_penalty = 0.f;  // [-2, 2]
-  // CTRL/HF-style over prompt and generated tokens: positive logits divided by it, negative ones multiplied.
-  float repetition_penalty = 1.f;  // > 0; 1 = off
-  std::vector<std::pair<int32_t, float>> logit_bias;  // added to the logits (token id, bias in [-100, 100])
-
-  // vocab_size > 0 also checks logit_bias ids.
-  Status Validate(int vocab_size = 0) const;
-  bool greedy() const { return temperature <= 0.f || top_k == 1; }
-  bool has_penalties() const {
-    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f;
-  }
-};
+// The public request type's sampling part (include/deepinfer/sampling_params.h) is the sampler's own parameter
+// type. Its seed is always set by the time a row samples (Engine::Add draws one for requests without).
+using SamplingParams = api::SamplingParams;
 
 // Applies repetition/presence/frequency penalties and logit bias in place. history: the sequence's tokens so far
 // (prompt first, prompt_len of them, then generated tokens). counts: vocab-size scratch of zeros, returned zeroed.

@@ -573,7 +573,7 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
     }
   }
   if (choice != "none" && choice != "auto" && choice != "required" && choice != "named") return InvalidArgument(kChoices);
-  if (parse.harmony && params->grammar && choice != "required" && choice != "named") {
+  if (parse.harmony && params->compiled_grammar && choice != "required" && choice != "named") {
     // response_format on Harmony: the schema is the final answer's, after free analysis messages. Other
     // constraints (guided_grammar, structured_outputs) keep constraining the whole output: a GBNF grammar is the
     // way to spell the Harmony markers themselves.
@@ -600,7 +600,7 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
   parse.single_call = !parallel;
   if (choice == "required" || choice == "named") {
     // Enforced by a grammar over the template's call syntax and each function's parameter schema.
-    if (params->grammar)
+    if (params->compiled_grammar)
       return InvalidArgument("'tool_choice' \"" + choice + "\" constrains the output itself; it cannot be combined with "
                              "response_format / structured_outputs / guided_*");
     DI_ASSIGN_OR_RETURN(const grammar::JsonWhitespace ws, JsonWhitespaceOf(body));
@@ -618,8 +618,8 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
     }
     auto g = grammar::CompileGbnf(*gbnf);
     if (!g.ok()) return Internal("tool-call grammar failed to compile: " + g.status().message());
-    params->grammar = *g;
-    params->grammar_source = std::move(*gbnf);
+    params->compiled_grammar = *g;
+    params->grammar = std::move(*gbnf);
   }
   return parse;
 }

@@ -48,6 +48,11 @@ struct TempDir {
 };
 
 // An engine for `m` (nullptr, with a test failure naming the reason, when it cannot be made).
+// The public KV cache choice (EngineOptions::kv_cache_dtype) for an element type a test also builds caches of.
+inline api::KvCacheDtype KvCacheDtypeOf(DType d) {
+  return d == DType::kBF16 ? api::KvCacheDtype::kBF16 : d == DType::kF16 ? api::KvCacheDtype::kF16 : api::KvCacheDtype::kF32;
+}
+
 inline std::unique_ptr<Engine> MakeEngine(const Model& m, const EngineOptions& o) {
   auto e = Engine::Create(m, o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
@@ -185,18 +190,17 @@ inline std::vector<TestRequest> MixedWorkload(int count, int vocab, int32_t bos,
     for (int i = uni(0, 30); i > 0; --i) r.prompt.push_back(uni(3, vocab - 1));
     RequestParams& p = r.params;
     p.max_tokens = uni(1, 60);
-    p.has_seed = true;
-    p.sampling.seed = rng();
+    p.seed = rng();
     switch (uni(0, 3)) {
       case 0: break;  // greedy
-      case 1: p.sampling.temperature = 0.9f, p.sampling.top_k = 40, p.sampling.top_p = 0.95f; break;
-      case 2: p.sampling.temperature = 1.2f, p.sampling.min_p = 0.05f; break;
+      case 1: p.temperature = 0.9f, p.top_k = 40, p.top_p = 0.95f; break;
+      case 2: p.temperature = 1.2f, p.min_p = 0.05f; break;
       case 3:
-        p.sampling.temperature = 0.7f;
-        p.sampling.presence_penalty = 0.5f;
-        p.sampling.frequency_penalty = 0.3f;
-        p.sampling.repetition_penalty = 1.1f;
-        p.sampling.logit_bias = {{uni(3, vocab - 1), 5.f}, {uni(3, vocab - 1), -100.f}};
+        p.temperature = 0.7f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.3f;
+        p.repetition_penalty = 1.1f;
+        p.logit_bias = {{uni(3, vocab - 1), 5.f}, {uni(3, vocab - 1), -100.f}};
         break;
     }
     if (uni(0, 3) == 0 && !stops.empty()) p.stop = {stops[uni(0, static_cast<int>(stops.size()) - 1)]};

@@ -195,10 +195,9 @@ TEST_P(EngineEquivalence, RequestIsBatchInvariant) {
   TestRequest target;
   target.prompt = others[3].prompt;
   target.params.max_tokens = 40;
-  target.params.has_seed = true;
-  target.params.sampling.seed = 1234;
-  target.params.sampling.temperature = 1.0f;
-  target.params.sampling.top_p = 0.9f;
+  target.params.seed = 1234;
+  target.params.temperature = 1.0f;
+  target.params.top_p = 0.9f;
   target.params.logprobs = 2;
   target.params.ignore_eos = true;
   EngineOptions opt = SmallEngine();
@@ -464,9 +463,8 @@ TEST(EngineTest, SingleChunkPromptIsCachedBeforeGenerationOutgrowsIt) {
           // n = 2: sample 1 waits for sample 0's prompt to be cached, then reuses its full blocks.
           TestRequest two = r;
           two.params.n = 2;
-          two.params.has_seed = true;
-          two.params.sampling.seed = 17;
-          two.params.sampling.temperature = 0.8f;
+          two.params.seed = 17;
+          two.params.temperature = 0.8f;
           EngineStats st;
           const auto cold2 = RunRequests(m, cold, {two});
           const auto warm2 = RunRequests(m, opt, {two}, &st);
@@ -503,10 +501,10 @@ TEST(EngineTest, InvalidRequestsAreRefusedAndOthersUndisturbed) {
   r.prompt = {1, 100000};
   bad(r, "outside the vocabulary");
   r = base;
-  r.params.sampling.temperature = -1;
+  r.params.temperature = -1;
   bad(r, "temperature");
   r = base;
-  r.params.sampling.top_p = 0;
+  r.params.top_p = 0;
   bad(r, "top_p");
   r = base;
   r.params.max_tokens = 0;
@@ -515,10 +513,10 @@ TEST(EngineTest, InvalidRequestsAreRefusedAndOthersUndisturbed) {
   r.params.n = 1000;
   bad(r, "n must be");
   r = base;
-  r.params.sampling.logit_bias = {{99999, 1.f}};
+  r.params.logit_bias = {{99999, 1.f}};
   bad(r, "logit_bias");
   r = base;
-  r.params.sampling.presence_penalty = 3;
+  r.params.presence_penalty = 3;
   bad(r, "presence_penalty");
   for (size_t i = 0; i < good.size(); ++i) {
     mixed.insert(mixed.begin() + std::min(mixed.size(), i * 2), good[i]);
@@ -579,9 +577,9 @@ TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
     opt.num_kv_blocks = 64;  // tight: preemption under load too
     opt.block_size = 4;
     if (variant == 2) {  // speculative decoding: aborts land inside accepted runs and on dynamic rows in flight
-      opt.speculative.method = SpecMethod::kDraft;
-      opt.speculative.draft_model = &m;
-      opt.speculative.num_tokens = 4;
+      opt.speculative = SpecMethod::kDraft;
+      opt.draft = &m;
+      opt.num_speculative_tokens = 4;
     }
     auto eng = Engine::Create(m, opt);
     ASSERT_TRUE(eng.ok());
@@ -659,7 +657,7 @@ TEST(EngineTest, LogprobsMatchPlainForward) {
     EngineOptions opt = SmallEngine();
     opt.max_batched_tokens = 16;  // the prompt runs in chunks
     opt.block_size = run.block_size;
-    opt.kv_dtype = run.kv;
+    opt.kv_cache_dtype = KvCacheDtypeOf(run.kv);
     opt.num_kv_blocks = TestPoolBlocks(m, opt.num_kv_blocks);
     auto got = RunRequests(m, opt, {r});
     ASSERT_TRUE(got[0].error.empty()) << what << ": " << got[0].error;
@@ -690,7 +688,7 @@ TEST(EngineTest, HalfPrecisionKvCache) {
   for (auto& q : reqs) q.abort_after = -1;
   for (DType dt : {DType::kBF16, DType::kF16}) {
     EngineOptions on = SmallEngine();
-    on.kv_dtype = dt;
+    on.kv_cache_dtype = KvCacheDtypeOf(dt);
     EngineOptions off = on;
     off.overlap = false;
     ExpectSameResults(RunRequests(m, on, reqs), RunRequests(m, off, reqs), DTypeName(dt));
@@ -702,7 +700,7 @@ TEST(EngineTest, HalfPrecisionKvCache) {
   g.params.logprobs = 0;
   auto f32 = RunRequests(m, SmallEngine(), {g});
   EngineOptions h = SmallEngine();
-  h.kv_dtype = DType::kBF16;
+  h.kv_cache_dtype = api::KvCacheDtype::kBF16;
   auto bf = RunRequests(m, h, {g});
   ASSERT_EQ(f32[0].samples[0].tokens[0], bf[0].samples[0].tokens[0]);
   EXPECT_NEAR(f32[0].samples[0].logprobs[0], bf[0].samples[0].logprobs[0], 0.05);

@@ -38,7 +38,7 @@ TEST(GrammarEngine, ConstrainedRowsInTheMixedWorkload) {
   std::vector<int> which(reqs.size(), -1);
   for (size_t i = 0; i < reqs.size(); i += 3) {
     which[i] = static_cast<int>(i / 3 % patterns.size());
-    reqs[i].params.grammar = grammars[which[i]];
+    reqs[i].params.compiled_grammar = grammars[which[i]];
     reqs[i].params.stop.clear();  // a stop string would cut the sentence
     reqs[i].params.max_tokens = 64;
     reqs[i].abort_after = -1;
@@ -60,9 +60,9 @@ TEST(GrammarEngine, ConstrainedRowsInTheMixedWorkload) {
     {
       const bool preempt = method == SpecMethod::kDraft;
       EngineOptions spec = preempt ? tiny : Small();
-      spec.speculative.method = method;
-      spec.speculative.num_tokens = 4;
-      if (method == SpecMethod::kDraft) spec.speculative.draft_model = &m;
+      spec.speculative = method;
+      spec.num_speculative_tokens = 4;
+      if (method == SpecMethod::kDraft) spec.draft = &m;
       EngineStats sst;
       ExpectSameResults(ref, RunRequests(m, spec, reqs, &sst),
                         std::string("grammar rows, speculative ") + SpecMethodName(method) + (preempt ? ", preempted" : ""));
@@ -114,7 +114,7 @@ TEST(GrammarEngine, GatedRowsInTheMixedWorkload) {
   std::vector<size_t> gated;
   for (size_t i = 0; i < reqs.size(); i += 2) {
     gated.push_back(i);
-    reqs[i].params.grammar = *g;
+    reqs[i].params.compiled_grammar = *g;
     reqs[i].params.gate = gate;
     reqs[i].params.stop.clear();
     reqs[i].params.max_tokens = 140;
@@ -132,9 +132,9 @@ TEST(GrammarEngine, GatedRowsInTheMixedWorkload) {
   EXPECT_GT(st.preemptions, 20);
   for (SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
     EngineOptions spec = Small();
-    spec.speculative.method = method;
-    spec.speculative.num_tokens = 4;
-    if (method == SpecMethod::kDraft) spec.speculative.draft_model = &m;
+    spec.speculative = method;
+    spec.num_speculative_tokens = 4;
+    if (method == SpecMethod::kDraft) spec.draft = &m;
     ExpectSameResults(ref, RunRequests(m, spec, reqs), std::string("gated rows, speculative ") + SpecMethodName(method));
   }
   for (size_t i : {gated[0], gated[5]}) ExpectSameResults({ref[i]}, RunRequests(m, on, {reqs[i]}), "gated row alone");

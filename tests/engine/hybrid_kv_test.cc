@@ -95,12 +95,12 @@ TEST(HybridKvTest, HybridCacheEqualsSwaFull) {
   }
   EngineOptions spec = Options(true);
   spec.block_size = 8;
-  spec.speculative.method = SpecMethod::kNgram;
-  spec.speculative.num_tokens = 3;
+  spec.speculative = SpecMethod::kNgram;
+  spec.num_speculative_tokens = 3;
   EngineOptions plain = Options(true);
   plain.block_size = 8;
   plain.swa_full = true;
-  for (auto& r : reqs) r.params.sampling.temperature = 0.f;  // exact verification: greedy compares token by token
+  for (auto& r : reqs) r.params.temperature = 0.f;  // exact verification: greedy compares token by token
   ExpectSameResults(RunRequests(m, plain, reqs), RunRequests(m, spec, reqs), "hybrid + n-gram vs --swa-full");
 }
 
@@ -128,8 +128,8 @@ TEST(HybridKvTest, SwaMemoryStaysBounded) {
                           Mode{"n-gram speculation", true, true}}) {
     EngineOptions o = Options(mode.overlap);
     if (mode.ngram) {
-      o.speculative.method = SpecMethod::kNgram;
-      o.speculative.num_tokens = 3;
+      o.speculative = SpecMethod::kNgram;
+      o.num_speculative_tokens = 3;
     }
     auto eng = Engine::Create(m, o);
     ASSERT_TRUE(eng.ok()) << eng.status().ToString();
@@ -199,9 +199,8 @@ TestRequest SharingRequest(const TestRequest& a, int shared, const std::vector<i
   b.params.max_tokens = 8;
   b.params.ignore_eos = true;
   b.params.logprobs = 20;
-  b.params.has_seed = true;
-  b.params.sampling.seed = 7;
-  b.params.sampling.temperature = 0.8f;
+  b.params.seed = 7;
+  b.params.temperature = 0.8f;
   return b;
 }
 

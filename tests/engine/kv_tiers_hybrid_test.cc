@@ -35,9 +35,8 @@ RequestResult RunSeededRequest(Engine& e, const std::vector<int32_t>& prompt) {
   p.max_tokens = 8;
   p.ignore_eos = true;
   p.logprobs = 20;
-  p.has_seed = true;
-  p.sampling.seed = 7;
-  p.sampling.temperature = 0.8f;  // seeded sampling: the log-probs and the draws depend on every K/V byte
+  p.seed = 7;
+  p.temperature = 0.8f;  // seeded sampling: the log-probs and the draws depend on every K/V byte
   RequestResult out;
   out.samples.resize(1);
   auto id = e.Add(prompt, p, [&out](const RequestOutput& ev) {

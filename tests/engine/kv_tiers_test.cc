@@ -58,9 +58,8 @@ RequestParams Params() {
   p.max_tokens = 12;
   p.ignore_eos = true;
   p.logprobs = 2;
-  p.sampling.temperature = 0.8f;  // seeded sampling: the log-probs and the draws both depend on every K/V byte
-  p.has_seed = true;
-  p.sampling.seed = 11;
+  p.temperature = 0.8f;  // seeded sampling: the log-probs and the draws both depend on every K/V byte
+  p.seed = 11;
   return p;
 }
 

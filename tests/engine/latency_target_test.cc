@@ -159,17 +159,15 @@ TEST(EngineTest, LatencyTargetBoundsPrefillPerStepAndChangesNoOutput) {
     streams[i].params.max_tokens = 80 + static_cast<int>(rng() % 60);  // they end at different steps
     streams[i].params.ignore_eos = true;
     streams[i].params.logprobs = i % 2 ? 3 : -1;
-    streams[i].params.has_seed = true;
-    streams[i].params.sampling.seed = rng();
-    if (i % 3 == 1) streams[i].params.sampling.temperature = 0.8f, streams[i].params.sampling.top_k = 40;
+    streams[i].params.seed = rng();
+    if (i % 3 == 1) streams[i].params.temperature = 0.8f, streams[i].params.top_k = 40;
   }
   for (TestRequest& r : longs) {  // random tokens: no prefix-cache hits, so every prompt position is computed
     r.prompt = random_prompt(300 + static_cast<int>(rng() % 40));
     r.params.max_tokens = 8;
     r.params.ignore_eos = true;
     r.params.logprobs = 2;
-    r.params.has_seed = true;
-    r.params.sampling.seed = rng();
+    r.params.seed = rng();
   }
   EngineOptions base;
   base.max_num_seqs = 16;

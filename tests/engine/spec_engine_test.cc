@@ -20,8 +20,8 @@ EngineOptions SpecEngine(SpecMethod method, int k = 3) {
   o.max_batched_tokens = 64;  // forces chunked prefill, and cuts some verify rows short of k
   o.block_size = 8;
   o.num_kv_blocks = 320;
-  o.speculative.method = method;
-  o.speculative.num_tokens = k;
+  o.speculative = method;
+  o.num_speculative_tokens = k;
   return o;
 }
 
@@ -87,12 +87,11 @@ std::vector<TestRequest> SpecWorkload(const Model& m, int count, uint32_t seed, 
   std::mt19937 rng(seed + 1);
   for (auto& r : reqs) {
     switch (rng() % 8) {
-      case 0: r.params.speculative.num_tokens = 0; break;
-      case 1: r.params.speculative.num_tokens = 1; break;
-      case 2: r.params.speculative.num_tokens = 5; break;
+      case 0: r.params.num_speculative_tokens = 0; break;
+      case 1: r.params.num_speculative_tokens = 1; break;
+      case 2: r.params.num_speculative_tokens = 5; break;
       case 3:
-        r.params.speculative.has_method = true;
-        r.params.speculative.method = SpecMethod::kNgram;
+        r.params.spec_method = SpecMethod::kNgram;
         break;
       default: break;
     }
@@ -140,7 +139,7 @@ TEST_P(SpecEquivalence, SameOutputsAsPlainDecoding) {
   for (bool overlap : {true, false}) {
     EngineOptions o = SpecEngine(c.method);
     o.num_kv_blocks = plain.num_kv_blocks;
-    o.speculative.draft_model = c.draft();
+    o.draft = c.draft();
     o.overlap = overlap;
     EngineStats st;
     auto got = RunRequests(m, o, reqs, &st);
@@ -173,7 +172,7 @@ TEST(SpecEngineTest, SelfDraftAcceptsEveryDraftAndWrongDraftOnlyCostsSpeed) {
   auto reqs = MixedWorkload(60, m.config.vocab_size, m.tokenizer->bos_id(), 3, {});
   for (auto& r : reqs) r.abort_after = -1;
   EngineOptions o = SpecEngine(SpecMethod::kDraft, 4);
-  o.speculative.draft_model = &m;
+  o.draft = &m;
   EngineStats st;
   RunRequests(m, o, reqs, &st);
   EXPECT_GT(st.spec_draft_tokens, 1000);
@@ -181,9 +180,9 @@ TEST(SpecEngineTest, SelfDraftAcceptsEveryDraftAndWrongDraftOnlyCostsSpeed) {
 
   const Model& t = TinyTarget();
   auto treqs = MixedWorkload(40, t.config.vocab_size, t.tokenizer->bos_id(), 4, {});
-  for (auto& r : treqs) r.abort_after = -1, r.params.sampling = SamplingParams{}, r.params.ignore_eos = true;
+  for (auto& r : treqs) r.abort_after = -1, static_cast<SamplingParams&>(r.params) = SamplingParams{}, r.params.ignore_eos = true;
   EngineOptions w = SpecEngine(SpecMethod::kDraft, 4);
-  w.speculative.draft_model = &TinyOtherDraft();
+  w.draft = &TinyOtherDraft();
   EngineStats wst;
   auto got = RunRequests(t, w, treqs, &wst);
   auto ref = RunRequests(t, SpecEngine(SpecMethod::kNone), treqs);
@@ -202,7 +201,7 @@ TEST(SpecEngineTest, RejectedDraftsLeaveTheCacheAsAFreshPrefill) {
   first.params.max_tokens = 80;
   first.params.ignore_eos = true;
   EngineOptions o = SpecEngine(SpecMethod::kDraft, 4);
-  o.speculative.draft_model = &TinyOtherDraft();
+  o.draft = &TinyOtherDraft();
   auto eng = Engine::Create(m, o);
   ASSERT_TRUE(eng.ok()) << eng.status().ToString();
   std::vector<int32_t> out;
@@ -247,7 +246,7 @@ TEST(SpecEngineTest, SelfDraftKeepsAcceptingAfterPrefixReuse) {
   const Model& m = Stories();
   EngineOptions o = SpecEngine(SpecMethod::kDraft, 4);
   o.block_size = 4;
-  o.speculative.draft_model = &m;
+  o.draft = &m;
   const std::vector<int32_t> prompt = {1, 400, 37, 99, 23, 250, 12, 77, 301};
   for (int max_tokens = 10; max_tokens <= 26; ++max_tokens) {
     auto eng = Engine::Create(m, o);  // a fresh prefix cache: the first request's blocks are the only ones
@@ -308,24 +307,23 @@ TEST(SpecEngineTest, RejectionSamplingKeepsTheDistribution) {
     reqs[i].prompt = {1, 17, 42, 99, 17, 42};
     reqs[i].params.max_tokens = 3;
     reqs[i].params.ignore_eos = true;
-    reqs[i].params.has_seed = true;
-    reqs[i].params.sampling.seed = 1000 + i;
-    reqs[i].params.sampling.temperature = 1.0f;
+    reqs[i].params.seed = 1000 + i;
+    reqs[i].params.temperature = 1.0f;
   }
   EngineOptions plain = SpecEngine(SpecMethod::kNone);
   plain.max_num_seqs = 64;
   plain.max_batched_tokens = 512;
   plain.num_kv_blocks = 1024;
   EngineOptions rej = plain, exact = plain;
-  rej.speculative.method = exact.speculative.method = SpecMethod::kDraft;
-  rej.speculative.num_tokens = exact.speculative.num_tokens = 2;
-  rej.speculative.draft_model = exact.speculative.draft_model = &TinyOtherDraft();
-  rej.speculative.verify = SpecVerify::kRejection;
+  rej.speculative = exact.speculative = SpecMethod::kDraft;
+  rej.num_speculative_tokens = exact.num_speculative_tokens = 2;
+  rej.draft = exact.draft = &TinyOtherDraft();
+  rej.spec_verify = SpecVerify::kRejection;
   EngineStats st_rej, st_exact;
   // Disjoint seeds: the two samples must be independent (with equal seeds a rejected draft's replacement reuses
   // plain decoding's random number, which would couple them and hide a biased replacement distribution).
   std::vector<TestRequest> other = reqs;
-  for (size_t i = 0; i < other.size(); ++i) other[i].params.sampling.seed = 5000000 + i;
+  for (size_t i = 0; i < other.size(); ++i) other[i].params.seed = 5000000 + i;
   auto a = RunRequests(m, plain, reqs);
   auto b = RunRequests(m, rej, other, &st_rej);
   RunRequests(m, exact, reqs, &st_exact);
@@ -370,11 +368,11 @@ TEST(SpecEngineTest, RejectionSamplingKeepsTheDistribution) {
 // Must-show 5: bad configurations fail at start-up, bad requests at Add, with messages naming the problem.
 TEST(SpecEngineTest, BadInputIsRefusedClearly) {
   EngineOptions o = SpecEngine(SpecMethod::kDraft);
-  o.speculative.draft_model = &TinyTarget();  // 384 tokens, stories260K has 512
+  o.draft = &TinyTarget();  // 384 tokens, stories260K has 512
   auto e = Engine::Create(Stories(), o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("vocabulary"), std::string::npos) << e.status().ToString();
-  o.speculative.draft_model = nullptr;
+  o.draft = nullptr;
   e = Engine::Create(Stories(), o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("--draft-model"), std::string::npos) << e.status().ToString();
@@ -390,15 +388,14 @@ TEST(SpecEngineTest, BadInputIsRefusedClearly) {
   e = Engine::Create(Stories(), SpecEngine(SpecMethod::kNgram));
   ASSERT_TRUE(e.ok());
   RequestParams p;
-  p.speculative.num_tokens = 99;
+  p.num_speculative_tokens = 99;
   Status s = (*e)->Validate({1, 2, 3}, p);
   EXPECT_NE(s.message().find("num_speculative_tokens"), std::string::npos) << s.ToString();
-  p.speculative.num_tokens = 2;
-  p.speculative.has_method = true;
-  p.speculative.method = SpecMethod::kDraft;
+  p.num_speculative_tokens = 2;
+  p.spec_method = SpecMethod::kDraft;
   s = (*e)->Validate({1, 2, 3}, p);
   EXPECT_NE(s.message().find("draft"), std::string::npos) << s.ToString();
-  p.speculative.method = SpecMethod::kMtp;
+  p.spec_method = SpecMethod::kMtp;
   s = (*e)->Validate({1, 2, 3}, p);
   EXPECT_NE(s.message().find("MTP"), std::string::npos) << s.ToString();
 }
