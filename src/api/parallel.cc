@@ -65,6 +65,8 @@ Status SetupParallel(const ParallelOptions& options) {
   dist::SetOptions(o);
   if (pc.single()) return Status::Ok();
   DI_ASSIGN_OR_RETURN(auto ctx, dist::MakeDistContext(world, pc));
+  // The top level owns the job: a rank that cannot go on ends every rank (the engine only reports why).
+  ctx->fail_job = [](const std::string& why) { dist::AbortJob(why); };
   DI_LOG_INFO("parallel: %s", pc.Describe().c_str());
   dist::SetContext(std::move(ctx));
   return Status::Ok();

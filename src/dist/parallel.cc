@@ -51,6 +51,11 @@ StatusOr<std::unique_ptr<DistContext>> MakeDistContext(Communicator& world, cons
   return d;
 }
 
+void DistContext::FailJob(const std::string& why) const {
+  if (fail_job) fail_job(why);
+  AbortJob(why);  // no policy installed, or one that returned: the job still cannot go on
+}
+
 }  // namespace deepinfer::dist
 
 namespace deepinfer::dist {

@@ -8,6 +8,7 @@
 // schedule in lockstep (identical inputs, identical sampled tokens). MoE layers are collective over all N ranks.
 #pragma once
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -71,6 +72,13 @@ struct DistContext {
   // MoE exchanges (dispatch + combine) on the executor's own thread: their duration, all of it exposed (the
   // executor waited). Under two-batch overlap they run on moe_stream instead (its busy / exposed seconds).
   mutable std::atomic<int64_t> moe_exchange_ns{0}, moe_exposed_ns{0};
+  // What ends the job when this rank cannot go on (a collective failed, a peer sent what this build cannot read):
+  // the ranks are out of step, so finishing the rank's requests with an error is not enough. The process's top
+  // level owns the job and installs it (SetupParallel: log, then MPI_Abort of the world); the engine reports
+  // through FailJob and decides nothing itself. Must not return.
+  std::function<void(const std::string& why)> fail_job;
+  // Calls fail_job (the top level's policy); without one, as a last resort, AbortJob.
+  [[noreturn]] void FailJob(const std::string& why) const;
   // Two-batch overlap: the thread that runs the MoE exchanges over `moe` (declared last: stopped first).
   std::unique_ptr<CommStream> moe_stream;
 };

@@ -55,7 +55,7 @@ DistControl::DistControl(dist::DistContext& ctx, Host& engine, RequestInbox& inb
   if (ctx_.pc.dp > 1) {
     // Start-up checked the name (startup.cc SetupParallel); the policy only decides on rank 0.
     auto policy = router::MakePolicy(ctx_.pc.dp_policy, ctx_.pc.dp, router::CacheAwareOptions{}, /*kv_events=*/true);
-    if (!policy.ok()) dist::AbortJob(policy.status().ToString());
+    if (!policy.ok()) ctx_.FailJob(policy.status().ToString());
     // Group leaders ship their KV events whatever the policy: rank 0's GET /v1/kv_events reports the union of
     // every group's blocks (engine/kv_event_union.h), and cache_aware routes by them.
     ship_events_ = true;
@@ -157,7 +157,7 @@ void DistControl::Exchange() {
   std::vector<uint8_t> msg = std::move(w.bytes());
   msg.resize(size);
   if (s.ok() && size) s = ctx_.control->Broadcast(msg.data(), size, 0);
-  if (!s.ok()) dist::AbortJob("control broadcast: " + s.ToString());
+  if (!s.ok()) ctx_.FailJob("control broadcast: " + s.ToString());
   if (!is_root()) {
     wire::Reader r(msg.data(), msg.size());
     if (r.Get<uint8_t>()) stopping_ = true;
@@ -173,7 +173,7 @@ void DistControl::Exchange() {
       local.push_back(std::move(req));
     }
     aborts = r.GetVector<uint64_t>();
-    if (!r.ok() || !r.done()) dist::AbortJob("control message from rank 0 is malformed (ranks run different builds?)");
+    if (!r.ok() || !r.done()) ctx_.FailJob("control message from rank 0 is malformed (ranks run different builds?)");
   }
   e_.IngestRequests(std::move(local), aborts);
   if (stopping_) e_.AbortAll();
@@ -202,7 +202,7 @@ bool DistControl::Sync(bool has_rows) {
   std::vector<uint8_t> all;
   std::vector<size_t> sizes;
   if (Status s = ctx_.control->AllGatherV(w.bytes().data(), w.bytes().size(), &all, &sizes); !s.ok())
-    dist::AbortJob("control sync: " + s.ToString());
+    ctx_.FailJob("control sync: " + s.ToString());
   bool launch = false, busy = false;
   // Every rank's report first (stored before any event is delivered: a client that got its answer and then asks
   // /metrics sees counters that include it), then the events.
@@ -221,7 +221,7 @@ bool DistControl::Sync(bool has_rows) {
       if (rank == leader) leader_timed.push_back(o);
     }
     if (!readers.back().ok())
-      dist::AbortJob("control report from rank " + std::to_string(rank) + " is malformed (ranks run different builds?)");
+      ctx_.FailJob("control report from rank " + std::to_string(rank) + " is malformed (ranks run different builds?)");
     launch = launch || reports[rank].has_rows;
     busy = busy || reports[rank].busy;
     if (!is_root() || !ship_events_) continue;
@@ -232,7 +232,7 @@ bool DistControl::Sync(bool has_rows) {
     const int g = pc.dp_rank();
     router::KvBlockIndex* index = policy_->kv_index(g);  // null: a policy not fed by events
     if (!feeds_in_[g]->Read(readers.back(), index, block_size_, all_events_.get(), g))
-      dist::AbortJob("KV events from rank " + std::to_string(rank) + " are malformed (ranks run different builds?)");
+      ctx_.FailJob("KV events from rank " + std::to_string(rank) + " are malformed (ranks run different builds?)");
     const RankReport& rr = reports[rank];
     if (index) index->SetLoad({true, rr.waiting, rr.running, rr.kv_blocks_total - rr.kv_blocks_free, rr.kv_blocks_total});
   }
@@ -242,7 +242,7 @@ bool DistControl::Sync(bool has_rows) {
     bool same = leader_timed.size() == timed.size();
     for (size_t i = 0; same && i < timed.size(); ++i) same = leader_timed[i].step == timed[i].step;
     if (!same)
-      dist::AbortJob("latency target: rank " + std::to_string(ctx_.pc.rank) + " processed steps " + StepList(timed) +
+      ctx_.FailJob("latency target: rank " + std::to_string(ctx_.pc.rank) + " processed steps " + StepList(timed) +
                      " since the last sync, its group leader (rank " + std::to_string(leader) + ") " +
                      StepList(leader_timed) + ": the group's schedules split (a bug)");
     e_.ObserveStepTimings(leader_timed);
@@ -264,7 +264,7 @@ bool DistControl::Sync(bool has_rows) {
         if (--it->second.unfinished == 0) remote_.erase(it);
       }
     }
-    if (!r.ok()) dist::AbortJob("control report from rank " + std::to_string(rank) + " is malformed");
+    if (!r.ok()) ctx_.FailJob("control report from rank " + std::to_string(rank) + " is malformed");
   }
   if (stopping_ && !busy && !done_) {
     done_ = true;

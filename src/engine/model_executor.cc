@@ -28,7 +28,7 @@ void ModelExecutor::MaybeRebalance(uint64_t step) {
   if (!d || d->pc.eplb_interval <= 0 || !tf_.expert_parallel() || step % d->pc.eplb_interval != 0) return;
   // Every rank runs the same steps, so every rank rebalances here, before the same forward.
   auto rep = tf_.RebalanceExperts();
-  if (!rep.ok()) dist::AbortJob("EPLB rebalance: " + rep.status().ToString());
+  if (!rep.ok()) d->FailJob("EPLB rebalance: " + rep.status().ToString());
   ++rebalances_;
   moved_slots_ += rep->moved_slots;
   moved_bytes_ += rep->bytes_sent;
@@ -131,7 +131,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
                                mtp ? hidden_.data() : nullptr);
   // A failed collective leaves the ranks out of step: the job cannot go on (the engine would only abort rows).
-  if (!st.status.ok() && dist_) dist::AbortJob("forward: " + st.status.ToString());
+  if (!st.status.ok() && dist_) dist_->FailJob("forward: " + st.status.ToString());
   if (!st.status.ok()) return;
   SampleRows(so, st);
   for (size_t i = 0; i < so.rows.size(); ++i) {

@@ -6,6 +6,8 @@
 //   no global    nothing in src/ outside src/dist/ (which keeps it) and src/api/ (the library's top level) reads
 //                the process's distributed context, dist::Context(): model and engine code get the communicators
 //                and the parallel plan passed in (EngineOptions::dist, LoadOptions::split, Transformer's dist)
+//   job ends at the top  nothing in src/ outside src/dist/ and src/api/ calls dist::AbortJob: a rank that cannot
+//                go on reports through DistContext::FailJob, the policy the process's top level installed
 //   router seam  nothing in src/ or include/ outside src/router/ includes "router/..." (the CLI, apps/, does), and
 //                src/router/ includes only router/, server/, base/ and deepinfer/ (it forwards requests; it knows
 //                no engine), plus what `route --model` needs to compute a prompt's KV block hashes as serve does:
@@ -38,6 +40,8 @@ export const RULES = [
    why: "the public API speaks the request language of src/protocol/, it does not reach into the HTTP server"},
   {name: "no global", files: f => f.startsWith("src/") && !f.startsWith("src/dist/") && !f.startsWith("src/api/"),
    text: /\bdist::Context\(\)/, why: "take the communicators as a parameter; only the top level reads the global"},
+  {name: "job ends at the top", files: f => f.startsWith("src/") && !f.startsWith("src/dist/") && !f.startsWith("src/api/"),
+   text: /\bAbortJob\(/, why: "report through DistContext::FailJob: only the process's top level decides how a job ends"},
   {name: "router seam", files: f => (f.startsWith("src/") || f.startsWith("include/")) && !f.startsWith("src/router/"),
    forbidden: /^router\//, why: "only the CLI (apps/) builds on the router"},
   {name: "router seam", files: f => f.startsWith("src/router/"), forbidden: /^(?!router\/|routing\/|server\/|base\/|deepinfer\/|tokenizer\/|protocol\/|model\/model\.h$|kv\/prefix_hash\.h$)/,
@@ -134,6 +138,8 @@ if (process.argv.includes("--self-test")) {
   put("src/api/model.cc", '#include "protocol/chat.h"\n#include "server/chat.h"\n');
   put("src/server/http.cc", '#include "server/http.h"\n');
   put("src/engine/engine.cc", '// dist::Context() is read by the top level\n  auto* d = dist::Context();\n');
+  put("src/engine/model_executor.cc", 'void F() {\n  if (!s.ok()) dist::AbortJob("forward");\n}\n');
+  put("src/dist/mpi_comm.cc", 'void AbortJob(const std::string& why, int code) {}\nvoid G() { AbortJob("x"); }\n');
   put("src/dist/parallel.cc", 'DistContext* Context() { return g; }\nvoid F() { dist::Context(); }\n');
   put("src/engine/dist_control.cc", '#include "router/routing_policy.h"\n');
   put("src/router/router_server.cc", '#include "router/replica_set.h"\n#include "server/http_server.h"\n#include "engine/engine.h"\n');
@@ -159,13 +165,14 @@ if (process.argv.includes("--self-test")) {
               cli.some(x => x.includes("apps/deepinfer/cmd_generate.cc:2 includes <base/progress.h>")) &&
               cli.some(x => x.includes('include/deepinfer/server.h:2 includes "engine/engine.h"'));
   v = v.filter(x => !x.startsWith("cli seam"));
-  const ok1 = v.length === 5 && v.some(x => x.includes("src/engine/dist_control.cc:1") && x.startsWith("router seam")) &&
+  const ok1 = v.length === 6 && v.some(x => x.includes("src/engine/model_executor.cc:2") && x.startsWith("job ends at the top")) && v.some(x => x.includes("src/engine/dist_control.cc:1") && x.startsWith("router seam")) &&
               v.some(x => x.includes("src/router/router_server.cc:3") && x.startsWith("router seam")) && v.some(x => x.includes("src/model/layer.cc:3") && x.startsWith("device seam")) &&
               v.some(x => x.includes("src/api/model.cc:2") && x.startsWith("api seam")) &&
               v.some(x => x.includes("src/engine/engine.cc:2") && x.startsWith("no global"));
   put("src/model/layer.cc", '#include "kernels/ops.h"\n');
   put("src/api/model.cc", '#include "protocol/chat.h"\n');
   put("src/engine/engine.cc", '// dist::Context() is read by the top level\n  auto* d = opt.dist;\n');
+  put("src/engine/model_executor.cc", 'void F() {\n  if (!s.ok()) dist_->FailJob("forward");\n}\n');
   put("src/engine/dist_control.cc", '#include "engine/dist_control.h"\n');
   put("src/router/router_server.cc", '#include "router/replica_set.h"\n#include "server/http_server.h"\n');
   put("apps/deepinfer/cmd_serve.cc", '#include "deepinfer/server.h"\n#include "startup.h"\n#include <thread>\n');
@@ -175,7 +182,7 @@ if (process.argv.includes("--self-test")) {
   v = findViolations(dir);
   const ok2 = v.length === 0;
   fs.rmSync(dir, {recursive: true, force: true});
-  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/, an API file including server/, an engine file reading dist::Context(), an engine file including router/ and a router file including engine/ are reported with their lines`);
+  console.log(`${ok1 ? "ok  " : "FAIL"} a model file including kernels/cpu/, an API file including server/, an engine file reading dist::Context(), an engine file ending the job itself, an engine file including router/ and a router file including engine/ are reported with their lines`);
   console.log(`${ok3 ? "ok  " : "FAIL"} serve including server/, startup.cc (beside the startup.h serve includes) including dist/, generate including <base/progress.h> and a public header serve reaches including engine/ are reported with their lines; the bench command and engine_flags.h are not`);
   console.log(`${ok2 ? "ok  " : "FAIL"} the same tree through kernels/ops.h and the public headers passes`);
   process.exit(ok1 && ok2 && ok3 ? 0 : 1);
