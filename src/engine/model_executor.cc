@@ -7,7 +7,10 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "dist/parallel.h"
+#include "engine/draft_model_proposer.h"
 #include "engine/grammar_mask.h"
+#include "engine/mtp_proposer.h"
+#include "engine/ngram_proposer.h"
 #include "grammar/matcher.h"
 
 namespace deepinfer {
@@ -16,11 +19,43 @@ ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> k
                              int max_batch_tokens, const EngineOptions& opt,
                              std::unique_ptr<PagedKvCache> draft_kv, std::unique_ptr<PagedKvCache> mtp_kv, int max_rows,
                              const dist::DistContext* dist)
-    : dist_(dist), tf_(model, max_batch_tokens, dist), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size), opt_(opt),
-      slots_(table->num_slots()), draft_kv_(std::move(draft_kv)), mtp_kv_(std::move(mtp_kv)) {
-  // The draft also catches up, per decoding row, the committed tokens it has not seen (up to 1 + k).
-  if (opt_.draft)
-    draft_tf_ = std::make_unique<Transformer>(*opt_.draft, max_batch_tokens + max_rows * (1 + kMaxSpecTokens), nullptr);
+    : dist_(dist), tf_(model, max_batch_tokens, dist), kv_(std::move(kv)), table_(table), vocab_(model.config.vocab_size),
+      slots_(table->num_slots()), verifier_(table, vocab_, opt.spec_verify) {
+  // Proposers are made once, for what the engine was started with; a request picks its method (spec_method)
+  // among them. The n-gram proposer needs nothing, so any request may ask for it.
+  proposers_.push_back(std::make_unique<NgramProposer>(table, opt.ngram_min, opt.ngram_max));
+  if (opt.draft)
+    proposers_.push_back(std::make_unique<DraftModelProposer>(*opt.draft, std::move(draft_kv), table, &verifier_,
+                                                              max_batch_tokens, max_rows));
+  if (mtp_kv) proposers_.push_back(std::make_unique<MtpProposer>(&tf_, std::move(mtp_kv), table, &verifier_));
+  for (const auto& p : proposers_) hidden_width_ = std::max(hidden_width_, p->hidden_width());
+}
+
+Status ModelExecutor::PlanRows(const SchedulerOutputs& so) {
+  plans_.assign(so.rows.size(), RowPlan{});
+  const int bs = kv_->block_size();
+  for (size_t i = 0; i < so.rows.size(); ++i) {
+    const SequenceMetadata& r = so.rows[i];
+    RowPlan& plan = plans_[i];
+    if (!r.dynamic) {
+      plan.begin = r.q_begin;
+      plan.n = r.q_len;
+      continue;
+    }
+    SlotState& ss = slots_[r.slot];
+    if (ss.gen != r.slot_gen || ss.len <= 0)
+      return Internal("executor: dynamic row for slot " + std::to_string(r.slot) + " with no committed length");
+    const int len = ss.len, b = len - 1;
+    if (len >= r.end_limit) {  // reached max_tokens / the context on the device: the host will see a ghost
+      plan.skip = true;
+      continue;
+    }
+    plan.begin = b;
+    plan.kmax = std::max(0, std::min({r.spec_k, r.end_limit - len - 1, static_cast<int>(r.num_blocks) * bs - 1 - b,
+                                      r.q_len - 1}));
+    plan.n = 1;  // the input position; the proposers add their drafts (Proposer::Propose)
+  }
+  return Status::Ok();
 }
 
 void ModelExecutor::MaybeRebalance(uint64_t step) {
@@ -92,12 +127,9 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   st.out.runs.assign(so.rows.size(), VerifiedRun{});
   st.status = PlanRows(so);
   if (!st.status.ok()) return;
-  if (draft_tf_) {
-    st.status = RunDraft(so);
-    if (!st.status.ok()) return;
-  }
-  if (mtp_kv_) {
-    st.status = MtpChain(so);
+  // Stage 1, proposal: drafts into the token table after each dynamic row's input position.
+  for (const auto& p : proposers_) {
+    st.status = p->Propose(so, plans_);
     if (!st.status.ok()) return;
   }
   fwd_.clear();
@@ -106,15 +138,7 @@ void ModelExecutor::Execute(WorkerStepState& st) {
     const SequenceMetadata& r = so.rows[i];
     RowPlan& plan = plans_[i];
     if (plan.skip) continue;
-    SeqForward f;
-    f.tokens = table_->row(r.slot) + plan.begin;
-    f.n = plan.n;
-    f.start = plan.begin;
-    f.block_table = so.block_tables.data() + r.block_table_off;
-    f.num_blocks = static_cast<int>(r.num_blocks);
-    f.kv_cached_end = r.kv_cached_end;
-    f.window_floor = r.window_floor;
-    f.want_logits = r.samples;
+    SeqForward f = RowForward(so, r, table_->row(r.slot) + plan.begin, plan.begin, plan.n, r.samples);
     f.all_logits = r.dynamic && plan.k > 0;  // verify rows: the target's distribution at every draft
     plan.hidden_row = hidden_rows;
     hidden_rows += f.n;
@@ -125,15 +149,15 @@ void ModelExecutor::Execute(WorkerStepState& st) {
     fwd_.push_back(f);
   }
   logits_.resize(static_cast<size_t>(logit_rows) * vocab_);
-  const bool mtp = mtp_kv_ != nullptr;
-  if (mtp) hidden_.resize(static_cast<size_t>(so.num_tokens + 1) * tf_.model().config.mtp_hidden());
+  if (hidden_width_ > 0) hidden_.resize(static_cast<size_t>(so.num_tokens + 1) * hidden_width_);
   // Even with no rows: multi-process steps are collective (an empty batch still takes part in the MoE exchange).
   st.status = tf_.ForwardBatch(fwd_.data(), static_cast<int>(fwd_.size()), *kv_, logits_.data(),
-                               mtp ? hidden_.data() : nullptr);
+                               hidden_width_ > 0 ? hidden_.data() : nullptr);
   // A failed collective leaves the ranks out of step: the job cannot go on (the engine would only abort rows).
   if (!st.status.ok() && dist_) dist_->FailJob("forward: " + st.status.ToString());
   if (!st.status.ok()) return;
   SampleRows(so, st);
+  // Stage 2, verification: each verify row commits its accepted drafts and the target's own next token.
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
     RowPlan& plan = plans_[i];
@@ -142,16 +166,20 @@ void ModelExecutor::Execute(WorkerStepState& st) {
     SlotState& ss = slots_[r.slot];
     if (r.dynamic) {
       VerifiedRun& run = st.out.runs[i];
-      VerifyRow(r, plan, logits, &run);
+      verifier_.VerifyRow(r, plan, logits, &run);
       ss.len = plan.begin + 1 + static_cast<int>(run.tokens.size());
-      run.kv_end = ss.len - 1;  // the input position and the accepted drafts
-      if (draft_tf_) run.kv_end = std::min(run.kv_end, ss.draft_len);
+      run.kv_end = ss.len - 1;  // the input position and the accepted drafts (a proposer's cache may lower it)
     } else {
       ss.len = r.q_begin + r.q_len + 1;  // sampled above (SampleRows) at position q_begin + q_len
     }
     ss.gen = r.slot_gen;
+    plan.committed = ss.len;
   }
-  if (mtp) st.status = RunMtp(so);
+  // Stage 3: the proposers see what was committed (their caches' valid extents, MTP's next first drafts).
+  for (const auto& p : proposers_) {
+    st.status = p->AfterVerify(so, plans_, hidden_.data(), &st.out.runs);
+    if (!st.status.ok()) return;
+  }
 }
 
 }  // namespace deepinfer

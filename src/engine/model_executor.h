@@ -1,12 +1,17 @@
 // The CPU model executor: gathers a step's input tokens from the token table, runs the batched transformer
 // over the paged K/V cache, then samples every sampling row (penalties read the device-view history in the
 // token table) and writes the new token at (slot, position) for the next step to read.
+//
+// Speculative decoding runs as stages of the step (engine/proposer.h): the proposers write drafts into the
+// token table before the forward, SpecVerifier commits each verify row's accepted run after it, and the
+// proposers then see what was committed.
 #pragma once
 #include <memory>
 #include <vector>
 
-#include "engine/grammar_mask.h"
 #include "engine/engine_options.h"
+#include "engine/proposer.h"
+#include "engine/spec_verifier.h"
 #include "engine/speculative.h"
 #include "engine/step.h"
 #include "sample/sampler.h"
@@ -19,24 +24,8 @@ namespace deepinfer {
 // The executor's own record of each token-table slot (the "device" view of committed lengths): a dynamic row
 // reads where its sequence really is from here, since the host may not have processed the previous step yet.
 struct SlotState {
-  int32_t len = 0;        // tokens known in the table row (the next sampled token lands at position len)
-  uint32_t gen = 0;       // the slot generation that wrote len (a dynamic row of another occupant is a bug)
-  int32_t draft_len = 0;  // positions whose draft-model K/V is valid
-  int32_t mtp_for = -1;   // mtp_drafts were proposed for a row starting at this length (-1: none)
-  std::vector<int32_t> mtp_drafts;
-  std::vector<float> mtp_hidden;  // the module's output at the pair that proposed mtp_drafts[0] (chaining)
-  std::vector<FilteredDistribution> mtp_q;  // their distributions (rejection verification)
-};
-
-// The speculative parts of a step, per row (planned before the forward).
-struct RowPlan {
-  int begin = 0, n = 0;   // positions [begin, begin + n) run through the target
-  int k = 0;              // drafts proposed (the row verifies k and samples k + 1 tokens)
-  int kmax = 0;           // most drafts the row may take
-  bool skip = false;      // a dynamic row whose sequence already reached its limit on the device
-  int logit_row = -1;     // first logits row
-  int hidden_row = -1;    // first row of the forward batch (its hidden states, for MTP)
-  std::vector<FilteredDistribution> q;  // the draft's distribution at each draft (rejection verification)
+  int32_t len = 0;   // tokens known in the table row (the next sampled token lands at position len)
+  uint32_t gen = 0;  // the slot generation that wrote len (a dynamic row of another occupant is a bug)
 };
 
 class ModelExecutor : public Executor {
@@ -54,24 +43,9 @@ class ModelExecutor : public Executor {
   void MaybeRebalance(uint64_t step);
 
  private:
-  // Sets plans_ for every row: dynamic rows' start from slots_, n-gram and MTP drafts written into the table.
+  // Sets plans_ for every row: a dynamic row's start from slots_ and the most drafts it may take (k = 0; the
+  // proposers add theirs).
   Status PlanRows(const SchedulerOutputs& so);
-  // The draft model: catches its cache up with every row, then proposes for kDraft rows (k rounds).
-  Status RunDraft(const SchedulerOutputs& so);
-  // Samples a dynamic row's 1 + k positions from its logits, accepting drafts (exact or rejection).
-  void VerifyRow(const SequenceMetadata& r, RowPlan& plan, const float* logits, VerifiedRun* run);
-  // Proposes the row's next draft from the proposer's logits (into the token table, n updated); true while the
-  // row wants more.
-  bool AppendDraft(const SequenceMetadata& r, float* logits, RowPlan* plan);
-  // Samples the draft's token at `pos` from its logits (penalties applied; rejection keeps q).
-  int32_t DraftSample(const SequenceMetadata& r, float* logits, int pos, FilteredDistribution* q);
-  // MTP: feeds the newly committed pairs of every row through the module and proposes the next step's drafts.
-  Status RunMtp(const SchedulerOutputs& so);
-  // MTP rows with k > 1: chains the module on its own output from the first draft (k - 1 rounds).
-  Status MtpChain(const SchedulerOutputs& so);
-  // A rejected draft's replacement: the target's distribution minus the draft's, positive part (q null: the
-  // n-gram proposer's point mass at `draft`).
-  int32_t DrawResidual(const FilteredDistribution& p, const FilteredDistribution* q, int32_t draft, float u);
   // A sampling thread's buffers: the raw logits (log-probs), the penalty counts, the grammar mask.
   struct SampleScratch {
     std::vector<float> raw;
@@ -89,23 +63,18 @@ class ModelExecutor : public Executor {
   TokenTable* table_;
   int vocab_;
   std::vector<SeqForward> fwd_;
-  std::vector<float> logits_, raw_;
-  std::vector<int32_t> counts_;
-  std::vector<uint32_t> mask_bits_;  // speculative rows (sampled serially)
+  std::vector<float> logits_;
   std::vector<SampleScratch> scratch_;  // per compute-pool thread (SampleRows)
   std::vector<size_t> sample_rows_;
   int rebalances_ = 0;
   int64_t moved_slots_ = 0, moved_bytes_ = 0;
 
-  EngineOptions opt_;  // the engine's; the speculative fields (proposer, k, n-gram lengths, verification, draft) are read here
   std::vector<SlotState> slots_;
   std::vector<RowPlan> plans_;
-  std::unique_ptr<Transformer> draft_tf_;
-  std::unique_ptr<PagedKvCache> draft_kv_, mtp_kv_;
-  std::vector<float> draft_logits_, hidden_, mtp_hidden_, mtp_logits_;
-  std::vector<SeqForward> draft_fwd_;
-  std::vector<double> q_dense_;
-  std::vector<float> mtp_in_hidden_;
+  SpecVerifier verifier_;
+  std::vector<std::unique_ptr<Proposer>> proposers_;  // n-gram always; the draft model and MTP when configured
+  int hidden_width_ = 0;       // floats per position of the target's hidden states the proposers read (0: none)
+  std::vector<float> hidden_;  // those hidden states, this step
 };
 
 }  // namespace deepinfer

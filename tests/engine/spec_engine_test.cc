@@ -274,6 +274,25 @@ TEST(SpecEngineTest, SelfDraftKeepsAcceptingAfterPrefixReuse) {
   }
 }
 
+// MTP's first draft comes from the previous step; drafts 2..k come from chaining the module on its own output.
+// Exact verification keeps the outputs whatever the proposer does (checked above), so only the counters show a
+// chain that stopped: rows of k = 3 must verify more than two drafts on average.
+TEST(SpecEngineTest, MtpChainsTheModuleForDraftsAfterTheFirst) {
+  const Model& m = TinyDeepseekMtp();
+  std::vector<TestRequest> reqs(4);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = {1, static_cast<int32_t>(5 + i), 9, 200};
+    reqs[i].params.max_tokens = 24;
+    reqs[i].params.ignore_eos = true;
+  }
+  EngineOptions o = SpecEngine(SpecMethod::kMtp, 3);
+  o.num_kv_blocks = TestPoolBlocks(m, o.num_kv_blocks);
+  EngineStats st;
+  RunRequests(m, o, reqs, &st);
+  EXPECT_GT(st.spec_drafts, 40);
+  EXPECT_GT(st.spec_draft_tokens, 2 * st.spec_drafts) << "the MTP module was not chained past the first draft";
+}
+
 // max_tokens up to INT32_MAX is a valid request: the context ends it ("length"), with speculation as without.
 TEST(SpecEngineTest, HugeMaxTokensEndsAtTheContext) {
   const Model& m = Stories();
