@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "tensor/quant_blocks.h"
 #include "tensor/quantize.h"
@@ -18,7 +19,7 @@ const DTypeInfo& GetDTypeInfo(DType t) {
       {"i32", 1, 4},      {"f8_e4m3", 1, 1}, {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},
       {"q8_1", 32, 36},   {"q2_K", 256, 84}, {"q3_K", 256, 110}, {"q4_K", 256, 144}, {"q5_K", 256, 176},
       {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"mxfp4", 32, 17},
-      {"u8", 1, 1},       {"invalid", 1, 0},
+      {"u8", 1, 1},       {"q4_K_x16", 256, 144}, {"invalid", 1, 0},
   };
   static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kInvalid) + 1);
   return kInfo[static_cast<int>(t)];
@@ -142,6 +143,9 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
       return;
     }
+    case DType::kQ4_K_X16:  // rows are interleaved in groups of 16: no row stands alone
+      std::fprintf(stderr, "DequantizeRow: q4_K_x16 rows are not stored one by one (UnpackQ4KX16 first)\n");
+      std::abort();
     default:
       DequantizeBlocks(t, src, dst, n);
       return;
@@ -250,6 +254,43 @@ bool CanQuantizeRow(DType t) {
     case DType::kI32: return true;
     default: return false;
   }
+}
+
+namespace {
+// Where byte `o` (0..143) of row r (0..15) of block b of a group lands in the kQ4_K_X16 layout (dtype.h), as a
+// function of 16-byte pieces: piece 0 is the head (d, dmin, scales), pieces 1..8 the quants qs[16 (p - 1), +16).
+size_t Q4KX16Offset(int64_t b, int r, int piece) {
+  const int q = r / 4, i = r % 4;
+  const size_t quad = static_cast<size_t>(b * 4 + q) * 576;
+  if (piece == 0) return quad + 16 * i;
+  const int h = (piece - 1) / 4, L = (piece - 1) % 4;
+  return quad + 64 + 256 * h + 64 * L + 16 * i;
+}
+}  // namespace
+
+void RepackQ4KX16(uint8_t* data, int64_t rows, int64_t k) {
+  const int64_t nb = k / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ4_K), group = kQ4KX16Rows * row_bytes;
+  std::vector<uint8_t> plain(group);
+  for (int64_t g = 0; g + kQ4KX16Rows <= rows; g += kQ4KX16Rows) {
+    uint8_t* dst = data + g * row_bytes;
+    std::memcpy(plain.data(), dst, group);
+    for (int r = 0; r < kQ4KX16Rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = plain.data() + r * row_bytes + b * sizeof(BlockQ4_K);
+        for (int p = 0; p < 9; ++p) std::memcpy(dst + Q4KX16Offset(b, r, p), blk + 16 * p, 16);
+      }
+  }
+}
+
+void UnpackQ4KX16(const uint8_t* group, int64_t k, uint8_t* out) {
+  const int64_t nb = k / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ4_K);
+  for (int r = 0; r < kQ4KX16Rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + r * row_bytes + b * sizeof(BlockQ4_K);
+      for (int p = 0; p < 9; ++p) std::memcpy(blk + 16 * p, group + Q4KX16Offset(b, r, p), 16);
+    }
 }
 
 }  // namespace deepinfer

@@ -318,6 +318,63 @@ TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
   }
 }
 
+// kQ4_K_X16 (dtype.h), what the loader makes of q4_K matrices where the kernels have a decode kernel for it
+// (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds q4_K's bytes (a group back in row order is the
+// original), and every product on it is bitwise the q4_K product on the same ISA: batch 1 and 2-3 on the layout
+// kernel (Q4KX16Group) where the table has one, batches on the q4_K kernels after putting groups back in row
+// order, ranges that cut a group, the rows past the last whole group, 1-3 threads, K of 3 and 33 blocks, x rows
+// with extreme quantized bytes (the kernel's int16 pair sums at their bounds), and on AVX-512 with VNNI off.
+TEST(Q4KX16Test, RegroupedEqualsQ4KBitwise) {
+  IsaGuard guard;
+  const int64_t n = 53;  // three 16-row groups and 5 rows past them
+  for (int64_t k : {int64_t{768}, int64_t{33 * 256}}) {
+    const size_t row_bytes = DTypeBytes(DType::kQ4_K, static_cast<size_t>(k));
+    const auto wb = GemmBlocks(DType::kQ4_K, static_cast<size_t>(n * k / kQK_K), static_cast<uint32_t>(k + 17));
+    std::vector<uint8_t> rb = wb;
+    RepackQ4KX16(rb.data(), n, k);
+    ASSERT_NE(0, std::memcmp(rb.data(), wb.data(), 16 * row_bytes)) << "the first group was not regrouped";
+    ASSERT_EQ(0, std::memcmp(rb.data() + 48 * row_bytes, wb.data() + 48 * row_bytes, 5 * row_bytes)) << "the rows past the groups moved";
+    std::vector<uint8_t> back(16 * row_bytes);
+    for (int g = 0; g < 3; ++g) {
+      UnpackQ4KX16(rb.data() + g * 16 * row_bytes, k, back.data());
+      ASSERT_EQ(0, std::memcmp(back.data(), wb.data() + g * 16 * row_bytes, back.size())) << "group " << g;
+    }
+    const TensorView plain{DType::kQ4_K, {n, k}, wb.data(), wb.size()};
+    const TensorView grouped{DType::kQ4_K_X16, {n, k}, rb.data(), rb.size()};
+    for (Isa isa : AvailableIsas()) {
+      SetIsa(isa);
+      for (int vnni = 1; vnni >= 0; --vnni) {
+        if (!vnni && isa != Isa::kAvx512) continue;
+        const bool was = SetVnni(vnni != 0);
+        for (int m : {1, 2, 3, 5, 17}) {
+          auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 7 + k));
+          for (int64_t i = 0; i < k; ++i) x[i] = i % 3 ? 1e3f : -1e3f;  // row 0: extreme quantized bytes
+          if (m > 1)
+            for (int64_t i = 0; i < k; ++i) x[k + i] = i % 5 == 1 ? -1e3f : 1e3f;
+          std::vector<float> want(static_cast<size_t>(m) * n), got(want.size(), NAN);
+          MatMul(plain, x.data(), m, want.data());
+          for (int threads : {1, 2, 3}) {
+            SetComputeThreads(threads);
+            std::fill(got.begin(), got.end(), NAN);
+            MatMul(grouped, x.data(), m, got.data());
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
+                << IsaName(isa) << (vnni ? "" : " without VNNI") << " k " << k << " m " << m << " threads " << threads;
+          }
+          SetComputeThreads(0);
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{5, 40}, {16, 48}, {32, 53}, {47, 50}}) {
+            std::fill(got.begin(), got.end(), NAN);
+            MatMulSlice(grouped, x.data(), m, got.data(), static_cast<int>(n), r0, r1);
+            for (int i = 0; i < m; ++i)
+              ASSERT_EQ(0, std::memcmp(want.data() + i * n + r0, got.data() + i * n + r0, (r1 - r0) * 4))
+                  << IsaName(isa) << " k " << k << " m " << m << " rows [" << r0 << ", " << r1 << ")";
+          }
+        }
+        SetVnni(was);
+      }
+    }
+  }
+}
+
 // Each ISA's activation quantizers (the table entries MatMul uses) give the reference loops' blocks bitwise
 // (tests/ggml checks those, and the table entries, against ggml on random rows), also on what random rows miss:
 // NaN and infinite elements, the largest magnitude twice with both signs (q8_K takes the first one's sign), exact

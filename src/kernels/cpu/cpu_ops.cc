@@ -1,8 +1,12 @@
 #include "kernels/cpu/cpu_ops.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 
@@ -51,6 +55,19 @@ class CpuOpsImpl final : public Ops {
     deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);
   }
   void DequantizeRow(DType t, const void* src, float* dst, size_t n) const override { deepinfer::DequantizeRow(t, src, dst, n); }
+  // q4_K -> kQ4_K_X16 where the active kernels decode that layout (AVX-512 with VNNI), unless
+  // DEEPINFER_Q4K_X16=0 (for comparisons).
+  bool RegroupForMatMul(TensorView& w) const override {
+    static const bool off = [] {
+      const char* v = std::getenv("DEEPINFER_Q4K_X16");
+      return v && !std::strcmp(v, "0");
+    }();
+    if (off || !Kernels().q4k_x16_decode || w.dtype != DType::kQ4_K || w.shape.size() != 2 || w.rows() < kQ4KX16Rows)
+      return false;
+    RepackQ4KX16(static_cast<uint8_t*>(const_cast<void*>(w.data)), w.rows(), w.cols());
+    w.dtype = DType::kQ4_K_X16;
+    return true;
+  }
 };
 
 }  // namespace

@@ -433,6 +433,10 @@ void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, 
                    int64_t n1) {
   GemmSliceT<true>(w, x, xq, m, y, ldy, n0, n1);
 }
+void Q4KX16Decode(const GemmWeights& w, const float*, const void* xq, int m, float* y, int ldy, int64_t n0,
+                  int64_t n1) {
+  Q4KX16DecodeSliceVnni(w, xq, m, y, ldy, n0, n1);
+}
 
 }  // namespace isa_avx512
 }  // namespace deepinfer
