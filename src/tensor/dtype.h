@@ -19,6 +19,8 @@ enum class DType : uint8_t {
   // q4_K rows regrouped in memory for the AVX512-VNNI decode kernel (RepackQ4KX16, quant_blocks.h): made by the
   // loader from q4_K matrices it copied, never read from or written to a file. Same bytes per row as q4_K.
   kQ4_K_X16,
+  // q6_K likewise (RepackQ6KX16).
+  kQ6_K_X16,
   kInvalid
 };
 
@@ -184,6 +186,12 @@ constexpr int kQ4KX16Rows = 16;
 void RepackQ4KX16(uint8_t* data, int64_t rows, int64_t k);
 // One kQ4_K_X16 group (16 rows of k columns) as 16 q4_K rows, one after another, into out.
 void UnpackQ4KX16(const uint8_t* group, int64_t k, uint8_t* out);
+// kQ6_K_X16: a q6_K matrix regrouped likewise: per group of 16 rows, for every block b and quad q, 832 bytes: the
+// 4 rows' 16 scales, then for n = 0, 1 and L = 0..3 their ql[64n + 16L, +16), then for n = 0, 1 and P = 0, 1
+// their qh[32n + 16P, +16); after the last block, the group's d values, 16 per block, row 4q + L at position
+// 4L + q (the order the kernel's lanes hold the rows in).
+void RepackQ6KX16(uint8_t* data, int64_t rows, int64_t k);
+void UnpackQ6KX16(const uint8_t* group, int64_t k, uint8_t* out);
 // Converts n f32 values to type t (n a multiple of the block size). Quantization matches ggml's reference.
 // Only the types CanQuantizeRow accepts; other types abort (callers check first).
 void QuantizeRow(DType t, const float* src, void* dst, size_t n);

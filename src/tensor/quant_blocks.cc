@@ -298,6 +298,7 @@ DType ActivationDotType(DType weight) {
     case DType::kQ4_1:
     case DType::kQ5_1: return DType::kQ8_1;
     case DType::kQ4_K_X16:
+    case DType::kQ6_K_X16:
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:

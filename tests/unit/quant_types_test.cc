@@ -318,29 +318,35 @@ TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
   }
 }
 
-// kQ4_K_X16 (dtype.h), what the loader makes of q4_K matrices where the kernels have a decode kernel for it
-// (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds q4_K's bytes (a group back in row order is the
-// original), and every product on it is bitwise the q4_K product on the same ISA: batch 1 and 2-3 on the layout
-// kernel (Q4KX16Group) where the table has one, batches on the q4_K kernels after putting groups back in row
-// order, ranges that cut a group, the rows past the last whole group, 1-3 threads, K of 3 and 33 blocks, x rows
-// with extreme quantized bytes (the kernel's int16 pair sums at their bounds), and on AVX-512 with VNNI off.
-TEST(Q4KX16Test, RegroupedEqualsQ4KBitwise) {
+// kQ4_K_X16 and kQ6_K_X16 (dtype.h), what the loader makes of q4_K / q6_K matrices where the kernels have a
+// decode kernel for them (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds the plain type's bytes (a
+// group back in row order is the original), and every product on it is bitwise the plain product on the same
+// ISA: batch 1 and 2-3 on the layout kernels (Q4KX16Group, Q6KX16Group) where the table has them, batches on the
+// plain kernels after putting groups back in row order, ranges that cut a group, the rows past the last whole
+// group, 1-3 threads, K of 3 and 33 blocks, x rows with extreme quantized bytes (the kernels' int16 pair sums at
+// their bounds), and on AVX-512 with VNNI off.
+class RegroupedTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
   IsaGuard guard;
+  const DType t = GetParam(), rt = t == DType::kQ4_K ? DType::kQ4_K_X16 : DType::kQ6_K_X16;
   const int64_t n = 53;  // three 16-row groups and 5 rows past them
   for (int64_t k : {int64_t{768}, int64_t{33 * 256}}) {
-    const size_t row_bytes = DTypeBytes(DType::kQ4_K, static_cast<size_t>(k));
-    const auto wb = GemmBlocks(DType::kQ4_K, static_cast<size_t>(n * k / kQK_K), static_cast<uint32_t>(k + 17));
+    const size_t row_bytes = DTypeBytes(t, static_cast<size_t>(k));
+    const auto wb = GemmBlocks(t, static_cast<size_t>(n * k / kQK_K), static_cast<uint32_t>(k + 17));
     std::vector<uint8_t> rb = wb;
-    RepackQ4KX16(rb.data(), n, k);
+    if (t == DType::kQ4_K) RepackQ4KX16(rb.data(), n, k);
+    else RepackQ6KX16(rb.data(), n, k);
     ASSERT_NE(0, std::memcmp(rb.data(), wb.data(), 16 * row_bytes)) << "the first group was not regrouped";
     ASSERT_EQ(0, std::memcmp(rb.data() + 48 * row_bytes, wb.data() + 48 * row_bytes, 5 * row_bytes)) << "the rows past the groups moved";
     std::vector<uint8_t> back(16 * row_bytes);
     for (int g = 0; g < 3; ++g) {
-      UnpackQ4KX16(rb.data() + g * 16 * row_bytes, k, back.data());
+      if (t == DType::kQ4_K) UnpackQ4KX16(rb.data() + g * 16 * row_bytes, k, back.data());
+      else UnpackQ6KX16(rb.data() + g * 16 * row_bytes, k, back.data());
       ASSERT_EQ(0, std::memcmp(back.data(), wb.data() + g * 16 * row_bytes, back.size())) << "group " << g;
     }
-    const TensorView plain{DType::kQ4_K, {n, k}, wb.data(), wb.size()};
-    const TensorView grouped{DType::kQ4_K_X16, {n, k}, rb.data(), rb.size()};
+    const TensorView plain{t, {n, k}, wb.data(), wb.size()};
+    const TensorView grouped{rt, {n, k}, rb.data(), rb.size()};
     for (Isa isa : AvailableIsas()) {
       SetIsa(isa);
       for (int vnni = 1; vnni >= 0; --vnni) {
@@ -357,8 +363,8 @@ TEST(Q4KX16Test, RegroupedEqualsQ4KBitwise) {
             SetComputeThreads(threads);
             std::fill(got.begin(), got.end(), NAN);
             MatMul(grouped, x.data(), m, got.data());
-            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4))
-                << IsaName(isa) << (vnni ? "" : " without VNNI") << " k " << k << " m " << m << " threads " << threads;
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << DTypeName(rt) << " " << IsaName(isa)
+                << (vnni ? "" : " without VNNI") << " k " << k << " m " << m << " threads " << threads;
           }
           SetComputeThreads(0);
           for (auto [r0, r1] : {std::pair<int64_t, int64_t>{5, 40}, {16, 48}, {32, 53}, {47, 50}}) {
@@ -366,7 +372,7 @@ TEST(Q4KX16Test, RegroupedEqualsQ4KBitwise) {
             MatMulSlice(grouped, x.data(), m, got.data(), static_cast<int>(n), r0, r1);
             for (int i = 0; i < m; ++i)
               ASSERT_EQ(0, std::memcmp(want.data() + i * n + r0, got.data() + i * n + r0, (r1 - r0) * 4))
-                  << IsaName(isa) << " k " << k << " m " << m << " rows [" << r0 << ", " << r1 << ")";
+                  << DTypeName(rt) << " " << IsaName(isa) << " k " << k << " m " << m << " rows [" << r0 << ", " << r1 << ")";
           }
         }
         SetVnni(was);
@@ -374,6 +380,8 @@ TEST(Q4KX16Test, RegroupedEqualsQ4KBitwise) {
     }
   }
 }
+INSTANTIATE_TEST_SUITE_P(KQuants, RegroupedTest, ::testing::Values(DType::kQ4_K, DType::kQ6_K),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
 // Each ISA's activation quantizers (the table entries MatMul uses) give the reference loops' blocks bitwise
 // (tests/ggml checks those, and the table entries, against ggml on random rows), also on what random rows miss:

@@ -55,18 +55,26 @@ class CpuOpsImpl final : public Ops {
     deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);
   }
   void DequantizeRow(DType t, const void* src, float* dst, size_t n) const override { deepinfer::DequantizeRow(t, src, dst, n); }
-  // q4_K -> kQ4_K_X16 where the active kernels decode that layout (AVX-512 with VNNI), unless
-  // DEEPINFER_Q4K_X16=0 (for comparisons).
+  // q4_K -> kQ4_K_X16 and q6_K -> kQ6_K_X16 where the active kernels decode those layouts (AVX-512 with VNNI),
+  // unless DEEPINFER_Q4K_X16=0 (for comparisons).
   bool RegroupForMatMul(TensorView& w) const override {
     static const bool off = [] {
       const char* v = std::getenv("DEEPINFER_Q4K_X16");
       return v && !std::strcmp(v, "0");
     }();
-    if (off || !Kernels().q4k_x16_decode || w.dtype != DType::kQ4_K || w.shape.size() != 2 || w.rows() < kQ4KX16Rows)
-      return false;
-    RepackQ4KX16(static_cast<uint8_t*>(const_cast<void*>(w.data)), w.rows(), w.cols());
-    w.dtype = DType::kQ4_K_X16;
-    return true;
+    if (off || w.shape.size() != 2 || w.rows() < kQ4KX16Rows) return false;
+    uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(w.data));
+    if (w.dtype == DType::kQ4_K && Kernels().q4k_x16_decode) {
+      RepackQ4KX16(data, w.rows(), w.cols());
+      w.dtype = DType::kQ4_K_X16;
+      return true;
+    }
+    if (w.dtype == DType::kQ6_K && Kernels().q6k_x16_decode) {
+      RepackQ6KX16(data, w.rows(), w.cols());
+      w.dtype = DType::kQ6_K_X16;
+      return true;
+    }
+    return false;
   }
 };
 

@@ -437,6 +437,10 @@ void Q4KX16Decode(const GemmWeights& w, const float*, const void* xq, int m, flo
                   int64_t n1) {
   Q4KX16DecodeSliceVnni(w, xq, m, y, ldy, n0, n1);
 }
+void Q6KX16Decode(const GemmWeights& w, const float*, const void* xq, int m, float* y, int ldy, int64_t n0,
+                  int64_t n1) {
+  Q6KX16DecodeSliceVnni(w, xq, m, y, ldy, n0, n1);
+}
 
 }  // namespace isa_avx512
 }  // namespace deepinfer

@@ -96,6 +96,8 @@ void AttendRowsBf16Dot(const AttendArgs& a);
 // multiples of 16, n1 <= rows / 16 * 16); x is quantized to q8_K. Bitwise what GemmSliceVnni computes for the same
 // rows as q4_K.
 void Q4KX16Decode(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+// kQ6_K_X16 likewise (bitwise GemmSliceVnni's q6_K results).
+void Q6KX16Decode(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void QuantizeQ8_0(const float* x, BlockQ8_0* y, size_t n);
 void QuantizeQ8_K(const float* x, BlockQ8_K* y, size_t n);
 }  // namespace isa_avx512
