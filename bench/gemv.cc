@@ -6,8 +6,8 @@
 // type: any type the project quantizes to (q4_K, q6_K, q8_0, bf16, f16, f32, ...). m > 1 times a batch of m x rows
 // (GB/s counts the weights once). novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison
 // on a VNNI CPU. cached: one copy of the matrix, so a matrix that fits the caches gives the kernel's compute rate
-// (the bound it would meet with infinite memory bandwidth). x16 (q4_K only): the matrix regrouped as the loader
-// does (kQ4_K_X16, dtype.h), so the product runs the layout's decode kernel. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
+// (the bound it would meet with infinite memory bandwidth). x16 (q4_K, q6_K): the matrix regrouped as the loader
+// does (kQ4_K_X16 / kQ6_K_X16, dtype.h), so the product runs the layout's decode kernel. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     cached = cached || std::string(argv[a]) == "cached";
     x16 = x16 || std::string(argv[a]) == "x16";
   }
-  if (x16 && dt != DType::kQ4_K) return 2;
+  if (x16 && dt != DType::kQ4_K && dt != DType::kQ6_K) return 2;
   SetComputeThreads(threads);
   SetVnni(vnni);
   const size_t row_bytes = DTypeBytes(dt, static_cast<size_t>(k)), mat_bytes = row_bytes * n;
@@ -104,13 +104,15 @@ int main(int argc, char** argv) {
     for (float& v : row) v = nd(rng);
     QuantizeRow(dt, row.data(), buf.data() + r * row_bytes, static_cast<size_t>(k));
   }
-  if (x16) RepackQ4KX16(buf.data(), n, k);  // the loader's regrouping (dtype.h)
+  if (x16 && dt == DType::kQ4_K) RepackQ4KX16(buf.data(), n, k);  // the loader's regrouping (dtype.h)
+  if (x16 && dt == DType::kQ6_K) RepackQ6KX16(buf.data(), n, k);
   for (int c = 1; c < copies; ++c) std::memcpy(buf.data() + c * mat_bytes, buf.data(), mat_bytes);
   std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);
   for (float& v : x) v = nd(rng);
   std::vector<TensorView> views(copies);
   for (int c = 0; c < copies; ++c)
-    views[c] = TensorView{x16 ? DType::kQ4_K_X16 : dt, {n, k}, buf.data() + c * mat_bytes, mat_bytes};
+    views[c] = TensorView{!x16 ? dt : dt == DType::kQ4_K ? DType::kQ4_K_X16 : DType::kQ6_K_X16, {n, k},
+                          buf.data() + c * mat_bytes, mat_bytes};
   for (int c = 0; c < copies; ++c) MatMul(views[c], x.data(), m, y.data());  // warm up, fault in
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
@@ -121,6 +123,6 @@ int main(int argc, char** argv) {
   }
   std::printf("%s %lldx%lld m=%d threads=%d: %.1f us/call, %.2f GB/s of weights (%s kernels%s%s%s)\n", DTypeName(dt),
               static_cast<long long>(n), static_cast<long long>(k), m, threads, best * 1e6, mat_bytes / best / 1e9,
-              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off", cached ? ", from cache" : "", x16 ? ", regrouped (q4_K_x16)" : "");
+              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off", cached ? ", from cache" : "", x16 ? ", regrouped (_x16)" : "");
   return 0;
 }

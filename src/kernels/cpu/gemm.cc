@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <atomic>
 #include <cstring>
 #include <vector>
@@ -157,11 +158,16 @@ void RegroupedSlice(const KernelTable& kt, const TensorView& t, const PreparedX&
   const GemmSliceFn decode = q6 ? kt.q6k_x16_decode : kt.q4k_x16_decode;
   const int64_t rows = t.rows(), k = t.cols(), grouped = rows / kG * kG;
   const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), rows, k};
-  if (decode && m < 4) {
+  // The layout kernels run x rows one after another over each group (read from memory once); up to 6 rows they
+  // compute faster than the plain kernels' panels do with the groups put back (q4_K about even at 8, q6_K at 6-7).
+  constexpr int kMaxDecodeRows = 6;
+  // Larger batches, on the same tables: the panels, which decode each row of a group straight from the layout.
+  if (decode) {
     const int64_t a0 = (n0 + kG - 1) / kG * kG, a1 = std::min(n1, grouped) / kG * kG;
     if (a0 < a1) {
       if (n0 < a0) RegroupedSlice(kt, t, p, m, y, ldy, n0, a0);
-      decode(w, p.x, p.xq, m, y, ldy, a0, a1);
+      if (m <= kMaxDecodeRows) decode(w, p.x, p.xq, m, y, ldy, a0, a1);
+      else kt.gemm_slice(w, p.x, p.xq, m, y, ldy, a0, a1);
       if (a1 < n1) RegroupedSlice(kt, t, p, m, y, ldy, a1, n1);
       return;
     }
@@ -175,7 +181,8 @@ void RegroupedSlice(const KernelTable& kt, const TensorView& t, const PreparedX&
     const int64_t g1 = std::min(g0 + kChunk, grouped);
     for (int64_t g = g0; g < g1; g += kG) {
       uint8_t* out = buf.data() + (g - g0) * w.row_bytes;
-      if (q6) UnpackQ6KX16(w.row(g), k, out);
+      if (kt.unpack_x16) kt.unpack_x16(t.dtype, w.row(g), k, out);
+      else if (q6) UnpackQ6KX16(w.row(g), k, out);
       else UnpackQ4KX16(w.row(g), k, out);
     }
     const GemmWeights chunk{plain.dtype, buf.data(), w.row_bytes, g1 - g0, k};
