@@ -127,6 +127,8 @@ class Ops {
   // ops multiply faster (the CPU: q4_K as kQ4_K_X16 where the kernels have a decode kernel for it), changing
   // w.dtype; the products stay bitwise the same. False (and w untouched) where there is none.
   virtual bool RegroupForMatMul(TensorView& w) const { (void)w; return false; }
+  // Row r of a weight matrix as f32 (embedding lookups), whatever layout RegroupForMatMul gave it.
+  virtual void MatrixRow(const TensorView& w, int64_t r, float* out) const { DequantizeRow(w.dtype, w.row(r), out, static_cast<size_t>(w.cols())); }
 };
 
 // The ops of device d.

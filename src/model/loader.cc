@@ -535,8 +535,8 @@ Status BuildPendingWeights(Model& m) {
 
 // Matrices the forward passes only multiply by (MatMul, MatMulMany: whole matrices, or row slices of whole 16-row
 // groups under tensor parallelism, cut before the copy), which the ops may therefore regroup into a layout of
-// their own (Ops::RegroupForMatMul). Not the embedding (rows are looked up), nor MLA's and DeepSeek-V4's
-// matrices, which are cut per head at run time.
+// their own (Ops::RegroupForMatMul); the embedding too (its rows are looked up through Ops::MatrixRow, and tied,
+// it is the head). Not MLA's and DeepSeek-V4's matrices, which are cut per head at run time.
 bool OnlyMatMulReads(const TensorDecl& d) {
   switch (d.id) {
     case TensorId::kOutput:
@@ -575,7 +575,7 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
       } else if (d.matrix && (d.matrix->data || pending.count(d.matrix))) {
         if (d.fallback_matrix && d.matrix->data && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
         else views.push_back(d.matrix);
-        if (views.back() == d.matrix && OnlyMatMulReads(d) && d.mtp < 0 && list != &plan.embedding)
+        if (views.back() == d.matrix && d.mtp < 0 && (OnlyMatMulReads(d) || d.id == TensorId::kTokEmbd))
           regroup.push_back(d.matrix);
       }
     }

@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "isa_test_util.h"
 #include "quant_test_util.h"
 #include "test_util.h"
@@ -347,6 +348,13 @@ TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
     }
     const TensorView plain{t, {n, k}, wb.data(), wb.size()};
     const TensorView grouped{rt, {n, k}, rb.data(), rb.size()};
+    // Rows looked up (a regrouped embedding): the plain row's values, in a group or past the groups.
+    for (int64_t r : {0, 5, 17, 47, 48, 52}) {
+      std::vector<float> a(static_cast<size_t>(k)), b(a.size());
+      DequantizeRow(t, plain.row(r), a.data(), a.size());
+      OpsFor(Device::kCpu).MatrixRow(grouped, r, b.data());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(rt) << " row " << r;
+    }
     for (Isa isa : AvailableIsas()) {
       SetIsa(isa);
       for (int vnni = 1; vnni >= 0; --vnni) {
