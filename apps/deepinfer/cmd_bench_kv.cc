@@ -107,7 +107,9 @@ int CmdBenchKv(int argc, char** argv) {
   for (std::string name; std::getline(shapes, name, ',');) {
     auto shape = Preset(name);
     if (!shape.ok()) return Fail(shape.status());
-    const KvLayout hybrid = GroupKvLayout(shape->base, shape->windows);
+    const KvLayout hybrid = GroupKvLayout(shape->base, shape->windows, bs);
+    // --swa-full: every layer keeps every position (sparse layers still packed, as the engine does).
+    const KvLayout swa_full = GroupKvLayout(shape->base, std::vector<int>(shape->windows.size(), 0), bs);
     for (const int64_t ctx : ctxs) {
       // Bytes one sequence holds at most, and how many such sequences the budget's blocks hold at once.
       auto fit = [&](const KvLayout& l, double* mib) {
@@ -119,7 +121,7 @@ int CmdBenchKv(int argc, char** argv) {
         return static_cast<int64_t>(budget / block_bytes) / seq_blocks;
       };
       double mib_h = 0, mib_f = 0;
-      const int64_t seqs_h = fit(hybrid, &mib_h), seqs_f = fit(shape->base, &mib_f);
+      const int64_t seqs_h = fit(hybrid, &mib_h), seqs_f = fit(swa_full, &mib_f);
       std::printf("%-14s %7lld %16.1f %16.1f %14lld %14lld %6.2fx\n", name.c_str(), static_cast<long long>(ctx), mib_h,
                   mib_f, static_cast<long long>(seqs_h), static_cast<long long>(seqs_f),
                   seqs_f > 0 ? static_cast<double>(seqs_h) / seqs_f : INFINITY);

@@ -165,8 +165,8 @@ int CmdBenchServe(int argc, char** argv) {
     const double rate = rate_s == "inf" ? INFINITY : std::stod(rate_s);
     auto engine = Engine::Create(*model, eo);
     if (!engine.ok()) return Fail(engine.status());
-    OpenAiServerOptions so;
-    so.http.port = 0;
+    api::ServerOptions so;
+    so.port = 0;
     so.max_pending = 1 << 20;
     auto server = std::make_unique<OpenAiServer>(**engine, *model, so);
     if (Status s = server->Listen(); !s.ok()) return Fail(s);

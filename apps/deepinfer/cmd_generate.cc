@@ -1,5 +1,5 @@
 // deepinfer generate: one prompt streamed to the terminal (or --json), or a JSONL batch (--input/--output)
-// through the same engine the server uses.
+// through the same engine the server uses. Built on the public API only (include/deepinfer/).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,11 +16,8 @@
 #include <sstream>
 #include <thread>
 
-#include "base/logging.h"
-#include "base/progress.h"
 #include "commands.h"
 #include "deepinfer/deepinfer.h"
-#include "dist/communicator.h"
 #include "startup.h"
 
 namespace deepinfer::cli {
@@ -218,7 +215,7 @@ int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
   if (skipped < skip)
     return Fail(InvalidArgument("--resume: the output holds " + std::to_string(skip) + " results but the input only " +
                                 std::to_string(skipped) + " requests"));
-  if (skip) DI_LOG_INFO("--resume: %zu lines already done, %zu to go", skip, results.size());
+  if (skip) api::Log(api::LogLevel::kInfo, "--resume: %zu lines already done, %zu to go", skip, results.size());
   // Done flags, set by the engine thread once a result is complete and read by this thread, which writes the
   // finished prefix. Sized before any request runs: results never move while the engine is going.
   auto finished = std::make_unique<std::atomic<bool>[]>(results.size());
@@ -235,10 +232,12 @@ int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
       ++bad;
     }
   }
-  if (bad) DI_LOG_WARN("%d of %zu input lines were rejected (their output lines hold the error)", bad, results.size());
+  if (bad)
+    api::Log(api::LogLevel::kWarn, "%d of %zu input lines were rejected (their output lines hold the error)", bad,
+             results.size());
   // Progress: the engine runs on its own thread; this thread draws the bar and writes the finished prefix.
   const auto t0 = Clock::now();
-  ProgressBar bar("generate", results.size(), "req");
+  api::ProgressBar bar("generate", results.size(), "req");
   std::atomic<bool> done{false};
   Status run;
   std::thread loop([&] {
@@ -272,12 +271,13 @@ int RunBatch(const Args& args, const api::Model& model, api::Engine& engine) {
   if (written != results.size()) return Fail(Internal("the engine went idle with unfinished requests"));
   const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
   const api::EngineStats st = engine.Stats();
-  DI_LOG_INFO("%zu requests in %.2f s: %lld prompt tokens computed (%lld from the prefix cache), %lld generated "
-              "(%.1f tok/s), %lld steps, %lld preemptions",
-              results.size(), secs, static_cast<long long>(st.prompt_tokens_computed),
-              static_cast<long long>(st.cached_prompt_tokens), static_cast<long long>(st.generated_tokens),
-              st.generated_tokens / std::max(1e-9, secs), static_cast<long long>(st.steps),
-              static_cast<long long>(st.preemptions));
+  api::Log(api::LogLevel::kInfo,
+           "%zu requests in %.2f s: %lld prompt tokens computed (%lld from the prefix cache), %lld generated "
+           "(%.1f tok/s), %lld steps, %lld preemptions",
+           results.size(), secs, static_cast<long long>(st.prompt_tokens_computed),
+           static_cast<long long>(st.cached_prompt_tokens), static_cast<long long>(st.generated_tokens),
+           st.generated_tokens / std::max(1e-9, secs), static_cast<long long>(st.steps),
+           static_cast<long long>(st.preemptions));
   Status leaks = engine.Shutdown();
   if (!leaks.ok()) return Fail(leaks);
   return 0;
@@ -323,7 +323,7 @@ int CmdGenerate(int argc, char** argv) {
   auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
   auto draft_model = OpenDraftModelOrDie(args, &eo);
   if (eo.speculative != api::SpeculativeMethod::kNone) g_spec_method = args.Get("speculative");
-  if (Status s = CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
+  if (Status s = api::CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
 
   GenerationParams params = DefaultsFromArgs(args);
   if (Status s = params.Validate(model->vocab_size()); !s.ok()) return Fail(s);
@@ -331,7 +331,7 @@ int CmdGenerate(int argc, char** argv) {
   auto engine_or = api::Engine::Create(*model, eo);
   if (!engine_or.ok()) return Fail(engine_or.status());
   api::Engine& engine = **engine_or;
-  if (dist::World().rank() != 0) {
+  if (api::WorldRank() != 0) {
     // Under mpirun rank 0 owns the prompts and the output; the other ranks step with it until it is done.
     if (Status s = engine.RunUntilIdle(); !s.ok()) return Fail(s);
     Status leaks = engine.Shutdown();
@@ -395,12 +395,12 @@ int CmdGenerate(int argc, char** argv) {
   } else {
     std::printf("\n");
     std::fflush(stdout);
-    DI_LOG_INFO("prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s), finish_reason=%s", n_prompt,
-                pre_tps, c.tokens.size(), dec_tps, c.finish_reason.c_str());
+    api::Log(api::LogLevel::kInfo, "prompt %zu tokens (%.1f tok/s), generated %zu tokens (%.1f tok/s), finish_reason=%s",
+             n_prompt, pre_tps, c.tokens.size(), dec_tps, c.finish_reason.c_str());
     if (!g_spec_method.empty())
-      DI_LOG_INFO("speculative (%s): %lld drafts proposed, %lld accepted (%.1f%%)", g_spec_method.c_str(),
-                  static_cast<long long>(c.spec_proposed), static_cast<long long>(c.spec_accepted),
-                  c.spec_proposed ? 100.0 * c.spec_accepted / c.spec_proposed : 0.0);
+      api::Log(api::LogLevel::kInfo, "speculative (%s): %lld drafts proposed, %lld accepted (%.1f%%)",
+               g_spec_method.c_str(), static_cast<long long>(c.spec_proposed), static_cast<long long>(c.spec_accepted),
+               c.spec_proposed ? 100.0 * c.spec_accepted / c.spec_proposed : 0.0);
   }
   Status leaks = engine.Shutdown();
   if (!leaks.ok()) return Fail(leaks);

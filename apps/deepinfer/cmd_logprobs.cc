@@ -5,6 +5,7 @@
 #include "base/logging.h"
 #include "base/thread_pool.h"
 #include "commands.h"
+#include "deepinfer/parallel.h"
 #include "engine_flags.h"
 #include "kernels/cpu/ops.h"
 #include "dist/communicator.h"
@@ -41,7 +42,7 @@ int CmdLogprobs(int argc, char** argv) {
   // prints.
   if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = LoadModelOrDie(args.Get("model"), LoadOptionsFromArgs(args));
-  if (Status s = CheckSameModelEverywhere(model->source); !s.ok()) return Fail(s);
+  if (Status s = api::CheckSameModelEverywhere(model->source); !s.ok()) return Fail(s);
   const int n = static_cast<int>(ids.size()), V = model->config.vocab_size;
   Transformer tf(*model, static_cast<int>(args.GetInt("chunk")), dist::Context());
   SequenceKvCache kv(RankKvLayout(*model), n);  // this rank's KV heads under tensor parallelism

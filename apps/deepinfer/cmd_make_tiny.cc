@@ -42,6 +42,7 @@ int CmdMakeTiny(int argc, char** argv) {
                 {"groups", "", "N", "4", "deepseek_v3: expert groups (n_group)"},
                 {"groups-used", "", "N", "2", "deepseek_v3: groups kept per token (topk_group)"},
                 {"mtp", "", "", "", "deepseek_v3, deepseek_v4: add one MTP (next-token prediction) module after the last layer"},
+                {"hf-layout", "", "NAME", "", "deepseek_v4: the HF directory's spelling: deepseek (the default: DeepSeek's own checkpoint names, embed / layers.{L}.attn.wq_a / ffn.experts.{e}.w1, mtp.0.*) or transformers (transformers' DeepseekV4ForCausalLM names, model.layers.{L}.self_attn.q_a_proj, fused mlp.experts.gate_up_proj, layer_types / compress_rates in config.json; float types, no MTP block); the same weights either way, and the GGUF is the same"},
                 {"split-kv-b", "", "", "", "deepseek_v3 GGUF: store kv_b pre-split as attn_k_b/attn_v_b (llama.cpp's current layout)"},
                 {"window", "", "N", "", "sliding window: of gemma3 and gpt_oss's windowed layers (default 16), of every mistral layer (default none)"},
                 {"swa-pattern", "", "N", "min(6, layers)", "gemma3: every N-th layer attends globally, the others within --window"},
@@ -86,6 +87,7 @@ int CmdMakeTiny(int argc, char** argv) {
     if (s.window < 0 || s.swa_period < 0) return Fail(InvalidArgument("--window and --swa-pattern must not be negative"));
     s.mtp = args.Has("mtp");
     s.split_kv_b = args.Has("split-kv-b");
+    s.hf_layout = args.Get("hf-layout");  // checked against the family's layouts by MakeTinyModel
     if (s.mtp && s.arch != Arch::kDeepseekV3 && s.arch != Arch::kDeepseekV4)
       return Fail(InvalidArgument("--mtp is for --arch deepseek_v3 and deepseek_v4"));
     if (s.split_kv_b && s.arch != Arch::kDeepseekV3) return Fail(InvalidArgument("--split-kv-b is for --arch deepseek_v3"));

@@ -1,7 +1,7 @@
 // deepinfer serve: the OpenAI-compatible HTTP server. Threads: the HTTP event loop, the engine loop, the
 // engine's executor stream (+ compute pool), and this thread, which waits for SIGTERM/SIGINT and runs the
 // graceful shutdown: stop accepting, give in-flight requests --grace seconds, abort the rest, drain the engine
-// and check for leaks.
+// and check for leaks. Built on the public API only (include/deepinfer/: the server is deepinfer/server.h).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -11,13 +11,8 @@
 #include <sstream>
 #include <thread>
 
-#include "api/engine_impl.h"
-#include "api/model_impl.h"
-#include "base/logging.h"
 #include "commands.h"
 #include "deepinfer/deepinfer.h"
-#include "server/openai_server.h"
-#include "dist/communicator.h"
 #include "startup.h"
 
 namespace deepinfer::cli {
@@ -58,21 +53,21 @@ int CmdServe(int argc, char** argv) {
   ApplyLogFlags(args);
   api::EngineOptions eo;
   if (Status s = EngineOptionsFromArgs(args, &eo); !s.ok()) return Fail(s);
-  OpenAiServerOptions so;
-  so.http.host = args.Get("host");
-  so.http.port = static_cast<int>(args.GetInt("port"));
-  if (so.http.port < 0 || so.http.port > 65535) return Fail(InvalidArgument("--port must be in [0, 65535]"));
-  so.http.limits.max_body_bytes = static_cast<size_t>(std::max<long long>(1024, args.GetInt("max-body")));
-  so.http.max_connections = static_cast<int>(std::max<long long>(1, args.GetInt("max-connections")));
-  so.http.request_timeout_s = args.GetFloat("request-timeout");
-  so.http.idle_timeout_s = args.GetFloat("idle-timeout");
+  api::ServerOptions so;
+  so.host = args.Get("host");
+  so.port = static_cast<int>(args.GetInt("port"));
+  if (so.port < 0 || so.port > 65535) return Fail(InvalidArgument("--port must be in [0, 65535]"));
+  so.max_body_bytes = static_cast<size_t>(std::max<long long>(1024, args.GetInt("max-body")));
+  so.max_connections = static_cast<int>(std::max<long long>(1, args.GetInt("max-connections")));
+  so.request_timeout_s = args.GetFloat("request-timeout");
+  so.idle_timeout_s = args.GetFloat("idle-timeout");
   so.max_pending = static_cast<int>(std::max<long long>(1, args.GetInt("max-pending")));
   so.api_key = args.Get("api-key");
   if (args.Has("max-stored-responses"))
     so.max_stored_responses = static_cast<size_t>(std::max<long long>(0, args.GetInt("max-stored-responses")));
   if (args.Has("max-prompt-bytes")) so.max_prompt_bytes = static_cast<size_t>(std::max<long long>(1, args.GetInt("max-prompt-bytes")));
   so.prep_threads = static_cast<int>(std::clamp<long long>(args.GetInt("prep-workers"), 1, 64));
-  so.http.allowed_origins = SplitOrigins(args.Get("allowed-origins"));
+  so.allowed_origins = args.Get("allowed-origins");
   so.webui = !args.Has("no-webui");
   so.kv_events_slice = static_cast<size_t>(std::max<long long>(1, args.GetInt("kv-events-slice")));
   if (so.api_key.empty())
@@ -104,43 +99,44 @@ int CmdServe(int argc, char** argv) {
   if (Status s = SetupParallel(args); !s.ok()) return Fail(s);
   auto model = OpenModelOrDie(args.Get("model"), ModelOptionsFromArgs(args));
   auto draft_model = OpenDraftModelOrDie(args, &eo);
-  if (Status s = CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
+  if (Status s = api::CheckSameModelEverywhere(args.Get("model")); !s.ok()) return Fail(s);
   auto engine = api::Engine::Create(*model, eo);
   if (!engine.ok()) return Fail(engine.status());
-  if (dist::World().rank() != 0) {
+  if (api::WorldRank() != 0) {
     // Under mpirun only rank 0 listens; the other ranks step with it until its shutdown ends the job (SIGTERM
     // and SIGINT stay blocked here: rank 0 decides when the job stops).
     if (Status s = (*engine)->RunUntilIdle(); !s.ok()) return Fail(s);
     Status leaks = (*engine)->Shutdown();
     if (!leaks.ok()) return Fail(leaks);
-    DI_LOG_INFO("rank %d: shutdown complete: KV cache and slots all free", dist::World().rank());
+    api::Log(api::LogLevel::kInfo, "rank %d: shutdown complete: KV cache and slots all free", api::WorldRank());
     return 0;
   }
-  // The HTTP layer works on the internal engine and model (its request parsing and output handling live in
-  // src/server); everything up to here is the public API's.
-  OpenAiServer server(api::InternalEngine(**engine), api::InternalModel(*model), so);
+  auto server_or = api::Server::Create(**engine, *model, so);
+  if (!server_or.ok()) return Fail(server_or.status());
+  api::Server& server = **server_or;
   if (Status s = server.Listen(); !s.ok()) return Fail(s);
   (*engine)->Start();
   std::thread http([&] { server.Run(); });
   // The pid matters under mpirun: SIGTERM to rank 0 itself shuts the whole job down cleanly (mpirun, signalled,
   // would kill every rank after its odls_base_sigkill_timeout).
-  std::printf("deepinfer serve: listening on http://%s:%d (pid %d)\n", so.http.host.c_str(), server.port(), static_cast<int>(getpid()));
+  std::printf("deepinfer serve: listening on http://%s:%d (pid %d)\n", so.host.c_str(), server.port(), static_cast<int>(getpid()));
   std::fflush(stdout);
 
   int sig = 0;
   sigwait(&sigs, &sig);
-  DI_LOG_INFO("%s: stopping (no new connections; %lld requests in flight get %.0f s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
-              static_cast<long long>(server.in_flight()), grace);
+  api::Log(api::LogLevel::kInfo, "%s: stopping (no new connections; %lld requests in flight get %.0f s)",
+           sig == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(server.in_flight()), grace);
   server.Stop();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace);
   while (server.in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  if (server.in_flight() > 0) DI_LOG_WARN("grace period over: aborting %lld requests", static_cast<long long>(server.in_flight()));
+  if (server.in_flight() > 0)
+    api::Log(api::LogLevel::kWarn, "grace period over: aborting %lld requests", static_cast<long long>(server.in_flight()));
   server.CloseAll();  // closing their connections aborts their requests
   http.join();
   Status leaks = (*engine)->Shutdown();  // aborts anything left, drains the pipeline, checks every block and slot
   if (!leaks.ok()) return Fail(leaks);
-  DI_LOG_INFO("shutdown complete: KV cache and slots all free");
+  api::Log(api::LogLevel::kInfo, "shutdown complete: KV cache and slots all free");
   return 0;
 }
 

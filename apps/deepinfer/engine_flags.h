@@ -1,6 +1,6 @@
 // Start-up for the commands that are tools over the internals (logprobs, tokenize, bench prefill/layers/
 // throughput/serve): the same flags and the same loading path as startup.h, into the internal Model and
-// EngineOptions.
+// EngineOptions (engine_flags.cc; generate and serve never include this file).
 #pragma once
 #include <memory>
 #include <string>

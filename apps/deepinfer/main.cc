@@ -4,8 +4,7 @@
 #include <string>
 
 #include "commands.h"
-#include "dist/communicator.h"
-#include "dist/parallel.h"
+#include "deepinfer/parallel.h"
 
 namespace {
 
@@ -63,9 +62,8 @@ int Run(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   // Under mpirun every rank runs this same binary; a plain run never touches MPI.
-  deepinfer::dist::InitWorld(&argc, &argv);
+  deepinfer::api::InitProcess(&argc, &argv);
   const int rc = Run(argc, argv);
-  deepinfer::dist::ResetContext();
-  deepinfer::dist::FinalizeWorld();
+  deepinfer::api::FinalizeProcess();
   return rc;
 }

@@ -4,17 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <vector>
 
-#include "api/engine_impl.h"
-#include "api/model_impl.h"
-#include "commands.h"
+#include "deepinfer/parallel.h"
 #include "deepinfer/runtime.h"
-#include "base/logging.h"
-#include "dist/parallel.h"
-#include "routing/routing_policy.h"
-#include "engine_flags.h"
 
 namespace deepinfer::cli {
 
@@ -161,98 +153,27 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
 
 std::unique_ptr<api::Model> OpenDraftModelOrDie(const Args& args, api::EngineOptions* opt) {
   if (!args.Has("draft-model")) return nullptr;
-  DI_LOG_INFO("loading the draft model");
+  api::Log(api::LogLevel::kInfo, "loading the draft model");
   auto draft = OpenModelOrDie(args.Get("draft-model"), ModelOptionsFromArgs(args));
   opt->draft_model = draft.get();
   return draft;
 }
 
-Status EngineOptionsFromArgs(const Args& args, EngineOptions* opt) {
-  api::EngineOptions parsed;
-  DI_RETURN_IF_ERROR(EngineOptionsFromArgs(args, &parsed));
-  EngineOptions converted = api::ToInternal(parsed);
-  converted.num_kv_blocks = opt->num_kv_blocks;
-  converted.host_overhead_us = opt->host_overhead_us;
-  *opt = converted;
-  return Status::Ok();
-}
-
 Status SetupParallel(const Args& args) {
-  dist::Communicator& world = dist::World();
+  api::ParallelOptions o;
   auto flag = [&](const char* name) { return args.Has(name) ? static_cast<int>(args.GetInt(name)) : 0; };
-  DI_ASSIGN_OR_RETURN(dist::ParallelConfig pc,
-                      dist::ResolveParallel(world.size(), world.rank(), flag("dp"), flag("tp"), flag("cp"), flag("ep")));
-  if (args.Has("ep-redundant-experts")) pc.redundant_experts = static_cast<int>(args.GetInt("ep-redundant-experts"));
-  if (args.Has("eplb-interval")) pc.eplb_interval = static_cast<int>(args.GetInt("eplb-interval"));
-  if (args.Has("dp-policy")) {
-    pc.dp_policy = args.Get("dp-policy");
-    // The same names and check as `deepinfer route --policy` (one implementation, two transports).
-    if (!router::MakePolicy(pc.dp_policy, 1).ok())
-      return InvalidArgument("--dp-policy must be cache_aware, least_load or round_robin, not '" + pc.dp_policy + "'");
-    if (pc.dp_policy == "cache_aware" && args.Has("no-prefix-cache"))
-      return InvalidArgument("--dp-policy cache_aware routes by the groups' prefix caches, which --no-prefix-cache "
-                             "turns off: use --dp-policy least_load");
-  } else if (args.Has("no-prefix-cache")) {
-    // No prefix cache, no KV events: cache_aware would route every prompt as a miss, by predicted footprint
-    // rather than by load.
-    pc.dp_policy = "least_load";
-  }
-  if (pc.redundant_experts < 0) return InvalidArgument("--ep-redundant-experts must be >= 0");
-  if (pc.eplb_interval < 0) return InvalidArgument("--eplb-interval must be >= 0");
-  if (args.Has("cp-split")) {
-    const std::string split = args.Get("cp-split");
-    if (split != "balanced" && split != "contiguous")
-      return InvalidArgument("--cp-split must be balanced or contiguous, not '" + split + "'");
-    pc.cp_contiguous = split == "contiguous";
-  }
-  if (args.Has("enable-two-batch-overlap")) {
-    if (pc.single())
-      return InvalidArgument("--enable-two-batch-overlap needs a multi-process expert-parallel job (mpirun -np N, N > 1)");
-    if (!pc.expert_dispatch())
-      return InvalidArgument("--enable-two-batch-overlap needs expert parallelism (--ep > 1): with --tp " +
-                             std::to_string(pc.tp) + " = N the MoE layers have no dispatch or combine to overlap");
-    if (pc.cp > 1) return InvalidArgument("--enable-two-batch-overlap does not combine with --cp > 1");
-    pc.two_batch_overlap = true;
-  }
-  dist::Options o;
-  if (args.Has("dist-timeout")) {
-    o.timeout_seconds = std::strtod(args.Get("dist-timeout").c_str(), nullptr);
-    if (!(o.timeout_seconds > 0)) return InvalidArgument("--dist-timeout must be > 0 seconds");
-  }
-  dist::SetOptions(o);
-  if (pc.single()) return Status::Ok();
-  DI_ASSIGN_OR_RETURN(auto ctx, dist::MakeDistContext(world, pc));
-  DI_LOG_INFO("parallel: %s", pc.Describe().c_str());
-  dist::SetContext(std::move(ctx));
-  return Status::Ok();
-}
-
-Status CheckSameModelEverywhere(const std::string& source) {
-  dist::DistContext* d = dist::Context();
-  if (!d) return Status::Ok();
-  // A fingerprint of what the rank loaded: the file's size and its first 64 KiB (GGUF header and metadata, or
-  // an HF directory's config.json), hashed.
-  std::string probe = source;
-  std::error_code ec;
-  if (std::filesystem::is_directory(source, ec)) probe = (std::filesystem::path(source) / "config.json").string();
-  uint64_t fp[2] = {0, 1469598103934665603ull};
-  if (FILE* f = std::fopen(probe.c_str(), "rb")) {
-    std::fseek(f, 0, SEEK_END);
-    fp[0] = static_cast<uint64_t>(std::ftell(f));
-    std::fseek(f, 0, SEEK_SET);
-    std::vector<unsigned char> buf(65536);
-    const size_t n = std::fread(buf.data(), 1, buf.size(), f);
-    std::fclose(f);
-    for (size_t i = 0; i < n; ++i) fp[1] = (fp[1] ^ buf[i]) * 1099511628211ull;
-  }
-  std::vector<uint64_t> all(2 * d->pc.world);
-  DI_RETURN_IF_ERROR(d->control->AllGather(fp, sizeof(fp), all.data()));
-  for (int r = 1; r < d->pc.world; ++r)
-    if (all[2 * r] != all[0] || all[2 * r + 1] != all[1])
-      return InvalidArgument("rank " + std::to_string(r) + " loaded a different model file than rank 0 (size " +
-                             std::to_string(all[2 * r]) + " vs " + std::to_string(all[0]) +
-                             " bytes, or different metadata): every rank must load the same model");
-  return Status::Ok();
+  o.dp = flag("dp");
+  o.tp = flag("tp");
+  o.cp = flag("cp");
+  o.ep = flag("ep");
+  o.redundant_experts = flag("ep-redundant-experts");
+  o.eplb_interval = flag("eplb-interval");
+  if (args.Has("dp-policy")) o.dp_policy = args.Get("dp-policy");
+  o.prefix_caching = !args.Has("no-prefix-cache");
+  if (args.Has("cp-split")) o.cp_split = args.Get("cp-split");
+  o.two_batch_overlap = args.Has("enable-two-batch-overlap");
+  if (args.Has("dist-timeout")) o.timeout_seconds = std::strtod(args.Get("dist-timeout").c_str(), nullptr);
+  return api::SetupParallel(o);
 }
 
 api::ModelOptions ModelOptionsFromArgs(const Args& args) {
@@ -262,10 +183,6 @@ api::ModelOptions ModelOptionsFromArgs(const Args& args) {
   return o;
 }
 
-LoadOptions LoadOptionsFromArgs(const Args& args) { return api::ToInternal(ModelOptionsFromArgs(args)); }
-
-namespace {
-
 void ExitIfNoModel(const std::string& model_arg) {
   if (model_arg.empty()) {
     std::fprintf(stderr, "error: no model given (-m MODEL: a .gguf file, an HF directory or owner/name)\n");
@@ -273,18 +190,9 @@ void ExitIfNoModel(const std::string& model_arg) {
   }
 }
 
-}  // namespace
-
 std::unique_ptr<api::Model> OpenModelOrDie(const std::string& model_arg, const api::ModelOptions& options) {
   ExitIfNoModel(model_arg);
   auto m = api::Model::Load(model_arg, options);
-  if (!m.ok()) std::exit(Fail(m.status()));
-  return std::move(m).value();
-}
-
-std::unique_ptr<Model> LoadModelOrDie(const std::string& model_arg, const LoadOptions& opts) {
-  ExitIfNoModel(model_arg);
-  auto m = api::LoadInternalModel(model_arg, opts);
   if (!m.ok()) std::exit(Fail(m.status()));
   return std::move(m).value();
 }

@@ -1,7 +1,8 @@
 // The start-up path every CLI command shares: command-line parsing with --help, the log level, compute
-// threads, engine options from the engine flags, and model loading with the CLI's error boundary (a clear
-// message and a non-zero exit). Commands that generate use the public API (deepinfer/*.h); the tools over
-// internals (logprobs, tokenize, bench prefill/layers/serve) use the internal-Model variants in commands.h,
+// threads, engine options from the engine flags, the multi-process layout, and model loading with the CLI's
+// error boundary (a clear message and a non-zero exit). This file and startup.cc build on the public API
+// (include/deepinfer/) only, as generate and serve do (tests/layering/seams.mjs, "cli seam"); the tools over
+// internals (logprobs, tokenize, bench prefill/layers/serve) use the internal-Model variants in engine_flags.h,
 // which load through the same path.
 #pragma once
 #include <memory>
@@ -80,13 +81,13 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* options);
 std::unique_ptr<api::Model> OpenDraftModelOrDie(const Args& args, api::EngineOptions* options);
 // --mmap / --no-mmap (DI_WEIGHT_FLAGS).
 api::ModelOptions ModelOptionsFromArgs(const Args& args);
-// DI_PARALLEL_FLAGS: resolves the rank layout of this job (one process: everything 1) and installs the process's
-// distributed context before any model is loaded. Every rank checks the same flags, so a bad combination fails
-// on every rank with the same message.
+// DI_PARALLEL_FLAGS -> api::SetupParallel (deepinfer/parallel.h): resolves the rank layout of this job (one
+// process: everything 1) and installs the process's communicators before any model is loaded. Every rank checks
+// the same flags, so a bad combination fails on every rank with the same message.
 Status SetupParallel(const Args& args);
-// After loading: every rank holds the same model file (size and metadata fingerprint compared over the job).
-Status CheckSameModelEverywhere(const std::string& source);
 
+// No -m MODEL given: prints what MODEL may be and exits with status 2.
+void ExitIfNoModel(const std::string& model_arg);
 // Loads MODEL (path or hub reference) through the public API; on failure prints the error and exits.
 std::unique_ptr<api::Model> OpenModelOrDie(const std::string& model_arg, const api::ModelOptions& options);
 

@@ -151,26 +151,6 @@ GenerationParams FromInternal(const RequestParams& p) {
   return g;
 }
 
-Output FromInternal(const RequestOutput& r) {
-  Output o;
-  o.request_id = r.request_id;
-  o.index = r.index;
-  o.token_ids = r.token_ids;
-  o.text = r.text;
-  o.logprobs.reserve(r.logprobs.size());
-  for (const auto& lp : r.logprobs) o.logprobs.push_back({lp.token, lp.logprob, lp.top});
-  o.finished = r.finished;
-  o.finish_reason = r.finish_reason;
-  o.stop_reason = r.stop_reason;
-  o.prompt_tokens = r.prompt_tokens;
-  o.cached_tokens = r.cached_tokens;
-  o.replayed_tokens = r.replayed_tokens;
-  o.completion_tokens = r.completion_tokens;
-  o.spec_proposed = r.spec_proposed;
-  o.spec_accepted = r.spec_accepted;
-  return o;
-}
-
 Status GenerationParams::Validate(int vocab_size) const { return ToInternal(*this).sampling.Validate(vocab_size); }
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const EngineOptions& options) {
@@ -187,10 +167,7 @@ EngineImpl::~EngineImpl() {
 }
 
 StatusOr<uint64_t> EngineImpl::Add(std::vector<int32_t> prompt, const GenerationParams& params, OutputCallback callback) {
-  OutputCallback cb = std::move(callback);
-  deepinfer::OutputCallback internal_cb;
-  if (cb) internal_cb = [cb = std::move(cb)](const RequestOutput& r) { cb(FromInternal(r)); };
-  return engine_->Add(std::move(prompt), ToInternal(params), std::move(internal_cb));
+  return engine_->Add(std::move(prompt), ToInternal(params), std::move(callback));  // the outputs are the public type
 }
 
 StatusOr<uint64_t> EngineImpl::AddText(const std::string& prompt, const GenerationParams& params, OutputCallback callback) {
@@ -204,7 +181,7 @@ StatusOr<std::unique_ptr<OutputStream>> EngineImpl::AddStream(std::vector<int32_
   auto id = engine_->Add(std::move(prompt), ToInternal(params), [q](const RequestOutput& r) {
     {
       std::lock_guard<std::mutex> lock(q->mu);
-      q->events.push_back(FromInternal(r));
+      q->events.push_back(r);
       if (r.finished) --q->unfinished;
     }
     q->cv.notify_all();

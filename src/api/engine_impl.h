@@ -11,7 +11,6 @@ namespace deepinfer::api {
 deepinfer::EngineOptions ToInternal(const EngineOptions& options);
 RequestParams ToInternal(const GenerationParams& params);
 GenerationParams FromInternal(const RequestParams& params);
-Output FromInternal(const RequestOutput& output);
 
 class EngineImpl final : public Engine {
  public:

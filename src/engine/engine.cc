@@ -167,8 +167,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (opt.swa_checkpoint_every > 0 && opt.swa_replay_approx)
     return InvalidArgument("--swa-checkpoint-every keeps some cached windows and --swa-replay approx caches none: choose one");
   KvLayout layout = RankKvLayout(model);
-  if (!opt.swa_full && !c.mla) {
-    layout = GroupKvLayout(layout, c.kv_layer_windows());
+  if (!c.mla) {
+    // --swa-full: one full-attention kind (sparse layers, DeepSeek-V4's compressed rows, are still packed).
+    const std::vector<int> windows = opt.swa_full ? std::vector<int>(static_cast<size_t>(layout.num_layers), 0)
+                                                  : c.kv_layer_windows();
+    layout = GroupKvLayout(layout, windows, opt.block_size);
   }
   if (opt.swa_checkpoint_every > 0 && !opt.swa_replay_approx) {
     // A checkpoint is only reachable from a hit within the replay bound after it.
@@ -211,7 +214,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
               kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   if (layout.num_groups() > 1 || layout.window(0) > 0) {
-    const int64_t full_blocks = MaxSeqBlocks(RankKvLayout(model), opt.block_size, max_len, 0);
+    // --swa-full's one group (sparse layers packed all the same).
+    const KvLayout one = GroupKvLayout(RankKvLayout(model), std::vector<int>(static_cast<size_t>(layout.num_layers), 0),
+                                       opt.block_size);
+    const int64_t full_blocks = MaxSeqBlocks(one, opt.block_size, max_len, 0);
     DI_LOG_INFO("KV cache: hybrid, %d groups of %d layers (windows:%s; %d padding planes); a sequence of %d tokens "
                 "holds at most %.1f MiB (%.1f MiB with --swa-full)",
                 layout.num_groups(), layout.num_planes(),
@@ -222,7 +228,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                 }().c_str(),
                 PaddingPlanes(layout), max_len,
                 seq_blocks * PagedKvCache::BytesPerToken(layout, opt.kv_dtype) * opt.block_size / 1048576.0,
-                full_blocks * PagedKvCache::BytesPerToken(RankKvLayout(model), opt.kv_dtype) * opt.block_size / 1048576.0);
+                full_blocks * PagedKvCache::BytesPerToken(one, opt.kv_dtype) * opt.block_size / 1048576.0);
   }
   std::unique_ptr<Engine> e(new Engine(c, model.tokenizer.get(), opt, blocks, layout));
   // The rank's shard of its attention group's K/V (tp and cp split it; --dp groups of one rank each hold all of
@@ -316,6 +322,8 @@ Status Engine::Validate(const std::vector<int32_t>& prompt, const RequestParams&
   }
   if (p.grammar && !tok_) return InvalidArgument("structured output needs the model's tokenizer");
   if (p.gate.enabled() && !p.grammar) return InvalidArgument("a grammar gate needs a grammar");
+  if (!p.gate.open_after.empty() && !p.gate.open_headers.empty())
+    return InvalidArgument("a grammar gate opens on headers or on a trigger, not both");
   const int64_t longest = std::min<int64_t>(static_cast<int64_t>(prompt.size()) + p.max_tokens, max_len);
   const int64_t blocks = MaxSeqBlocks(kv_layout_, opt_.block_size, longest, KvAhead());
   if (blocks > pool_->num_blocks())

@@ -31,6 +31,11 @@ GrammarGateState::GrammarGateState(const GrammarGate& spec, const grammar::Token
     }
     headers_.push_back(std::move(h));
   };
+  if (!spec_.open_after.empty()) {  // a trigger gate: free from the output's start (the prompt opened <think>)
+    Push(Phase::kFree, prompt_len_ - 1);
+    scanned_ = prompt_len_;
+    return;
+  }
   for (const std::string& h : spec_.open_headers) add(h, true);
   for (const std::string& h : spec_.free_headers) add(h, false);
   ResetHeader();
@@ -82,9 +87,30 @@ void GrammarGateState::HeaderToken(int32_t t, int pos) {
   else if (complete >= 0) Push(headers_[complete].open ? Phase::kOpen : Phase::kFree, pos, complete);
 }
 
+void GrammarGateState::TriggerToken(int32_t t, int pos) {
+  const std::vector<int32_t>& ids = spec_.open_after_tokens;
+  if (std::find(ids.begin(), ids.end(), t) != ids.end()) return Push(Phase::kOpen, pos);
+  auto text = [&](int32_t id) -> const std::string& {
+    static const std::string kNone;
+    return id >= 0 && id < trie_->vocab_size() ? trie_->bytes(id) : kNone;
+  };
+  // The output's text back to where a trigger ending in t could start (tokens after the phase began only).
+  const std::string& trig = spec_.open_after;
+  std::string tail = text(t);
+  const size_t own = tail.size();
+  const int first = states_.back().since + 1 - prompt_len_;  // seen_ index of the phase's first token
+  for (int i = static_cast<int>(seen_.size()) - 2; i >= std::max(first, 0) && tail.size() < own + trig.size() - 1; --i)
+    tail.insert(0, text(seen_[static_cast<size_t>(i)]));
+  // The first occurrence that ends inside t (one ending before t would have opened at an earlier token).
+  const size_t from = tail.size() - own;
+  const size_t at = tail.find(trig, from + 1 > trig.size() ? from + 1 - trig.size() : 0);
+  if (own > 0 && at != std::string::npos) Push(Phase::kOpen, pos, -1, tail.substr(at + trig.size()));
+}
+
 void GrammarGateState::Step(int32_t t, int pos) {
   const Phase ph = phase();
   if (ph == Phase::kOpen) return;  // the grammar holds the rest of the answer
+  if (!spec_.open_after.empty()) return TriggerToken(t, pos);
   if (IsBegin(t)) {
     Push(Phase::kHeader, pos);
     ResetHeader();
@@ -120,12 +146,17 @@ GrammarGateState::Phase GrammarGateState::Sync(grammar::GrammarMatcher* m, const
   const State& s = states_.back();
   if (s.phase != Phase::kOpen) {
     if (m->num_steps() > 0) m->Rollback(m->num_steps());
+    fed_since_ = -1;
     return s.phase;
   }
-  const int lead = spec_.feed_header ? 1 : 0;
-  if (m->num_steps() < lead || (lead && m->step_tokens()[0] != -1)) {
+  // The bytes the grammar reads before the body's tokens: the open header's text, or what followed a trigger.
+  const std::string& lead_text = spec_.feed_header ? headers_[static_cast<size_t>(s.header)].text : s.lead;
+  const int lead = lead_text.empty() ? 0 : 1;
+  if (fed_since_ != s.since || m->num_steps() < lead || (lead && m->step_tokens()[0] != -1)) {
+    // A matcher fed for another opening (the history changed under it) starts over.
     m->Rollback(m->num_steps());
-    if (lead && !m->AcceptBytes(headers_[static_cast<size_t>(s.header)].text)) return Phase::kLost;
+    fed_since_ = s.since;
+    if (lead && !m->AcceptBytes(lead_text)) return Phase::kLost;
   }
   return SyncMatcherFrom(m, hist, s.since + 1, pos, lead) ? Phase::kOpen : Phase::kLost;
 }

@@ -7,6 +7,8 @@
 // but for end-of-generation ids and the header markers), kOpen (the body of an open header: the grammar's mask applies). The phase
 // changes only at a header_begin token and at the token that completes or breaks a header, so a body token
 // costs O(1) and the state a rollback returns to is a short stack of those changes.
+// A trigger gate (GrammarGate::open_after) has no headers: kFree from the output's start, kOpen from the token
+// whose text completes the trigger (the grammar first reads that token's bytes after the trigger).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -45,8 +47,14 @@ class GrammarGateState {
     Phase phase;
     int since;   // the position of the token that began it (kHeader: the header_begin token, or prompt_len - 1)
     int header;  // kOpen: the header it opened on
+    std::string lead;  // kOpen on a trigger: the triggering token's bytes after it (the grammar reads them first)
   };
-  void Push(Phase p, int since, int header = -1) { states_.push_back({p, since, header}); }
+  void Push(Phase p, int since, int header = -1, std::string lead = {}) {
+    states_.push_back({p, since, header, std::move(lead)});
+  }
+  // A trigger gate's kFree token (seen_ holds it last): pushes kOpen when the output's text completes the trigger
+  // in it.
+  void TriggerToken(int32_t t, int pos);
   void ResetHeader();
   // One token of a header: narrows the headers still possible; pushes kFree when none is, kOpen / kFree when one
   // is complete.
@@ -66,6 +74,7 @@ class GrammarGateState {
   int scanned_;                 // positions [0, scanned_) are stepped
   std::vector<int32_t> seen_;   // the tokens stepped at positions prompt_len_ ..
   std::vector<std::pair<int32_t, float>> keep_;  // Mask: the allowed tokens' logits
+  int fed_since_ = -1;          // the kOpen state whose lead the matcher was fed (its since), -1 none
 };
 
 }  // namespace deepinfer

@@ -86,6 +86,14 @@ uint64_t ModelKvDigest(const Model& m, const KvLayout& layout, DType kv_dtype, i
   d.Pod(layout.v_elems);
   d.Pod(layout.num_planes());
   for (int g = 0; g < layout.num_groups(); ++g) d.Pod(layout.window(g));
+  if (layout.packed())  // where each sparse layer's rows sit in a block
+    for (int l = 0; l < layout.num_layers; ++l) {
+      d.Pod(layout.group_of(l));
+      d.Pod(layout.plane_of(l));
+      d.Pod(layout.offset_of(l));
+      d.Pod(layout.ratio_of(l));
+      d.Pod(layout.elems_of(l));
+    }
   d.Pod(static_cast<int>(kv_dtype));
   d.Pod(block_size);
   d.Str(OpsFor(m.tok_embd.device).kernels());  // the kernel set (ISA) that wrote the K/V

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "deepinfer/engine.h"
 #include "deepinfer/status.h"
 #include "grammar/grammar.h"
 #include "sample/sampler.h"
@@ -37,7 +38,13 @@ struct GrammarGate {
   std::vector<std::pair<int32_t, std::string>> markers;   // ids a header holds as one token each, and their text
   std::vector<std::string> open_headers, free_headers;    // full header texts, markers written as their text
   bool feed_header = false;  // the grammar's sentences begin with the open header's text (it picks the body rule)
-  bool enabled() const { return !open_headers.empty(); }
+  // Or a lazy grammar behind a text trigger (no headers with it): reasoning models whose generation prompt opens
+  // <think>. The answer runs free (end-of-generation ids refused) until its text holds `open_after` ("</think>")
+  // or one of `open_after_tokens` (the trigger as one control token, which has no text the grammar sees) comes;
+  // the grammar then constrains the rest, beginning with the triggering token's bytes after the trigger.
+  std::string open_after;
+  std::vector<int32_t> open_after_tokens;
+  bool enabled() const { return !open_headers.empty() || !open_after.empty(); }
 };
 
 struct RequestParams {
@@ -66,26 +73,10 @@ struct RequestParams {
 
 // One streamed event for one sample of a request: what is new since the previous event. The last event of a
 // sample has finished = true and a finish_reason ("stop", "length", "abort"); an error event carries a status.
-struct TokenLogprob {
-  int32_t token;
-  float logprob;
-  std::vector<std::pair<int32_t, float>> top;
-};
-struct RequestOutput {
-  uint64_t request_id = 0;
-  int index = 0;                        // which of the n samples
-  std::vector<int32_t> token_ids;       // new token ids
-  std::string text;                     // new text (complete UTF-8; text that might start a stop string is held)
-  std::vector<TokenLogprob> logprobs;   // one per new token when requested
-  bool finished = false;
-  std::string finish_reason;            // set when finished
-  std::string stop_reason;              // the stop string matched, if any
-  int prompt_tokens = 0;                // in every event
-  int cached_tokens = 0;                // prompt tokens served from the prefix cache
-  int replayed_tokens = 0;              // prompt tokens recomputed to rebuild sliding windows (bounded replay)
-  int completion_tokens = 0;            // generated so far for this sample
-  int64_t spec_proposed = 0, spec_accepted = 0;  // speculative decoding so far for this sample (drafts)
-};
+// The engine's outputs are the public API's own types (include/deepinfer/engine.h, LevelDB's rule: no mirror
+// and no field-by-field copy at the boundary).
+using TokenLogprob = api::TokenLogprob;
+using RequestOutput = api::Output;
 
 using OutputCallback = std::function<void(const RequestOutput&)>;
 

@@ -24,6 +24,8 @@ void PutParams(Writer& w, const RequestParams& p) {
     for (const std::string& h : *headers) w.PutString(h);
   }
   w.Put(g.feed_header);
+  w.PutString(g.open_after);
+  w.PutVector(g.open_after_tokens);
 }
 
 RequestParams GetParams(Reader& r) {
@@ -57,6 +59,8 @@ RequestParams GetParams(Reader& r) {
     for (uint64_t i = 0; i < count && r.ok(); ++i) headers->push_back(r.GetString());
   }
   g.feed_header = r.Get<bool>();
+  g.open_after = r.GetString();
+  g.open_after_tokens = r.GetVector<int32_t>();
   return p;
 }
 

@@ -8,11 +8,14 @@
 namespace deepinfer {
 
 // Groups the layers of `base` by window (layer_window[l]: 0 = full attention). Every group has P planes, P = the
-// smallest number of layers of any window kind, so blocks are one size; a kind of L_k layers gets ceil(L_k / P)
+// smallest number of planes of any window kind, so blocks are one size; a kind of L_k planes gets ceil(L_k / P)
 // groups, filled in layer order (the last one's spare planes are padding). Full-attention groups come first.
 // A model with a single kind (no windows, or one window everywhere) gets today's single group, except that a
 // single window kind keeps its window (its blocks still slide).
-KvLayout GroupKvLayout(const KvLayout& base, const std::vector<int>& layer_window);
+// A kind's sparse layers (base.layer_ratio / layer_elems) are packed into its planes, largest first, each into
+// the first plane whose block region (block_size rows of k_elems) has room for its RowsPerBlock rows; the kind's
+// other layers keep a plane each. So the packing depends on the block size.
+KvLayout GroupKvLayout(const KvLayout& base, const std::vector<int>& layer_window, int block_size);
 
 // Planes that hold no layer (padding), over all groups.
 int PaddingPlanes(const KvLayout& layout);

@@ -7,7 +7,13 @@
 // sliding window W) share a block table per sequence, so a sliding-window group can drop the blocks that left
 // its window while the full-attention group keeps every block. All groups page one pool: a block id is one
 // page of `planes` K/V planes, and a group's layers occupy planes 0, 1, ... of the blocks it owns.
+//
+// Sparse layers (DeepSeek-V4's compressed rows: one row per `ratio` positions, stored for the position that
+// closes the block; rows narrower than k_elems) are packed: such a layer takes only the rows its positions need
+// within a block's region of a plane, (block_size - 1) / ratio + 1 rows of its own width, at an element offset,
+// so several share one plane (GroupKvLayout packs them; docs/design/deepseek_v4.md, "KV cache").
 #pragma once
+#include <algorithm>
 #include <vector>
 
 namespace deepinfer {
@@ -21,6 +27,12 @@ struct KvLayout {
   std::vector<int> layer_group;   // per layer
   std::vector<int> layer_plane;   // per layer: its plane within its group's blocks
   int planes = 0;
+  // Sparse layers, declared by the model (empty: every layer stores a k_elems row for every position).
+  std::vector<int> layer_ratio;   // per layer: positions per stored row (0 or 1: every position)
+  std::vector<int> layer_elems;   // per layer: K elements per row (0: k_elems); packed layers have no V row
+  // Set by GroupKvLayout when it packs (empty: every layer has its plane to itself and rows at their slots): the
+  // element offset of the layer's rows within its plane's region of a block (block_size x k_elems elements).
+  std::vector<int> layer_offset;
 
   // One group holding every layer (what a model without windows gets).
   static KvLayout Plain(int num_layers, int k_elems, int v_elems) {
@@ -35,6 +47,20 @@ struct KvLayout {
   int group_of(int layer) const { return layer_group.empty() ? 0 : layer_group[layer]; }
   int plane_of(int layer) const { return layer_plane.empty() ? layer : layer_plane[layer]; }
   int window(int group) const { return group_window.empty() ? 0 : group_window[group]; }
+  int ratio_of(int layer) const { return layer_ratio.empty() ? 1 : std::max(1, layer_ratio[layer]); }
+  int elems_of(int layer) const { return layer_elems.empty() || layer_elems[layer] == 0 ? k_elems : layer_elems[layer]; }
+  bool packed() const { return !layer_offset.empty(); }
+  int offset_of(int layer) const { return layer_offset.empty() ? 0 : layer_offset[layer]; }
+  // Whether the model declares sparse layers (GroupKvLayout packs them).
+  bool sparse() const {
+    for (int l = 0; l < num_layers; ++l)
+      if (ratio_of(l) > 1 || elems_of(l) != k_elems) return true;
+    return false;
+  }
+  // Rows a packed layer of `ratio` keeps per block (the positions p with (p + 1) % ratio == 0 in it), and the row
+  // position p takes among them.
+  static int RowsPerBlock(int ratio, int block_size) { return ratio <= 1 ? block_size : (block_size - 1) / ratio + 1; }
+  static int RowInBlock(int ratio, int block_size, int p) { return ratio <= 1 ? p % block_size : p % block_size / ratio; }
   // Group 0 is full attention (full groups come first): the "anchor" whose table never loses a block, which the
   // proposers' caches (draft model, MTP) index and whose chain hashes name a prefix.
   bool has_anchor() const { return window(0) == 0; }

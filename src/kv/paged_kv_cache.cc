@@ -30,6 +30,8 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvLayout& lay
   kv->v_elems_ = layout.v_elems;
   kv->dtype_ = dtype;
   const size_t esize = GetDTypeInfo(dtype).block_bytes;
+  if (layout.packed() && layout.v_elems != 0) return InvalidArgument("a packed KV layout stores K rows only");
+  kv->elem_bytes_ = esize;
   kv->k_row_bytes_ = static_cast<size_t>(kv->k_elems_) * esize;
   kv->v_row_bytes_ = static_cast<size_t>(kv->v_elems_) * esize;
   kv->k_plane_bytes_ = kv->k_row_bytes_ * num_blocks * block_size;
@@ -55,17 +57,18 @@ void StoreRow(DType t, const float* src, uint8_t* dst, int n) {
 }  // namespace
 
 void PagedKvCache::CountWritten(int layer, int n) {
-  if (layout_.plane_of(layer) == 0) rows_written_[layout_.group_of(layer)] += n;
+  if (layout_.plane_of(layer) == 0 && layout_.offset_of(layer) == 0) rows_written_[layout_.group_of(layer)] += n;
 }
 
 void PagedKvCache::Write(int layer, const float* k, const float* v, const int32_t* rows, int n) {
   uint8_t* kb = buf_->data() + LayerOffset(layer);
   uint8_t* vb = kb + k_plane_bytes_;
   int written = 0;
+  const int ke = layout_.elems_of(layer);
   for (int i = 0; i < n; ++i) {
     if (rows[i] < 0) continue;
     ++written;
-    StoreRow(dtype_, k + static_cast<size_t>(i) * k_elems_, kb + static_cast<size_t>(rows[i]) * k_row_bytes_, k_elems_);
+    StoreRow(dtype_, k + static_cast<size_t>(i) * ke, buf_->data() + RowOffset(layer, rows[i]), ke);
     if (v_elems_ > 0)
       StoreRow(dtype_, v + static_cast<size_t>(i) * v_elems_, vb + static_cast<size_t>(rows[i]) * v_row_bytes_, v_elems_);
   }

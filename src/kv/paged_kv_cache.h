@@ -2,6 +2,8 @@
 // array of physical rows ("slots"), num_blocks * block_size of them, each n_kv_heads * head_dim elements of the
 // cache dtype (f32, bf16 or f16). Position p of a sequence lives, for layer l, in plane plane_of(l) at slot
 // table[p / block_size] * block_size + p % block_size, where table is the sequence's block table of l's group.
+// A packed layer (a sparse one in a packed layout, kv_layout.h) keeps RowsPerBlock rows of its own width at its
+// offset in that block's region of the plane; slots stay the group's, and KRow / Write map them (RowOffset).
 // The BlockPool decides which blocks a sequence owns; this class only holds the bytes.
 #pragma once
 #include <cstdint>
@@ -39,12 +41,17 @@ class PagedKvCache {
   int64_t rows_written(int group) const { return rows_written_[group]; }
 
   const void* k(int layer) const { return buf_->data() + LayerOffset(layer); }
+  // Layer `layer`'s K row for slot `slot` (a packed layer's: the row its position takes in the slot's block), of
+  // k_row_elems(layer) elements.
+  const uint8_t* KRow(int layer, int32_t slot) const { return buf_->data() + RowOffset(layer, slot); }
+  int k_row_elems(int layer) const { return layout_.elems_of(layer); }
   const void* v(int layer) const { return buf_->data() + LayerOffset(layer) + k_plane_bytes_; }
-  // Stores n rows of K and V (f32; k_row_elems / v_row_elems each; v may be null when V rows are empty) into
-  // slots rows[0..n), converting to the cache dtype. A negative slot is skipped (a position whose K/V the cache
-  // already holds).
+  // Stores n rows of K and V (f32; k_row_elems(layer) / v_row_elems each; v may be null when V rows are empty)
+  // into slots rows[0..n), converting to the cache dtype. A negative slot is skipped (a position whose K/V the
+  // cache already holds).
   void Write(int layer, const float* k, const float* v, const int32_t* rows, int n);
-  // The same in two halves, for rows produced on another rank (context parallelism sends them as stored, so
+  // The same in two halves (unpacked layers: context parallelism, which no packed model runs under), for rows
+  // produced on another rank (context parallelism sends them as stored, so
   // a bf16/f16 cache halves the traffic and the cache bytes stay those Write would store): Encode converts n
   // rows to the cache dtype (k_out: n x k_row_bytes(), v_out: n x v_row_bytes()); WriteEncoded stores such rows.
   size_t k_row_bytes() const { return k_row_bytes_; }
@@ -65,12 +72,21 @@ class PagedKvCache {
     return static_cast<size_t>(layout_.plane_of(layer)) * (k_plane_bytes_ + v_plane_bytes_);
   }
   void CountWritten(int layer, int n);
+  // Byte offset of layer's K row for slot (see KRow).
+  size_t RowOffset(int layer, int32_t slot) const {
+    if (!layout_.packed()) return LayerOffset(layer) + static_cast<size_t>(slot) * k_row_bytes_;
+    const int32_t block = slot / block_size_;
+    const int ratio = layout_.ratio_of(layer);
+    return LayerOffset(layer) + static_cast<size_t>(block) * block_size_ * k_row_bytes_ +
+           (static_cast<size_t>(layout_.offset_of(layer)) +
+            static_cast<size_t>(KvLayout::RowInBlock(ratio, block_size_, slot)) * layout_.elems_of(layer)) * elem_bytes_;
+  }
 
   KvLayout layout_;
   std::vector<int64_t> rows_written_;
   int num_planes_ = 0, num_blocks_ = 0, block_size_ = 0, k_elems_ = 0, v_elems_ = 0;
   DType dtype_ = DType::kF32;
-  size_t k_row_bytes_ = 0, v_row_bytes_ = 0, k_plane_bytes_ = 0, v_plane_bytes_ = 0;
+  size_t elem_bytes_ = 0, k_row_bytes_ = 0, v_row_bytes_ = 0, k_plane_bytes_ = 0, v_plane_bytes_ = 0;
   std::unique_ptr<HostBuffer> buf_;
 };
 

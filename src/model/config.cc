@@ -61,8 +61,23 @@ std::vector<Dsv4KvLayer> ModelConfig::Dsv4KvLayers(std::vector<int>* windows) co
 
 KvLayout ModelConfig::Dsv4Layout() const {
   std::vector<int> windows;
-  Dsv4KvLayers(&windows);
-  return KvLayout::Plain(static_cast<int>(windows.size()), head_dim, 0);
+  const std::vector<Dsv4KvLayer> layers = Dsv4KvLayers(&windows);
+  KvLayout k = KvLayout::Plain(static_cast<int>(windows.size()), head_dim, 0);
+  // The compressed rows and indexer keys are sparse: one row per block of `ratio` positions (the indexer's of
+  // index_head_dim), which a packed layout stores as such (GroupKvLayout).
+  k.layer_ratio.assign(static_cast<size_t>(k.num_layers), 1);
+  k.layer_elems.assign(static_cast<size_t>(k.num_layers), 0);
+  for (int l = 0; l < n_layers; ++l) {
+    const Dsv4KvLayer& kl = layers[static_cast<size_t>(l)];
+    if (kl.comp < 0) continue;
+    const int ratio = dsv4.compress_ratio[static_cast<size_t>(l)];
+    k.layer_ratio[static_cast<size_t>(kl.comp)] = ratio;
+    if (kl.index_key >= 0) {
+      k.layer_ratio[static_cast<size_t>(kl.index_key)] = ratio;
+      k.layer_elems[static_cast<size_t>(kl.index_key)] = dsv4.index_head_dim;
+    }
+  }
+  return k;
 }
 
 std::vector<int> ModelConfig::kv_layer_windows() const {

@@ -44,7 +44,9 @@ StatusOr<ModelConfig> ParseHfConfig(const std::string& json_text, const std::str
   DI_ASSIGN_OR_RETURN(int64_t layers, r.Int("num_hidden_layers", -1));
   DI_ASSIGN_OR_RETURN(int64_t n_expert, r.Int("num_experts", 0));
   DI_ASSIGN_OR_RETURN(int64_t moe_ff, r.Int("moe_intermediate_size", 0));
-  DI_ASSIGN_OR_RETURN(int64_t ffn, r.Int("intermediate_size", n_expert > 0 ? moe_ff : -1));
+  // MoE-only models may leave it out (transformers' DeepseekV4Config aliases it to moe_intermediate_size).
+  const bool routed = n_expert > 0 || j.contains("n_routed_experts");
+  DI_ASSIGN_OR_RETURN(int64_t ffn, r.Int("intermediate_size", routed && moe_ff > 0 ? moe_ff : -1));
   DI_ASSIGN_OR_RETURN(int64_t vocab, r.Int("vocab_size", -1));
   DI_ASSIGN_OR_RETURN(int64_t ctx, r.Int("max_position_embeddings", 2048));
   DI_ASSIGN_OR_RETURN(double eps, r.Number("rms_norm_eps", 1e-6));

@@ -243,11 +243,35 @@ Status LoadInputHalves(const TensorSource& src, const Names& N, const TensorDecl
   return Status::Ok();
 }
 
+// transformers' fused experts (ArchSpec::hf_fused_experts): gate and up from one gate_up_proj [E, 2 * rows, cols]
+// (expert e's gate rows, then its up rows), down from down_proj [E, rows, cols]; each expert viewed in place.
+Status LoadFusedExperts(const TensorSource& src, const Names& N, const TensorDecl& d) {
+  const int64_t E = d.shape[0], rows = d.shape[1], cols = d.shape[2];
+  const bool fused = d.id == TensorId::kFfnGateExps || d.id == TensorId::kFfnUpExps;
+  const int64_t R = fused ? 2 * rows : rows, part = d.id == TensorId::kFfnUpExps ? 1 : 0;
+  TensorView w;
+  DI_RETURN_IF_ERROR(Expect(src, N(d), {E, R, cols}, &w));
+  if (w.dtype != DType::kF32 && w.dtype != DType::kF16 && w.dtype != DType::kBF16)
+    return InvalidArgument(src.file + ": tensor '" + N(d) + "' must be f32, f16 or bf16, is " + DTypeName(w.dtype));
+  const size_t es = DTypeBytes(w.dtype, 1), expert_bytes = es * static_cast<size_t>(rows * cols);
+  std::vector<TensorView>& out = *d.experts;
+  out.assign(static_cast<size_t>(E), TensorView{});
+  for (int64_t e = 0; e < E; ++e) {
+    TensorView& v = out[static_cast<size_t>(e)];
+    v.dtype = w.dtype;
+    v.shape = {rows, cols};
+    v.nbytes = expert_bytes;
+    v.data = static_cast<const uint8_t*>(w.data) + es * static_cast<size_t>((e * R + part * rows) * cols);
+  }
+  return Status::Ok();
+}
+
 // Routed experts: one tensor per expert (HF), or one stacked {E, rows, cols} tensor (GGUF) viewed per expert.
 Status LoadExperts(const TensorSource& src, const Names& N, const TensorDecl& d) {
   const int64_t E = d.shape[0];
   std::vector<TensorView>& out = *d.experts;
   out.resize(E);
+  if (N.format == WeightFormat::kHf && N.arch.hf_fused_experts) return LoadFusedExperts(src, N, d);
   if (N.format == WeightFormat::kHf) {
     for (int e = 0; e < E; ++e) {
       const std::string name = N(d, e);
@@ -430,9 +454,10 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
   return Status::Ok();
 }
 
-Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format) {
+// `spelling`: the family, or the layout of its HF checkpoints this one has (PickHfLayout).
+Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format, const ArchSpec& spelling) {
   const ModelConfig& c = m.config;
-  const Names N{GetArch(c.arch), format};
+  const Names N{spelling, format};
   ModelTensors t = DeclareModelTensors(c, m);
   DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.embedding));
   DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.head));
@@ -457,6 +482,45 @@ Status LoadWeights(Model& m, const TensorSource& src, WeightFormat format) {
   return Status::Ok();
 }
 
+// The names of the tensors a checkpoint of `c` holds in `spelling`'s HF layout (the decoder's: an MTP block is
+// read where present, not required), each mapped to nothing.
+std::map<std::string, int> HfLayoutNames(const ModelConfig& c, const ArchSpec& spelling) {
+  Model scratch;
+  const ModelTensors plan = DeclareModelTensors(c, scratch);
+  const Names N{spelling, WeightFormat::kHf};
+  std::map<std::string, int> names;
+  std::vector<const TensorList*> lists = {&plan.embedding, &plan.head};
+  for (const TensorList& layer : plan.layers) lists.push_back(&layer);
+  for (const TensorList* list : lists)
+    for (const TensorDecl& d : *list) {
+      if (d.form == TensorForm::kInputHalves) continue;
+      const bool per_expert = d.form == TensorForm::kExperts && !spelling.hf_fused_experts && !spelling.hf_oai_experts;
+      for (int e = 0; e < (per_expert ? d.shape[0] : 1); ++e)
+        if (std::string n = N(d, per_expert ? e : -1); !n.empty()) names.emplace(std::move(n), 0);
+    }
+  return names;
+}
+
+// Which of the family's HF layouts (ArchSpec::hf_alt_layout) a directory is written in, by the tensor names it
+// holds: the family's own unless it holds names only the other layout has. A directory holding names of both is
+// refused, naming one of each (the loader would otherwise read half a model).
+StatusOr<const ArchSpec*> PickHfLayout(const ModelConfig& c, const SafetensorsModel& st, const std::string& dir) {
+  const ArchSpec& own = GetArch(c.arch);
+  if (!own.hf_alt_layout) return &own;
+  const ArchSpec& alt = own.hf_alt_layout();
+  const std::map<std::string, int> own_names = HfLayoutNames(c, own), alt_names = HfLayoutNames(c, alt);
+  std::string own_hit, alt_hit;
+  for (const auto& [name, view] : st.tensors()) {
+    if (own_hit.empty() && own_names.count(name) && !alt_names.count(name)) own_hit = name;
+    if (alt_hit.empty() && alt_names.count(name) && !own_names.count(name)) alt_hit = name;
+  }
+  if (!own_hit.empty() && !alt_hit.empty())
+    return InvalidArgument(dir + ": " + own.name + " checkpoint mixes two tensor layouts: '" + own_hit + "' is a " +
+                           own.hf_layout + "-layout name, '" + alt_hit + "' a " + alt.hf_layout + "-layout one (one layout per directory)");
+  if (!alt_hit.empty()) DI_LOG_INFO("%s: %s's HF tensor layout", dir.c_str(), alt.hf_layout);
+  return alt_hit.empty() ? &own : &alt;
+}
+
 StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path, const dist::ParallelConfig* split) {
   DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
   auto m = std::make_unique<Model>();
@@ -466,7 +530,7 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path, const dist::P
   if (split) DI_RETURN_IF_ERROR(CheckModelSplit(*split, m->config));
   GgufFile* gp = g.get();
   TensorSource src{path, [gp](const std::string& n) { return gp->FindTensor(n); }};
-  DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kGguf));
+  DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kGguf, GetArch(m->config.arch)));
   DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromGguf(*g));
   if (m->tokenizer->vocab_size() != m->config.vocab_size)
     DI_LOG_WARN("%s: tokenizer has %d tokens, embeddings %d", path.c_str(), m->tokenizer->vocab_size(), m->config.vocab_size);
@@ -489,11 +553,12 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
   if (split) DI_RETURN_IF_ERROR(CheckModelSplit(*split, m->config));
   DI_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsModel> st, SafetensorsModel::OpenDir(dir));
   SafetensorsModel* sp = st.get();
+  DI_ASSIGN_OR_RETURN(const ArchSpec* spelling, PickHfLayout(m->config, *sp, dir));
   // A multimodal checkpoint holds its language model under a prefix: model.language_model.* (transformers 4.52+)
   // or language_model.model.* with language_model.lm_head (before). The names the families declare are the text
   // model's own ("model.", "lm_head."), so they are rewritten to the wrapper's.
   std::string body = "model.", head = "lm_head.";
-  const std::string embd = TensorName(GetArch(m->config.arch), WeightFormat::kHf, TensorId::kTokEmbd);
+  const std::string embd = TensorName(*spelling, WeightFormat::kHf, TensorId::kTokEmbd);
   if (!sp->Find(embd) && embd.rfind("model.", 0) == 0) {
     if (sp->Find("model.language_model." + embd.substr(6))) body = "model.language_model.";
     else if (sp->Find("language_model." + embd)) body = "language_model.model.", head = "language_model.lm_head.";
@@ -504,8 +569,8 @@ StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::Para
                      if (head != "lm_head." && n.rfind("lm_head.", 0) == 0) return sp->Find(head + n.substr(8));
                      return sp->Find(n);
                    },
-                   &m->pending_weights, GetArch(m->config.arch).hf_e8m0_scales, &m->loaded_scales};
-  DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kHf));
+                   &m->pending_weights, spelling->hf_e8m0_scales, &m->loaded_scales};
+  DI_RETURN_IF_ERROR(LoadWeights(*m, src, WeightFormat::kHf, *spelling));
   DI_ASSIGN_OR_RETURN(m->tokenizer, TokenizerFromHfDir(dir));
   m->safetensors = std::move(st);
   return m;

@@ -295,7 +295,15 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
   // FP8 (DeepSeek's checkpoint format): HF linear weights are e4m3 with 128x128 block scales ('<name>_scale_inv');
   // everything else, and the whole GGUF (llama.cpp has no FP8), holds f32 = the dequantized values.
   const bool fp8 = s.dtype == DType::kF8E4M3;
-  const ArchSpec& family = GetArch(s.arch);
+  // The family as its HF directory is spelled (ArchSpec::hf_layout): its own layout or its other one.
+  const ArchSpec* layout = &GetArch(s.arch);
+  if (!s.hf_layout.empty() && !(layout = FindHfLayout(GetArch(s.arch), s.hf_layout)))
+    return InvalidArgument("make-tiny: " + std::string(GetArch(s.arch).name) + " has no HF layout '" + s.hf_layout + "'");
+  const ArchSpec& family = *layout;
+  if (family.hf_fused_experts && (fp8 || (s.expert_dtype != DType::kInvalid && s.expert_dtype != s.dtype) || s.mtp))
+    return InvalidArgument(std::string("make-tiny: the ") + family.hf_layout + " layout of " + family.name +
+                           " is written in float types, without an MTP block (its layout has none): drop --dtype f8_e4m3, "
+                           "--expert-dtype and --mtp");
   if (fp8 && !family.mla && !family.hf_e8m0_scales) return InvalidArgument("make-tiny: --dtype f8_e4m3 is for deepseek_v3 and deepseek_v4 (HF format)");
   const DType store_dtype = fp8 ? DType::kF32 : s.dtype;  // what the values are rounded to (fp8 rounds itself)
   const DType hf_dtype = quant || fp8 ? DType::kF32 : s.dtype;  // safetensors has no q8_0: it holds the dequantized values
@@ -411,6 +419,7 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
     std::vector<float> kv_b;  // MLA: kv_b's values, which the GGUF may hold split (k_b, v_b follow it)
     std::vector<float> oai_gate, oai_gate_bias;  // gpt-oss: gate's values, written to HF fused with up's
     std::vector<uint8_t> oai_gate_bytes;
+    std::vector<float> fused_gate;  // transformers' experts: gate's values, written with up's as gate_up_proj
     for (const TensorDecl& d : *list) {
       bar.Update(++done);
       if (d.presence == Presence::kNotStored || d.presence == Presence::kIfPresent) continue;
@@ -500,6 +509,26 @@ Status MakeTinyModel(const TinySpec& spec, TinyFormat format, const std::string&
         case TensorForm::kExperts: {  // HF one tensor per expert, GGUF them stacked: the same values
           std::vector<float> stacked;
           const int64_t rows = d.shape[1], cols = d.shape[2];
+          if (family.hf_fused_experts) {  // HF: gate_up_proj [E, 2F, D] (each expert's gate rows, then its up rows), down_proj
+            for (int e = 0; e < d.shape[0]; ++e) {
+              const std::vector<float> v = hf_tensor(d, seed_name(d, e), "", {rows, cols});
+              stacked.insert(stacked.end(), v.begin(), v.end());
+            }
+            if (want_gguf) gw.AddTensor(gg, store_dtype, d.shape, Encode(store_dtype, stacked));
+            if (d.id == TensorId::kFfnGateExps) {
+              fused_gate = std::move(stacked);
+            } else if (want_hf && d.id == TensorId::kFfnUpExps) {
+              const size_t block = static_cast<size_t>(rows * cols);
+              std::vector<float> both;
+              for (int64_t e = 0; e < d.shape[0]; ++e)
+                for (const std::vector<float>* part : {&fused_gate, &stacked})
+                  both.insert(both.end(), part->begin() + e * block, part->begin() + (e + 1) * block);
+              st.push_back({hf, hf_dtype, {d.shape[0], 2 * rows, cols}, Encode(hf_dtype, both)});
+            } else if (want_hf) {
+              st.push_back({hf, hf_dtype, d.shape, Encode(hf_dtype, stacked)});
+            }
+            break;
+          }
           for (int e = 0; e < d.shape[0]; ++e) {
             const std::string name = TensorName(family, WeightFormat::kHf, d.id, d.layer, e, d.mtp);
             if (expert_dtype == DType::kMXFP4) {  // DeepSeek-V4: packed per expert, E8M0 scales per 32 values

@@ -40,6 +40,9 @@ struct TinySpec {
   // deepseek_v3: one MTP (next-n) module after the last layer: model.layers.{layers}.* with enorm/hnorm/eh_proj/
   // shared_head and its own embed_tokens/head copies (GGUF: blk.{layers}.nextn.*, block_count = layers + 1).
   bool mtp = false;
+  // The spelling of the HF directory's tensors and config for families with more than one (ArchSpec::hf_layout;
+  // deepseek_v4: "deepseek", the default, or "transformers"). Empty: the family's own.
+  std::string hf_layout;
   // deepseek_v3 GGUF: write kv_b pre-split as attn_k_b (W_UK transposed) / attn_v_b, as llama.cpp's converter
   // does today (MQA form: key_length = kv_lora + rope, head_count_kv = 1). The HF directory keeps kv_b_proj.
   bool split_kv_b = false;

@@ -53,6 +53,8 @@ Status Transformer::ForwardBatch(const SeqForward* seqs, int num_seqs, PagedKvCa
 KvLayout Transformer::MtpKvLayout() const {
   KvLayout layout = lc_.kv_layout();
   layout.num_layers = std::max(1, c_.n_mtp);
+  layout.layer_ratio.clear();  // MTP layers keep a row per position (window-only)
+  layout.layer_elems.clear();
   return layout;
 }
 

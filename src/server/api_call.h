@@ -43,6 +43,7 @@ struct AnswerShape {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool echo = false;           // completions: the prompt's text precedes the answer
+  bool opens_thinking = false;  // chat with a reasoning template: the generation prompt left a <think> open
   OutputParsing parse;
   std::shared_ptr<const ResponsesRequest> responses;  // /v1/responses: its conversation and settings
 };

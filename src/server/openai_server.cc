@@ -53,6 +53,18 @@ int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+HttpServerOptions HttpOptions(const api::ServerOptions& o) {
+  HttpServerOptions h;
+  h.host = o.host;
+  h.port = o.port;
+  h.limits.max_body_bytes = o.max_body_bytes;
+  h.max_connections = o.max_connections;
+  h.request_timeout_s = o.request_timeout_s;
+  h.idle_timeout_s = o.idle_timeout_s;
+  h.allowed_origins = SplitOrigins(o.allowed_origins);
+  return h;
+}
+
 const char* ErrorType(int status) {
   switch (status) {
     case 401: return "authentication_error";
@@ -66,12 +78,12 @@ const char* ErrorType(int status) {
 
 }  // namespace
 
-OpenAiServer::OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptions opt)
+OpenAiServer::OpenAiServer(Engine& engine, const Model& model, api::ServerOptions opt)
     : engine_(engine),
       model_(model),
       tok_(*model.tokenizer),
       opt_(std::move(opt)),
-      http_(opt_.http, [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
+      http_(HttpOptions(opt_), [this](HttpServer::ConnId c, HttpRequest& r) { Handle(c, r); },
             [this](HttpServer::ConnId c) { OnClose(c); }),
       responses_(opt_.max_stored_responses) {
   name_ = opt_.served_model_name.empty() ? fs::path(model.source).filename().string() : opt_.served_model_name;
@@ -110,7 +122,7 @@ OpenAiServer::~OpenAiServer() = default;
 Status OpenAiServer::Listen() {
   DI_RETURN_IF_ERROR(http_.Listen());
   DI_LOG_INFO("serving %s on http://%s:%d (%sOpenAI API at /v1; /health, /metrics)%s", name_.c_str(),
-              opt_.http.host.c_str(), http_.port(), webui_ ? "web chat at /; " : "",
+              opt_.host.c_str(), http_.port(), webui_ ? "web chat at /; " : "",
               opt_.api_key.empty() ? "" : "; API key required");
   return Status::Ok();
 }
@@ -352,7 +364,14 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   }
   if (auto so = body.find("stream_options"); so != body.end() && so->is_object())
     include_usage = so->value("include_usage", false) == true;
-  auto parsing = ChatOutputParsing(body, chat, &*params);
+  bool opens_thinking = false;
+  if (chat && parse_thinking_) {
+    // Whether the generation prompt left a <think> open (its last tokens suffice; special tokens kept, since
+    // <think> may be one).
+    const std::vector<int32_t> tail(prompt.size() > 32 ? prompt.end() - 32 : prompt.begin(), prompt.end());
+    opens_thinking = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
+  }
+  auto parsing = ChatOutputParsing(body, chat, opens_thinking, &*params);
   if (!parsing.ok()) {
     const std::string msg = parsing.status().message();  // starts with the quoted field
     return Error(c, 400, msg, "", msg.substr(1, msg.find('\'', 1) - 1));
@@ -373,6 +392,7 @@ void OpenAiServer::Generate(HttpServer::ConnId c, const HttpRequest& req, bool c
   shape.stream = stream;
   shape.include_usage = include_usage;
   shape.echo = echo;
+  shape.opens_thinking = opens_thinking;
   shape.parse = *parsing;
   shape.responses = std::move(responses);
   http_.RunOnLoop([=, this] { Submit(c, shape, *params_ptr, std::move(*checked_ptr)); });
@@ -405,11 +425,7 @@ void OpenAiServer::Submit(HttpServer::ConnId c, const AnswerShape& shape, const 
   call->choices.resize(checked.size() * n);
   call->unfinished = static_cast<int>(call->choices.size());
   if (chat && shape.parse.thinking) {
-    // Whether the generation prompt left a <think> open (its last tokens suffice; special tokens kept, since
-    // <think> may be one).
-    const auto& pr = checked[0].prompt();
-    const std::vector<int32_t> tail(pr.size() > 32 ? pr.end() - 32 : pr.begin(), pr.end());
-    call->opened = PromptOpensThinking(tok_.Decode(tail, /*skip_special=*/false));
+    call->opened = shape.opens_thinking;
     for (auto& ch : call->choices) ch.split = ReasoningSplitter(call->opened);
   }
   if (chat && shape.parse.harmony)
@@ -525,7 +541,8 @@ void OpenAiServer::OnOutput(const std::shared_ptr<ApiCall>& call, const RequestO
   metrics_.in_flight--;
 }
 
-StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool chat, RequestParams* params) const {
+StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool chat, bool prompt_opens_thinking,
+                                                        RequestParams* params) const {
   OutputParsing parse;
   if (!chat) return parse;
   parse.thinking = parse_thinking_;
@@ -590,6 +607,15 @@ StatusOr<OutputParsing> OpenAiServer::ChatOutputParsing(const json& body, bool c
     auto gbnf = parse.harmony ? HarmonyToolCallGbnf(*tools, named, ws, harmony_, &params->gate)
                               : ToolCallGbnf(*tools, parse.format, named, parallel, ws);
     if (!gbnf.ok()) return gbnf.status();  // it names the field: tools[i].function.parameters or tool_choice
+    if (!parse.harmony && parse.thinking && prompt_opens_thinking) {
+      // The prompt opened <think> (DeepSeek-R1, V4 with thinking on): the answer is reasoning up to </think>, so
+      // the calls are enforced only after it, as the model would write them; a grammar from the first token
+      // would make the reasoning the call.
+      params->gate.open_after = "</think>";
+      const std::vector<int32_t> ids = tok_.EncodeWithSpecials("</think>", false);
+      if (ids.size() == 1 && tok_.IsControl(ids[0])) params->gate.open_after_tokens = ids;
+      gbnf = AfterReasoningGbnf(*gbnf);
+    }
     auto g = grammar::CompileGbnf(*gbnf);
     if (!g.ok()) return Internal("tool-call grammar failed to compile: " + g.status().message());
     params->grammar = *g;

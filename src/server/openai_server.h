@@ -19,6 +19,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "base/work_queue.h"
+#include "deepinfer/server.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "server/api_call.h"
@@ -32,26 +33,10 @@
 
 namespace deepinfer {
 
-struct OpenAiServerOptions {
-  HttpServerOptions http;
-  std::string served_model_name;  // default: the model file/directory name
-  std::string api_key;            // empty: no authentication
-  int max_pending = 4096;         // requests accepted and unanswered before 429
-  std::string chat_template;      // template source; empty: the model's, else ChatML
-  int prep_threads = 2;           // threads that parse, render chat templates and tokenize off the HTTP loop
-  // Prompt text (a completion prompt, or the messages' contents) longer than this is refused before it is
-  // tokenized. 0: 2 x max_model_len x the longest token's bytes, which no prompt that fits the context exceeds.
-  size_t max_prompt_bytes = 0;
-  // /v1/responses answers kept for previous_response_id and GET /v1/responses/{id} (oldest dropped first; 0: none).
-  size_t max_stored_responses = 1000;
-  bool webui = true;  // the chat page at / and /index.html (server/webui.h); --no-webui: 404 there
-  size_t kv_events_slice = 65536;  // GET /v1/kv_events: block hashes per snapshot event (--kv-events-slice)
-};
-
-
 class OpenAiServer {
  public:
-  OpenAiServer(Engine& engine, const Model& model, OpenAiServerOptions opt);
+  // `opt` is the public api::ServerOptions (deepinfer/server.h: what serve's flags set); api::Server wraps this class.
+  OpenAiServer(Engine& engine, const Model& model, api::ServerOptions opt);
   ~OpenAiServer();
   Status Listen();
   int port() const { return http_.port(); }
@@ -79,7 +64,10 @@ class OpenAiServer {
   void Submit(HttpServer::ConnId c, const AnswerShape& shape, const RequestParams& params, std::vector<ValidatedRequest> checked);
   // What a chat answer is parsed into, from `tools` / `tool_choice` / `parallel_tool_calls` and the template;
   // for tool_choice "required" or named, the grammar that forces the calls goes into params.
-  StatusOr<OutputParsing> ChatOutputParsing(const nlohmann::json& body, bool chat, RequestParams* params) const;
+  // prompt_opens_thinking: the chat prompt ends inside an open <think> (a forced tool call then waits behind a
+  // trigger gate for the reasoning to close).
+  StatusOr<OutputParsing> ChatOutputParsing(const nlohmann::json& body, bool chat, bool prompt_opens_thinking,
+                                            RequestParams* params) const;
   static size_t PromptBytes(const nlohmann::json& body, bool chat);
   // An engine event for the choices of `call` from `choice_offset` on: queued by HandOff (engine thread),
   // handled by OnOutput (HTTP thread).
@@ -98,7 +86,7 @@ class OpenAiServer {
   Engine& engine_;
   const Model& model_;
   const Tokenizer& tok_;
-  OpenAiServerOptions opt_;
+  api::ServerOptions opt_;
   std::string name_;
   std::unique_ptr<ChatFormatter> chat_;
   ServerMetrics metrics_;

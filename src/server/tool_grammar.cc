@@ -277,4 +277,10 @@ void HarmonyFinalGate(const HarmonyTokens& t, GrammarGate* gate) {
   gate->free_headers = {"assistant<|channel|>analysis<|message|>"};
 }
 
+std::string AfterReasoningGbnf(const std::string& call_gbnf) {
+  static const std::string kRoot = "root ::= ";
+  if (call_gbnf.compare(0, kRoot.size(), kRoot) != 0) return call_gbnf;
+  return "root ::= [ \n]{0,4} tool-root\ntool-" + call_gbnf;
+}
+
 }  // namespace deepinfer

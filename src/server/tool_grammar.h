@@ -33,5 +33,8 @@ StatusOr<std::string> HarmonyToolCallGbnf(const nlohmann::json& tools, const std
 // Harmony structured output: the grammar applies to the final channel's body (`<|channel|>final[ <|constrain|>json]
 // <|message|>`), after free analysis messages, as llama.cpp's response_format grammar on gpt-oss.
 void HarmonyFinalGate(const HarmonyTokens& t, GrammarGate* gate);
+// A call grammar (ToolCallGbnf's: its first rule is root) for the text after a reasoning block's </think>,
+// behind GrammarGate::open_after: up to 4 spaces or newlines, then the calls.
+std::string AfterReasoningGbnf(const std::string& call_gbnf);
 
 }  // namespace deepinfer

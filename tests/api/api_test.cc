@@ -1,7 +1,13 @@
 // The public API as a consumer sees it: built against include/ only (deepinfer::deepinfer), on stories260K.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "deepinfer/deepinfer.h"
@@ -198,6 +204,76 @@ TEST_F(ApiTest, OpenAiJsonRequests) {
   auto bad_prio = di::RequestFromOpenAiJson(*model_, R"({"prompt": "x", "priority": "high"})");
   ASSERT_FALSE(bad_prio.ok());
   EXPECT_NE(bad_prio.status().message().find("priority"), std::string::npos);
+}
+
+// One HTTP/1.1 request to 127.0.0.1:port (Connection: close); the whole answer, headers and body.
+std::string HttpExchange(int port, const std::string& method, const std::string& target, const std::string& body = "") {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    if (fd >= 0) close(fd);
+    return "";
+  }
+  std::string req = method + " " + target + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n";
+  if (!body.empty()) req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n";
+  req += "\r\n" + body;
+  for (size_t off = 0; off < req.size();) {
+    const ssize_t n = send(fd, req.data() + off, req.size() - off, 0);
+    if (n <= 0) break;
+    off += static_cast<size_t>(n);
+  }
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) answer.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return answer;
+}
+
+// The HTTP server through the public API (deepinfer/server.h), as `deepinfer serve` runs it: a completion over
+// HTTP is the engine's own greedy continuation, and the graceful shutdown leaves nothing behind.
+TEST_F(ApiTest, ServerAnswersCompletionsOverHttp) {
+  auto e = NewEngine();
+  ASSERT_TRUE(e);
+  di::ServerOptions so;
+  so.port = 70000;
+  EXPECT_FALSE(di::Server::Create(*e, *model_, so).ok());  // not a port
+  so.port = 0;  // any free port
+  so.served_model_name = "tiny";
+  auto server = di::Server::Create(*e, *model_, so);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  ASSERT_TRUE((*server)->Listen().ok());
+  const int port = (*server)->port();
+  EXPECT_GT(port, 0);
+  EXPECT_EQ((*server)->model_name(), "tiny");
+  e->Start();
+  std::thread http([&] { (*server)->Run(); });
+
+  EXPECT_NE(HttpExchange(port, "GET", "/health").find("{\"status\":\"ok\"}"), std::string::npos);
+  const std::string answer = HttpExchange(port, "POST", "/v1/completions",
+                                          R"({"model": "tiny", "prompt": "Once upon a time", "max_tokens": 12, "temperature": 0})");
+  const size_t body_at = answer.find("\r\n\r\n");
+  ASSERT_NE(body_at, std::string::npos) << answer;
+  EXPECT_EQ(answer.rfind("HTTP/1.1 200", 0), 0u) << answer;
+  const auto j = nlohmann::json::parse(answer.substr(body_at + 4), nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << answer;
+
+  di::GenerationParams p;
+  p.max_tokens = 12;
+  auto stream = e->AddStream(model_->EncodePrompt("Once upon a time"), p);
+  ASSERT_TRUE(stream.ok()) << stream.status().ToString();
+  std::string text;
+  for (di::Output o; (*stream)->Next(&o);) text += o.text;
+  EXPECT_EQ(j["choices"][0]["text"], text);
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ((*server)->in_flight(), 0);
+
+  (*server)->Stop();
+  (*server)->CloseAll();
+  http.join();
+  EXPECT_TRUE(e->Shutdown().ok());
 }
 
 }  // namespace

@@ -138,6 +138,11 @@ inline std::vector<RequestResult> RunRequests(const Model& model, const EngineOp
   return out;
 }
 
+// A test pool of `blocks` blocks for model m. The tiny DeepSeek-V4's packed KV layout has one plane per block and
+// 23 groups (its compressed rows packed into a single full-attention plane), so a sequence needs about twice the
+// blocks it needs in the other tiny models' layouts, each block half the bytes.
+inline int TestPoolBlocks(const Model& m, int blocks) { return m.config.is_dsv4() ? 2 * blocks : blocks; }
+
 inline void ExpectSameResults(const std::vector<RequestResult>& a, const std::vector<RequestResult>& b,
                               const std::string& what) {
   ASSERT_EQ(a.size(), b.size());

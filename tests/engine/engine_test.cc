@@ -162,6 +162,7 @@ TEST_P(EngineEquivalence, OverlapOnAndOffAreBitIdentical) {
   const Model& m = c.model();
   auto reqs = MixedWorkload(220, m.config.vocab_size, m.tokenizer->bos_id(), 7, c.stops);
   EngineOptions on = SmallEngine(), off = SmallEngine();
+  on.num_kv_blocks = off.num_kv_blocks = TestPoolBlocks(m, on.num_kv_blocks);
   off.overlap = false;
   EngineStats s_on, s_off;
   auto a = RunRequests(m, on, reqs, &s_on);
@@ -215,9 +216,9 @@ TEST_P(EngineEquivalence, RequestIsBatchInvariant) {
 }
 
 // How many blocks of the engine's (hybrid) KV layout take the bytes of one block that holds every layer.
-int HybridBlocksPerFullBlock(const Model& m) {
+int HybridBlocksPerFullBlock(const Model& m, int block_size) {
   const KvLayout base = m.config.kv_layout();
-  return base.num_layers / GroupKvLayout(base, m.config.kv_layer_windows()).num_planes();
+  return base.num_layers / GroupKvLayout(base, m.config.kv_layer_windows(), block_size).num_planes();
 }
 
 // Must-show 4: a pool so small that preemption happens constantly gives the same outputs as a large pool.
@@ -227,6 +228,7 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
   auto reqs = MixedWorkload(60, m.config.vocab_size, m.tokenizer->bos_id(), 21, c.stops);
   for (auto& r : reqs) r.abort_after = -1;
   EngineOptions big = SmallEngine();
+  big.num_kv_blocks = TestPoolBlocks(m, big.num_kv_blocks);
   auto ref = RunRequests(m, big, reqs);
   for (bool overlap : {true, false}) {
     EngineOptions tiny = SmallEngine();
@@ -240,8 +242,8 @@ TEST_P(EngineEquivalence, ConstantPreemptionChangesNothing) {
       tiny.max_batched_tokens = 16;
       const KvLayout base = m.config.kv_layout();
       tiny.num_kv_blocks = static_cast<int>(
-          2 * MaxSeqBlocks(GroupKvLayout(base, m.config.kv_layer_windows()), tiny.block_size, 200, KvAhead(2, 16, 0)));
-    } else if (HybridBlocksPerFullBlock(m) > 1) {
+          2 * MaxSeqBlocks(GroupKvLayout(base, m.config.kv_layer_windows(), tiny.block_size), tiny.block_size, 200, KvAhead(2, 16, 0)));
+    } else if (HybridBlocksPerFullBlock(m, tiny.block_size) > 1) {
       tiny.max_batched_tokens = 16;
       tiny.num_kv_blocks = 72;
     } else {
@@ -633,31 +635,51 @@ TEST(EngineTest, RandomAbortFuzzLeavesNoLeak) {
 
 // The engine's reported log-probs (chosen token and alternatives) equal a plain single-sequence forward over the
 // same tokens: positions, slots and block tables are wired right, also across chunked prefill and preemption.
+// The plain forward keeps every cache layer's row at its position (SequenceKvCache, the layout the parity tests
+// check against llama.cpp); the engine's paged cache groups layers by window and, for DeepSeek-V4, packs the
+// compressed rows and indexer keys (one row per 4 or 128 positions, several layers to a plane): 150 prompt tokens
+// reach an HCA row (position 127) and many CSA rows, in blocks of 8 and of 6 (a block holding one or two CSA rows),
+// with f32 and bf16 K/V.
 TEST(EngineTest, LogprobsMatchPlainForward) {
-  const Model& m = Tiny();
-  TestRequest r;
-  for (int i = 0; i < 37; ++i) r.prompt.push_back(3 + (i * 31) % 300);
-  r.params.max_tokens = 20;
-  r.params.logprobs = 3;
-  r.params.ignore_eos = true;
-  EngineOptions opt = SmallEngine();
-  opt.max_batched_tokens = 16;  // the prompt runs in 3 chunks
-  auto got = RunRequests(m, opt, {r});
-  const SampleResult& s = got[0].samples[0];
-  ASSERT_EQ(s.tokens.size(), 20u);
-  std::vector<int32_t> all = r.prompt;
-  all.insert(all.end(), s.tokens.begin(), s.tokens.end());
-  Transformer tf(m, 64, nullptr);
-  SequenceKvCache kv(m.config.kv_layout(), 64);
-  const int V = m.config.vocab_size;
-  std::vector<float> logits(all.size() * V);
-  ASSERT_TRUE(tf.Forward(all.data(), static_cast<int>(all.size()), 0, kv, logits.data(), true).ok());
-  for (size_t k = 0; k < s.tokens.size(); ++k) {
-    const size_t row = r.prompt.size() - 1 + k;  // logits at this position predict token k
-    TopLogprobs ref = ComputeLogprobs(logits.data() + row * V, V, s.tokens[k], 3);
-    EXPECT_FLOAT_EQ(s.logprobs[k], ref.logprob) << "token " << k;
-    EXPECT_EQ(s.top[k], ref.top) << "token " << k;
-    EXPECT_EQ(s.tokens[k], ref.top[0].first) << "greedy picks the argmax";
+  struct Run {
+    const Model& m;
+    int prompt, block_size;
+    DType kv;
+  };
+  for (const Run& run : {Run{Tiny(), 37, 8, DType::kF32}, Run{TinyDeepseekV4(), 150, 8, DType::kF32},
+                         Run{TinyDeepseekV4(), 150, 6, DType::kBF16}}) {
+    const Model& m = run.m;
+    const std::string what = ArchName(m.config.arch) + std::string(" blocks of ") + std::to_string(run.block_size) +
+                             " " + DTypeName(run.kv);
+    TestRequest r;
+    for (int i = 0; i < run.prompt; ++i) r.prompt.push_back(3 + (i * 31) % 300);
+    r.params.max_tokens = 20;
+    r.params.logprobs = 3;
+    r.params.ignore_eos = true;
+    EngineOptions opt = SmallEngine();
+    opt.max_batched_tokens = 16;  // the prompt runs in chunks
+    opt.block_size = run.block_size;
+    opt.kv_dtype = run.kv;
+    opt.num_kv_blocks = TestPoolBlocks(m, opt.num_kv_blocks);
+    auto got = RunRequests(m, opt, {r});
+    ASSERT_TRUE(got[0].error.empty()) << what << ": " << got[0].error;
+    const SampleResult& s = got[0].samples[0];
+    ASSERT_EQ(s.tokens.size(), 20u) << what;
+    std::vector<int32_t> all = r.prompt;
+    all.insert(all.end(), s.tokens.begin(), s.tokens.end());
+    const int n = static_cast<int>(all.size());
+    Transformer tf(m, n, nullptr);
+    SequenceKvCache kv(m.config.kv_layout(), n, run.kv);
+    const int V = m.config.vocab_size;
+    std::vector<float> logits(all.size() * V);
+    ASSERT_TRUE(tf.Forward(all.data(), n, 0, kv, logits.data(), true).ok()) << what;
+    for (size_t k = 0; k < s.tokens.size(); ++k) {
+      const size_t row = r.prompt.size() - 1 + k;  // logits at this position predict token k
+      TopLogprobs ref = ComputeLogprobs(logits.data() + row * V, V, s.tokens[k], 3);
+      EXPECT_FLOAT_EQ(s.logprobs[k], ref.logprob) << what << " token " << k;
+      EXPECT_EQ(s.top[k], ref.top) << what << " token " << k;
+      EXPECT_EQ(s.tokens[k], ref.top[0].first) << what << ": greedy picks the argmax";
+    }
   }
 }
 

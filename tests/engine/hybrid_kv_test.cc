@@ -58,7 +58,7 @@ TEST(HybridKvTest, LayoutGroupsLayersByWindow) {
   const Model& m = TinyGemma3Window(32);
   std::vector<int> windows(m.config.n_layers);
   for (int l = 0; l < m.config.n_layers; ++l) windows[l] = m.config.LayerWindow(l);
-  const KvLayout k = GroupKvLayout(m.config.kv_layout(), windows);
+  const KvLayout k = GroupKvLayout(m.config.kv_layout(), windows, 16);
   ASSERT_EQ(k.num_groups(), 3);
   EXPECT_EQ(k.num_planes(), 1);
   EXPECT_EQ(k.window(0), 0);  // the full-attention group comes first: the anchor
@@ -68,12 +68,12 @@ TEST(HybridKvTest, LayoutGroupsLayersByWindow) {
   // Gemma-3-4b's shape: 34 layers, every sixth full (5 full, 29 windowed): 5 planes, 1 + 6 groups, 1 padding plane.
   std::vector<int> g4(34);
   for (int l = 0; l < 34; ++l) g4[l] = (l + 1) % 6 == 0 ? 0 : 1024;
-  const KvLayout k4 = GroupKvLayout(KvLayout::Plain(34, 256, 256), g4);
+  const KvLayout k4 = GroupKvLayout(KvLayout::Plain(34, 256, 256), g4, 16);
   EXPECT_EQ(k4.num_planes(), 5);
   EXPECT_EQ(k4.num_groups(), 7);
   EXPECT_EQ(PaddingPlanes(k4), 1);
   // No windows: today's cache, one group, a plane per layer.
-  const KvLayout k0 = GroupKvLayout(KvLayout::Plain(4, 64, 64), {0, 0, 0, 0});
+  const KvLayout k0 = GroupKvLayout(KvLayout::Plain(4, 64, 64), {0, 0, 0, 0}, 16);
   EXPECT_EQ(k0.num_groups(), 1);
   EXPECT_EQ(k0.num_planes(), 4);
 }

@@ -135,9 +135,11 @@ TEST_P(SpecEquivalence, SameOutputsAsPlainDecoding) {
   const Model& m = c.model();
   auto reqs = SpecWorkload(m, 220, 7, c.stops);
   EngineOptions plain = SpecEngine(SpecMethod::kNone);
+  plain.num_kv_blocks = TestPoolBlocks(m, plain.num_kv_blocks);
   auto ref = RunRequests(m, plain, reqs);
   for (bool overlap : {true, false}) {
     EngineOptions o = SpecEngine(c.method);
+    o.num_kv_blocks = plain.num_kv_blocks;
     o.speculative.draft_model = c.draft();
     o.overlap = overlap;
     EngineStats st;

@@ -10,6 +10,10 @@
 // E8M0 128x128 block scales; the GGUF holds their values in f32), same bar. MXFP4 experts (DeepSeek's packing)
 // cannot meet it against llama.cpp (below): the HF directory and the GGUF holding the same blocks as ggml MXFP4
 // are compared in deepinfer, bitwise.
+// transformers' renamed layout of the same checkpoints (`make-tiny --hf-layout transformers`: model.layers.{L}.
+// self_attn.q_a_proj, attn_hc.fn, fused mlp.experts.gate_up_proj, layer_types / compress_rates / rope_parameters in
+// config.json): deepinfer on that directory against llama.cpp on the GGUF of the same weights, same bar, and
+// `convert` of it bitwise equal to the directory in deepinfer.
 // Quantized weights (case "mxfp4": `make-tiny --dtype mxfp4`, every matrix MXFP4, so llama.cpp rounds the input of
 // every product to q8_0 blocks, and so does deepinfer, bitwise: ggml's vec_dot_type for MXFP4 and Q8_0 is Q8_0
 // (llama.cpp's ggml/src/ggml-cpu/ggml-cpu.c:287-291; mul_mat / mul_mat_id quantize src1 with it before any product,
@@ -114,6 +118,8 @@ try {
     {name: "hf-f32", flags: []},
     {name: "hf-fp8", flags: ["--dtype", "f8_e4m3"]},
     {name: "hf-fp8-seed7-window8", flags: ["--dtype", "f8_e4m3", "--seed", "7", "--window", "8"]},
+    {name: "hf-transformers", flags: ["--hf-layout", "transformers"]},
+    {name: "hf-transformers-seed7-window8", flags: ["--hf-layout", "transformers", "--seed", "7", "--window", "8"]},
   ];
   for (const c of hfCases) {
     const dir = path.join(tmp, c.name);
@@ -135,6 +141,14 @@ try {
     const conv = path.join(tmp, "hf-fp8-mxfp4-converted.gguf");
     runDeepinfer(bin, ["convert", "-m", dir, "-o", conv, "--outtype", "f32", "-q"]);
     compareLogprobs("deepseek_v4 hf-fp8-mxfp4: HF dir vs its `convert` output in deepinfer (bitwise)", run(dir), run(conv), 0);
+  }
+  // `deepinfer convert` of a transformers-layout directory: the GGUF runs bitwise as the directory in deepinfer.
+  {
+    const dir = path.join(tmp, "hf-transformers");
+    const conv = path.join(tmp, "hf-transformers-converted.gguf");
+    runDeepinfer(bin, ["convert", "-m", dir, "-o", conv, "--outtype", "f32", "-q"]);
+    const run = (m) => JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(tokens), "-t", "2"])).logprobs;
+    compareLogprobs("deepseek_v4 hf-transformers: HF dir vs its `convert` output in deepinfer (bitwise)", run(dir), run(conv), 0);
   }
   // `deepinfer convert` of a DeepSeek-format HF directory (FP8 weights to f32): llama.cpp runs the converted file,
   // against deepinfer on the directory, same bar.

@@ -119,8 +119,8 @@ TEST(OpenAiServerTest, EngineEventsAreHandledOnTheHttpThread) {
   eo.max_num_seqs = 4;
   auto engine = Engine::Create(**model, eo);
   ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-  OpenAiServerOptions so;
-  so.http.port = 0;
+  api::ServerOptions so;
+  so.port = 0;
   OpenAiServer server(**engine, **model, so);
   ASSERT_TRUE(server.Listen().ok());
   (*engine)->Start();

@@ -209,6 +209,61 @@ async function reasoningSuite(label, template, gbnf, opened) {
   }
 }
 
+// Forced calls (tool_choice required / named) with thinking on, the generation prompt ending inside <think>
+// (DeepSeek-R1's template; V4's with thinking on): the reasoning runs free and the call is enforced after
+// </think> (a trigger gate), not from the first token, where the call would be read as reasoning. On a copy of
+// the Qwen3 tiny model whose vocabulary holds </think> as one (non-special) added token, as DeepSeek's and
+// Qwen3's do: a bias of +6 on it makes the random model close its reasoning after a few tokens (the grammar
+// masks it afterwards wherever the call's syntax does not allow it).
+function thinkVocabModel() {
+  const dir = path.join(tmplDir, "qwen3-think");
+  if (fs.existsSync(dir)) return dir;
+  fs.cpSync(path.join(tmplDir, "qwen3"), dir, {recursive: true});
+  const file = path.join(dir, "tokenizer.json"), t = JSON.parse(fs.readFileSync(file, "utf8"));
+  // The last merge's token gives its id up (nothing merges further from it).
+  const [piece, id] = Object.entries(t.model.vocab).reduce((a, b) => (b[1] > a[1] ? b : a));
+  const joined = m => (Array.isArray(m) ? m.join("") : m.replace(" ", ""));
+  t.model.merges = t.model.merges.filter(m => joined(m) !== piece);
+  delete t.model.vocab[piece];
+  t.added_tokens.push({id, content: "</think>", single_word: false, lstrip: false, rstrip: false, normalized: false, special: false});
+  fs.writeFileSync(file, JSON.stringify(t));
+  return dir;
+}
+async function forcedThinking(label, template, kwargs) {
+  const srv = await startServer(bin, ["-m", thinkVocabModel(), "--chat-template", templateFile(template)]);
+  const client = new OpenAI({baseURL: `${srv.base}/v1`, apiKey: "x", maxRetries: 0});
+  const model = (await client.models.list()).data[0].id;
+  try {
+    const close = (await (await fetch(`${srv.base}/tokenize`, {method: "POST", headers: {"Content-Type": "application/json"},
+                                                               body: JSON.stringify({prompt: "</think>", add_special_tokens: false})})).json()).tokens;
+    check(close.length === 1, `${label}: </think> is one token (${JSON.stringify(close)})`);
+    const ask = {model, messages: [{role: "user", content: "What is the weather in Paris?"}], tools, max_tokens: 400,
+                 temperature: 1, logit_bias: {[close[0]]: 6}, chat_template_kwargs: kwargs, parallel_tool_calls: false};
+    let forced = 0;
+    const bad = [];
+    for (const [seed, choice] of [[3, "required"], [4, "required"], [5, "required"], [6, {type: "function", function: {name: "add"}}]]) {
+      const req = {...ask, seed, tool_choice: choice};
+      const f = (await client.chat.completions.create(req)).choices[0];
+      const why = callsValid(f.message, typeof choice === "object" ? choice.function.name : undefined);
+      let reasoning = "", args = "", finish = null;
+      for await (const ch of await client.chat.completions.create({...req, stream: true}))
+        for (const c of ch.choices) {
+          reasoning += c.delta.reasoning_content ?? "";
+          for (const d of c.delta.tool_calls ?? []) args += d.function?.arguments ?? "";
+          if (c.finish_reason) finish = c.finish_reason;
+        }
+      const m = f.message;
+      const ok = !why && m.tool_calls.length === 1 && f.finish_reason === "tool_calls" && !m.content &&
+                 m.reasoning_content?.length > 0 && !m.reasoning_content.includes("think>") &&
+                 reasoning === m.reasoning_content && args === m.tool_calls[0].function.arguments && finish === "tool_calls";
+      if (ok) ++forced; else bad.push(`${why} ${JSON.stringify(m).slice(0, 300)} (${f.finish_reason}; streamed ${finish})`);
+    }
+    check(forced === 4, `${label}: forced calls with thinking on: reasoning, then one valid call, streamed alike (${forced}/4) ${bad.slice(0, 1)}`);
+  } finally {
+    check(await srv.stop() === 0, `${label}: server shut down cleanly`);
+  }
+}
+
 let parallelCalls = 0;
 const city = '{"city": "Oslo", "unit": "celsius"}';
 await suite("qwen3 (hermes)", "qwen3", "qwen3", `<tool_call>\n{"name": "get_weather", "arguments": ${city}}\n</tool_call>`);
@@ -243,11 +298,14 @@ async function dsmlThinking(client, ask, label) {
   check(reasoning === m.reasoning_content && content === "" && name === call?.name && args === call?.arguments && finish === "tool_calls",
         `${label}: thinking on, streamed: the same reasoning and call (${JSON.stringify({reasoning, content, name, args, finish})})`);
 }
+
 await suite("deepseek-v4 (dsml)", "deepseek_v3", "v4", dsmlCall("Oslo"), dsmlThinking);
 await reasoningSuite("qwen3 <think> in the output", "qwen3",
                      'root ::= "<think>\\n" "plan" [a-z ]{0,40} "\\n</think>\\n\\n" "so" [a-z ]{0,30}\n', false);
 await reasoningSuite("r1 <think> opened by the prompt", "r1",
                      'root ::= "plan" [a-z ]{0,40} "</think>\\n\\n" "so" [a-z ]{0,30}\n', true);
+await forcedThinking("r1 <think> opened by the prompt, forced call", "r1", undefined);
+await forcedThinking("deepseek-v4 thinking on, forced call", "v4", {thinking: true});
 check(parallelCalls > 16, `parallel tool calls: ${parallelCalls} calls in 16 requests`);
 fs.rmSync(tmplDir, {recursive: true, force: true});
 done("tool_calls");

@@ -4,6 +4,7 @@
 // from config.json and from GGUF metadata alike.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
@@ -55,6 +56,72 @@ TEST(DeepseekV4Config, FlashShapeAndKvPlanes) {
   EXPECT_EQ(w8, 21 * 5);                // CSA compressor inputs: the block and the previous one
   EXPECT_EQ(w128, 43 + 20 * 2);         // raw windows (W = 128) and HCA compressor inputs
   EXPECT_EQ(PagedKvCache::BytesPerToken(layout, DType::kBF16), size_t{250} * 512 * 2);
+
+  // The engine's layout packs the sparse layers. Blocks of 16: a CSA compressed row takes 4 rows of 512 per block
+  // (4 to a plane of 16 x 512), an indexer key 4 of 128 and an HCA row 1 of 512 (16 to a plane each): 21 x 2048 +
+  // 41 x 512 = 64000 elements, 8 planes. The windowed kinds keep a plane per layer: 105 (W = 8) and 83 (W = 128)
+  // planes, so P = 8 and the groups are 1 + 14 + 11. What grows with the context is the full group's page per 16
+  // tokens: 8 planes of 512 bf16 = 8192 B per token (63488 unpacked; ~6880 in llama.cpp's layout at f16).
+  const KvLayout packed = GroupKvLayout(layout, windows, 16);
+  EXPECT_TRUE(packed.packed());
+  EXPECT_EQ(packed.num_planes(), 8);
+  EXPECT_EQ(packed.num_groups(), 26);
+  EXPECT_EQ(packed.window(0), 0);
+  EXPECT_EQ(packed.window(1), 8);
+  EXPECT_EQ(packed.window(25), 128);
+  EXPECT_EQ(PaddingPlanes(packed), 7 + 5);
+  EXPECT_EQ(PagedKvCache::BytesPerToken(packed, DType::kBF16), size_t{8192});
+  // --swa-full packs the same sparse layers into one group: 43 + 105 + 40 planes of every position, plus 8.
+  const KvLayout one = GroupKvLayout(layout, std::vector<int>(windows.size(), 0), 16);
+  EXPECT_EQ(one.num_groups(), 1);
+  EXPECT_EQ(one.num_planes(), 43 + 105 + 40 + 8);
+}
+
+// Every packed layer's rows stay inside their block's region of their plane and never share bytes with another
+// layer's: each layer writes a distinct row at every position that stores one, over several blocks, and every
+// row reads back as written. Blocks of 6 (not a multiple of 4: a block holds one or two CSA rows) and of 16.
+TEST(DeepseekV4Config, PackedRowsNeverAlias) {
+  auto c = ParseHfConfig(FlashConfig().dump(), "V4-Flash/config.json");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const KvLayout base = c->kv_layout();
+  for (const int bs : {6, 16}) {
+    const KvLayout layout = GroupKvLayout(base, c->kv_layer_windows(), bs);
+    ASSERT_TRUE(layout.packed());
+    // 128 positions (one HCA row); each group its own blocks, position p of group g in block g x per + (per - 1 -
+    // p / bs) (reversed, so a slot is not its position).
+    const int positions = 128, per = (positions + bs - 1) / bs;
+    auto kv = PagedKvCache::Create(layout, per * layout.num_groups(), bs, DType::kF32);
+    ASSERT_TRUE(kv.ok()) << kv.status().ToString();
+    auto slot = [&](int l, int p) { return (layout.group_of(l) * per + per - 1 - p / bs) * bs + p % bs; };
+    auto stores = [&](int l, int p) { return (p + 1) % layout.ratio_of(l) == 0; };
+    // A distinct f32 bit pattern per (layer < 256, position < 128, element < 512), finite (exponent >= 128).
+    auto value = [](int l, int p, int e) {
+      const uint32_t bits = 0x40000000u | static_cast<uint32_t>(l) << 16 | static_cast<uint32_t>(p) << 9 | static_cast<uint32_t>(e);
+      float f;
+      std::memcpy(&f, &bits, sizeof f);
+      return f;
+    };
+    std::vector<float> row(512);
+    for (int l = 0; l < layout.num_layers; ++l)
+      for (int p = 0; p < positions; ++p) {
+        if (!stores(l, p)) continue;
+        for (int e = 0; e < layout.elems_of(l); ++e) row[e] = value(l, p, e);
+        const int32_t s = slot(l, p);
+        (*kv)->Write(l, row.data(), nullptr, &s, 1);
+      }
+    int64_t checked = 0, bad = 0;
+    for (int l = 0; l < layout.num_layers; ++l)
+      for (int p = 0; p < positions; ++p) {
+        if (!stores(l, p)) continue;
+        const float* got = reinterpret_cast<const float*>((*kv)->KRow(l, slot(l, p)));
+        for (int e = 0; e < layout.elems_of(l); ++e, ++checked) {
+          const float want = value(l, p, e);
+          bad += std::memcmp(&got[e], &want, sizeof want) != 0;
+        }
+      }
+    EXPECT_EQ(bad, 0) << "block size " << bs << ": " << bad << " of " << checked << " elements overwritten";
+    EXPECT_EQ(checked, int64_t{43 + 21 * 5 + 20 * 2} * 128 * 512 + 21 * 32 * (512 + 128) + 20 * 512);
+  }
 }
 
 StatusOr<ModelConfig> Parse(const nlohmann::json& j) { return ParseHfConfig(j.dump(), "config.json"); }

@@ -5,6 +5,7 @@
 // has started, and after the header the grammar's mask applies; rollbacks across the opening re-derive it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/grammar_gate.h"
@@ -38,18 +39,21 @@ GrammarGate FinalGate() {
 
 bool Finite(float v) { return std::isfinite(v); }
 
-// One sample's grammar stage, driven token by token as the executor drives it.
+// One sample's grammar stage, driven token by token as the executor drives it, over a vocabulary (each id's
+// bytes; control tokens empty) and a prompt.
 struct Row {
-  Row(std::shared_ptr<const grammar::Grammar> g, const GrammarGate& spec)
-      : trie(std::make_shared<grammar::TokenTrie>(kBytes, std::vector<int32_t>{kCall})),
+  Row(std::shared_ptr<const grammar::Grammar> g, const GrammarGate& spec, const std::vector<std::string>& vocab = kBytes,
+      std::vector<int32_t> eog = {kCall}, std::vector<int32_t> prompt = {kX, kStart, kAssistant})
+      : trie(std::make_shared<grammar::TokenTrie>(vocab, std::move(eog))),
         m(grammar::TokenSets::Build(std::move(g), trie)),
         spec(spec),
-        hist{kX, kStart, kAssistant},  // a prompt ending in the generation prompt <|start|>assistant
+        hist(std::move(prompt)),  // Harmony: a prompt ending in the generation prompt <|start|>assistant
+        prompt_len(static_cast<int>(hist.size())),
         gate(this->spec, trie.get(), hist) {}
   // The logits the stage leaves at the end of the history (all 0 before it).
   std::vector<float> Logits() {
-    std::vector<float> l(kVocab, 0.f);
-    accept = ConstrainRow(&m, &gate, hist.data(), 3, static_cast<int>(hist.size()), l.data(), kVocab, &bits);
+    std::vector<float> l(trie->vocab_size(), 0.f);
+    accept = ConstrainRow(&m, &gate, hist.data(), prompt_len, static_cast<int>(hist.size()), l.data(), trie->vocab_size(), &bits);
     return l;
   }
   // The phase at the end of the history (the gate is synced when the next position's mask is made).
@@ -69,6 +73,7 @@ struct Row {
   grammar::GrammarMatcher m;
   GrammarGate spec;
   std::vector<int32_t> hist;
+  int prompt_len;
   GrammarGateState gate;
   std::vector<uint32_t> bits;
   bool accept = false;
@@ -201,6 +206,85 @@ TEST(GrammarGate, HarmonyToolCallHeaderPicksTheFunctionsSchema) {
   for (const std::string& h : only.open_headers) EXPECT_NE(h.find("functions.g"), std::string::npos) << h;
 }
 
+// A trigger gate (reasoning models whose generation prompt opens <think>): free until the output's text holds
+// "</think>", in any tokenization, then the grammar (AfterReasoningGbnf: up to 4 spaces/newlines, then the
+// calls), which first reads what the triggering token holds after the trigger.
+enum : int32_t { tEot, tLt, tThink, tGt, tGtNlBrace, tLBrace, tKeyA, tColon, tOne, tRBrace, tX, tNl, tCtrlThink, tXLt,
+                 tThinkGt, tVocab };
+const std::vector<std::string> kTriggerBytes = {"", "</", "think", ">", ">\n{", "{", "\"a\"", ":", "1", "}", "x", "\n",
+                                                "", "x</", "think>"};
+
+std::shared_ptr<const grammar::Grammar> AfterThinkJson() {
+  auto g = grammar::CompileGbnf(AfterReasoningGbnf("root ::= \"{\" \"\\\"a\\\"\" \":\" [0-9] \"}\"\n"));
+  EXPECT_TRUE(g.ok()) << g.status().ToString();
+  return *g;
+}
+
+// A row over the trigger vocabulary whose prompt ("x") ends inside <think>.
+struct TriggerRow : Row {
+  explicit TriggerRow(const GrammarGate& spec) : Row(AfterThinkJson(), spec, kTriggerBytes, {tEot}, {tX}) {}
+};
+
+GrammarGate ThinkGate() {
+  GrammarGate g;
+  g.open_after = "</think>";
+  g.open_after_tokens = {tCtrlThink};
+  return g;
+}
+
+std::vector<int32_t> AllBut(std::vector<int32_t> refused) {
+  std::vector<int32_t> out;
+  for (int32_t i = 0; i < tVocab; ++i)
+    if (std::find(refused.begin(), refused.end(), i) == refused.end()) out.push_back(i);
+  return out;
+}
+
+TEST(GrammarGate, ReasoningRunsFreeUntilTheTriggerThenTheGrammarHolds) {
+  TriggerRow r(ThinkGate());
+  // Reasoning: every token but the end of generation, "}" and "x" too (the grammar refuses them first).
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kFree);
+  EXPECT_EQ(Allowed(r.Logits()), AllBut({tEot}));
+  for (int32_t t : {tRBrace, tX, tLt, tThink, tX, tLt, tThink}) r.Take(t);  // "</think" twice, not closed
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kFree);
+  EXPECT_EQ(r.m.num_steps(), 0);
+  r.Take(tGt);  // "</" "think" ">" completes it
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kOpen);
+  EXPECT_TRUE(r.accept);
+  EXPECT_EQ(Allowed(r.Logits()), (std::vector<int32_t>{tLBrace, tNl}));
+  for (int32_t t : {tNl, tLBrace, tKeyA, tColon, tOne}) r.Take(t);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{tRBrace});
+  r.Take(tRBrace);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{tEot});
+
+  // Rolled back into the reasoning (a preemption, rejected drafts): free again, the matcher emptied; forward to
+  // a different closing: the trigger inside one token ("think>") after one that starts it ("x</").
+  r.hist.resize(8);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kFree);
+  EXPECT_EQ(r.m.num_steps(), 0);
+  r.hist.resize(3);
+  for (int32_t t : {tXLt, tThinkGt}) r.Take(t);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kOpen);
+  EXPECT_EQ(Allowed(r.Logits()), (std::vector<int32_t>{tLBrace, tNl}));
+}
+
+TEST(GrammarGate, TheTriggeringTokensRestIsTheGrammarsFirstText) {
+  // ">\n{" closes the reasoning and starts the answer: the grammar has read "\n{", so the key comes next.
+  TriggerRow r(ThinkGate());
+  for (int32_t t : {tLt, tThink, tGtNlBrace}) r.Take(t);
+  EXPECT_EQ(r.Phase(), GrammarGateState::Phase::kOpen);
+  EXPECT_EQ(Allowed(r.Logits()), std::vector<int32_t>{tKeyA});
+  // The trigger as one control token (no text the trie spells): open with nothing read.
+  TriggerRow c(ThinkGate());
+  c.Take(tX);
+  c.Take(tCtrlThink);
+  EXPECT_EQ(c.Phase(), GrammarGateState::Phase::kOpen);
+  EXPECT_EQ(Allowed(c.Logits()), (std::vector<int32_t>{tLBrace, tNl}));
+  // A ">" with no "</think" before it opens nothing.
+  TriggerRow n(ThinkGate());
+  for (int32_t t : {tThink, tGt, tLt, tGt}) n.Take(t);
+  EXPECT_EQ(n.Phase(), GrammarGateState::Phase::kFree);
+}
+
 // Multi-process runs send each request's parameters to the other ranks: the gate must arrive whole, or those
 // ranks would constrain from the first token.
 TEST(GrammarGate, TravelsToOtherRanksWhole) {
@@ -211,6 +295,18 @@ TEST(GrammarGate, TravelsToOtherRanksWhole) {
   p.gate.free_headers = {"assistant<|channel|>analysis<|message|>"};
   p.gate.feed_header = true;
   p.priority = 3;
+  RequestParams t;
+  t.gate.open_after = "</think>";
+  t.gate.open_after_tokens = {128799};
+  {
+    wire::Writer w;
+    wire::PutParams(w, t);
+    wire::Reader r(w.bytes().data(), w.bytes().size());
+    const RequestParams q = wire::GetParams(r);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(q.gate.open_after, "</think>");
+    EXPECT_EQ(q.gate.open_after_tokens, t.gate.open_after_tokens);
+  }
   wire::Writer w;
   wire::PutParams(w, p);
   wire::Reader r(w.bytes().data(), w.bytes().size());

@@ -130,6 +130,28 @@ TEST(OpsTest, RmsNormMatchesFormula) {
   }
 }
 
+// Rows go through RmsNorm eight at a time (independent sum chains): every row's result is bitwise what it gives
+// alone, whatever its place in a block, in place too. The reference is the plain one-row loop (double sum of
+// squares in element order), written out here.
+TEST(OpsTest, RmsNormRowsAreBitwiseTheOneRowLoop) {
+  for (const int m : {1, 7, 8, 13, 24}) {
+    const int n = 1000 + m;
+    auto x = RandomVec(m * n, 40 + m), w = RandomVec(n, 41 + m);
+    for (float& v : x) v *= 37.f;  // magnitudes where a different summation order would round differently
+    std::vector<float> y(m * n), ref(m * n);
+    for (int i = 0; i < m; ++i) {
+      double ss = 0;
+      for (int j = 0; j < n; ++j) ss += static_cast<double>(x[i * n + j]) * x[i * n + j];
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + 1e-6f));
+      for (int j = 0; j < n; ++j) ref[i * n + j] = x[i * n + j] * scale * w[j];
+    }
+    RmsNorm(x.data(), w.data(), 1e-6f, m, n, y.data());
+    EXPECT_EQ(std::memcmp(y.data(), ref.data(), sizeof(float) * y.size()), 0) << "m = " << m;
+    RmsNorm(x.data(), w.data(), 1e-6f, m, n, x.data());
+    EXPECT_EQ(std::memcmp(x.data(), ref.data(), sizeof(float) * x.size()), 0) << "m = " << m << ", in place";
+  }
+}
+
 TEST(OpsTest, RopeBothStylesRotateTheRightPairs) {
   const int hd = 10, heads = 3, m = 2;
   const int32_t pos[m] = {5, 17};

@@ -8,13 +8,35 @@
 namespace deepinfer {
 
 void RmsNorm(const float* x, const float* w, float eps, int m, int n, float* y) {
-  for (int i = 0; i < m; ++i) {
-    const float* xr = x + static_cast<int64_t>(i) * n;
-    float* yr = y + static_cast<int64_t>(i) * n;
-    double ss = 0;  // double: the sum of squares is the one reduction where f32 drift shows at large n
-    for (int j = 0; j < n; ++j) ss += static_cast<double>(xr[j]) * xr[j];
-    const float scale = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
-    for (int j = 0; j < n; ++j) yr[j] = xr[j] * scale * w[j];
+  // The sum of squares is accumulated in double (the one reduction where f32 drift shows at large n), in element
+  // order: a chain of dependent adds, latency-bound. Rows are independent, so kRows of them go at once, each its
+  // own chain in the same order (bitwise what one row alone gives; a float x float product is exact in double,
+  // so contracting it into an FMA changes nothing either).
+  constexpr int kRows = 8;
+  double ss[kRows];
+  for (int i0 = 0; i0 < m; i0 += kRows) {
+    const int rows = std::min(kRows, m - i0);
+    const float* xr = x + static_cast<int64_t>(i0) * n;
+    if (rows == kRows) {
+      for (int k = 0; k < kRows; ++k) ss[k] = 0;
+      for (int j = 0; j < n; ++j)
+        for (int k = 0; k < kRows; ++k) {
+          const double v = xr[static_cast<int64_t>(k) * n + j];
+          ss[k] += v * v;
+        }
+    } else {
+      for (int k = 0; k < rows; ++k) {
+        double s = 0;
+        for (int j = 0; j < n; ++j) s += static_cast<double>(xr[static_cast<int64_t>(k) * n + j]) * xr[static_cast<int64_t>(k) * n + j];
+        ss[k] = s;
+      }
+    }
+    for (int k = 0; k < rows; ++k) {
+      const float* xk = xr + static_cast<int64_t>(k) * n;
+      float* yk = y + static_cast<int64_t>(i0 + k) * n;
+      const float scale = static_cast<float>(1.0 / std::sqrt(ss[k] / n + eps));
+      for (int j = 0; j < n; ++j) yk[j] = xk[j] * scale * w[j];
+    }
   }
 }
 

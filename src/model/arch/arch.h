@@ -113,6 +113,16 @@ struct ArchSpec {
   // name the fused tensors. The loader repacks them into per-expert {out, in} views (MXFP4 as ggml's
   // block_mxfp4, bit for bit what llama.cpp's converter writes); make-tiny writes them so.
   bool hf_oai_experts = false;
+  // transformers' fused MoE experts (DeepseekV4Experts): kFfnGateExps and kFfnUpExps name one gate_up_proj
+  // [E, 2F, D] (nn.Linear layout, each expert's F gate rows then its F up rows: MergeModulelist + Concatenate(dim=1)
+  // of w1, w3), kFfnDownExps one down_proj [E, D, F]; float types only. The loader views each expert in place.
+  bool hf_fused_experts = false;
+  // The name of this spelling of the family's HF checkpoints (make-tiny --hf-layout; null: the family has one)
+  // and the other spelling the loader and `convert` also read, detected by the tensor names a directory holds
+  // (DeepSeek-V4: DeepSeek's own layout, and transformers' renamed one). The other spelling is a whole ArchSpec:
+  // the family's, with its own HF prefixes, tensor_names and expert packing (model/arch/deepseek_v4.cc).
+  const char* hf_layout = nullptr;
+  const ArchSpec& (*hf_alt_layout)() = nullptr;
   // config.json defaults of the family's HF config class (a JSON object), for keys a checkpoint leaves out.
   const char* hf_defaults = nullptr;
   // RoPE as stored in GGUF files. kAdjacentPairs for llama-style families: llama.cpp's converter permutes the
@@ -154,6 +164,8 @@ const ArchSpec* FindArchByHfName(const std::string& name);
 const ArchSpec* FindArchByGguf(const std::string& gguf_arch, bool has_experts);
 // By deepinfer's own name or any HF/GGUF name (make-tiny --arch).
 const ArchSpec* FindArchByAnyName(const std::string& name);
+// The family's HF spelling named `layout` (ArchSpec::hf_layout): its own or its hf_alt_layout (nullptr: neither).
+const ArchSpec* FindHfLayout(const ArchSpec& family, const std::string& layout);
 // "llama, mistral, ..." for error messages.
 std::string SupportedArchNames(bool gguf);
 

@@ -7,8 +7,11 @@
 // GGUF files load (what llama.cpp runs), with their MTP block (models/deepseek_v4.cc, DeepseekV4MtpForward), and
 // so do DeepSeek's own checkpoints (the names and packing llama.cpp's converter reads, conversion/deepseek.py
 // DeepseekV4Model): embed / layers.{L}.* / norm / head / hc_head_*, mtp.0.*, FP8 linear weights with E8M0 128x128
-// block scales in `<base>.scale`, MXFP4 routed experts packed per expert (ArchSpec::hf_e8m0_scales).
+// block scales in `<base>.scale`, MXFP4 routed experts packed per expert (ArchSpec::hf_e8m0_scales). So does
+// transformers' renamed layout of them (model.layers.{L}.self_attn.q_a_proj, fused mlp.experts.gate_up_proj, its
+// config keys): DeepseekV4TransformersLayout() below, the family's other HF spelling (ArchSpec::hf_alt_layout).
 #include <cmath>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "base/logging.h"
@@ -86,6 +89,88 @@ Status Finish(ModelConfig* c, const std::string& path) {
   return Status::Ok();
 }
 
+// transformers' DeepseekV4Config (configuration_deepseek_v4.py) writes some settings its own way; each reader
+// below takes its keys where DeepSeek's own (compress_ratios, num_hash_layers, qk_rope_head_dim, rope_scaling) are
+// absent, to the same ModelConfig.
+
+// The rope dimension: qk_rope_head_dim, else head_dim * partial_rotary_factor.
+StatusOr<int64_t> TransformersRopeDim(const HfConfigReader& j, int head_dim) {
+  const nlohmann::json& js = j.json();
+  if (js.contains("qk_rope_head_dim") || !js.contains("partial_rotary_factor")) return j.Int("qk_rope_head_dim", -1);
+  DI_ASSIGN_OR_RETURN(double f, j.Number("partial_rotary_factor", 0.0));
+  const double dim = f * head_dim;
+  if (!(f > 0 && f <= 1) || dim != std::floor(dim)) return j.Invalid("partial_rotary_factor must give a whole rope dimension of head_dim");
+  return static_cast<int64_t>(dim);
+}
+
+// compress_ratios from layer_types (sliding_attention / compressed_sparse_attention / heavily_compressed_attention)
+// and compress_rates (the two compressed kinds' ratios; transformers' defaults 4 and 128).
+Status TransformersLayerTypes(const HfConfigReader& j, ModelConfig* c) {
+  const nlohmann::json& js = j.json();
+  std::map<std::string, int> rate = {{"sliding_attention", 0}, {"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 128}};
+  if (js.contains("compress_rates") && !js["compress_rates"].is_null()) {
+    if (!js["compress_rates"].is_object()) return j.Invalid("compress_rates must be an object");
+    for (const auto& [kind, r] : js["compress_rates"].items()) {
+      if (!rate.count(kind) || kind == "sliding_attention" || !r.is_number_integer())
+        return j.Invalid("compress_rates: '" + kind + "' is not a compressed layer type with an integer rate");
+      rate[kind] = r.get<int>();
+    }
+  }
+  if (!js["layer_types"].is_array()) return j.Invalid("layer_types must be a list");
+  for (const auto& t : js["layer_types"]) {
+    if (!t.is_string() || !rate.count(t.get<std::string>()))
+      return j.Invalid("layer_types entries must be sliding_attention, compressed_sparse_attention or heavily_compressed_attention");
+    c->dsv4.compress_ratio.push_back(rate[t.get<std::string>()]);
+  }
+  return Status::Ok();
+}
+
+// num_hash_layers from mlp_layer_types: the leading "hash_moe" layers, the rest "moe".
+StatusOr<int> TransformersHashLayers(const HfConfigReader& j) {
+  const nlohmann::json& types = j.json()["mlp_layer_types"];
+  if (!types.is_array()) return j.Invalid("mlp_layer_types must be a list");
+  int hash = 0;
+  for (size_t l = 0; l < types.size(); ++l) {
+    if (types[l] != "hash_moe" && types[l] != "moe") return j.Invalid("mlp_layer_types entries must be hash_moe or moe");
+    if (types[l] == "hash_moe" && hash != static_cast<int>(l))
+      return Unimplemented(j.path() + ": deepseek_v4 with hash-routed layers after score-routed ones (only the first layers hash)");
+    if (types[l] == "hash_moe") ++hash;
+  }
+  return hash;
+}
+
+// rope_parameters {"main": {rope_theta}, "compress": {rope_theta, rope_type yarn, factor,
+// original_max_position_embeddings}}: the bases of the window-only and the compressed layers, and YaRN.
+Status TransformersRope(const HfConfigReader& j, ModelConfig* c) {
+  const nlohmann::json& js = j.json();
+  if (!js.contains("rope_parameters") || !js["rope_parameters"].is_object()) return Status::Ok();
+  const nlohmann::json& rp = js["rope_parameters"];
+  auto theta = [&](const char* kind, double* out) -> Status {
+    if (!rp.contains(kind) || !rp[kind].is_object() || !rp[kind].contains("rope_theta")) return Status::Ok();
+    if (!rp[kind]["rope_theta"].is_number() || !(rp[kind]["rope_theta"].get<double>() > 0))
+      return j.Invalid(std::string("rope_parameters.") + kind + ".rope_theta must be a positive number");
+    *out = rp[kind]["rope_theta"].get<double>();
+    return Status::Ok();
+  };
+  DI_RETURN_IF_ERROR(theta("main", &c->rope_theta));
+  DI_RETURN_IF_ERROR(theta("compress", &c->dsv4.compress_rope_theta));
+  if (rp.contains("main") && rp["main"].is_object() && rp["main"].value("rope_type", "default") != "default")
+    return Unimplemented(j.path() + ": deepseek_v4 with rope_parameters.main of type '" + rp["main"].value("rope_type", "") + "'");
+  if (!rp.contains("compress") || !rp["compress"].is_object()) return Status::Ok();
+  const nlohmann::json& cp = rp["compress"];
+  const std::string type = cp.value("rope_type", cp.value("type", "default"));
+  if (type == "yarn") {
+    c->yarn.factor = cp.value("factor", 1.0);
+    c->yarn.original_ctx = cp.value("original_max_position_embeddings", 4096.0);
+    if (!(c->yarn.factor >= 1 && c->yarn.original_ctx > 0)) return j.Invalid("rope_parameters.compress yarn values out of range");
+    if (cp.value("attention_factor", 1.0) != 1.0)
+      return Unimplemented(j.path() + ": deepseek_v4 with a YaRN attention_factor other than 1 (DeepSeek's reference scales nothing)");
+  } else if (type != "default") {
+    return Unimplemented(j.path() + ": deepseek_v4 with rope_parameters.compress of type '" + type + "'");
+  }
+  return Status::Ok();
+}
+
 Status DeepseekV4HfConfig(const HfConfigReader& j, ModelConfig* c) {
   const nlohmann::json& js = j.json();
   Dsv4Params& v = c->dsv4;
@@ -102,7 +187,7 @@ Status DeepseekV4HfConfig(const HfConfigReader& j, ModelConfig* c) {
   c->norm_topk_prob = j.BoolOr("norm_topk_prob", true);
   const std::string scoring = j.StringOr("scoring_func", "sqrtsoftplus");
   if (scoring != "sqrtsoftplus") return Unimplemented(j.path() + ": deepseek_v4 scoring_func '" + scoring + "' (only sqrtsoftplus)");
-  DI_ASSIGN_OR_RETURN(int64_t rope, j.Int("qk_rope_head_dim", -1));
+  DI_ASSIGN_OR_RETURN(int64_t rope, TransformersRopeDim(j, c->head_dim));
   DI_ASSIGN_OR_RETURN(int64_t q_lora, j.Int("q_lora_rank", -1));
   DI_ASSIGN_OR_RETURN(int64_t window, j.Int("sliding_window", -1));
   c->qk_rope_dim = static_cast<int>(rope);
@@ -110,12 +195,19 @@ Status DeepseekV4HfConfig(const HfConfigReader& j, ModelConfig* c) {
   c->sliding_window = static_cast<int>(window);
   v.o_groups = static_cast<int>(j.IntOr("o_groups", 0));
   v.o_lora_rank = static_cast<int>(j.IntOr("o_lora_rank", 0));
-  v.compress_ratio = j.IntList("compress_ratios");
+  if (js.contains("compress_ratios") || !js.contains("layer_types")) {
+    v.compress_ratio = j.IntList("compress_ratios");
+  } else {
+    DI_RETURN_IF_ERROR(TransformersLayerTypes(j, c));
+  }
   DI_ASSIGN_OR_RETURN(v.compress_rope_theta, j.Number("compress_rope_theta", 160000.0));
   v.index_heads = static_cast<int>(j.IntOr("index_n_heads", 0));
   v.index_head_dim = static_cast<int>(j.IntOr("index_head_dim", 0));
   v.index_topk = static_cast<int>(j.IntOr("index_topk", 0));
   v.hash_layers = static_cast<int>(j.IntOr("num_hash_layers", 0));
+  if (!js.contains("num_hash_layers") && js.contains("mlp_layer_types")) {
+    DI_ASSIGN_OR_RETURN(v.hash_layers, TransformersHashLayers(j));
+  }
   v.hc = static_cast<int>(j.IntOr("hc_mult", 0));
   v.hc_iters = static_cast<int>(j.IntOr("hc_sinkhorn_iters", 20));
   DI_ASSIGN_OR_RETURN(double hc_eps, j.Number("hc_eps", 1e-6));
@@ -138,6 +230,7 @@ Status DeepseekV4HfConfig(const HfConfigReader& j, ModelConfig* c) {
       return Unimplemented(j.path() + ": deepseek_v4 with rope_scaling '" + type + "'");
     }
   }
+  DI_RETURN_IF_ERROR(TransformersRope(j, c));
   return Finish(c, j.path());
 }
 
@@ -317,6 +410,31 @@ void Dsv4MtpTensors(const ModelConfig& c, MtpWeights& w, const Model& m, TensorL
   t.Vector(TensorId::kMtpHcScale, 1, &w.hc_head.scale, 0.1f, 1.f).Optional(&m.hc_head.scale);
 }
 
+// make-tiny --hf-layout transformers: the settings as transformers' DeepseekV4Config writes them (layer_types and
+// compress_rates for compress_ratios, mlp_layer_types for num_hash_layers, partial_rotary_factor for
+// qk_rope_head_dim, rope_parameters for rope_scaling), the same model.
+void TransformersTinyConfig(nlohmann::json* cfg) {
+  nlohmann::json& c = *cfg;
+  static const std::map<int, const char*> kKind = {{0, "sliding_attention"}, {4, "compressed_sparse_attention"}, {128, "heavily_compressed_attention"}};
+  nlohmann::json types = nlohmann::json::array(), mlp = nlohmann::json::array();
+  const int layers = c["num_hidden_layers"].get<int>(), hash = c["num_hash_layers"].get<int>();
+  for (int l = 0; l < layers; ++l) {
+    types.push_back(kKind.at(c["compress_ratios"][static_cast<size_t>(l)].get<int>()));
+    mlp.push_back(l < hash ? "hash_moe" : "moe");
+  }
+  c["layer_types"] = types;
+  c["compress_rates"] = {{"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 128}};
+  c["mlp_layer_types"] = mlp;
+  c["partial_rotary_factor"] = c["qk_rope_head_dim"].get<double>() / c["head_dim"].get<double>();
+  const nlohmann::json& ys = c["rope_scaling"];
+  c["rope_parameters"] = {
+      {"main", {{"rope_type", "default"}, {"rope_theta", c["rope_theta"]}, {"partial_rotary_factor", c["partial_rotary_factor"]}}},
+      {"compress", {{"rope_type", "yarn"}, {"factor", ys["factor"]}, {"original_max_position_embeddings", ys["original_max_position_embeddings"]},
+                    {"attention_factor", 1.0}, {"rope_theta", c["compress_rope_theta"]}, {"partial_rotary_factor", c["partial_rotary_factor"]}}}};
+  // intermediate_size is an alias of moe_intermediate_size there (attribute_map), not a key it writes.
+  for (const char* k : {"compress_ratios", "num_hash_layers", "qk_rope_head_dim", "rope_scaling", "intermediate_size"}) c.erase(k);
+}
+
 }  // namespace
 
 // The head's collapse of the streams (model-level: declared with the head, model/arch/blocks.cc).
@@ -326,6 +444,8 @@ void Dsv4HeadTensors(const ModelConfig& c, Model& m, TensorList& t) {
   t.Vector(TensorId::kOutputHcBase, h, &m.hc_head.base, 1.f, 0.f);
   t.Vector(TensorId::kOutputHcScale, 1, &m.hc_head.scale, 0.1f, 1.f);
 }
+
+const ArchSpec& DeepseekV4TransformersLayout();
 
 const ArchSpec& DeepseekV4Arch() {
   static const ArchSpec kSpec{
@@ -340,6 +460,8 @@ const ArchSpec& DeepseekV4Arch() {
       .hf_mtp_prefix = "mtp.",
       .hf_e8m0_scales = true,
       .tiny_seeds_by_shared_names = true,
+      .hf_layout = "deepseek",
+      .hf_alt_layout = DeepseekV4TransformersLayout,
       .gguf_rope = RopeStyle::kAdjacentPairs,
       .hf_rope = RopeStyle::kAdjacentPairs,
       .hf_config = DeepseekV4HfConfig,
@@ -390,6 +512,7 @@ const ArchSpec& DeepseekV4Arch() {
         (*cfg)["swiglu_limit"] = 1.5;
         (*cfg)["swiglu_limit_shared"] = 1.25;  // the GGUF's swiglu_clamp_shexp
         (*cfg)["rope_scaling"] = {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 256}};
+        if (s.hf_layout == "transformers") TransformersTinyConfig(cfg);
       },
       .tiny_gguf_metadata = [](const TinySpec& s, const std::string& p, GgufWriter& w) {
         WriteGgufExpertCounts(p, s.experts, s.experts_used, s.moe_intermediate, w);
@@ -447,6 +570,78 @@ const ArchSpec& DeepseekV4Arch() {
       // blk.{L}.nextn.* and the layer's blk.{L}.*; HF mtp.{k}.*).
       .mtp_tensors = Dsv4MtpTensors,
   };
+  return kSpec;
+}
+
+// transformers' layout of the same checkpoints (transformers >= 5): DeepseekV4ForCausalLM's own module names
+// (models/deepseek_v4/modeling_deepseek_v4.py), which its conversion_mapping.py "deepseek_v4" renames DeepSeek's
+// to on loading. The same tensors and shapes, except the routed experts (fused per layer, hf_fused_experts) and
+// no MTP block (transformers has none: it drops mtp.* on loading). FP8 tensors keep their E8M0 `.scale`.
+const ArchSpec& DeepseekV4TransformersLayout() {
+  static const ArchSpec kSpec = [] {
+    ArchSpec a = DeepseekV4Arch();
+    a.hf_layer_prefix = "model.layers.";
+    a.hf_mtp_prefix = nullptr;
+    a.hf_fused_experts = true;
+    a.hf_layout = "transformers";
+    a.hf_alt_layout = DeepseekV4Arch;
+    a.tensor_names = {
+        {TensorId::kTokEmbd, WeightFormat::kHf, "model.embed_tokens.weight"},
+        {TensorId::kOutputNorm, WeightFormat::kHf, "model.norm.weight"},
+        {TensorId::kOutput, WeightFormat::kHf, "lm_head.weight"},
+        {TensorId::kOutputHcFn, WeightFormat::kHf, "model.hc_head.hc_fn"},
+        {TensorId::kOutputHcBase, WeightFormat::kHf, "model.hc_head.hc_base"},
+        {TensorId::kOutputHcScale, WeightFormat::kHf, "model.hc_head.hc_scale"},
+        {TensorId::kAttnNorm, WeightFormat::kHf, "input_layernorm.weight"},
+        {TensorId::kHcAttnFn, WeightFormat::kHf, "attn_hc.fn"},
+        {TensorId::kHcAttnBase, WeightFormat::kHf, "attn_hc.base"},
+        {TensorId::kHcAttnScale, WeightFormat::kHf, "attn_hc.scale"},
+        {TensorId::kAttnSinks, WeightFormat::kHf, "self_attn.sinks"},
+        {TensorId::kAttnQA, WeightFormat::kHf, "self_attn.q_a_proj.weight"},
+        {TensorId::kAttnQANorm, WeightFormat::kHf, "self_attn.q_a_norm.weight"},
+        {TensorId::kAttnQB, WeightFormat::kHf, "self_attn.q_b_proj.weight"},
+        {TensorId::kAttnKv, WeightFormat::kHf, "self_attn.kv_proj.weight"},
+        {TensorId::kAttnKvANorm, WeightFormat::kHf, "self_attn.kv_norm.weight"},
+        {TensorId::kAttnOutA, WeightFormat::kHf, "self_attn.o_a_proj.weight"},
+        {TensorId::kAttnOutB, WeightFormat::kHf, "self_attn.o_b_proj.weight"},
+        {TensorId::kAttnCompKv, WeightFormat::kHf, "self_attn.compressor.kv_proj.weight"},
+        {TensorId::kAttnCompGate, WeightFormat::kHf, "self_attn.compressor.gate_proj.weight"},
+        {TensorId::kAttnCompApe, WeightFormat::kHf, "self_attn.compressor.position_bias"},
+        {TensorId::kAttnCompNorm, WeightFormat::kHf, "self_attn.compressor.kv_norm.weight"},
+        {TensorId::kIdxProj, WeightFormat::kHf, "self_attn.compressor.indexer.scorer.weights_proj.weight"},
+        {TensorId::kIdxQB, WeightFormat::kHf, "self_attn.compressor.indexer.q_b_proj.weight"},
+        {TensorId::kIdxCompKv, WeightFormat::kHf, "self_attn.compressor.indexer.kv_proj.weight"},
+        {TensorId::kIdxCompGate, WeightFormat::kHf, "self_attn.compressor.indexer.gate_proj.weight"},
+        {TensorId::kIdxCompApe, WeightFormat::kHf, "self_attn.compressor.indexer.position_bias"},
+        {TensorId::kIdxCompNorm, WeightFormat::kHf, "self_attn.compressor.indexer.kv_norm.weight"},
+        {TensorId::kFfnNorm, WeightFormat::kHf, "post_attention_layernorm.weight"},
+        {TensorId::kHcFfnFn, WeightFormat::kHf, "ffn_hc.fn"},
+        {TensorId::kHcFfnBase, WeightFormat::kHf, "ffn_hc.base"},
+        {TensorId::kHcFfnScale, WeightFormat::kHf, "ffn_hc.scale"},
+        {TensorId::kFfnRouter, WeightFormat::kHf, "mlp.gate.weight"},
+        {TensorId::kFfnExpProbsBias, WeightFormat::kHf, "mlp.gate.e_score_correction_bias"},
+        {TensorId::kFfnTid2Eid, WeightFormat::kHf, "mlp.gate.tid2eid"},
+        {TensorId::kFfnGateExps, WeightFormat::kHf, "mlp.experts.gate_up_proj"},  // gate's rows, then up's
+        {TensorId::kFfnUpExps, WeightFormat::kHf, "mlp.experts.gate_up_proj"},
+        {TensorId::kFfnDownExps, WeightFormat::kHf, "mlp.experts.down_proj"},
+        {TensorId::kFfnGateShexp, WeightFormat::kHf, "mlp.shared_experts.gate_proj.weight"},
+        {TensorId::kFfnUpShexp, WeightFormat::kHf, "mlp.shared_experts.up_proj.weight"},
+        {TensorId::kFfnDownShexp, WeightFormat::kHf, "mlp.shared_experts.down_proj.weight"},
+        // No MTP block.
+        {TensorId::kMtpENorm, WeightFormat::kHf, ""},
+        {TensorId::kMtpHNorm, WeightFormat::kHf, ""},
+        {TensorId::kMtpEhProj, WeightFormat::kHf, ""},
+        {TensorId::kMtpEmbd, WeightFormat::kHf, ""},
+        {TensorId::kMtpHeadNorm, WeightFormat::kHf, ""},
+        {TensorId::kMtpHead, WeightFormat::kHf, ""},
+        {TensorId::kMtpEProj, WeightFormat::kHf, ""},
+        {TensorId::kMtpHProj, WeightFormat::kHf, ""},
+        {TensorId::kMtpHcFn, WeightFormat::kHf, ""},
+        {TensorId::kMtpHcBase, WeightFormat::kHf, ""},
+        {TensorId::kMtpHcScale, WeightFormat::kHf, ""},
+    };
+    return a;
+  }();
   return kSpec;
 }
 

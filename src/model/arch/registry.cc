@@ -47,6 +47,12 @@ const ArchSpec* FindArchByAnyName(const std::string& name) {
   return FindArchByGguf(name, false);
 }
 
+const ArchSpec* FindHfLayout(const ArchSpec& family, const std::string& layout) {
+  if (family.hf_layout && layout == family.hf_layout) return &family;
+  if (family.hf_alt_layout && layout == family.hf_alt_layout().hf_layout) return &family.hf_alt_layout();
+  return nullptr;
+}
+
 std::string SupportedArchNames(bool gguf) {
   std::string out;
   for (const ArchSpec* a : AllArchs()) {

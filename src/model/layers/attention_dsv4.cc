@@ -73,9 +73,9 @@ void Dsv4Attention::TailRope(const RopeTable& t, float* x, int n, int heads, int
 }
 
 const float* Dsv4Attention::Row(const PagedKvCache& kv, int layer, int32_t slot, float* scratch) const {
-  const uint8_t* p = static_cast<const uint8_t*>(kv.k(layer)) + static_cast<size_t>(slot) * kv.k_row_bytes();
+  const uint8_t* p = kv.KRow(layer, slot);
   if (kv.dtype() == DType::kF32) return reinterpret_cast<const float*>(p);
-  ops_.DequantizeRow(kv.dtype(), p, scratch, static_cast<size_t>(kv.k_row_elems()));
+  ops_.DequantizeRow(kv.dtype(), p, scratch, static_cast<size_t>(kv.k_row_elems(layer)));
   return scratch;
 }
 
