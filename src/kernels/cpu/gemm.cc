@@ -146,8 +146,8 @@ void Fp8Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, in
   }
 }
 
-// kQ4_K_X16 / kQ6_K_X16 (dtype.h): whole groups at m < 4 on the table's kernel for the layout; anything else
-// (batches, a table without one, a range that cuts a group) as q4_K / q6_K rows: each group is put back in row
+// kQ4_K_X16 / kQ6_K_X16 (dtype.h): whole groups on the table's kernel for the layout up to 20 / 16 x rows, on the
+// table's panels past that; anything else (a table without the kernel, a range that cuts a group) as q4_K / q6_K rows: each group is put back in row
 // order in a thread-local buffer, up to 4 groups at a time, and run as the plain type. Rows past the last whole
 // group are plain rows as stored. Every row is the same dot product either way (the layout kernels are bitwise the
 // plain ones).
@@ -158,15 +158,16 @@ void RegroupedSlice(const KernelTable& kt, const TensorView& t, const PreparedX&
   const GemmSliceFn decode = q6 ? kt.q6k_x16_decode : kt.q4k_x16_decode;
   const int64_t rows = t.rows(), k = t.cols(), grouped = rows / kG * kG;
   const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), rows, k};
-  // The layout kernels run x rows one after another over each group (read from memory once); up to 6 rows they
-  // compute faster than the plain kernels' panels do with the groups put back (q4_K about even at 8, q6_K at 6-7).
-  constexpr int kMaxDecodeRows = 6;
+  // The layout kernels take up to 4 x rows per pass over a group (each weight load unpacked once for them, the
+  // group read from memory once); up to 20 (q4_K) / 16 (q6_K) x rows they compute faster than the plain kernels'
+  // panels (one core, from cache, K = 2,048: m = 8 about half the panels' time; even at 24 / 20).
+  const int max_decode_rows = q6 ? 16 : 20;
   // Larger batches, on the same tables: the panels, which decode each row of a group straight from the layout.
   if (decode) {
     const int64_t a0 = (n0 + kG - 1) / kG * kG, a1 = std::min(n1, grouped) / kG * kG;
     if (a0 < a1) {
       if (n0 < a0) RegroupedSlice(kt, t, p, m, y, ldy, n0, a0);
-      if (m <= kMaxDecodeRows) decode(w, p.x, p.xq, m, y, ldy, a0, a1);
+      if (m <= max_decode_rows) decode(w, p.x, p.xq, m, y, ldy, a0, a1);
       else kt.gemm_slice(w, p.x, p.xq, m, y, ldy, a0, a1);
       if (a1 < n1) RegroupedSlice(kt, t, p, m, y, ldy, a1, n1);
       return;
