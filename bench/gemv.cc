@@ -1,12 +1,13 @@
 // Batch-1 GEMV microbenchmark: y = W x for one weight matrix in a stored type, timed over many calls on a weight
 // set larger than the caches (several copies of the matrix, cycled), so each call streams its weights from DRAM
 // as a decode step does. Reports GB/s of weight bytes read and the matrix's time per call.
-//   build/bench_gemv [type=q4_K] [rows=8192] [cols=2048] [threads=1] [m=1] [novnni] [cached]
+//   build/bench_gemv [type=q4_K] [rows=8192] [cols=2048] [threads=1] [m=1] [novnni] [cached] [x16]
 //   build/bench_gemv layers TYPE [layers=16] [threads=2] [novnni]
 // type: any type the project quantizes to (q4_K, q6_K, q8_0, bf16, f16, f32, ...). m > 1 times a batch of m x rows
 // (GB/s counts the weights once). novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison
 // on a VNNI CPU. cached: one copy of the matrix, so a matrix that fits the caches gives the kernel's compute rate
-// (the bound it would meet with infinite memory bandwidth). "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
+// (the bound it would meet with infinite memory bandwidth). x16 (q4_K, q6_K): the matrix regrouped as the loader
+// does (kQ4_K_X16 / kQ6_K_X16, dtype.h), so the product runs the layout's decode kernel. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,11 +84,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s [TYPE: q4_K, q6_K, q8_0, bf16, ...] [rows] [cols, multiple of 256] [threads] [m]\n", argv[0]);
     return 2;
   }
-  bool vnni = true, cached = false;
+  bool vnni = true, cached = false, x16 = false;
   for (int a = 6; a < argc; ++a) {
     vnni = vnni && std::string(argv[a]) != "novnni";
     cached = cached || std::string(argv[a]) == "cached";
+    x16 = x16 || std::string(argv[a]) == "x16";
   }
+  if (x16 && dt != DType::kQ4_K && dt != DType::kQ6_K) return 2;
   SetComputeThreads(threads);
   SetVnni(vnni);
   const size_t row_bytes = DTypeBytes(dt, static_cast<size_t>(k)), mat_bytes = row_bytes * n;
@@ -101,11 +104,15 @@ int main(int argc, char** argv) {
     for (float& v : row) v = nd(rng);
     QuantizeRow(dt, row.data(), buf.data() + r * row_bytes, static_cast<size_t>(k));
   }
+  if (x16 && dt == DType::kQ4_K) RepackQ4KX16(buf.data(), n, k);  // the loader's regrouping (dtype.h)
+  if (x16 && dt == DType::kQ6_K) RepackQ6KX16(buf.data(), n, k);
   for (int c = 1; c < copies; ++c) std::memcpy(buf.data() + c * mat_bytes, buf.data(), mat_bytes);
   std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);
   for (float& v : x) v = nd(rng);
   std::vector<TensorView> views(copies);
-  for (int c = 0; c < copies; ++c) views[c] = TensorView{dt, {n, k}, buf.data() + c * mat_bytes, mat_bytes};
+  for (int c = 0; c < copies; ++c)
+    views[c] = TensorView{!x16 ? dt : dt == DType::kQ4_K ? DType::kQ4_K_X16 : DType::kQ6_K_X16, {n, k},
+                          buf.data() + c * mat_bytes, mat_bytes};
   for (int c = 0; c < copies; ++c) MatMul(views[c], x.data(), m, y.data());  // warm up, fault in
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
@@ -114,8 +121,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < calls; ++i) MatMul(views[i % copies], x.data(), m, y.data());
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
   }
-  std::printf("%s %lldx%lld m=%d threads=%d: %.1f us/call, %.2f GB/s of weights (%s kernels%s%s)\n", DTypeName(dt),
+  std::printf("%s %lldx%lld m=%d threads=%d: %.1f us/call, %.2f GB/s of weights (%s kernels%s%s%s)\n", DTypeName(dt),
               static_cast<long long>(n), static_cast<long long>(k), m, threads, best * 1e6, mat_bytes / best / 1e9,
-              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off", cached ? ", from cache" : "");
+              IsaName(ActiveIsa()), vnni ? "" : ", VNNI off", cached ? ", from cache" : "", x16 ? ", regrouped (_x16)" : "");
   return 0;
 }

@@ -123,6 +123,12 @@ class Ops {
                               DType kv_type, const AttnShape& shape, float scale, float* out) const = 0;
   // n values of row `src` (stored type t) as f32 (embedding lookups, small f32 copies of weights).
   virtual void DequantizeRow(DType t, const void* src, float* dst, size_t n) const = 0;
+  // Rewrites a weight matrix that only MatMul reads, in writable memory the caller owns, into a layout these
+  // ops multiply faster (the CPU: q4_K as kQ4_K_X16 where the kernels have a decode kernel for it), changing
+  // w.dtype; the products stay bitwise the same. False (and w untouched) where there is none.
+  virtual bool RegroupForMatMul(TensorView& w) const { (void)w; return false; }
+  // Row r of a weight matrix as f32 (embedding lookups), whatever layout RegroupForMatMul gave it.
+  virtual void MatrixRow(const TensorView& w, int64_t r, float* out) const { DequantizeRow(w.dtype, w.row(r), out, static_cast<size_t>(w.cols())); }
 };
 
 // The ops of device d.

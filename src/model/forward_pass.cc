@@ -212,14 +212,14 @@ Status ForwardPass::Embed(const TensorView& embd) {
   const int h = c_.hidden;
   if (!shard_.split()) {
     for (int r = 0; r < total; ++r)
-      ops_.DequantizeRow(embd.dtype, embd.row(tokens_[r]), x_.data() + static_cast<size_t>(r) * h, h);
+      ops_.MatrixRow(embd, tokens_[r], x_.data() + static_cast<size_t>(r) * h);
     return Status::Ok();
   }
   const int v0 = shard_.vocab_begin, nv = shard_.vocab_rows;
   for (int r = 0; r < total; ++r) {
     float* out = x_.data() + static_cast<size_t>(r) * h;
     const int t = tokens_[r] - v0;
-    if (t >= 0 && t < nv) ops_.DequantizeRow(embd.dtype, embd.row(t), out, h);
+    if (t >= 0 && t < nv) ops_.MatrixRow(embd, t, out);
     else std::memset(out, 0, sizeof(float) * h);
   }
   return TpAllReduce(x_.data(), total);  // one rank holds each row, the others add zeros: exact

@@ -16,6 +16,7 @@
 #include "base/thread_pool.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
+#include "kernels/ops.h"
 #include "model/arch/arch.h"
 #include "model/arch/model_tensors.h"
 #include "model/model.h"
@@ -597,6 +598,26 @@ Status BuildPendingWeights(Model& m) {
   return Status::Ok();
 }
 
+// Matrices the forward passes only multiply by (MatMul, MatMulMany: whole matrices, or row slices of whole 16-row
+// groups under tensor parallelism, cut before the copy), which the ops may therefore regroup into a layout of
+// their own (Ops::RegroupForMatMul); the embedding too (its rows are looked up through Ops::MatrixRow, and tied,
+// it is the head). Not MLA's and DeepSeek-V4's matrices, which are cut per head at run time.
+bool OnlyMatMulReads(const TensorDecl& d) {
+  switch (d.id) {
+    case TensorId::kOutput:
+    case TensorId::kAttnQ:
+    case TensorId::kAttnK:
+    case TensorId::kAttnV:
+    case TensorId::kAttnOut:
+    case TensorId::kFfnGate:
+    case TensorId::kFfnUp:
+    case TensorId::kFfnDown:
+      return d.form == TensorForm::kMatrix;
+    default:
+      return false;
+  }
+}
+
 // Copies every declared weight matrix into one anonymous huge-page buffer (in parallel, with a progress bar) and
 // points the model's views at the copies. Views that stand in for another (a tied head, an MTP module's borrowed
 // embedding and head) are not copied again: they are pointed at their original's copy afterwards. Pending weights
@@ -610,6 +631,7 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   for (const ModelTensors::Mtp& p : plan.mtp) lists.insert(lists.end(), {&p.layer, &p.own});
   std::vector<TensorView*> views;
   std::vector<const TensorDecl*> stand_ins;
+  std::vector<TensorView*> regroup;  // matrices only MatMul reads (Ops::RegroupForMatMul), once copied
   for (const TensorList* list : lists)
     for (const TensorDecl& d : *list) {
       if (d.experts) {
@@ -618,6 +640,8 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
       } else if (d.matrix && (d.matrix->data || pending.count(d.matrix))) {
         if (d.fallback_matrix && d.matrix->data && d.matrix->data == d.fallback_matrix->data) stand_ins.push_back(&d);
         else views.push_back(d.matrix);
+        if (views.back() == d.matrix && d.mtp < 0 && (OnlyMatMulReads(d) || d.id == TensorId::kTokEmbd))
+          regroup.push_back(d.matrix);
       }
     }
   constexpr size_t kAlign = 4096;
@@ -671,8 +695,15 @@ Status CopyWeights(Model& m, const LoadOptions& opts) {
   std::erase_if(m.pending_weights, [](const Model::PendingWeight& p) { return p.view->data != nullptr; });
   if (!m.pending_weights.empty())  // a built weight outside the declared lists: nothing would own its bytes
     return Internal("loader: " + std::to_string(m.pending_weights.size()) + " built weights are not in the model's tensor lists");
+  // Regrouped before the stand-ins copy their originals' views, so a stand-in sees its original's layout.
+  std::atomic<int> regrouped{0};
+  ComputePool().Run([&](int tid, int nt) {
+    for (size_t i = tid; i < regroup.size(); i += nt)
+      if (OpsFor(Device::kCpu).RegroupForMatMul(*regroup[i])) regrouped.fetch_add(1);
+  });
   for (const TensorDecl* d : stand_ins) *d->matrix = *d->fallback_matrix;
-  DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory", total / 1e9);
+  DI_LOG_DEBUG("weights copied into %.2f GB of huge-page memory (%d matrices regrouped for the kernels)", total / 1e9,
+               regrouped.load());
   return Status::Ok();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "tensor/quant_blocks.h"
 #include "tensor/quantize.h"
@@ -18,7 +19,8 @@ const DTypeInfo& GetDTypeInfo(DType t) {
       {"i32", 1, 4},      {"f8_e4m3", 1, 1}, {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},
       {"q8_1", 32, 36},   {"q2_K", 256, 84}, {"q3_K", 256, 110}, {"q4_K", 256, 144}, {"q5_K", 256, 176},
       {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"mxfp4", 32, 17},
-      {"u8", 1, 1},       {"invalid", 1, 0},
+      {"u8", 1, 1},       {"q4_K_x16", 256, 144}, {"q6_K_x16", 256, 210},
+      {"invalid", 1, 0},
   };
   static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kInvalid) + 1);
   return kInfo[static_cast<int>(t)];
@@ -142,6 +144,10 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
       for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
       return;
     }
+    case DType::kQ4_K_X16:  // rows are interleaved in groups of 16: no row stands alone
+    case DType::kQ6_K_X16:
+      std::fprintf(stderr, "DequantizeRow: %s rows are not stored one by one (unpack the group first)\n", DTypeName(t));
+      std::abort();
     default:
       DequantizeBlocks(t, src, dst, n);
       return;
@@ -250,6 +256,84 @@ bool CanQuantizeRow(DType t) {
     case DType::kI32: return true;
     default: return false;
   }
+}
+
+namespace {
+// Where byte `o` (0..143) of row r (0..15) of block b of a group lands in the kQ4_K_X16 layout (dtype.h), as a
+// function of 16-byte pieces: piece 0 is the head (d, dmin, scales), pieces 1..8 the quants qs[16 (p - 1), +16).
+size_t Q4KX16Offset(int64_t b, int r, int piece) {
+  const int q = r / 4, i = r % 4;
+  const size_t quad = static_cast<size_t>(b * 4 + q) * 576;
+  if (piece == 0) return quad + 16 * i;
+  const int h = (piece - 1) / 4, L = (piece - 1) % 4;
+  return quad + 64 + 256 * h + 64 * L + 16 * i;
+}
+}  // namespace
+
+void RepackQ4KX16(uint8_t* data, int64_t rows, int64_t k) {
+  const int64_t nb = k / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ4_K), group = kQ4KX16Rows * row_bytes;
+  std::vector<uint8_t> plain(group);
+  for (int64_t g = 0; g + kQ4KX16Rows <= rows; g += kQ4KX16Rows) {
+    uint8_t* dst = data + g * row_bytes;
+    std::memcpy(plain.data(), dst, group);
+    for (int r = 0; r < kQ4KX16Rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = plain.data() + r * row_bytes + b * sizeof(BlockQ4_K);
+        for (int p = 0; p < 9; ++p) std::memcpy(dst + Q4KX16Offset(b, r, p), blk + 16 * p, 16);
+      }
+  }
+}
+
+void UnpackQ4KX16(const uint8_t* group, int64_t k, uint8_t* out) {
+  const int64_t nb = k / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ4_K);
+  for (int r = 0; r < kQ4KX16Rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + r * row_bytes + b * sizeof(BlockQ4_K);
+      for (int p = 0; p < 9; ++p) std::memcpy(blk + 16 * p, group + Q4KX16Offset(b, r, p), 16);
+    }
+}
+
+namespace {
+// kQ6_K_X16 (dtype.h): where 16-byte piece p of row r's block b lands in its group (pieces 0..7: ql, 8..11: qh,
+// 12: the scales; the 2-byte d is placed apart).
+size_t Q6KX16Offset(int64_t b, int r, int piece) {
+  const int q = r / 4, i = r % 4;
+  const size_t quad = static_cast<size_t>(b * 4 + q) * 832;
+  if (piece == 12) return quad + 16 * i;
+  if (piece < 8) return quad + 64 + 256 * (piece / 4) + 64 * (piece % 4) + 16 * i;
+  const int p = piece - 8;
+  return quad + 576 + 128 * (p / 2) + 64 * (p % 2) + 16 * i;
+}
+size_t Q6KX16DOffset(int64_t nb, int64_t b, int r) { return static_cast<size_t>(nb) * 4 * 832 + b * 32 + 2 * (4 * (r % 4) + r / 4); }
+}  // namespace
+
+void RepackQ6KX16(uint8_t* data, int64_t rows, int64_t k) {
+  const int64_t nb = k / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ6_K), group = kQ4KX16Rows * row_bytes;
+  std::vector<uint8_t> plain(group);
+  for (int64_t g = 0; g + kQ4KX16Rows <= rows; g += kQ4KX16Rows) {
+    uint8_t* dst = data + g * row_bytes;
+    std::memcpy(plain.data(), dst, group);
+    for (int r = 0; r < kQ4KX16Rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = plain.data() + r * row_bytes + b * sizeof(BlockQ6_K);
+        for (int p = 0; p < 13; ++p) std::memcpy(dst + Q6KX16Offset(b, r, p), blk + 16 * p, 16);
+        std::memcpy(dst + Q6KX16DOffset(nb, b, r), blk + 208, 2);
+      }
+  }
+}
+
+void UnpackQ6KX16(const uint8_t* group, int64_t k, uint8_t* out) {
+  const int64_t nb = k / kQK_K;
+  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ6_K);
+  for (int r = 0; r < kQ4KX16Rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* blk = out + r * row_bytes + b * sizeof(BlockQ6_K);
+      for (int p = 0; p < 13; ++p) std::memcpy(blk + 16 * p, group + Q6KX16Offset(b, r, p), 16);
+      std::memcpy(blk + 208, group + Q6KX16DOffset(nb, b, r), 2);
+    }
 }
 
 }  // namespace deepinfer

@@ -16,6 +16,11 @@ enum class DType : uint8_t {
   kMXFP4,
   // Raw bytes (safetensors U8): HF gpt-oss's MXFP4 expert blocks and scales, repacked by the loader.
   kU8,
+  // q4_K rows regrouped in memory for the AVX512-VNNI decode kernel (RepackQ4KX16, quant_blocks.h): made by the
+  // loader from q4_K matrices it copied, never read from or written to a file. Same bytes per row as q4_K.
+  kQ4_K_X16,
+  // q6_K likewise (RepackQ6KX16).
+  kQ6_K_X16,
   kInvalid
 };
 
@@ -170,6 +175,23 @@ void QuantizeActivationsQ8_K(const float* x, BlockQ8_K* y, size_t n);
 // The activation type a weight type's products use (ggml's vec_dot_type): q8_0, q8_1, q8_K, or kInvalid for
 // types multiplied in floating point.
 DType ActivationDotType(DType weight);
+
+// kQ4_K_X16: a q4_K matrix whose rows, in groups of 16 (rows past the last whole group stay q4_K rows), are
+// regrouped so that the AVX512-VNNI decode kernel reads each group front to back: for every block b, for every
+// quad q of rows (4q .. 4q + 3), 576 bytes: the 4 rows' first 16 bytes of block b (d, dmin, the 12 scale bytes),
+// then for h = 0, 1 and L = 0..3 the 4 rows' quant bytes qs[64h + 16L, 64h + 16L + 16). The bytes are q4_K's,
+// only their order differs (16 x 144 bytes per block of a group), so a group occupies the same 16 rows of memory.
+constexpr int kQ4KX16Rows = 16;
+// Rewrites the whole groups of a contiguous q4_K matrix (rows of k columns) in place as kQ4_K_X16.
+void RepackQ4KX16(uint8_t* data, int64_t rows, int64_t k);
+// One kQ4_K_X16 group (16 rows of k columns) as 16 q4_K rows, one after another, into out.
+void UnpackQ4KX16(const uint8_t* group, int64_t k, uint8_t* out);
+// kQ6_K_X16: a q6_K matrix regrouped likewise: per group of 16 rows, for every block b and quad q, 832 bytes: the
+// 4 rows' 16 scales, then for n = 0, 1 and L = 0..3 their ql[64n + 16L, +16), then for n = 0, 1 and P = 0, 1
+// their qh[32n + 16P, +16); after the last block, the group's d values, 16 per block, row 4q + L at position
+// 4L + q (the order the kernel's lanes hold the rows in).
+void RepackQ6KX16(uint8_t* data, int64_t rows, int64_t k);
+void UnpackQ6KX16(const uint8_t* group, int64_t k, uint8_t* out);
 // Converts n f32 values to type t (n a multiple of the block size). Quantization matches ggml's reference.
 // Only the types CanQuantizeRow accepts; other types abort (callers check first).
 void QuantizeRow(DType t, const float* src, void* dst, size_t n);

@@ -297,6 +297,8 @@ DType ActivationDotType(DType weight) {
     case DType::kMXFP4: return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1: return DType::kQ8_1;
+    case DType::kQ4_K_X16:
+    case DType::kQ6_K_X16:
     case DType::kQ2_K:
     case DType::kQ3_K:
     case DType::kQ4_K:

@@ -13,6 +13,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/ops.h"
 #include "isa_test_util.h"
 #include "quant_test_util.h"
 #include "test_util.h"
@@ -317,6 +318,79 @@ TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
     SetComputeThreads(0);
   }
 }
+
+// kQ4_K_X16 and kQ6_K_X16 (dtype.h), what the loader makes of q4_K / q6_K matrices where the kernels have a
+// decode kernel for them (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds the plain type's bytes (a
+// group back in row order is the original), and every product on it is bitwise the plain product on the same
+// ISA: batches of up to 20 / 16 on the layout kernels (Q4KX16Group, Q6KX16Group; 2-4 x rows per pass: the RX kernels)
+// where the table has them, larger ones (33, 40) on the panels; without them the plain kernels after putting
+// groups back in row order (AVX-512: UnpackX16); ranges that cut a group, the rows past the last whole
+// group, 1-3 threads, K of 3 and 33 blocks, x rows with extreme quantized bytes (the kernels' int16 pair sums at
+// their bounds), and on AVX-512 with VNNI off.
+class RegroupedTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
+  IsaGuard guard;
+  const DType t = GetParam(), rt = t == DType::kQ4_K ? DType::kQ4_K_X16 : DType::kQ6_K_X16;
+  const int64_t n = 53;  // three 16-row groups and 5 rows past them
+  for (int64_t k : {int64_t{768}, int64_t{33 * 256}}) {
+    const size_t row_bytes = DTypeBytes(t, static_cast<size_t>(k));
+    const auto wb = GemmBlocks(t, static_cast<size_t>(n * k / kQK_K), static_cast<uint32_t>(k + 17));
+    std::vector<uint8_t> rb = wb;
+    if (t == DType::kQ4_K) RepackQ4KX16(rb.data(), n, k);
+    else RepackQ6KX16(rb.data(), n, k);
+    ASSERT_NE(0, std::memcmp(rb.data(), wb.data(), 16 * row_bytes)) << "the first group was not regrouped";
+    ASSERT_EQ(0, std::memcmp(rb.data() + 48 * row_bytes, wb.data() + 48 * row_bytes, 5 * row_bytes)) << "the rows past the groups moved";
+    std::vector<uint8_t> back(16 * row_bytes);
+    for (int g = 0; g < 3; ++g) {
+      if (t == DType::kQ4_K) UnpackQ4KX16(rb.data() + g * 16 * row_bytes, k, back.data());
+      else UnpackQ6KX16(rb.data() + g * 16 * row_bytes, k, back.data());
+      ASSERT_EQ(0, std::memcmp(back.data(), wb.data() + g * 16 * row_bytes, back.size())) << "group " << g;
+    }
+    const TensorView plain{t, {n, k}, wb.data(), wb.size()};
+    const TensorView grouped{rt, {n, k}, rb.data(), rb.size()};
+    // Rows looked up (a regrouped embedding): the plain row's values, in a group or past the groups.
+    for (int64_t r : {0, 5, 17, 47, 48, 52}) {
+      std::vector<float> a(static_cast<size_t>(k)), b(a.size());
+      DequantizeRow(t, plain.row(r), a.data(), a.size());
+      OpsFor(Device::kCpu).MatrixRow(grouped, r, b.data());
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * 4)) << DTypeName(rt) << " row " << r;
+    }
+    for (Isa isa : AvailableIsas()) {
+      SetIsa(isa);
+      for (int vnni = 1; vnni >= 0; --vnni) {
+        if (!vnni && isa != Isa::kAvx512) continue;
+        const bool was = SetVnni(vnni != 0);
+        for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 40}) {
+          auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 7 + k));
+          for (int64_t i = 0; i < k; ++i) x[i] = i % 3 ? 1e3f : -1e3f;  // row 0: extreme quantized bytes
+          if (m > 1)
+            for (int64_t i = 0; i < k; ++i) x[k + i] = i % 5 == 1 ? -1e3f : 1e3f;
+          std::vector<float> want(static_cast<size_t>(m) * n), got(want.size(), NAN);
+          MatMul(plain, x.data(), m, want.data());
+          for (int threads : {1, 2, 3}) {
+            SetComputeThreads(threads);
+            std::fill(got.begin(), got.end(), NAN);
+            MatMul(grouped, x.data(), m, got.data());
+            ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4)) << DTypeName(rt) << " " << IsaName(isa)
+                << (vnni ? "" : " without VNNI") << " k " << k << " m " << m << " threads " << threads;
+          }
+          SetComputeThreads(0);
+          for (auto [r0, r1] : {std::pair<int64_t, int64_t>{5, 40}, {16, 48}, {32, 53}, {47, 50}}) {
+            std::fill(got.begin(), got.end(), NAN);
+            MatMulSlice(grouped, x.data(), m, got.data(), static_cast<int>(n), r0, r1);
+            for (int i = 0; i < m; ++i)
+              ASSERT_EQ(0, std::memcmp(want.data() + i * n + r0, got.data() + i * n + r0, (r1 - r0) * 4))
+                  << DTypeName(rt) << " " << IsaName(isa) << " k " << k << " m " << m << " rows [" << r0 << ", " << r1 << ")";
+          }
+        }
+        SetVnni(was);
+      }
+    }
+  }
+}
+INSTANTIATE_TEST_SUITE_P(KQuants, RegroupedTest, ::testing::Values(DType::kQ4_K, DType::kQ6_K),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
 // Each ISA's activation quantizers (the table entries MatMul uses) give the reference loops' blocks bitwise
 // (tests/ggml checks those, and the table entries, against ggml on random rows), also on what random rows miss:

@@ -1,8 +1,13 @@
 #include "kernels/cpu/cpu_ops.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
 #include "base/thread_pool.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 
@@ -51,6 +56,39 @@ class CpuOpsImpl final : public Ops {
     deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);
   }
   void DequantizeRow(DType t, const void* src, float* dst, size_t n) const override { deepinfer::DequantizeRow(t, src, dst, n); }
+  // q4_K -> kQ4_K_X16 and q6_K -> kQ6_K_X16 where the active kernels decode those layouts (AVX-512 with VNNI),
+  // unless DEEPINFER_Q4K_X16=0 (for comparisons).
+  // A regrouped row: its group back in row order (thread-local), then the row as the plain type's.
+  void MatrixRow(const TensorView& w, int64_t r, float* out) const override {
+    if (w.dtype != DType::kQ4_K_X16 && w.dtype != DType::kQ6_K_X16) return Ops::MatrixRow(w, r, out);
+    const int64_t k = w.cols(), g = r / kQ4KX16Rows * kQ4KX16Rows;
+    const DType plain = w.dtype == DType::kQ4_K_X16 ? DType::kQ4_K : DType::kQ6_K;
+    if (g + kQ4KX16Rows > w.rows()) return deepinfer::DequantizeRow(plain, w.row(r), out, static_cast<size_t>(k));  // past the groups
+    thread_local std::vector<uint8_t> buf;
+    buf.resize(kQ4KX16Rows * w.row_bytes());
+    if (plain == DType::kQ4_K) UnpackQ4KX16(w.row(g), k, buf.data());
+    else UnpackQ6KX16(w.row(g), k, buf.data());
+    deepinfer::DequantizeRow(plain, buf.data() + (r - g) * w.row_bytes(), out, static_cast<size_t>(k));
+  }
+  bool RegroupForMatMul(TensorView& w) const override {
+    static const bool off = [] {
+      const char* v = std::getenv("DEEPINFER_Q4K_X16");
+      return v && !std::strcmp(v, "0");
+    }();
+    if (off || w.shape.size() != 2 || w.rows() < kQ4KX16Rows) return false;
+    uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(w.data));
+    if (w.dtype == DType::kQ4_K && Kernels().q4k_x16_decode) {
+      RepackQ4KX16(data, w.rows(), w.cols());
+      w.dtype = DType::kQ4_K_X16;
+      return true;
+    }
+    if (w.dtype == DType::kQ6_K && Kernels().q6k_x16_decode) {
+      RepackQ6KX16(data, w.rows(), w.cols());
+      w.dtype = DType::kQ6_K_X16;
+      return true;
+    }
+    return false;
+  }
 };
 
 }  // namespace

@@ -20,6 +20,14 @@ struct KernelTable {
   AttendRowsFn attend_rows;
   QuantizeQ8_0Fn quantize_q8_0;
   QuantizeQ8_KFn quantize_q8_k;
+  // kQ4_K_X16 / kQ6_K_X16 weights at small m (gemm.cc: up to 20 / 16 x rows), whole groups (isa_kernels.h), where the table has a kernel for that
+  // layout (AVX-512 with VNNI); null otherwise: MatMul then runs the groups as q4_K / q6_K rows (gemm.cc). The
+  // loader regroups q4_K / q6_K matrices only where it is set (Ops::RegroupForMatMul).
+  GemmSliceFn q4k_x16_decode;
+  GemmSliceFn q6k_x16_decode;
+  // One such group back in row order (UnpackQ4KX16 / UnpackQ6KX16's bytes), for the products on the plain kernels;
+  // null: dtype.h's.
+  void (*unpack_x16)(DType t, const uint8_t* group, int64_t k, uint8_t* out);
 };
 
 // The active ISA's table.

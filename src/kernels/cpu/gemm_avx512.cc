@@ -399,6 +399,10 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
       int64_t done = n0;
       if constexpr (kVnni) {
         const int64_t whole = n0 + (n1 - n0) / kPanelRows * kPanelRows;
+        if (w.dtype == DType::kQ4_K_X16 || w.dtype == DType::kQ6_K_X16) {  // whole groups (gemm.cc's RegroupedSlice)
+          KQuantSliceVnni(w, xq, m, y, ldy, n0, n1);
+          break;
+        }
         if (m >= 4 && whole > n0 && KQuantSliceVnni(w, xq, m, y, ldy, n0, whole)) done = whole;
         else if (m < 4 && w.dtype == DType::kQ4_K) done = Q4KRows16Slice(w, xq, m, y, ldy, n0, n1);  // decode: 16 rows at a time
         else if (m < 4 && w.dtype == DType::kQ6_K) {
@@ -433,6 +437,15 @@ void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, 
                    int64_t n1) {
   GemmSliceT<true>(w, x, xq, m, y, ldy, n0, n1);
 }
+void Q4KX16Decode(const GemmWeights& w, const float*, const void* xq, int m, float* y, int ldy, int64_t n0,
+                  int64_t n1) {
+  Q4KX16DecodeSliceVnni(w, xq, m, y, ldy, n0, n1);
+}
+void Q6KX16Decode(const GemmWeights& w, const float*, const void* xq, int m, float* y, int ldy, int64_t n0,
+                  int64_t n1) {
+  Q6KX16DecodeSliceVnni(w, xq, m, y, ldy, n0, n1);
+}
+void UnpackX16(DType t, const uint8_t* group, int64_t k, uint8_t* out) { UnpackX16Group(t == DType::kQ6_K_X16, group, k, out); }
 
 }  // namespace isa_avx512
 }  // namespace deepinfer

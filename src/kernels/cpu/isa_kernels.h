@@ -92,6 +92,14 @@ void AttendRows(const AttendArgs& a);
 // AVX512-BF16 vdpbf16ps (f32/f16 caches as AttendRows).
 void GemmSliceVnni(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 void AttendRowsBf16Dot(const AttendArgs& a);
+// kQ4_K_X16 weights (dtype.h) at small m on AVX512-VNNI: rows [n0, n1), whole 16-row groups of the matrix (n0 and n1
+// multiples of 16, n1 <= rows / 16 * 16); x is quantized to q8_K. Bitwise what GemmSliceVnni computes for the same
+// rows as q4_K.
+void Q4KX16Decode(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+// kQ6_K_X16 likewise (bitwise GemmSliceVnni's q6_K results).
+void Q6KX16Decode(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+// One kQ4_K_X16 / kQ6_K_X16 group back in row order: the bytes UnpackQ4KX16 / UnpackQ6KX16 (dtype.h) write.
+void UnpackX16(DType t, const uint8_t* group, int64_t k, uint8_t* out);
 void QuantizeQ8_0(const float* x, BlockQ8_0* y, size_t n);
 void QuantizeQ8_K(const float* x, BlockQ8_K* y, size_t n);
 }  // namespace isa_avx512
