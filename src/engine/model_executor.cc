@@ -27,7 +27,13 @@ ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> k
   if (opt.draft)
     proposers_.push_back(std::make_unique<DraftModelProposer>(*opt.draft, std::move(draft_kv), table, &verifier_,
                                                               max_batch_tokens, max_rows));
-  if (mtp_kv) proposers_.push_back(std::make_unique<MtpProposer>(&tf_, std::move(mtp_kv), table, &verifier_));
+  if (mtp_kv) {
+    proposers_.push_back(std::make_unique<MtpProposer>(&tf_, std::move(mtp_kv), table, &verifier_));
+  } else if (opt.speculative == SpecMethod::kMtp && model.config.is_dsv4() &&
+             kv_->layout().num_layers == static_cast<int>(model.config.kv_layer_windows(true).size())) {
+    // DeepSeek-V4: the module's K=V rows are the main cache's windowed MTP plane (ModelConfig::Dsv4Layout(true)).
+    proposers_.push_back(std::make_unique<MtpProposer>(&tf_, nullptr, table, &verifier_, kv_.get()));
+  }
   for (const auto& p : proposers_) hidden_width_ = std::max(hidden_width_, p->hidden_width());
 }
 

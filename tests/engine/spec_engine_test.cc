@@ -293,6 +293,52 @@ TEST(SpecEngineTest, MtpChainsTheModuleForDraftsAfterTheFirst) {
   EXPECT_GT(st.spec_draft_tokens, 2 * st.spec_drafts) << "the MTP module was not chained past the first draft";
 }
 
+// DeepSeek-V4's MTP block attends to a window of W: with --speculative mtp its K=V rows are one more windowed
+// plane of the main cache (ModelConfig::Dsv4Layout(true)), released as the window slides, so the KV bytes a
+// sequence holds with MTP on exceed plain decoding's by a constant, not by head_dim x dtype bytes per token
+// (what a separate MTP cache indexed by the anchor's table kept, for every position). Shown to fail with that
+// separate cache (engine.cc's mtp_planes forced false): from 100 to 400 tokens the excess grew by 766 KB (the separate
+// cache pages an MTP row for every position of every block id the sequence holds, in any group), bound 38 KB.
+TEST(SpecEngineTest, DeepseekV4MtpKvIsBoundedByTheWindow) {
+  const Model& m = TinyDeepseekV4Mtp();
+  // Peak bytes over every cache the engine pages, one greedy request of a `len`-token prompt and 8 tokens.
+  auto held = [&](SpecMethod method, int len) -> int64_t {
+    EngineOptions o = SpecEngine(method, 3);
+    o.num_kv_blocks = TestPoolBlocks(m, o.num_kv_blocks);
+    o.prefix_caching = false;
+    o.max_num_seqs = 1;
+    auto e = MakeEngine(m, o);
+    if (!e) return -1;
+    RequestParams p;
+    p.max_tokens = 8;
+    p.ignore_eos = true;
+    std::vector<int32_t> prompt = {1};
+    for (int i = 1; i < len; ++i) prompt.push_back(3 + (i * 37) % 300);
+    int got = 0;
+    EXPECT_TRUE(e->Add(prompt, p, [&](const RequestOutput& ev) { got += static_cast<int>(ev.token_ids.size()); }).ok());
+    EXPECT_TRUE(e->RunUntilIdle().ok());
+    EXPECT_EQ(got, 8);
+    EXPECT_TRUE(e->CheckNoLeaks().ok());
+    EXPECT_GT(e->kv_block_bytes(), 0u);
+    int64_t blocks = 0;
+    for (int g = 0; g < e->kv_layout().num_groups(); ++g) blocks += e->kv_group_peak(g);
+    return blocks * static_cast<int64_t>(e->kv_block_bytes());
+  };
+  const int short_len = 100, long_len = 400;
+  const int64_t plain_short = held(SpecMethod::kNone, short_len), plain_long = held(SpecMethod::kNone, long_len);
+  const int64_t mtp_short = held(SpecMethod::kMtp, short_len), mtp_long = held(SpecMethod::kMtp, long_len);
+  ASSERT_GT(plain_short, 0);
+  ASSERT_GT(mtp_short, 0);
+  const int64_t growth = (mtp_long - plain_long) - (mtp_short - plain_short);
+  // A row per position adds head_dim x dtype bytes per token; the windowed plane's blocks only vary with how the
+  // lengths fall on block edges (a few blocks over the 23 groups).
+  const int64_t per_position = static_cast<int64_t>(long_len - short_len) *
+                               static_cast<int64_t>(DTypeBytes(SpecEngine(SpecMethod::kMtp).kv_dtype(), m.config.head_dim));
+  EXPECT_LT(growth, per_position / 4) << "MTP on: " << mtp_short << " -> " << mtp_long << " bytes; plain: " << plain_short
+                                      << " -> " << plain_long << " bytes (" << short_len << " -> " << long_len << " tokens)";
+  EXPECT_GE(mtp_long, plain_long);
+}
+
 // max_tokens up to INT32_MAX is a valid request: the context ends it ("length"), with speculation as without.
 TEST(SpecEngineTest, HugeMaxTokensEndsAtTheContext) {
   const Model& m = Stories();

@@ -63,6 +63,10 @@ class Dsv4Attention {
   const Ops& ops_;
   const ModelConfig& c_;
   std::vector<Dsv4KvLayer> kv_layers_;
+  // Cache layers of the decoder layers alone: MTP block k's K=V rows are cache layer k of a separate MTP cache
+  // (Transformer::MtpKvLayout), or, where the cache holds the MTP planes too (ModelConfig::Dsv4Layout(true),
+  // `--speculative mtp`), cache layer decoder_cache_layers_ + k of the main one.
+  int decoder_cache_layers_ = 0;
   int heads_, hd_, rope_, q_lora_, groups_, o_lora_;
   int idx_heads_, idx_hd_, idx_topk_, window_;
   float eps_, scale_;
