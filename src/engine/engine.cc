@@ -167,7 +167,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     return InvalidArgument("--swa-checkpoint-every keeps some cached windows and --swa-replay approx caches none: choose one");
   // DeepSeek-V4 under --speculative mtp: the MTP block's K=V rows are one more windowed plane of the main
   // layout (ModelConfig::Dsv4Layout(true)), not a cache of their own; other models' layouts are unchanged.
-  const bool mtp_planes = opt.speculative == SpecMethod::kMtp && c.is_dsv4() && c.n_mtp > 0;
+  const bool mtp_planes = opt.speculative == SpecMethod::kMtp && c.is_dsv4() && c.n_mtp > 0 && !opt.mtp_separate_cache;
   const KvLayout base_layout = mtp_planes ? RankConfig(model).Dsv4Layout(true) : RankKvLayout(model);
   KvLayout layout = base_layout;
   if (!c.mla) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 
 #include "engine_harness.h"
@@ -295,18 +296,19 @@ TEST(SpecEngineTest, MtpChainsTheModuleForDraftsAfterTheFirst) {
 
 // DeepSeek-V4's MTP block attends to a window of W: with --speculative mtp its K=V rows are one more windowed
 // plane of the main cache (ModelConfig::Dsv4Layout(true)), released as the window slides, so the KV bytes a
-// sequence holds with MTP on exceed plain decoding's by a constant, not by head_dim x dtype bytes per token
-// (what a separate MTP cache indexed by the anchor's table kept, for every position). Shown to fail with that
-// separate cache (engine.cc's mtp_planes forced false): from 100 to 400 tokens the excess grew by 766 KB (the separate
-// cache pages an MTP row for every position of every block id the sequence holds, in any group), bound 38 KB.
+// sequence holds with MTP on exceed plain decoding's by a constant, not by head_dim x dtype bytes per token.
+// Shown to fail with main's separate cache indexed by the anchor's table (EngineOptions::mtp_separate_cache),
+// checked here too: from 100 to 400 tokens its excess grew by 766 KB (it pages an MTP row for every position of
+// every block id the sequence holds, in any group) against a bound of 38 KB.
 TEST(SpecEngineTest, DeepseekV4MtpKvIsBoundedByTheWindow) {
   const Model& m = TinyDeepseekV4Mtp();
   // Peak bytes over every cache the engine pages, one greedy request of a `len`-token prompt and 8 tokens.
-  auto held = [&](SpecMethod method, int len) -> int64_t {
+  auto held = [&](SpecMethod method, int len, bool separate) -> int64_t {
     EngineOptions o = SpecEngine(method, 3);
     o.num_kv_blocks = TestPoolBlocks(m, o.num_kv_blocks);
     o.prefix_caching = false;
     o.max_num_seqs = 1;
+    o.mtp_separate_cache = separate;
     auto e = MakeEngine(m, o);
     if (!e) return -1;
     RequestParams p;
@@ -325,18 +327,61 @@ TEST(SpecEngineTest, DeepseekV4MtpKvIsBoundedByTheWindow) {
     return blocks * static_cast<int64_t>(e->kv_block_bytes());
   };
   const int short_len = 100, long_len = 400;
-  const int64_t plain_short = held(SpecMethod::kNone, short_len), plain_long = held(SpecMethod::kNone, long_len);
-  const int64_t mtp_short = held(SpecMethod::kMtp, short_len), mtp_long = held(SpecMethod::kMtp, long_len);
+  const int64_t plain_short = held(SpecMethod::kNone, short_len, false), plain_long = held(SpecMethod::kNone, long_len, false);
   ASSERT_GT(plain_short, 0);
-  ASSERT_GT(mtp_short, 0);
-  const int64_t growth = (mtp_long - plain_long) - (mtp_short - plain_short);
   // A row per position adds head_dim x dtype bytes per token; the windowed plane's blocks only vary with how the
   // lengths fall on block edges (a few blocks over the 23 groups).
   const int64_t per_position = static_cast<int64_t>(long_len - short_len) *
                                static_cast<int64_t>(DTypeBytes(SpecEngine(SpecMethod::kMtp).kv_dtype(), m.config.head_dim));
-  EXPECT_LT(growth, per_position / 4) << "MTP on: " << mtp_short << " -> " << mtp_long << " bytes; plain: " << plain_short
-                                      << " -> " << plain_long << " bytes (" << short_len << " -> " << long_len << " tokens)";
-  EXPECT_GE(mtp_long, plain_long);
+  for (bool separate : {false, true}) {
+    const int64_t mtp_short = held(SpecMethod::kMtp, short_len, separate), mtp_long = held(SpecMethod::kMtp, long_len, separate);
+    ASSERT_GT(mtp_short, 0);
+    const int64_t growth = (mtp_long - plain_long) - (mtp_short - plain_short);
+    const std::string what = "MTP on (" + std::string(separate ? "separate cache" : "windowed plane") + "): " +
+                             std::to_string(mtp_short) + " -> " + std::to_string(mtp_long) + " bytes; plain: " +
+                             std::to_string(plain_short) + " -> " + std::to_string(plain_long) + " bytes (" +
+                             std::to_string(short_len) + " -> " + std::to_string(long_len) + " tokens)";
+    if (separate)
+      EXPECT_GT(growth, per_position) << what << ": the separate cache was expected to grow per position";
+    else
+      EXPECT_LT(growth, per_position / 4) << what;
+    EXPECT_GE(mtp_long, plain_long);
+  }
+}
+
+// The windowed MTP plane holds what the separate cache held, wherever the module reads it: under rejection
+// verification a sampled row's output depends on its drafts and their distributions, so the module's every row
+// (the window through the main cache's window group, its blocks from prefix hits and rebuilt by bounded replay,
+// chained drafts) must equal the separate cache's for the outputs to agree bit for bit. Overlap on and off.
+TEST(SpecEngineTest, DeepseekV4MtpWindowedPlaneDraftsAsTheSeparateCache) {
+  const Model& m = TinyDeepseekV4Mtp();
+  auto reqs = SpecWorkload(m, 120, 11, {"a", "e ", "\n"});
+  for (bool overlap : {true, false}) {
+    EngineOptions sep = SpecEngine(SpecMethod::kMtp, 3);
+    // A pool no run preempts in: a preempted row drops its pending first draft and recomputes, so under rejection
+    // its output depends on when the pool ran short (the separate cache against itself with 640 and 1000 blocks
+    // differs too), and the two layouts need different block counts.
+    sep.num_kv_blocks = 4000;
+    sep.spec_verify = SpecVerify::kRejection;
+    sep.overlap = overlap;
+    sep.mtp_separate_cache = true;
+    EngineOptions win = sep;
+    win.mtp_separate_cache = false;
+    EngineStats st_sep, st_win;
+    auto ref = RunRequests(m, sep, reqs, &st_sep);
+    auto got = RunRequests(m, win, reqs, &st_win);
+    ExpectSameResults(ref, got, std::string("windowed MTP plane vs separate cache, overlap ") + (overlap ? "on" : "off"));
+    EXPECT_GT(st_win.spec_draft_tokens, 300);
+    EXPECT_EQ(st_win.spec_draft_tokens, st_sep.spec_draft_tokens);
+    EXPECT_EQ(st_win.spec_accepted_tokens, st_sep.spec_accepted_tokens);
+    EXPECT_GT(st_win.spec_accepted_tokens, 0) << "no draft accepted: the comparison shows little";
+    EXPECT_GT(st_win.replayed_prompt_tokens, 0) << "no prefix hit replayed a window";
+    EXPECT_GT(st_win.cached_prompt_tokens, 0);
+    EXPECT_EQ(st_win.preemptions + st_sep.preemptions, 0);
+    std::cout << "overlap " << overlap << ": drafts " << st_win.spec_draft_tokens << ", accepted " << st_win.spec_accepted_tokens
+              << ", replayed prompt tokens " << st_win.replayed_prompt_tokens << " (separate cache: " << st_sep.replayed_prompt_tokens
+              << ")\n";
+  }
 }
 
 // max_tokens up to INT32_MAX is a valid request: the context ends it ("length"), with speculation as without.
