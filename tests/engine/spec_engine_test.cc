@@ -349,6 +349,29 @@ TEST(SpecEngineTest, DeepseekV4MtpKvIsBoundedByTheWindow) {
   }
 }
 
+// The windowed MTP plane is a layout variant only where it is used: DeepSeek-V4 without --speculative mtp keeps
+// the plain model's layout and KV digest, with it the layout gains the plane (and the digest differs: its blocks
+// hold more); DeepSeek-V3's MTP (full attention) keeps its separate cache and the plain layout.
+TEST(SpecEngineTest, DeepseekV4MtpPlaneOnlyWithMtp) {
+  const Model& v4 = TinyDeepseekV4Mtp();
+  EngineOptions plain = SpecEngine(SpecMethod::kNone), mtp = SpecEngine(SpecMethod::kMtp), ngram = SpecEngine(SpecMethod::kNgram);
+  plain.num_kv_blocks = mtp.num_kv_blocks = ngram.num_kv_blocks = TestPoolBlocks(v4, plain.num_kv_blocks);
+  auto a = MakeEngine(v4, plain), b = MakeEngine(v4, mtp), n = MakeEngine(v4, ngram);
+  ASSERT_TRUE(a && b && n);
+  EXPECT_EQ(a->kv_layout().num_layers, static_cast<int>(v4.config.kv_layer_windows().size()));
+  EXPECT_EQ(b->kv_layout().num_layers, a->kv_layout().num_layers + v4.config.n_mtp);
+  EXPECT_EQ(b->kv_layout().num_groups(), a->kv_layout().num_groups() + 1);  // one plane per block: a group of its own
+  EXPECT_EQ(b->kv_block_bytes(), a->kv_block_bytes());                      // no separate cache
+  EXPECT_EQ(n->model_digest(), a->model_digest());
+  EXPECT_NE(b->model_digest(), a->model_digest());
+  const Model& v3 = TinyDeepseekMtp();
+  auto c = MakeEngine(v3, SpecEngine(SpecMethod::kNone)), d = MakeEngine(v3, SpecEngine(SpecMethod::kMtp));
+  ASSERT_TRUE(c && d);
+  EXPECT_EQ(d->kv_layout().num_layers, c->kv_layout().num_layers);
+  EXPECT_EQ(d->model_digest(), c->model_digest());
+  EXPECT_EQ(2 * d->kv_block_bytes(), 3 * c->kv_block_bytes());  // V3: the MTP cache's layer beside the model's two
+}
+
 // The windowed MTP plane holds what the separate cache held, wherever the module reads it: under rejection
 // verification a sampled row's output depends on its drafts and their distributions, so the module's every row
 // (the window through the main cache's window group, its blocks from prefix hits and rebuilt by bounded replay,
