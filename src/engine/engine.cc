@@ -165,11 +165,15 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (opt.swa_checkpoint_every < 0) return InvalidArgument("--swa-checkpoint-every must be >= 0");
   if (opt.swa_checkpoint_every > 0 && opt.swa_replay_approx)
     return InvalidArgument("--swa-checkpoint-every keeps some cached windows and --swa-replay approx caches none: choose one");
-  KvLayout layout = RankKvLayout(model);
+  // DeepSeek-V4 under --speculative mtp: the MTP block's K=V rows are one more windowed plane of the main
+  // layout (ModelConfig::Dsv4Layout(true)), not a cache of their own; other models' layouts are unchanged.
+  const bool mtp_planes = opt.speculative == SpecMethod::kMtp && c.is_dsv4() && c.n_mtp > 0 && !opt.mtp_separate_cache;
+  const KvLayout base_layout = mtp_planes ? RankConfig(model).Dsv4Layout(true) : RankKvLayout(model);
+  KvLayout layout = base_layout;
   if (!c.mla) {
     // --swa-full: one full-attention kind (sparse layers, DeepSeek-V4's compressed rows, are still packed).
     const std::vector<int> windows = opt.swa_full ? std::vector<int>(static_cast<size_t>(layout.num_layers), 0)
-                                                  : c.kv_layer_windows();
+                                                  : c.kv_layer_windows(mtp_planes);
     layout = GroupKvLayout(layout, windows, opt.block_size);
   }
   if (opt.swa_checkpoint_every > 0 && !opt.swa_replay_approx) {
@@ -193,10 +197,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                            "layers, and every layer of this model has a sliding window: add --swa-full");
   // The proposers' caches share the target's block tables (group 0's): a block holds its positions in every cache.
   KvLayout mtp_layout;
-  if (opt.speculative == SpecMethod::kMtp) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
+  if (opt.speculative == SpecMethod::kMtp && !mtp_planes) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
   size_t bytes_per_token = PagedKvCache::BytesPerToken(layout, opt.kv_dtype());
   if (opt.draft) bytes_per_token += PagedKvCache::BytesPerToken(RankKvLayout(*opt.draft), opt.kv_dtype());
-  if (opt.speculative == SpecMethod::kMtp) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype());
+  if (opt.speculative == SpecMethod::kMtp && !mtp_planes)
+    bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype());
   const size_t block_bytes = bytes_per_token * opt.block_size;
   // No point holding more than every slot at full length needs.
   const int64_t seq_blocks =
@@ -214,7 +219,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   if (layout.num_groups() > 1 || layout.window(0) > 0) {
     // --swa-full's one group (sparse layers packed all the same).
-    const KvLayout one = GroupKvLayout(RankKvLayout(model), std::vector<int>(static_cast<size_t>(layout.num_layers), 0),
+    const KvLayout one = GroupKvLayout(base_layout, std::vector<int>(static_cast<size_t>(layout.num_layers), 0),
                                        opt.block_size);
     const int64_t full_blocks = MaxSeqBlocks(one, opt.block_size, max_len, 0);
     DI_LOG_INFO("KV cache: hybrid, %d groups of %d layers (windows:%s; %d padding planes); a sequence of %d tokens "
@@ -235,11 +240,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   // --ep each rank's expert shard differs, and with it the digest).
   const int kv_shard = dctx ? dctx->pc.rank % (dctx->pc.tp * dctx->pc.cp) : 0;
   e->model_digest_ = ModelKvDigest(model, layout, opt.kv_dtype(), opt.block_size, kv_shard);
+  e->kv_block_bytes_ = block_bytes;
   std::unique_ptr<PagedKvCache> draft_kv, mtp_kv;
   if (opt.draft) {
     DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*opt.draft), blocks, opt.block_size, opt.kv_dtype()));
   }
-  if (opt.speculative == SpecMethod::kMtp) {
+  if (opt.speculative == SpecMethod::kMtp && !mtp_planes) {
     DI_ASSIGN_OR_RETURN(mtp_kv, PagedKvCache::Create(mtp_layout, blocks, opt.block_size, opt.kv_dtype()));
   }
   if (speculating)

@@ -105,6 +105,10 @@ class Engine {
   int kv_group_in_use(int g) const { return pool_->in_use(g); }
   int kv_group_peak(int g) const { return pool_->peak(g); }
   int kv_cached_blocks() const { return pool_->num_cached(); }  // blocks the prefix cache can match (every group)
+  // Bytes one pool block id takes over every cache the engine pages with it: the model's, and a draft model's or
+  // a separate MTP cache's, indexed by the same ids (0 from CreateWithExecutor). A sequence holds
+  // sum_g kv_group_in_use(g) x this.
+  size_t kv_block_bytes() const { return kv_block_bytes_; }
   // Tests: waits until every block offered to the KV tiers is stored (no-op without tiers).
   void FlushKvTiers() {
     if (tiers_) tiers_->Flush();
@@ -157,6 +161,7 @@ class Engine {
   // Before the pool, which reports to it.
   std::unique_ptr<KvEventLog> kv_events_;
   uint64_t model_digest_ = 0;
+  size_t kv_block_bytes_ = 0;
   std::unique_ptr<BlockPool> pool_;
   std::unique_ptr<TokenTable> table_;
   std::unique_ptr<Scheduler> sched_;

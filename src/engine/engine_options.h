@@ -49,6 +49,10 @@ struct EngineOptions : api::EngineOptions {
   // rank from DEEPINFER_TEST_SKEW_STEP_TIME=RANK:FACTOR (src/api/engine.cc), so that a test can give the ranks of
   // a --tp / --cp group clocks that disagree (tests/dist/itl_tp.mjs). 1: the clock as measured.
   double step_time_scale = 1;
+  // Tests only: DeepSeek-V4 under --speculative mtp keeps the MTP block's K=V rows in a separate cache indexed by
+  // the anchor's table (a row per position, main's behaviour before the windowed MTP plane), not in a windowed
+  // plane of the main layout (ModelConfig::Dsv4Layout(true)); the two must draft alike.
+  bool mtp_separate_cache = false;
 
   DType kv_dtype() const { return KvDType(kv_cache_dtype); }
 };

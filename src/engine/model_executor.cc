@@ -27,7 +27,12 @@ ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> k
   if (opt.draft)
     proposers_.push_back(std::make_unique<DraftModelProposer>(*opt.draft, std::move(draft_kv), table, &verifier_,
                                                               max_batch_tokens, max_rows));
-  if (mtp_kv) proposers_.push_back(std::make_unique<MtpProposer>(&tf_, std::move(mtp_kv), table, &verifier_));
+  if (mtp_kv) {
+    proposers_.push_back(std::make_unique<MtpProposer>(&tf_, std::move(mtp_kv), table, &verifier_));
+  } else if (opt.speculative == SpecMethod::kMtp && kv_->layout().mtp_first_layer >= 0) {
+    // DeepSeek-V4: the module's K=V rows are the main cache's windowed MTP plane (ModelConfig::Dsv4Layout(true)).
+    proposers_.push_back(std::make_unique<MtpProposer>(&tf_, nullptr, table, &verifier_, kv_.get()));
+  }
   for (const auto& p : proposers_) hidden_width_ = std::max(hidden_width_, p->hidden_width());
 }
 

@@ -31,7 +31,8 @@ struct SlotState {
 class ModelExecutor : public Executor {
  public:
   // opt: the engine's options (the speculative ones are read here); draft_kv / mtp_kv: speculative decoding
-  // (draft_kv with the target's block count when opt.draft is set; mtp_kv from MtpKvLayout() for kMtp).
+  // (draft_kv with the target's block count when opt.draft is set; mtp_kv from MtpKvLayout() for kMtp; none for
+  // kMtp on DeepSeek-V4, whose kv then holds the MTP block's windowed plane, ModelConfig::Dsv4Layout(true)).
   ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> kv, TokenTable* table, int max_batch_tokens,
                 const EngineOptions& opt, std::unique_ptr<PagedKvCache> draft_kv = nullptr,
                 std::unique_ptr<PagedKvCache> mtp_kv = nullptr, int max_rows = 0,

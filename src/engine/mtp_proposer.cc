@@ -7,8 +7,8 @@
 namespace deepinfer {
 
 MtpProposer::MtpProposer(Transformer* target, std::unique_ptr<PagedKvCache> kv, TokenTable* table,
-                         SpecVerifier* verifier)
-    : tf_(target), kv_(std::move(kv)), table_(table), verifier_(verifier),
+                         SpecVerifier* verifier, PagedKvCache* main_kv)
+    : tf_(target), own_kv_(std::move(kv)), kv_(own_kv_ ? own_kv_.get() : main_kv), table_(table), verifier_(verifier),
       vocab_(target->model().config.vocab_size), hidden_(target->model().config.mtp_hidden()),
       slots_(table->num_slots()) {}
 

@@ -19,8 +19,13 @@ class SpecVerifier;
 
 class MtpProposer : public Proposer {
  public:
-  // target: the executor's model (the module is part of it); kv: the module's cache, from MtpKvLayout().
-  MtpProposer(Transformer* target, std::unique_ptr<PagedKvCache> kv, TokenTable* table, SpecVerifier* verifier);
+  // target: the executor's model (the module is part of it); kv: the module's cache, from MtpKvLayout()
+  // (DeepSeek-V3: indexed by the anchor's table, a row per position). DeepSeek-V4 passes no cache of its own but
+  // the main one (`main_kv`, its layout from ModelConfig::Dsv4Layout(true)): the module's K=V rows are one more
+  // windowed plane there, read and written through every group's table like the target's rows, and released as
+  // the window slides.
+  MtpProposer(Transformer* target, std::unique_ptr<PagedKvCache> kv, TokenTable* table, SpecVerifier* verifier,
+              PagedKvCache* main_kv = nullptr);
   SpecMethod method() const override { return SpecMethod::kMtp; }
   int hidden_width() const override { return hidden_; }
   // The first draft the previous step proposed for the row's length, then the chain for drafts 2..kmax.
@@ -40,7 +45,8 @@ class MtpProposer : public Proposer {
     std::vector<FilteredDistribution> q;  // their distributions (rejection verification)
   };
   Transformer* tf_;
-  std::unique_ptr<PagedKvCache> kv_;
+  std::unique_ptr<PagedKvCache> own_kv_;
+  PagedKvCache* kv_;  // own_kv_, or the main cache (V4's windowed MTP plane)
   TokenTable* table_;
   SpecVerifier* verifier_;
   int vocab_, hidden_;  // hidden_: floats per row the module reads and chains

@@ -33,6 +33,10 @@ struct KvLayout {
   // Set by GroupKvLayout when it packs (empty: every layer has its plane to itself and rows at their slots): the
   // element offset of the layer's rows within its plane's region of a block (block_size x k_elems elements).
   std::vector<int> layer_offset;
+  // The cache layer holding MTP block 0's K=V rows (block k's: this + k), where the model's layout carries them
+  // (DeepSeek-V4 under --speculative mtp: ModelConfig::Dsv4Layout(true)); -1: an MTP module, if any, has a cache of
+  // its own (Transformer::MtpKvLayout) or there is none.
+  int mtp_first_layer = -1;
 
   // One group holding every layer (what a model without windows gets).
   static KvLayout Plain(int num_layers, int k_elems, int v_elems) {

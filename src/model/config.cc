@@ -31,8 +31,8 @@ Status ValidateConfig(const ModelConfig& c, const std::string& file) {
   return Status::Ok();
 }
 
-std::vector<Dsv4KvLayer> ModelConfig::Dsv4KvLayers(std::vector<int>* windows) const {
-  std::vector<Dsv4KvLayer> out(static_cast<size_t>(n_layers));
+std::vector<Dsv4KvLayer> ModelConfig::Dsv4KvLayers(std::vector<int>* windows, bool mtp) const {
+  std::vector<Dsv4KvLayer> out(static_cast<size_t>(n_layers + (mtp ? n_mtp : 0)));
   std::vector<int> win;
   auto add = [&](int planes, int window) {
     const int first = static_cast<int>(win.size());
@@ -55,13 +55,16 @@ std::vector<Dsv4KvLayer> ModelConfig::Dsv4KvLayers(std::vector<int>* windows) co
     k.comp = add(1, 0);
     if (ratio == 4) k.index_key = add(1, 0);
   }
+  // MTP block k: window-only, its K=V rows in one raw plane of window W after every decoder layer's planes.
+  if (mtp)
+    for (int k = 0; k < n_mtp; ++k) out[static_cast<size_t>(n_layers + k)].raw = add(1, sliding_window);
   if (windows) *windows = std::move(win);
   return out;
 }
 
-KvLayout ModelConfig::Dsv4Layout() const {
+KvLayout ModelConfig::Dsv4Layout(bool mtp) const {
   std::vector<int> windows;
-  const std::vector<Dsv4KvLayer> layers = Dsv4KvLayers(&windows);
+  const std::vector<Dsv4KvLayer> layers = Dsv4KvLayers(&windows, mtp);
   KvLayout k = KvLayout::Plain(static_cast<int>(windows.size()), head_dim, 0);
   // The compressed rows and indexer keys are sparse: one row per block of `ratio` positions (the indexer's of
   // index_head_dim), which a packed layout stores as such (GroupKvLayout).
@@ -77,13 +80,14 @@ KvLayout ModelConfig::Dsv4Layout() const {
       k.layer_elems[static_cast<size_t>(kl.index_key)] = dsv4.index_head_dim;
     }
   }
+  if (mtp && n_mtp > 0) k.mtp_first_layer = layers[static_cast<size_t>(n_layers)].raw;
   return k;
 }
 
-std::vector<int> ModelConfig::kv_layer_windows() const {
+std::vector<int> ModelConfig::kv_layer_windows(bool dsv4_mtp) const {
   std::vector<int> windows;
   if (is_dsv4()) {
-    Dsv4KvLayers(&windows);
+    Dsv4KvLayers(&windows, dsv4_mtp);
     return windows;
   }
   for (int l = 0; l < n_layers; ++l) windows.push_back(LayerWindow(l));

@@ -125,8 +125,12 @@ struct ModelConfig {
   float attn_scale_mult = 1.f;     // softmax scale multiplier (YaRN: get_mscale(factor, mscale_all_dim)^2)
   Dsv4Params dsv4;
   bool is_dsv4() const { return dsv4.hc > 0; }
-  // DeepSeek-V4: each layer's cache layers, and every cache layer's window (0: full attention).
-  std::vector<Dsv4KvLayer> Dsv4KvLayers(std::vector<int>* windows = nullptr) const;
+  // DeepSeek-V4: each layer's cache layers, and every cache layer's window (0: full attention). mtp: the layout
+  // `--speculative mtp` runs with, where each MTP block k (entry n_layers + k) keeps its K=V rows in one more
+  // cache layer of window W after the decoder layers' (a windowed MTP cache, sliding with the W kind); without
+  // it the layout (and the KV digest) is the plain model's and the MTP rows live in a cache of their own
+  // (Transformer::MtpKvLayout).
+  std::vector<Dsv4KvLayer> Dsv4KvLayers(std::vector<int>* windows = nullptr, bool mtp = false) const;
   // MTP modules loaded (num_nextn_predict_layers: DeepSeek-V3, V4); each has its own KV layer when used.
   int n_mtp = 0;
   // Floats per token of the main model's state an MTP module reads (ForwardBatch's `hidden`): the final-normed
@@ -145,10 +149,10 @@ struct ModelConfig {
   }
 
   // Each cache layer's window (0: full attention), what the hybrid KV cache groups layers by.
-  std::vector<int> kv_layer_windows() const;
+  std::vector<int> kv_layer_windows(bool dsv4_mtp = false) const;
 
   std::string Summary() const;
-  KvLayout Dsv4Layout() const;  // kv_layout() of a DeepSeek-V4 model
+  KvLayout Dsv4Layout(bool mtp = false) const;  // kv_layout() of a DeepSeek-V4 model (mtp: Dsv4KvLayers')
 };
 
 // Sizes positive and in range, heads divisible, expert settings coherent; `file` names the source in errors.

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <iostream>
 #include <map>
 
 #include "engine_harness.h"
@@ -291,6 +292,212 @@ TEST(SpecEngineTest, MtpChainsTheModuleForDraftsAfterTheFirst) {
   RunRequests(m, o, reqs, &st);
   EXPECT_GT(st.spec_drafts, 40);
   EXPECT_GT(st.spec_draft_tokens, 2 * st.spec_drafts) << "the MTP module was not chained past the first draft";
+}
+
+// DeepSeek-V4's MTP block attends to a window of W: with --speculative mtp its K=V rows are one more windowed
+// plane of the main cache (ModelConfig::Dsv4Layout(true)), released as the window slides, so the KV bytes a
+// sequence holds with MTP on exceed plain decoding's by a constant, not by head_dim x dtype bytes per token.
+// Shown to fail with main's separate cache indexed by the anchor's table (EngineOptions::mtp_separate_cache),
+// checked here too: from 100 to 400 tokens its excess grew by 766 KB (it pages an MTP row for every position of
+// every block id the sequence holds, in any group) against a bound of 38 KB.
+TEST(SpecEngineTest, DeepseekV4MtpKvIsBoundedByTheWindow) {
+  const Model& m = TinyDeepseekV4Mtp();
+  // Peak bytes over every cache the engine pages, one greedy request of a `len`-token prompt and 8 tokens.
+  auto held = [&](SpecMethod method, int len, bool separate) -> int64_t {
+    EngineOptions o = SpecEngine(method, 3);
+    o.num_kv_blocks = TestPoolBlocks(m, o.num_kv_blocks);
+    o.prefix_caching = false;
+    o.max_num_seqs = 1;
+    o.mtp_separate_cache = separate;
+    auto e = MakeEngine(m, o);
+    if (!e) return -1;
+    RequestParams p;
+    p.max_tokens = 8;
+    p.ignore_eos = true;
+    std::vector<int32_t> prompt = {1};
+    for (int i = 1; i < len; ++i) prompt.push_back(3 + (i * 37) % 300);
+    int got = 0;
+    EXPECT_TRUE(e->Add(prompt, p, [&](const RequestOutput& ev) { got += static_cast<int>(ev.token_ids.size()); }).ok());
+    EXPECT_TRUE(e->RunUntilIdle().ok());
+    EXPECT_EQ(got, 8);
+    EXPECT_TRUE(e->CheckNoLeaks().ok());
+    EXPECT_GT(e->kv_block_bytes(), 0u);
+    int64_t blocks = 0;
+    for (int g = 0; g < e->kv_layout().num_groups(); ++g) blocks += e->kv_group_peak(g);
+    return blocks * static_cast<int64_t>(e->kv_block_bytes());
+  };
+  const int short_len = 100, long_len = 400;
+  const int64_t plain_short = held(SpecMethod::kNone, short_len, false), plain_long = held(SpecMethod::kNone, long_len, false);
+  ASSERT_GT(plain_short, 0);
+  // A row per position adds head_dim x dtype bytes per token; the windowed plane's blocks only vary with how the
+  // lengths fall on block edges (a few blocks over the 23 groups).
+  const int64_t per_position = static_cast<int64_t>(long_len - short_len) *
+                               static_cast<int64_t>(DTypeBytes(SpecEngine(SpecMethod::kMtp).kv_dtype(), m.config.head_dim));
+  for (bool separate : {false, true}) {
+    const int64_t mtp_short = held(SpecMethod::kMtp, short_len, separate), mtp_long = held(SpecMethod::kMtp, long_len, separate);
+    ASSERT_GT(mtp_short, 0);
+    const int64_t growth = (mtp_long - plain_long) - (mtp_short - plain_short);
+    const std::string what = "MTP on (" + std::string(separate ? "separate cache" : "windowed plane") + "): " +
+                             std::to_string(mtp_short) + " -> " + std::to_string(mtp_long) + " bytes; plain: " +
+                             std::to_string(plain_short) + " -> " + std::to_string(plain_long) + " bytes (" +
+                             std::to_string(short_len) + " -> " + std::to_string(long_len) + " tokens)";
+    if (separate)
+      EXPECT_GT(growth, per_position) << what << ": the separate cache was expected to grow per position";
+    else
+      EXPECT_LT(growth, per_position / 4) << what;
+    EXPECT_GE(mtp_long, plain_long);
+  }
+}
+
+// The windowed MTP plane is a layout variant only where it is used: DeepSeek-V4 without --speculative mtp keeps
+// the plain model's layout and KV digest, with it the layout gains the plane (and the digest differs: its blocks
+// hold more); DeepSeek-V3's MTP (full attention) keeps its separate cache and the plain layout.
+TEST(SpecEngineTest, DeepseekV4MtpPlaneOnlyWithMtp) {
+  const Model& v4 = TinyDeepseekV4Mtp();
+  EngineOptions plain = SpecEngine(SpecMethod::kNone), mtp = SpecEngine(SpecMethod::kMtp), ngram = SpecEngine(SpecMethod::kNgram);
+  plain.num_kv_blocks = mtp.num_kv_blocks = ngram.num_kv_blocks = TestPoolBlocks(v4, plain.num_kv_blocks);
+  auto a = MakeEngine(v4, plain), b = MakeEngine(v4, mtp), n = MakeEngine(v4, ngram);
+  ASSERT_TRUE(a && b && n);
+  EXPECT_EQ(a->kv_layout().num_layers, static_cast<int>(v4.config.kv_layer_windows().size()));
+  EXPECT_EQ(b->kv_layout().num_layers, a->kv_layout().num_layers + v4.config.n_mtp);
+  EXPECT_EQ(b->kv_layout().num_groups(), a->kv_layout().num_groups() + 1);  // one plane per block: a group of its own
+  EXPECT_EQ(b->kv_block_bytes(), a->kv_block_bytes());                      // no separate cache
+  EXPECT_EQ(n->model_digest(), a->model_digest());
+  EXPECT_NE(b->model_digest(), a->model_digest());
+  const Model& v3 = TinyDeepseekMtp();
+  auto c = MakeEngine(v3, SpecEngine(SpecMethod::kNone)), d = MakeEngine(v3, SpecEngine(SpecMethod::kMtp));
+  ASSERT_TRUE(c && d);
+  EXPECT_EQ(d->kv_layout().num_layers, c->kv_layout().num_layers);
+  EXPECT_EQ(d->model_digest(), c->model_digest());
+  EXPECT_EQ(2 * d->kv_block_bytes(), 3 * c->kv_block_bytes());  // V3: the MTP cache's layer beside the model's two
+}
+
+// The windowed MTP plane holds what the separate cache held, wherever the module reads it: under rejection
+// verification a sampled row's output depends on its drafts and their distributions, so the module's every row
+// (the window through the main cache's window group, its blocks from prefix hits and rebuilt by bounded replay,
+// chained drafts) must equal the separate cache's for the outputs to agree bit for bit. Overlap on and off.
+TEST(SpecEngineTest, DeepseekV4MtpWindowedPlaneDraftsAsTheSeparateCache) {
+  const Model& m = TinyDeepseekV4Mtp();
+  auto reqs = SpecWorkload(m, 120, 11, {"a", "e ", "\n"});
+  for (bool overlap : {true, false}) {
+    EngineOptions sep = SpecEngine(SpecMethod::kMtp, 3);
+    // A pool no run preempts in: a preempted row drops its pending first draft and recomputes, so under rejection
+    // its output depends on when the pool ran short (the separate cache against itself with 640 and 1000 blocks
+    // differs too), and the two layouts need different block counts.
+    sep.num_kv_blocks = 4000;
+    sep.spec_verify = SpecVerify::kRejection;
+    sep.overlap = overlap;
+    sep.mtp_separate_cache = true;
+    EngineOptions win = sep;
+    win.mtp_separate_cache = false;
+    EngineStats st_sep, st_win;
+    auto ref = RunRequests(m, sep, reqs, &st_sep);
+    auto got = RunRequests(m, win, reqs, &st_win);
+    ExpectSameResults(ref, got, std::string("windowed MTP plane vs separate cache, overlap ") + (overlap ? "on" : "off"));
+    EXPECT_GT(st_win.spec_draft_tokens, 300);
+    EXPECT_EQ(st_win.spec_draft_tokens, st_sep.spec_draft_tokens);
+    EXPECT_EQ(st_win.spec_accepted_tokens, st_sep.spec_accepted_tokens);
+    EXPECT_GT(st_win.spec_accepted_tokens, 0) << "no draft accepted: the comparison shows little";
+    EXPECT_GT(st_win.replayed_prompt_tokens, 0) << "no prefix hit replayed a window";
+    EXPECT_GT(st_win.cached_prompt_tokens, 0);
+    EXPECT_EQ(st_win.preemptions + st_sep.preemptions, 0);
+    std::cout << "overlap " << overlap << ": drafts " << st_win.spec_draft_tokens << ", accepted " << st_win.spec_accepted_tokens
+              << ", replayed prompt tokens " << st_win.replayed_prompt_tokens << " (separate cache: " << st_sep.replayed_prompt_tokens
+              << ")\n";
+  }
+}
+
+// --speculative mtp on DeepSeek-V4 with the cache's other modes. --swa-full: every plane keeps every position (the
+// MTP plane too, KvLayout::mtp_first_layer still naming it); under exact verification the outputs are plain
+// decoding's with --swa-full. --swa-replay approx: a hit recomputes the window and the open compressor block (the
+// MTP plane restarts there with the target's windows); outputs are approximate by design but must not depend on
+// overlap or the batch layout.
+TEST(SpecEngineTest, DeepseekV4MtpUnderSwaFullAndApproxReplay) {
+  const Model& m = TinyDeepseekV4Mtp();
+  auto reqs = SpecWorkload(m, 80, 23, {"a", "e ", "\n"});
+  {
+    EngineOptions plain = SpecEngine(SpecMethod::kNone);
+    plain.swa_full = true;
+    plain.num_kv_blocks = 4000;
+    EngineOptions mtp = SpecEngine(SpecMethod::kMtp, 3);
+    mtp.swa_full = true;
+    mtp.num_kv_blocks = plain.num_kv_blocks;
+    auto e = MakeEngine(m, mtp);
+    ASSERT_TRUE(e);
+    EXPECT_GE(e->kv_layout().mtp_first_layer, 0);
+    EXPECT_FALSE(e->kv_layout().windowed());
+    EngineStats st;
+    auto ref = RunRequests(m, plain, reqs);
+    auto got = RunRequests(m, mtp, reqs, &st);
+    ExpectSameResults(ref, got, "--swa-full: MTP vs plain decoding");
+    EXPECT_GT(st.spec_draft_tokens, 100);
+    EXPECT_GT(st.cached_prompt_tokens, 0);
+  }
+  // --swa-replay approx: A (300 tokens) runs first; B shares its first 280 and hits there, recomputing from a cut
+  // below the windows (cached > 0: the 128-ratio layers' rows end at 256) with the module drafting throughout.
+  const int32_t bos = m.tokenizer->bos_id();
+  TestRequest a, b;
+  a.prompt = {bos};
+  for (int i = 1; i < 300; ++i) a.prompt.push_back(3 + (i * 7919 + 13) % (m.config.vocab_size - 3));
+  a.params.max_tokens = 4;
+  a.params.ignore_eos = true;
+  b.prompt.assign(a.prompt.begin(), a.prompt.begin() + 280);
+  for (int i = 0; i < 20; ++i) b.prompt.push_back(3 + (i * 104729 + 5) % (m.config.vocab_size - 3));
+  b.params.max_tokens = 48;
+  b.params.ignore_eos = true;
+  b.params.temperature = 0.9f;
+  b.params.seed = 77;
+  b.params.logprobs = 1;
+  std::vector<TestRequest> others(2);
+  for (size_t k = 0; k < others.size(); ++k) {
+    others[k].prompt = {bos, static_cast<int32_t>(40 + k), 41, 42};
+    others[k].params.max_tokens = 24;
+    others[k].params.ignore_eos = true;
+  }
+  std::vector<RequestResult> runs;
+  for (const bool batched : {false, true})
+    for (const bool overlap : {true, false}) {
+      EngineOptions o = SpecEngine(SpecMethod::kMtp, 3);
+      o.swa_replay_approx = true;
+      o.num_kv_blocks = 4000;
+      o.overlap = overlap;
+      // Rejection: B's sampled tokens depend on the module's drafts and their distributions, so on every row of
+      // the MTP plane the replay rebuilt.
+      o.spec_verify = SpecVerify::kRejection;
+      auto e = MakeEngine(m, o);
+      ASSERT_TRUE(e);
+      auto run = [&](const TestRequest& r, RequestResult* out) {
+        out->samples.resize(1);
+        return e->Add(r.prompt, r.params, [out](const RequestOutput& ev) {
+          SampleResult& s = out->samples[0];
+          s.tokens.insert(s.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+          for (const auto& lp : ev.logprobs) s.logprobs.push_back(lp.logprob), s.top.push_back(lp.top);
+          out->cached_tokens = ev.cached_tokens;
+          out->replayed_tokens = ev.replayed_tokens;
+          if (ev.finished) ++s.finals, s.finish_reason = ev.finish_reason;
+        });
+      };
+      RequestResult ra, rb;
+      std::vector<RequestResult> side(others.size());
+      ASSERT_TRUE(run(a, &ra).ok());
+      ASSERT_TRUE(e->RunUntilIdle().ok());
+      ASSERT_TRUE(run(b, &rb).ok());
+      if (batched)
+        for (size_t k = 0; k < others.size(); ++k) ASSERT_TRUE(run(others[k], &side[k]).ok());
+      ASSERT_TRUE(e->RunUntilIdle().ok());
+      ASSERT_TRUE(e->CheckNoLeaks().ok());
+      const std::string what = std::string("approx + MTP, ") + (batched ? "batched" : "alone") + ", overlap " + (overlap ? "on" : "off");
+      ASSERT_EQ(rb.samples[0].tokens.size(), 48u) << what;
+      EXPECT_GT(rb.cached_tokens, 0) << what << ": the hit was not cut below the window";
+      EXPECT_GT(rb.replayed_tokens, 0) << what;
+      // --speculative mtp matches one block less (Scheduler's prefix_drop_last_block: the module needs the
+      // target's hidden state of the row before the first one it runs).
+      EXPECT_EQ(rb.cached_tokens + rb.replayed_tokens, 280 - o.block_size) << what;
+      EXPECT_GT(e->Stats().spec_draft_tokens, 20) << what;
+      runs.push_back(rb);
+      if (runs.size() > 1) ExpectSameResults({runs[0]}, {runs.back()}, what);
+    }
+  std::printf("[approx+mtp] shared 280: cached %d + replayed %d\n", runs[0].cached_tokens, runs[0].replayed_tokens);
 }
 
 // max_tokens up to INT32_MAX is a valid request: the context ends it ("length"), with speculation as without.

@@ -75,6 +75,24 @@ TEST(DeepseekV4Config, FlashShapeAndKvPlanes) {
   const KvLayout one = GroupKvLayout(layout, std::vector<int>(windows.size(), 0), 16);
   EXPECT_EQ(one.num_groups(), 1);
   EXPECT_EQ(one.num_planes(), 43 + 105 + 40 + 8);
+
+  // --speculative mtp (one MTP block): its K=V rows are one more W = 128 plane (Dsv4Layout(true)), the 84th of
+  // that kind, which takes one of its padding planes: still 26 groups of 8, the same bytes per token, and the
+  // layout without MTP is unchanged.
+  ModelConfig m = *c;
+  m.n_mtp = 1;
+  const std::vector<int> mtp_windows = m.kv_layer_windows(true);
+  EXPECT_EQ(mtp_windows.size(), windows.size() + 1);
+  EXPECT_EQ(mtp_windows.back(), 128);
+  EXPECT_EQ(m.kv_layout().num_layers, layout.num_layers);
+  EXPECT_EQ(m.kv_layer_windows().size(), windows.size());
+  const KvLayout with_mtp = GroupKvLayout(m.Dsv4Layout(true), mtp_windows, 16);
+  EXPECT_EQ(with_mtp.num_layers, layout.num_layers + 1);
+  EXPECT_EQ(with_mtp.num_planes(), 8);
+  EXPECT_EQ(with_mtp.num_groups(), 26);
+  EXPECT_EQ(with_mtp.window(with_mtp.group_of(with_mtp.num_layers - 1)), 128);
+  EXPECT_EQ(PaddingPlanes(with_mtp), 7 + 4);
+  EXPECT_EQ(PagedKvCache::BytesPerToken(with_mtp, DType::kBF16), size_t{8192});
 }
 
 // Every packed layer's rows stay inside their block's region of their plane and never share bytes with another

@@ -26,7 +26,8 @@ Dsv4Attention::Dsv4Attention(const Ops& ops, const ModelConfig& c, int max_token
   // Window-only layers rotate with the plain base and no YaRN; compressed layers, their compressors and the
   // indexer with the compressed base and YaRN's frequencies (magnitude 1: llama.cpp's attn_factor cancels its
   // mscale, and transformers forces attention_factor 1 for this model).
-  // MTP block k: window-only, its K=V rows in layer k of the MTP cache (Transformer::MtpKvLayout).
+  // MTP block k: window-only, its K=V rows in layer k of the MTP cache (Transformer::MtpKvLayout), or in the
+  // main cache's MTP plane where its layout has one (KvLayout::mtp_first_layer, Forward).
   for (int k = 0; k < c.n_mtp; ++k) kv_layers_.push_back(Dsv4KvLayer{.raw = k});
   rope_plain_ = RopeTable::Make(RopeStyle::kAdjacentPairs, rope_, c.rope_theta, {});
   YarnParams yarn = c.yarn;
@@ -127,7 +128,9 @@ void Dsv4Attention::CompressBlock(const PagedKvCache& kv, const Dsv4KvLayer& kl,
 Status Dsv4Attention::Forward(const Dsv4AttnWeights& w, const BatchView& b, int layer, PagedKvCache& kv, const float* xn,
                               float* out) {
   const int n = b.n, H = heads_, hd = hd_;
-  const Dsv4KvLayer& kl = kv_layers_[static_cast<size_t>(layer)];
+  Dsv4KvLayer kl = kv_layers_[static_cast<size_t>(layer)];
+  if (layer >= c_.n_layers && kv.layout().mtp_first_layer >= 0)
+    kl.raw = kv.layout().mtp_first_layer + (layer - c_.n_layers);  // the main cache's windowed MTP plane
   const int ratio = c_.dsv4.compress_ratio[static_cast<size_t>(layer)];
   const RopeTable& rope = ratio == 0 ? rope_plain_ : rope_compress_;
   if (b.cp) return Unimplemented("DeepSeek-V4 attention does not run under context parallelism");
