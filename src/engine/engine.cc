@@ -86,9 +86,12 @@ Status CheckKvTiers(const EngineOptions& opt, const KvLayout& layout, const dist
     return InvalidArgument("--kv-offload-ram / --kv-store: every layer of this model has a sliding window (no "
                            "full-attention layer to anchor a stored prefix); add --swa-full (every layer keeps every "
                            "position: one full-attention group) to use the tiers with this model");
-  if (opt.draft || opt.speculative == SpecMethod::kMtp)
-    return InvalidArgument("--kv-offload-ram / --kv-store do not store the draft model's or MTP module's K/V yet "
-                           "(their caches share the target's blocks): use --speculative ngram or none");
+  // DeepSeek-V4's MTP rows are a plane of the model's own layout (KvLayout::mtp_first_layer), stored with it;
+  // a draft model's and DeepSeek-V3's MTP module's K/V are caches of their own, which the tiers do not store.
+  if (opt.draft || (opt.speculative == SpecMethod::kMtp && layout.mtp_first_layer < 0))
+    return InvalidArgument("--kv-offload-ram / --kv-store do not store a draft model's K/V or DeepSeek-V3's MTP "
+                           "module's yet (caches of their own that share the target's blocks): use --speculative "
+                           "ngram or none (DeepSeek-V4's --speculative mtp is stored with the model's K/V)");
   // One rank per attention group (--dp, --ep): each rank's scheduler decides its own hits, as one process does.
   // With --tp or --cp the ranks of a group must schedule identically, and a load done sooner on one rank than on
   // another would split them.

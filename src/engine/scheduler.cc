@@ -171,9 +171,13 @@ Scheduler::TierPlan Scheduler::PlanTierLoad(const int32_t* tokens, int known,
   const int bs = pool_->block_size(), G = num_groups();
   const std::vector<int32_t>& match = tables[0];
   const int at = static_cast<int>(match.size());
-  // Only as many blocks as a hit can use (the last token always runs).
-  const int most = (known - 1) / bs - (cfg_.prefix_drop_last_block ? 1 : 0);
-  if (most <= 0) return TierPlan::kNothing;
+  // Only as many blocks as a hit can use (the last token always runs). --speculative mtp's admission drops the last
+  // block of whatever is matched (MatchForAdmission: the module needs the target's hidden state of the row before
+  // the first it runs), so the windows are planned one block short of the full groups' blocks (c <= reach - drop,
+  // upto <= c + replay + drop): the windows the load brings are the ones the admitted hit resumes from, and a
+  // bounded replay still reaches swa_replay_max tokens.
+  const int most = (known - 1) / bs, drop = cfg_.prefix_drop_last_block ? 1 : 0;
+  if (most - drop <= 0) return TierPlan::kNothing;
   // Fresh blocks the load may take: short of one per running sequence and group, so that a load never takes the
   // blocks the decode rows need next (it would preempt them, and hold their blocks until it is done).
   const int room = pool_->num_available() - static_cast<int>(running_.size()) * G;
@@ -232,12 +236,12 @@ Scheduler::TierPlan Scheduler::PlanTierLoad(const int32_t* tokens, int known,
       return true;
     };
     const int replay = cfg_.swa_replay_max / bs;
-    int pool_c = pool_at;
+    int pool_c = std::max(0, pool_at - drop);
     while (pool_c > 0 && !window_at(pool_c, false)) --pool_c;
     const int pool_hit = std::min(pool_at, pool_c + replay);
-    int c = reach;
+    int c = std::max(0, reach - drop);
     while (c > pool_c && !window_at(c, true)) --c;
-    int upto = std::min(reach, c + replay);
+    int upto = std::min(reach, c + replay + drop);
     set_reuse(upto);
     for (int g = 0; g < G; ++g)
       if (window(g) > 0)
@@ -257,7 +261,7 @@ Scheduler::TierPlan Scheduler::PlanTierLoad(const int32_t* tokens, int known,
       plan->windows.clear();
       plan->pinned.clear();
       c = pool_c;
-      upto = std::min(reach, c + replay);
+      upto = std::min(reach, c + replay + drop);
       set_reuse(upto);
     }
     if (upto <= pool_hit && c <= pool_c) return TierPlan::kNothing;  // the pool's own hit is as good

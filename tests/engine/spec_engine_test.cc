@@ -411,7 +411,7 @@ TEST(SpecEngineTest, DeepseekV4MtpWindowedPlaneDraftsAsTheSeparateCache) {
 // MTP plane too, KvLayout::mtp_first_layer still naming it); under exact verification the outputs are plain
 // decoding's with --swa-full. --swa-replay approx: a hit recomputes the window and the open compressor block (the
 // MTP plane restarts there with the target's windows); outputs are approximate by design but must not depend on
-// overlap or the batch layout.
+// the batch layout.
 TEST(SpecEngineTest, DeepseekV4MtpUnderSwaFullAndApproxReplay) {
   const Model& m = TinyDeepseekV4Mtp();
   auto reqs = SpecWorkload(m, 80, 23, {"a", "e ", "\n"});
@@ -494,8 +494,10 @@ TEST(SpecEngineTest, DeepseekV4MtpUnderSwaFullAndApproxReplay) {
       // target's hidden state of the row before the first one it runs).
       EXPECT_EQ(rb.cached_tokens + rb.replayed_tokens, 280 - o.block_size) << what;
       EXPECT_GT(e->Stats().spec_draft_tokens, 20) << what;
+      // Under rejection the tokens depend on how many drafts each row verified, which overlap may change (a
+      // dynamic row's k is fixed before the previous step's acceptance is known): compared per overlap setting.
       runs.push_back(rb);
-      if (runs.size() > 1) ExpectSameResults({runs[0]}, {runs.back()}, what);
+      if (batched) ExpectSameResults({runs[overlap ? 0 : 1]}, {runs.back()}, what + " vs alone");
     }
   std::printf("[approx+mtp] shared 280: cached %d + replayed %d\n", runs[0].cached_tokens, runs[0].replayed_tokens);
 }
