@@ -19,7 +19,7 @@ int CmdConvert(int argc, char** argv) {
                 {"out", "o", "FILE", "", "output .gguf file (written atomically)"},
                 {"outtype", "", "TYPE", "auto", "matrix type: auto (keep f32/f16/bf16; FP8 -> bf16) | f32 | f16 | bf16 | q8_0 | q4_0 | q4_1 | q5_0 | q5_1 | q2_k | q3_k_s | q3_k_m | q3_k_l | q4_k_s | q4_k_m | q5_k_s | q5_k_m | q6_k | mxfp4_moe (experts MXFP4, other matrices q8_0), with llama.cpp's per-tensor mixes (q3_k, q4_k, q5_k: llama-quantize's aliases of the _m mixes)"},
                 {"pure", "", "", "", "no mix: every quantized matrix in the type's base type (llama-quantize --pure)"},
-                {"no-mtp", "", "", "", "leave DeepSeek MTP modules out"},
+                {"no-mtp", "", "", "", "leave DeepSeek MTP modules out (DeepSeek-V3: blk.N.nextn.* in the GGUF; DeepSeek-V4: the block goes to mtp-NAME.gguf beside it, which --mtp-model loads)"},
                 {"threads", "t", "N", "all cores", "threads quantizing each tensor's rows (the output bytes do not depend on it)"},
                 {"quiet", "q", "", "", "no progress output"},
             });

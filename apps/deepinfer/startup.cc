@@ -154,7 +154,9 @@ Status EngineOptionsFromArgs(const Args& args, api::EngineOptions* opt) {
 std::unique_ptr<api::Model> OpenDraftModelOrDie(const Args& args, api::EngineOptions* opt) {
   if (!args.Has("draft-model")) return nullptr;
   api::Log(api::LogLevel::kInfo, "loading the draft model");
-  auto draft = OpenModelOrDie(args.Get("draft-model"), ModelOptionsFromArgs(args));
+  api::ModelOptions draft_options = ModelOptionsFromArgs(args);
+  draft_options.mtp_model.clear();  // the target's
+  auto draft = OpenModelOrDie(args.Get("draft-model"), draft_options);
   opt->draft_model = draft.get();
   return draft;
 }
@@ -180,6 +182,7 @@ api::ModelOptions ModelOptionsFromArgs(const Args& args) {
   api::ModelOptions o;
   if (args.Has("mmap")) o.placement = api::WeightPlacement::kMmap;
   if (args.Has("no-mmap")) o.placement = api::WeightPlacement::kCopy;
+  if (args.Has("mtp-model")) o.mtp_model = args.Get("mtp-model");
   return o;
 }
 

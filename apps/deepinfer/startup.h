@@ -49,7 +49,8 @@ Status CheckKvCacheDtype(const std::string& name);
 // The --mmap / --no-mmap flags every model-loading command shares.
 #define DI_WEIGHT_FLAGS                                                                                              \
   {"mmap", "", "", "", "keep weights in the mmapped files (no copy, less RAM; slower decode on 4 KiB pages)"},      \
-      {"no-mmap", "", "", "", "always copy weights into huge-page memory (default: copy when they fit in RAM)"}
+      {"no-mmap", "", "", "", "always copy weights into huge-page memory (default: copy when they fit in RAM)"},   \
+      {"mtp-model", "", "FILE", "", "a DeepSeek-V4 GGUF's MTP block from its own GGUF (llama.cpp's and deepinfer convert's mtp-*.gguf), for --speculative mtp and logprobs --mtp"}
 
 // Multi-process layout (under mpirun; docs/configuration.md "Multi-process").
 #define DI_PARALLEL_FLAGS                                                                                            \

@@ -24,6 +24,10 @@ enum class WeightPlacement {
 struct ModelOptions {
   WeightPlacement placement = WeightPlacement::kAuto;
   bool progress = true;  // draw a progress bar on stderr while copying weights (DEEPINFER_NO_PROGRESS=1 also hides it)
+  // A DeepSeek-V4 GGUF's MTP block from a GGUF of its own (llama.cpp's converter's and `deepinfer convert`'s
+  // mtp-*.gguf: the block as layer n_layers with its own head collapse): it joins the model's, for
+  // --speculative mtp and `logprobs --mtp`. Empty: the model's own MTP block, if any.
+  std::string mtp_model;
 };
 
 // One chat message for the chat template. Plain text content only; requests with richer content (text parts,

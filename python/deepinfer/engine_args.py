@@ -65,6 +65,10 @@ def build_options(args: dict[str, Any]) -> tuple[_core.ModelOptions, _core.Engin
             mo.placement = _PLACEMENTS[value]
         elif name == "load_progress":
             mo.progress = _typed(name, value, bool)
+        elif name == "mtp_model":  # DeepSeek-V4's MTP block from its own GGUF (mtp-*.gguf)
+            if not isinstance(value, str):
+                raise TypeError(f"engine argument 'mtp_model' must be a path, not {value!r}")
+            mo.mtp_model = value
         elif name == "speculative_config":
             draft = _speculative(eo, value)
         else:

@@ -11,7 +11,9 @@ StatusOr<std::shared_ptr<EngineHandle>> EngineHandle::Create(const std::string& 
   if (eo.threads > 0) api::SetComputeThreads(eo.threads);
   DI_ASSIGN_OR_RETURN(h->model_, api::Model::Load(model, mo));
   if (!draft_model.empty()) {
-    DI_ASSIGN_OR_RETURN(h->draft_model_, api::Model::Load(draft_model, mo));
+    api::ModelOptions draft_options = mo;
+    draft_options.mtp_model.clear();  // the target's
+    DI_ASSIGN_OR_RETURN(h->draft_model_, api::Model::Load(draft_model, draft_options));
     eo.draft_model = h->draft_model_.get();
   }
   DI_ASSIGN_OR_RETURN(h->engine_, api::Engine::Create(*h->model_, eo));

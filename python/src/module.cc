@@ -88,7 +88,8 @@ PYBIND11_MODULE(_core, m) {
   py::class_<api::ModelOptions>(m, "ModelOptions")
       .def(py::init<>())
       .def_readwrite("placement", &api::ModelOptions::placement)
-      .def_readwrite("progress", &api::ModelOptions::progress);
+      .def_readwrite("progress", &api::ModelOptions::progress)
+      .def_readwrite("mtp_model", &api::ModelOptions::mtp_model);
 
   // draft_model is not exposed: a draft is loaded by name (EngineOptions' pointer would dangle across Python).
   py::class_<api::EngineOptions>(m, "EngineOptions")

@@ -242,12 +242,12 @@ Status CheckConvertible(const ModelConfig& c, const std::string& dir) {
   return Status(s.code(), dir + ": cannot convert to GGUF: " + s.message());
 }
 
-void WriteMetadata(const Model& m, const std::string& ga, int blocks, GgufWriter& gw) {
-  const ModelConfig& c = m.config;
+// `c`: what the file describes (its per-layer arrays as long as its blocks); `source`: the checkpoint's path.
+void WriteMetadata(const ModelConfig& c, const std::string& source, const std::string& ga, int blocks, GgufWriter& gw) {
   const ArchSpec& a = GetArch(c.arch);
   auto k = [&](const char* key) { return ga + "." + key; };
   gw.SetString("general.architecture", ga);
-  gw.SetString("general.name", m.source.substr(m.source.find_last_of('/') + 1));
+  gw.SetString("general.name", source.substr(source.find_last_of('/') + 1));
   gw.SetU32("general.alignment", 32);
   gw.SetU32(k("context_length"), c.max_ctx);
   gw.SetU32(k("embedding_length"), c.hidden);
@@ -287,9 +287,11 @@ bool Holds(const TensorDecl& d) {
 }
 
 // One declared tensor (model/arch/tensor_decl.h) in GGUF's form; `list` is the declaration's own (the kv_b forms).
-void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl& d, TensorEmitter& out) {
+// `as`: the tensor id whose GGUF name it is written under (kCount: its own).
+void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl& d, TensorEmitter& out,
+                 TensorId as = TensorId::kCount) {
   if (!Holds(d)) return;
-  const std::string name = TensorName(GetArch(c.arch), WeightFormat::kGguf, d.id, d.layer);
+  const std::string name = TensorName(GetArch(c.arch), WeightFormat::kGguf, as == TensorId::kCount ? d.id : as, d.layer);
   if (name.empty()) return;  // a tensor GGUF does not store (DeepSeek-V4's MTP hc head: the model's serves)
   switch (d.form) {
     case TensorForm::kMatrix:
@@ -319,6 +321,21 @@ void WriteTensor(const ModelConfig& c, const TensorList& list, const TensorDecl&
 
 void WriteTensors(const ModelConfig& c, const TensorList& list, TensorEmitter& out) {
   for (const TensorDecl& d : list) WriteTensor(c, list, d, out);
+}
+
+// DeepSeek-V4's head collapse (root output_hc_*): the model's, or in an MTP GGUF the block's own (MtpHcAsRoot).
+bool IsRootHc(TensorId id) {
+  return id == TensorId::kOutputHcFn || id == TensorId::kOutputHcBase || id == TensorId::kOutputHcScale;
+}
+
+// The model's configuration without its MTP modules: per-layer arrays cut to the decoder layers (block_count).
+ModelConfig TrunkConfig(ModelConfig c) {
+  c.n_mtp = 0;
+  const size_t n = static_cast<size_t>(c.n_layers);
+  for (auto* v : {&c.dsv4.swiglu_limit, &c.dsv4.swiglu_limit_shared})
+    if (v->size() > n) v->resize(n);
+  if (c.dsv4.compress_ratio.size() > n) c.dsv4.compress_ratio.resize(n);
+  return c;
 }
 
 }  // namespace
@@ -431,8 +448,12 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
   GgufWriter gw;
   const ArchSpec& arch = GetArch(c.arch);
   const std::string ga = arch.gguf_arch;
-  const int n_mtp = opts.mtp ? static_cast<int>(m->mtp.size()) : 0;
-  WriteMetadata(*m, ga, c.n_layers + n_mtp, gw);
+  // DeepSeek-V4's MTP block has a head collapse of its own, which one GGUF cannot hold beside the model's: as
+  // llama.cpp's converter does (conversion/deepseek.py, mtp_only), the block goes to a GGUF of its own beside the
+  // model's (MtpGgufPath), which `--mtp-model` loads.
+  const bool mtp_file = opts.mtp && c.is_dsv4() && !m->mtp.empty();
+  const int n_mtp = opts.mtp && !mtp_file ? static_cast<int>(m->mtp.size()) : 0;
+  WriteMetadata(n_mtp > 0 ? c : TrunkConfig(c), m->source, ga, c.n_layers + n_mtp, gw);
   DI_RETURN_IF_ERROR(ExportHfTokenizerToGguf(hf_dir, c.vocab_size, gw));
 
   SetFileType(opts, gw);
@@ -460,7 +481,35 @@ Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const 
 
   DI_RETURN_IF_ERROR(WriteWithProgress(gw, out, opts));
   DI_LOG_INFO("wrote %s (%s, %d layers%s)", out.c_str(), ga.c_str(), c.n_layers, n_mtp ? " + MTP" : "");
+  if (!mtp_file) return Status::Ok();
+
+  // The MTP GGUF (llama.cpp's layout): block_count n_layers + 1 with nextn_predict_layers 1 and the arrays' MTP
+  // entries, the tokenizer, the token embedding, output norm and head, the block as layer n_layers (nextn.* with
+  // it), and the block's own head collapse under the root names; no decoder layer.
+  if (m->mtp.size() != 1) return Unimplemented(hf_dir + ": a DeepSeek-V4 MTP GGUF holds one block");
+  const std::string mtp_out = MtpGgufPath(out);
+  GgufWriter mw;
+  WriteMetadata(c, m->source, ga, c.n_layers + 1, mw);
+  DI_RETURN_IF_ERROR(ExportHfTokenizerToGguf(hf_dir, c.vocab_size, mw));
+  SetFileType(opts, mw);
+  std::unique_ptr<LlamaMix> mtp_mix;
+  if (opts.ftype >= 0 && !opts.pure && GetDTypeInfo(opts.outtype).block_elems > 1)
+    mtp_mix = std::make_unique<LlamaMix>(opts.ftype, opts.outtype, c.n_layers + 1, c.n_layers + 1, c.n_experts,
+                                         c.tie_embeddings, 1, false);
+  TensorEmitter memit(mw, opts.outtype, std::move(mtp_mix));
+  WriteTensors(c, t.embedding, memit);
+  WriteTensors(c, t.mtp[0].layer, memit);
+  for (const TensorDecl& d : t.mtp[0].own) WriteTensor(c, t.mtp[0].own, d, memit, MtpHcAsRoot(d.id));
+  for (const TensorDecl& d : t.head)
+    if (!IsRootHc(d.id)) WriteTensor(c, t.head, d, memit);
+  DI_RETURN_IF_ERROR(WriteWithProgress(mw, mtp_out, opts));
+  DI_LOG_INFO("wrote %s (%s MTP block, layer %d)", mtp_out.c_str(), ga.c_str(), c.n_layers);
   return Status::Ok();
+}
+
+std::string MtpGgufPath(const std::string& out) {
+  const size_t slash = out.find_last_of('/');
+  return slash == std::string::npos ? "mtp-" + out : out.substr(0, slash + 1) + "mtp-" + out.substr(slash + 1);
 }
 
 }  // namespace deepinfer

@@ -20,7 +20,9 @@ struct ConvertOptions {
   int ftype = -1;
   // llama-quantize --pure: no mix, every quantized matrix in the file type's base type (shape fallbacks aside).
   bool pure = false;
-  bool mtp = true;  // keep DeepSeek MTP modules (blk.{n_layers}.nextn.*)
+  // Keep DeepSeek MTP modules: DeepSeek-V3's as blk.{n_layers}.nextn.* in the GGUF; DeepSeek-V4's in a GGUF of its
+  // own beside it (MtpGgufPath), as llama.cpp's converter writes them.
+  bool mtp = true;
   bool progress = true;
 };
 
@@ -32,5 +34,8 @@ bool ParseOutType(const std::string& name, ConvertOptions* opts);
 // Reads the HF directory (config.json, safetensors, tokenizer.json ...) and writes `out` (atomically: a
 // temporary file renamed at the end). Tensors are produced one at a time, never the whole model in memory.
 Status ConvertHfToGguf(const std::string& hf_dir, const std::string& out, const ConvertOptions& opts);
+
+// Where `convert` writes DeepSeek-V4's MTP GGUF for the model GGUF `out`: "mtp-<name>" in the same directory.
+std::string MtpGgufPath(const std::string& out);
 
 }  // namespace deepinfer

@@ -538,6 +538,61 @@ StatusOr<std::unique_ptr<Model>> LoadGguf(const std::string& path, const dist::P
   return m;
 }
 
+// A DeepSeek-V4 GGUF's MTP block from an MTP GGUF (ModelOptions::mtp_model): the same model's configuration with
+// one block more (its nextn tensors, and its own head collapse under the root output_hc_* names). Only the
+// block's tensors are read; the file stays mapped with the model.
+Status AttachMtpGguf(Model& m, const std::string& path) {
+  ModelConfig& c = m.config;
+  if (m.format != "gguf" || !c.is_dsv4())
+    return InvalidArgument("--mtp-model " + path + ": an MTP GGUF joins a DeepSeek-V4 (deepseek4) GGUF; " + m.source +
+                           " is " + (m.format == "gguf" ? "another architecture" : "not a GGUF"));
+  if (c.n_mtp > 0) return InvalidArgument("--mtp-model " + path + ": " + m.source + " holds an MTP block of its own");
+  DI_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> g, GgufFile::Open(path));
+  DI_ASSIGN_OR_RETURN(ModelConfig mc, ParseGgufConfig(*g));
+  auto differs = [&](const char* what, int64_t mine, int64_t theirs) {
+    return InvalidArgument("--mtp-model " + path + ": not this model's MTP block (" + what + " " + std::to_string(theirs) +
+                           ", the model's " + std::to_string(mine) + ")");
+  };
+  if (mc.arch != c.arch) return InvalidArgument("--mtp-model " + path + ": not a deepseek4 GGUF");
+  if (mc.n_mtp != 1) return differs("MTP blocks (nextn_predict_layers)", 1, mc.n_mtp);
+  const std::pair<const char*, std::pair<int64_t, int64_t>> same[] = {
+      {"decoder layers", {c.n_layers, mc.n_layers}},         {"hidden size", {c.hidden, mc.hidden}},
+      {"vocabulary", {c.vocab_size, mc.vocab_size}},         {"heads", {c.n_heads, mc.n_heads}},
+      {"head size", {c.head_dim, mc.head_dim}},              {"q LoRA rank", {c.q_lora_rank, mc.q_lora_rank}},
+      {"experts", {c.n_experts, mc.n_experts}},              {"hyper-connection streams", {c.dsv4.hc, mc.dsv4.hc}},
+      {"sliding window", {c.sliding_window, mc.sliding_window}}};
+  for (const auto& [what, v] : same)
+    if (v.first != v.second) return differs(what, v.first, v.second);
+  for (int l = 0; l < c.n_layers; ++l)
+    if (mc.dsv4.compress_ratio[static_cast<size_t>(l)] != c.dsv4.compress_ratio[static_cast<size_t>(l)])
+      return differs(("layer " + std::to_string(l) + "'s compression ratio").c_str(),
+                     c.dsv4.compress_ratio[static_cast<size_t>(l)], mc.dsv4.compress_ratio[static_cast<size_t>(l)]);
+  // The per-layer arrays with the block's entries, and the block.
+  c.n_mtp = 1;
+  c.dsv4.compress_ratio = mc.dsv4.compress_ratio;
+  c.dsv4.swiglu_limit = mc.dsv4.swiglu_limit;
+  c.dsv4.swiglu_limit_shared = mc.dsv4.swiglu_limit_shared;
+  const ModelTensors t = DeclareModelTensors(c, m);
+  // The block's own head collapse, which this file holds under the model's names (required here).
+  TensorList hc(c.n_layers, 0);
+  for (const TensorDecl& d : t.mtp[0].own)
+    if (const TensorId root = MtpHcAsRoot(d.id); root != TensorId::kCount) {
+      if (d.form == TensorForm::kExpertVectors) hc.ExpertVectors(root, d.shape[0], d.shape[1], d.vector, 0.f);
+      else hc.Vector(root, d.shape[0], d.vector, 0.f, 0.f);
+    }
+  const Names N{GetArch(c.arch), WeightFormat::kGguf};
+  GgufFile* gp = g.get();
+  TensorSource src{path, [gp](const std::string& n) { return gp->FindTensor(n); }};
+  const std::string probe = N(TensorId::kMtpEhProj, c.n_layers, -1, 0);
+  if (!src.find(probe)) return InvalidArgument("--mtp-model " + path + ": no MTP block in it ('" + probe + "' is missing)");
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.mtp[0].layer));
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, t.mtp[0].own));
+  DI_RETURN_IF_ERROR(LoadTensors(c, src, N, hc));
+  m.mtp_gguf = std::move(g);
+  DI_LOG_INFO("%s: MTP block (layer %d) from %s", m.source.c_str(), c.n_layers, path.c_str());
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<Model>> LoadHf(const std::string& dir, const dist::ParallelConfig* split) {
   namespace fs = std::filesystem;
   const std::string cfg_path = (fs::path(dir) / "config.json").string();
@@ -716,6 +771,7 @@ StatusOr<std::unique_ptr<Model>> LoadModelFromPath(const std::string& path, cons
   if (fs::is_directory(path, ec)) m = LoadHf(path, opts.split);
   else if (fs::exists(path, ec)) m = LoadGguf(path, opts.split);
   if (!m.ok()) return m;
+  if (!opts.mtp_model.empty()) DI_RETURN_IF_ERROR(AttachMtpGguf(**m, opts.mtp_model));
   if (opts.split && !opts.split->single()) {
     DI_RETURN_IF_ERROR(BuildPendingWeights(**m));  // sharding reads every view
     DI_RETURN_IF_ERROR(ShardModel(**m, *opts.split));

@@ -87,6 +87,7 @@ struct Model {
 
   ~Model();
   std::shared_ptr<GgufFile> gguf;
+  std::shared_ptr<GgufFile> mtp_gguf;  // a DeepSeek-V4 MTP GGUF the MTP block was read from (LoadOptions::mtp_model)
   std::shared_ptr<SafetensorsModel> safetensors;
   std::unique_ptr<HostBuffer> weights;  // set when the matrices were copied out of the mmapped files
   // Tensor parallelism: the row-parallel slices (input columns of o_proj/down), which are not contiguous in

@@ -81,6 +81,59 @@ for (const c of cases) {
   }
 }
 
+// DeepSeek-V4's MTP block with a head collapse of its own (mtp.0.hc_head_* other than the model's, which one GGUF
+// cannot hold beside the model's): `convert` writes the block to mtp-<name>.gguf beside the model's GGUF, in the
+// layout llama.cpp's converter writes (block_count + 1, the block's collapse under the root output_hc_* names).
+// llama.cpp runs the pair (the MTP GGUF as the MTP context's model); deepinfer runs the HF directory and the pair
+// (`--mtp-model`); both against that reference. The collapse is shown to matter: llama.cpp on make-tiny's one-file
+// GGUF (the model's collapse for the block) gives other MTP log-probs.
+{
+  const tokens = tokenPrompt(35, 300, 512);
+  const dir = path.join(tmp, "v4-own-hc");
+  runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "--mtp", "-q", "-o", dir]);
+  // The block's own collapse: base and scale moved off the model's (f32 in make-tiny's safetensors).
+  const st = path.join(dir, "model.safetensors");
+  const buf = fs.readFileSync(st);
+  const hlen = Number(buf.readBigUInt64LE(0));
+  const header = JSON.parse(buf.subarray(8, 8 + hlen).toString());
+  for (const [name, delta] of [["mtp.0.hc_head_base", 0.7], ["mtp.0.hc_head_scale", 0.5]]) {
+    const t = header[name];
+    if (!t || t.dtype !== "F32") throw new Error(`${name}: expected an F32 tensor in ${st}`);
+    for (let off = 8 + hlen + t.data_offsets[0], i = 0; off < 8 + hlen + t.data_offsets[1]; off += 4, ++i)
+      buf.writeFloatLE(buf.readFloatLE(off) + delta * (i % 2 ? -1 : 1), off);
+  }
+  fs.writeFileSync(st, buf);
+  const conv = path.join(tmp, "v4-own-hc.gguf"), side = path.join(tmp, "mtp-v4-own-hc.gguf");
+  runDeepinfer(bin, ["convert", "-m", dir, "-o", conv, "--outtype", "f32", "-q"]);
+  if (!fs.existsSync(side)) throw new Error(`convert wrote no MTP GGUF at ${side}`);
+  const ref = JSON.parse(execFileSync(refTool, [backendDir, conv, tokens.join(","), side], {encoding: "utf8", maxBuffer: 1 << 30}));
+  for (const [what, args] of [["hf", ["-m", dir, "--chunk", "300"]],
+                              ["gguf + --mtp-model", ["-m", conv, "--mtp-model", side, "--chunk", "37"]]]) {
+    const ours = JSON.parse(runDeepinfer(bin, ["logprobs", ...args, "--mtp", "-t", "2", "--tokens", JSON.stringify(tokens)]));
+    compareLogprobs(`deepseek_v4 own MTP collapse, ${what}: main`, ours.logprobs, ref.main, TOL);
+    compareLogprobs(`deepseek_v4 own MTP collapse, ${what}: mtp`, ours.mtp, ref.mtp, TOL);
+  }
+  const one = JSON.parse(execFileSync(refTool, [backendDir, path.join(dir, "model.gguf"), tokens.join(",")],
+                                      {encoding: "utf8", maxBuffer: 1 << 30}));
+  let moved = 0;
+  for (let i = 0; i < one.mtp.length; ++i)
+    for (let j = 0; j < one.mtp[i].length; ++j) moved = Math.max(moved, Math.abs(one.mtp[i][j] - ref.mtp[i][j]));
+  console.log(`${moved > 1e-2 ? "ok  " : "FAIL"} the block's own collapse moves its log-probs by ${moved.toExponential(2)} (> 1e-2)`);
+  if (!(moved > 1e-2)) process.exitCode = 1;
+  // An MTP GGUF for another model is refused, naming the difference.
+  const other = path.join(tmp, "v4-other");
+  runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v4", "--window", "32", "-q", "-o", other]);
+  try {
+    runDeepinfer(bin, ["logprobs", "-m", path.join(other, "model.gguf"), "--mtp-model", side, "--mtp", "--tokens", "[1,2,3]"]);
+    console.log("FAIL --mtp-model of another model's block succeeded");
+    process.exitCode = 1;
+  } catch (e) {
+    const ok = /not this model's MTP block \(sliding window/.test(String(e.stderr));
+    console.log(`${ok ? "ok  " : "FAIL"} --mtp-model of another model: ${String(e.stderr).trim().split("\n").pop()}`);
+    if (!ok) process.exitCode = 1;
+  }
+}
+
 // A model without an MTP module is refused with a clear error.
 const plain = path.join(tmp, "plain");
 runDeepinfer(bin, ["make-tiny", "--arch", "deepseek_v3", "--layers", "2", "-q", "--out", plain]);

@@ -6,7 +6,9 @@
 // final-normed hidden state, or DeepSeek-V4's un-collapsed residual streams) and predicts token i+2; it runs at position i, as deepinfer, vLLM and SGLang place it.
 // Built only as a test tool (tests/CMakeLists.txt); it is not part of deepinfer.
 //
-// usage: llama_mtp_ref BACKEND_DIR MODEL.gguf 1,2,3,...
+// usage: llama_mtp_ref BACKEND_DIR MODEL.gguf 1,2,3,... [MTP.gguf]
+// MTP.gguf: the MTP block from a GGUF of its own (DeepSeek-V4's mtp-*.gguf, as llama.cpp's converter writes it and
+// llama.cpp's MTP speculation loads it as the draft model); MODEL.gguf then runs the main model only.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -54,7 +56,7 @@ llama_context* MakeContext(llama_model* model, int n_ctx, llama_context_type typ
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 4) Die("usage: llama_mtp_ref BACKEND_DIR MODEL.gguf 1,2,3,...");
+  if (argc != 4 && argc != 5) Die("usage: llama_mtp_ref BACKEND_DIR MODEL.gguf 1,2,3,... [MTP.gguf]");
   std::vector<llama_token> toks;
   std::stringstream ss(argv[3]);
   for (std::string item; std::getline(ss, item, ',');) toks.push_back(std::atoi(item.c_str()));
@@ -68,11 +70,17 @@ int main(int argc, char** argv) {
   llama_backend_init();
   llama_model_params mp = llama_model_default_params();
   mp.n_gpu_layers = 0;
-  mp.load_mtp = true;
+  mp.load_mtp = argc == 4;
   mp.progress_callback = [](float, void*) { return true; };  // no progress dots on stderr
   llama_model* model = llama_model_load_from_file(argv[2], mp);
   if (!model) Die("cannot load the model");
-  if (llama_model_n_layer_nextn(model) < 1) Die("the model has no MTP layer");
+  llama_model* mtp_model = model;
+  if (argc == 5) {
+    mp.load_mtp = true;
+    mtp_model = llama_model_load_from_file(argv[4], mp);
+    if (!mtp_model) Die("cannot load the MTP model");
+  }
+  if (llama_model_n_layer_nextn(mtp_model) < 1) Die("the model has no MTP layer");
   // The main model's state the MTP block reads: n_embd floats (V3), or DeepSeek-V4's hc x n_embd residual streams.
   const int n_embd = llama_model_n_embd_out(model);
   const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
@@ -101,7 +109,7 @@ int main(int argc, char** argv) {
   llama_batch_free(b);
 
   // MTP context: each row carries a token AND a hidden state (llama_batch_init allocates only one of them).
-  llama_context* dft = MakeContext(model, n_ctx, LLAMA_CONTEXT_TYPE_MTP);
+  llama_context* dft = MakeContext(mtp_model, n_ctx, LLAMA_CONTEXT_TYPE_MTP);
   if (!dft) Die("cannot create the MTP context");
   llama_set_embeddings_nextn(dft, true, /*masked=*/true);
   llama_batch m = llama_batch_init(n, n_embd, 1);
@@ -124,6 +132,7 @@ int main(int argc, char** argv) {
   llama_batch_free(m);
   llama_free(dft);
   llama_free(tgt);
+  if (mtp_model != model) llama_model_free(mtp_model);
   llama_model_free(model);
   llama_backend_free();
   return 0;

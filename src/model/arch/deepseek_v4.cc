@@ -466,13 +466,6 @@ const ArchSpec& DeepseekV4Arch() {
       .hf_rope = RopeStyle::kAdjacentPairs,
       .hf_config = DeepseekV4HfConfig,
       .gguf_config = DeepseekV4GgufConfig,
-      .gguf_convertible = [](const ModelConfig& c) -> Status {
-        if (c.n_mtp > 0)
-          return Unimplemented("DeepSeek-V4's MTP block has a head collapse of its own (mtp.0.hc_head_*), which one GGUF "
-                               "cannot hold (llama.cpp's converter writes the block to a separate mtp-*.gguf): convert "
-                               "with --no-mtp");
-        return Status::Ok();
-      },
       .gguf_metadata = Dsv4GgufMetadata,
       .tiny_adjust = [](TinySpec* s) {
         // The shape of the specification's tiny model where make-tiny's flags were left at their defaults.

@@ -44,6 +44,17 @@ enum class TensorId {
   kCount
 };
 
+// DeepSeek-V4: an MTP block's own head collapse (kMtpHc*) as the model's (kOutputHc*), the names llama.cpp's MTP
+// GGUF stores it under; kCount for any other id.
+inline TensorId MtpHcAsRoot(TensorId id) {
+  switch (id) {
+    case TensorId::kMtpHcFn: return TensorId::kOutputHcFn;
+    case TensorId::kMtpHcBase: return TensorId::kOutputHcBase;
+    case TensorId::kMtpHcScale: return TensorId::kOutputHcScale;
+    default: return TensorId::kCount;
+  }
+}
+
 enum class WeightFormat { kGguf, kHf };
 
 // A family's spelling of one tensor in one format, replacing the shared table's. Patterns are relative to the
