@@ -19,6 +19,7 @@ DType DTypeFromSafetensors(const std::string& s) {
   if (s == "BF16") return DType::kBF16;
   if (s == "F8_E4M3") return DType::kF8E4M3;
   if (s == "I32") return DType::kI32;
+  if (s == "I64") return DType::kI64;
   // Raw bytes: U8, and DeepSeek-V4's packed MXFP4 experts (I8, two e2m1 codes a byte) and E8M0 exponent scales
   // (F8_E8M0), which the loader reinterprets where a family declares them.
   if (s == "U8" || s == "I8" || s == "F8_E8M0") return DType::kU8;
@@ -32,6 +33,7 @@ const char* SafetensorsDTypeName(DType t) {
     case DType::kBF16: return "BF16";
     case DType::kF8E4M3: return "F8_E4M3";
     case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
     case DType::kU8: return "U8";
     default: return nullptr;
   }

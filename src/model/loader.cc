@@ -215,11 +215,11 @@ Status LoadInputHalves(const TensorSource& src, const Names& N, const TensorDecl
   DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpEProj, d.layer, -1, d.mtp), {rows, half}, &a));
   DI_RETURN_IF_ERROR(Expect(src, N(TensorId::kMtpHProj, d.layer, -1, d.mtp), {rows, half}, &b));
   const DTypeInfo& info = GetDTypeInfo(a.dtype);
-  const bool raw = a.dtype == b.dtype && !a.block_scale && !b.block_scale && a.dtype != DType::kU8 && a.dtype != DType::kI32 &&
+  const bool raw = a.dtype == b.dtype && !a.block_scale && !b.block_scale && a.dtype != DType::kU8 && a.dtype != DType::kI32 && a.dtype != DType::kI64 &&
                    half % info.block_elems == 0;
   if (!raw)
     for (const TensorView* t : {&a, &b})
-      if (t->dtype == DType::kU8 || t->dtype == DType::kI32 || half % GetDTypeInfo(t->dtype).block_elems)
+      if (t->dtype == DType::kU8 || t->dtype == DType::kI32 || t->dtype == DType::kI64 || half % GetDTypeInfo(t->dtype).block_elems)
         return InvalidArgument(src.file + ": '" + N(TensorId::kMtpEProj, d.layer, -1, d.mtp) + "' / '" +
                                N(TensorId::kMtpHProj, d.layer, -1, d.mtp) + "' have an unusable type");
   TensorView& out = *d.matrix;
@@ -406,7 +406,7 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
         if (oai && IsFusedGateUp(d.id)) {  // gpt-oss's gate_up_proj_bias [E, 2n]: every second element
           const int64_t E = d.shape[0], n = d.shape[1];
           DI_RETURN_IF_ERROR(Expect(src, name, {E, 2 * n}, &t));
-          if (GetDTypeInfo(t.dtype).block_elems != 1 || t.dtype == DType::kF8E4M3 || t.dtype == DType::kU8 || t.dtype == DType::kI32)
+          if (GetDTypeInfo(t.dtype).block_elems != 1 || t.dtype == DType::kF8E4M3 || t.dtype == DType::kU8 || t.dtype == DType::kI32 || t.dtype == DType::kI64)
             return InvalidArgument(src.file + ": tensor '" + name + "' must be f32, f16 or bf16");
           std::vector<float> both(static_cast<size_t>(E * 2 * n));
           DequantizeRow(t.dtype, t.data, both.data(), both.size());
@@ -440,13 +440,25 @@ Status LoadTensors(const ModelConfig& c, const TensorSource& src, const Names& N
       case TensorForm::kTokenExperts: {
         TensorView t;
         DI_RETURN_IF_ERROR(Expect(src, name, d.shape, &t));
-        if (t.dtype != DType::kI32) return InvalidArgument(src.file + ": tensor '" + name + "' must be i32");
+        // i32 (GGUF, DeepSeek's checkpoints as make-tiny writes them) or i64 (a torch long buffer, as a checkpoint
+        // saved by transformers may hold it; llama.cpp's converter narrows it to i32 too).
+        if (t.dtype != DType::kI32 && t.dtype != DType::kI64)
+          return InvalidArgument(src.file + ": tensor '" + name + "' must be i32 or i64, not " + DTypeName(t.dtype));
         const size_t count = static_cast<size_t>(d.shape[0] * d.shape[1]);
         d.ints->resize(count);
-        std::memcpy(d.ints->data(), t.data, count * sizeof(int32_t));
-        for (int32_t e : *d.ints)
+        for (size_t i = 0; i < count; ++i) {
+          int64_t e;
+          if (t.dtype == DType::kI64) {
+            std::memcpy(&e, static_cast<const uint8_t*>(t.data) + i * 8, 8);
+          } else {
+            int32_t e32;
+            std::memcpy(&e32, static_cast<const uint8_t*>(t.data) + i * 4, 4);
+            e = e32;
+          }
           if (e < 0 || e >= c.n_experts)
             return InvalidArgument(src.file + ": tensor '" + name + "' holds an expert id out of range: " + std::to_string(e));
+          (*d.ints)[i] = static_cast<int32_t>(e);
+        }
         break;
       }
     }

@@ -19,7 +19,7 @@ const DTypeInfo& GetDTypeInfo(DType t) {
       {"i32", 1, 4},      {"f8_e4m3", 1, 1}, {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},
       {"q8_1", 32, 36},   {"q2_K", 256, 84}, {"q3_K", 256, 110}, {"q4_K", 256, 144}, {"q5_K", 256, 176},
       {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"mxfp4", 32, 17},
-      {"u8", 1, 1},       {"q4_K_x16", 256, 144}, {"q6_K_x16", 256, 210},
+      {"u8", 1, 1},       {"q4_K_x16", 256, 144}, {"q6_K_x16", 256, 210}, {"i64", 1, 8},
       {"invalid", 1, 0},
   };
   static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kInvalid) + 1);
@@ -142,6 +142,14 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
     case DType::kI32: {
       auto* s = static_cast<const int32_t*>(src);
       for (size_t i = 0; i < n; ++i) dst[i] = static_cast<float>(s[i]);
+      return;
+    }
+    case DType::kI64: {
+      int64_t v;
+      for (size_t i = 0; i < n; ++i) {
+        std::memcpy(&v, static_cast<const uint8_t*>(src) + i * 8, 8);  // safetensors data is not 8-byte aligned
+        dst[i] = static_cast<float>(v);
+      }
       return;
     }
     case DType::kQ4_K_X16:  // rows are interleaved in groups of 16: no row stands alone

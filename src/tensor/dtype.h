@@ -21,6 +21,8 @@ enum class DType : uint8_t {
   kQ4_K_X16,
   // q6_K likewise (RepackQ6KX16).
   kQ6_K_X16,
+  // 64-bit integers (safetensors I64): index tables such as DeepSeek-V4's tid2eid, narrowed by the loader.
+  kI64,
   kInvalid
 };
 

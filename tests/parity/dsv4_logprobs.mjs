@@ -149,6 +149,37 @@ try {
     runDeepinfer(bin, ["convert", "-m", dir, "-o", conv, "--outtype", "f32", "-q"]);
     const run = (m) => JSON.parse(runDeepinfer(bin, ["logprobs", "-m", m, "--tokens", JSON.stringify(tokens), "-t", "2"])).logprobs;
     compareLogprobs("deepseek_v4 hf-transformers: HF dir vs its `convert` output in deepinfer (bitwise)", run(dir), run(conv), 0);
+    // The hash layers' token -> experts tables as int64 (a torch long buffer, as transformers may save it; llama.cpp's
+    // converter narrows it to int32 too): the same model, bitwise.
+    const i64 = path.join(tmp, "hf-transformers-i64");
+    fs.cpSync(dir, i64, {recursive: true});
+    const st = path.join(i64, "model.safetensors");
+    const buf = fs.readFileSync(st);
+    const hlen = Number(buf.readBigUInt64LE(0));
+    const header = JSON.parse(buf.subarray(8, 8 + hlen).toString());
+    const parts = [];
+    let off = 0, widened = 0;
+    for (const [name, t] of Object.entries(header).filter(([n]) => n !== "__metadata__").sort((a, b) => a[1].data_offsets[0] - b[1].data_offsets[0])) {
+      let data = buf.subarray(8 + hlen + t.data_offsets[0], 8 + hlen + t.data_offsets[1]);
+      if (name.includes("tid2eid")) {
+        if (t.dtype !== "I32") throw new Error(`${name}: expected I32, got ${t.dtype}`);
+        const wide = Buffer.alloc(data.length * 2);
+        for (let i = 0; i < data.length / 4; ++i) wide.writeBigInt64LE(BigInt(data.readInt32LE(4 * i)), 8 * i);
+        data = wide;
+        t.dtype = "I64";
+        ++widened;
+      }
+      t.data_offsets = [off, off + data.length];
+      off += data.length;
+      parts.push(data);
+    }
+    if (widened === 0) throw new Error("no tid2eid tensor in the transformers-layout directory");
+    let json = Buffer.from(JSON.stringify(header));
+    json = Buffer.concat([json, Buffer.alloc((8 - (json.length % 8)) % 8, 0x20)]);
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(json.length));
+    fs.writeFileSync(st, Buffer.concat([len, json, ...parts]));
+    compareLogprobs(`deepseek_v4 hf-transformers: tid2eid as int64 (${widened} tables) vs int32 (bitwise)`, run(dir), run(i64), 0);
   }
   // `deepinfer convert` of a DeepSeek-format HF directory (FP8 weights to f32): llama.cpp runs the converted file,
   // against deepinfer on the directory, same bar.
