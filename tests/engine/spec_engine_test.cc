@@ -437,3 +437,45 @@ TEST(SpecEngineTest, NgramProposerFindsTheLatestLongestMatch) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+
+// PROBE (temporary): rejection verification against pool size, batching and overlap.
+namespace deepinfer::testing {
+int CountDiff(const std::vector<RequestResult>& a, const std::vector<RequestResult>& b) {
+  int d = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < a[i].samples.size() && j < b[i].samples.size(); ++j)
+      if (a[i].samples[j].tokens != b[i].samples[j].tokens) ++d;
+  return d;
+}
+class RejProbe : public SpecEquivalence {};
+TEST_P(RejProbe, Probe) {
+  const SpecCase c = Get();
+  const Model& m = c.model();
+  auto reqs = SpecWorkload(m, 60, 21, c.stops);
+  for (auto& r : reqs) r.abort_after = -1;
+  EngineOptions big = SpecEngine(c.method);
+  big.draft = c.draft();
+  big.spec_verify = SpecVerify::kRejection;
+  big.num_kv_blocks = TestPoolBlocks(m, big.num_kv_blocks);
+  auto ref = RunRequests(m, big, reqs);
+  EngineOptions o2 = big;
+  o2.overlap = false;
+  std::printf("%s: overlap off diff %d\n", c.name, CountDiff(ref, RunRequests(m, o2, reqs)));
+  EngineOptions o3 = big;
+  o3.max_batched_tokens = 512;
+  std::printf("%s: budget 512 diff %d\n", c.name, CountDiff(ref, RunRequests(m, o3, reqs)));
+  EngineOptions o4 = big;
+  o4.max_num_seqs = 2;
+  std::printf("%s: 2 seqs diff %d\n", c.name, CountDiff(ref, RunRequests(m, o4, reqs)));
+  for (int blocks : {40, 64, 96}) {
+    EngineOptions tiny = big;
+    tiny.block_size = 4;
+    tiny.max_batched_tokens = 16;
+    tiny.num_kv_blocks = m.config.is_dsv4() ? 6 * blocks : blocks;
+    EngineStats st;
+    auto got = RunRequests(m, tiny, reqs, &st);
+    std::printf("%s: blocks %d preemptions %lld diff %d\n", c.name, tiny.num_kv_blocks, (long long)st.preemptions, CountDiff(ref, got));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Methods, RejProbe, ::testing::Values(0, 2, 3, 5), SpecName);
+}  // namespace deepinfer::testing
