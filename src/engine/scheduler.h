@@ -5,7 +5,8 @@
 // waiting one that does not fit preempts a less urgent running sequence (vLLM's priority policy). KV blocks
 // are allocated on demand; when a decode row cannot get a block the youngest running sequence that has nothing
 // in flight is preempted (its blocks freed, to be recomputed later from its known tokens; the recompute is
-// bit-identical because the forward is chunk-invariant and sampling is keyed by position).
+// bit-identical because the forward is chunk-invariant and sampling is keyed by position; a speculating sequence's
+// ends with a verify row at its last known token, as its interrupted run would have gone on).
 #pragma once
 #include <cstdint>
 #include <deque>
