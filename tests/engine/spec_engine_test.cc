@@ -170,10 +170,9 @@ TEST_P(SpecEquivalence, RejectionOutputsIgnorePoolOverlapAndBudget) {
   EngineOptions big = SpecEngine(c.method);
   big.draft = c.draft();
   big.spec_verify = SpecVerify::kRejection;
-  big.num_kv_blocks = TestPoolBlocks(m, 2 * big.num_kv_blocks);
+  big.num_kv_blocks = TestPoolBlocks(m, big.num_kv_blocks);
   EngineStats ref_st;
   auto ref = RunRequests(m, big, reqs, &ref_st);
-  EXPECT_EQ(ref_st.preemptions, 0);
   EXPECT_GT(ref_st.spec_accepted_tokens, 10) << c.name;
   EXPECT_GT(ref_st.spec_draft_tokens - ref_st.spec_accepted_tokens, 50) << c.name << ": too few rejections";
   for (bool overlap : {true, false}) {
