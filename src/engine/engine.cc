@@ -136,7 +136,9 @@ Engine::Engine(const ModelConfig& config, const Tokenizer* tok, const EngineOpti
   }
   sched_cfg_.prefix_caching = opt.prefix_caching;
   sched_cfg_.prefix_drop_last_block = opt.speculative == SpecMethod::kMtp;
+  sched_cfg_.spec_full_k = opt.spec_verify == SpecVerify::kRejection;
   pool_ = std::make_unique<BlockPool>(num_blocks, opt.block_size);
+  pool_->set_link_own_blocks_only(sched_cfg_.prefix_drop_last_block);
   kv_events_ = std::make_unique<KvEventLog>();
   pool_->set_event_log(kv_events_.get());
   table_ = std::make_unique<TokenTable>(opt.max_num_seqs, sched_cfg_.max_model_len);

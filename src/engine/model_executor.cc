@@ -166,16 +166,16 @@ void ModelExecutor::Execute(WorkerStepState& st) {
   for (size_t i = 0; i < so.rows.size(); ++i) {
     const SequenceMetadata& r = so.rows[i];
     RowPlan& plan = plans_[i];
-    if (!r.samples || plan.skip) continue;
-    float* logits = logits_.data() + static_cast<size_t>(plan.logit_row) * vocab_;
+    if (!(r.samples || r.hands_over) || plan.skip) continue;
     SlotState& ss = slots_[r.slot];
     if (r.dynamic) {
       VerifiedRun& run = st.out.runs[i];
-      verifier_.VerifyRow(r, plan, logits, &run);
+      verifier_.VerifyRow(r, plan, logits_.data() + static_cast<size_t>(plan.logit_row) * vocab_, &run);
       ss.len = plan.begin + 1 + static_cast<int>(run.tokens.size());
       run.kv_end = ss.len - 1;  // the input position and the accepted drafts (a proposer's cache may lower it)
     } else {
-      ss.len = r.q_begin + r.q_len + 1;  // sampled above (SampleRows) at position q_begin + q_len
+      // Sampled above (SampleRows) at position q_begin + q_len, or known to the host (a hand-over chunk).
+      ss.len = r.q_begin + r.q_len + 1;
     }
     ss.gen = r.slot_gen;
     plan.committed = ss.len;

@@ -84,9 +84,11 @@ Status MtpProposer::AfterVerify(const SchedulerOutputs& so, const std::vector<Ro
     const int known_end = r.samples ? plan.committed : plan.begin + plan.n + 1;
     const int p0 = plan.begin, p1 = std::min(plan.begin + plan.n, known_end - 1);
     if (p1 <= p0) continue;
-    // Every sampling row of an MTP sequence proposes (whatever k the scheduler left this step: the next may differ).
+    // Every sampling row of an MTP sequence proposes (whatever k the scheduler left this step: the next may
+    // differ), and so does a recompute's hand-over chunk, for the verify row that continues it.
     const SeqForward f = RowForward(so, r, table_->row(r.slot) + p0 + 1, p0, p1 - p0,
-                                    r.samples && static_cast<SpecMethod>(r.spec_method) == SpecMethod::kMtp);
+                                    (r.samples || r.hands_over) &&
+                                        static_cast<SpecMethod>(r.spec_method) == SpecMethod::kMtp);
     const float* h = hidden + static_cast<size_t>(plan.hidden_row) * H;
     in_hidden_.insert(in_hidden_.end(), h, h + static_cast<size_t>(f.n) * H);
     s.for_len = -1;

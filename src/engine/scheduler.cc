@@ -139,7 +139,8 @@ void Scheduler::EmitRow(Sequence* s, int q_len, SchedulerOutputs* out, bool dyna
   r.slot_gen = s->slot_gen();
   r.q_begin = s->sched();
   r.q_len = q_len;
-  r.samples = s->sched() + q_len >= s->prefill_end();
+  r.samples = s->SamplesAt(s->sched() + q_len);
+  r.hands_over = s->HandsOverAt(s->sched() + q_len);
   r.prompt_len = s->prompt_len();
   const int bs = pool_->block_size();
   r.num_blocks = static_cast<uint32_t>((s->sched() + q_len + bs - 1) / bs);
@@ -316,7 +317,7 @@ bool Scheduler::StartTierLoad(const Sequence* s, std::vector<std::vector<int32_t
 
 int Scheduler::MatchForAdmission(const Sequence* s, std::vector<std::vector<int32_t>>* tables, std::vector<int>* first,
                                  int* reuse, bool* loading) {
-  const int known = static_cast<int>(s->tokens().size());
+  const int known = s->admit_end();
   const int G = num_groups(), bs = pool_->block_size();
   const int32_t* tokens = s->tokens().data();
   // Full groups (and, without an anchor, every group) match by chain: the hit is the shortest match.
@@ -408,7 +409,7 @@ bool Scheduler::Admit(Sequence* s, int* budget, SchedulerOutputs* out, bool* loa
     waits_on_.erase(w);
   }
   if (free_slots_.empty()) return false;
-  const int known = static_cast<int>(s->tokens().size());
+  const int known = s->admit_end();
   const int G = num_groups(), bs = pool_->block_size();
   std::vector<std::vector<int32_t>> tables(G);
   std::vector<int> first(G, 0);
@@ -477,7 +478,15 @@ void Scheduler::Schedule(SchedulerOutputs* out) {
     const int end_limit = static_cast<int>(
         std::min<int64_t>(static_cast<int64_t>(s->prompt_len()) + req->params.max_tokens, cfg_.max_model_len));
     int k = 0;
-    if (dynamic) {
+    if (dynamic && cfg_.spec_full_k) {
+      // The row's k from exact bounds: the executor starts it at the device's committed length, which with a step
+      // in flight lies between the host's last known token and sched() (spec_full_k). Wait for that step when
+      // the bounds disagree; a row too big for what is left of the budget waits for the next step.
+      const int known = static_cast<int>(s->tokens().size());
+      const int full = std::max(0, std::min({req->spec_k, cfg_.max_batched_tokens - 1, end_limit - 1 - known}));
+      k = std::max(0, std::min(full, end_limit - 2 - s->sched()));
+      if (k < full || 1 + k > budget) continue;
+    } else if (dynamic) {
       k = std::min({req->spec_k, budget - 1, end_limit - 2 - s->sched(),
                     req->params.max_tokens - s->scheduled_outputs() - 1});
       k = std::max(k, 0);

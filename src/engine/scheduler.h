@@ -5,7 +5,8 @@
 // waiting one that does not fit preempts a less urgent running sequence (vLLM's priority policy). KV blocks
 // are allocated on demand; when a decode row cannot get a block the youngest running sequence that has nothing
 // in flight is preempted (its blocks freed, to be recomputed later from its known tokens; the recompute is
-// bit-identical because the forward is chunk-invariant and sampling is keyed by position).
+// bit-identical because the forward is chunk-invariant and sampling is keyed by position; a speculating sequence's
+// ends with a verify row at its last known token, as its interrupted run would have gone on).
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -30,6 +31,11 @@ struct SchedulerConfig {
   // MTP speculation: the module's K/V at a block's last position pairs it with the next block's first token, which
   // prefix matching does not compare; one block fewer is reused so those pairs are recomputed.
   bool prefix_drop_last_block = false;
+  // Rejection verification: a verify row's tokens depend on the drafts it verifies (which positions have one, and
+  // for MTP and n-gram which draft of a row's chain it is), so a speculating row takes its request's k, cut only
+  // by its length limits, or waits: never fewer drafts for the token budget, the pool or an in-flight step's
+  // unknown outcome. Its outputs are then those of its own history, whatever else runs.
+  bool spec_full_k = false;
   // KV groups of a hybrid cache (kv/kv_layout.h), one window per group (0: full attention); empty: one group.
   // Every group gets a block table per sequence over the one pool; a window-W group's blocks are released once
   // they leave every reader's window (Slide).

@@ -92,6 +92,19 @@ class Sequence {
   // Device view.
   int sched() const { return sched_; }                        // positions [0, sched) have been launched
   int prefill_end() const { return prefill_end_; }            // [0, prefill_end) from host-written tokens
+  // Where admission's prefill stops. A speculating sequence recomputed after a preemption stops one short of its
+  // known tokens and goes on with a verify row at its last one, as the run it interrupted would have (rather
+  // than sampling that position plainly, which changes rejection verification's tokens): positions
+  // [0, known - 1) are prefilled, the proposers rebuild their state (MTP's first draft) from them, and the
+  // position every later step is keyed to stays where it was.
+  int admit_end() const {
+    const bool speculates = req_->spec_method != SpecMethod::kNone && req_->spec_k > 0;
+    return static_cast<int>(tokens_.size()) - (speculates && num_outputs() > 0 ? 1 : 0);
+  }
+  // Whether a row over [.., end) samples the token at `end` (a prefill chunk below the known tokens does not).
+  bool SamplesAt(int end) const { return end >= prefill_end_ + (hands_over_ ? 1 : 0); }
+  // Whether a row over [.., end) is the prefill chunk that hands a recomputed sequence over to verify rows.
+  bool HandsOverAt(int end) const { return hands_over_ && end == prefill_end_; }
   int scheduled_outputs() const { return scheduled_outputs_; }  // generated tokens once every launched step lands
   bool length_capped() const { return length_capped_; }       // the last allowed token is already scheduled
   int inflight() const { return inflight_; }                  // launched steps not yet processed that contain it
@@ -154,7 +167,8 @@ class Sequence {
     kv_written_ = cached_positions;
     DI_SEQ_CHECK(published.size() == tables_.size());
     num_published_ = std::move(published);
-    prefill_end_ = static_cast<int>(tokens_.size());
+    prefill_end_ = admit_end();
+    hands_over_ = prefill_end_ < static_cast<int>(tokens_.size());
     scheduled_outputs_ = num_outputs();
     status_ = SeqStatus::kRunning;
   }
@@ -184,7 +198,7 @@ class Sequence {
     // The row's lowest query position. A dynamic row starts where the device's committed length puts it, which
     // is at least the host's last known token.
     floors_.push_back(dynamic ? std::max(0, std::min(sched_, static_cast<int>(tokens_.size()) - 1)) : sched_);
-    const bool samples = sched_ + q_len >= prefill_end_;
+    const bool samples = SamplesAt(sched_ + q_len);
     sched_ += q_len;
     last_step_ = step;
     if (samples) {
@@ -294,6 +308,7 @@ class Sequence {
   std::string finish_reason_, stop_reason_;
 
   int sched_ = 0, prefill_end_ = 0, scheduled_outputs_ = 0;
+  bool hands_over_ = false;  // this admission's prefill ends one short of the known tokens (admit_end)
   bool length_capped_ = false;
   int inflight_ = 0;
   Fence last_use_ = 0;

@@ -23,6 +23,9 @@ struct SequenceMetadata {
   uint32_t slot_gen = 0;          // generation of the slot at launch (guards against a recycled slot)
   int32_t q_begin = 0, q_len = 0; // query positions [q_begin, q_begin + q_len); inputs come from the token table
   bool samples = false;           // false for intermediate prefill chunks
+  // The last chunk of a speculating sequence's recompute (Sequence::admit_end): it samples nothing, but the
+  // executor takes the slot's committed length from it and the proposers propose for the verify row that follows.
+  bool hands_over = false;
   int32_t prompt_len = 0;         // tokens before this index are prompt (penalties count only what follows)
   // Slice of SchedulerOutputs::block_tables: num_blocks entries per KV group, group 0 (the anchor) first; a
   // sliding-window group's entries below its window are -1 (seq_forward.h).

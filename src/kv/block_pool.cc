@@ -125,6 +125,7 @@ void BlockPool::Publish(const std::vector<int32_t>& blocks, const int32_t* token
     // chain ends here.
     int32_t parent = i == 0 ? -1 : blocks[i - 1];
     if (i > 0 && (parent < 0 || !blocks_[parent].cached || blocks_[parent].hash != Key(hashes[i - 1], group))) {
+      if (link_own_blocks_only_ && !twins) break;  // set_link_own_blocks_only
       auto prev = by_hash_.find(Key(hashes[i - 1], group));
       parent = prev != by_hash_.end() && blocks_[prev->second].group == group ? prev->second : -1;
     }

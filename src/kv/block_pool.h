@@ -26,6 +26,10 @@ class BlockPool {
   // Blocks that can be handed out now: never used, or cached with no references (evictable).
   int num_available() const { return static_cast<int>(free_.size() + lru_.size()); }
   int num_cached() const { return static_cast<int>(by_hash_.size()); }
+  // MTP speculation: the module's K/V at a block's last position pairs it with the next block's first token, so a
+  // cached block is linked only to its own sequence's previous block (Publish), never to another request's twin
+  // that went on with a different token: a chain found by MatchPrefix then holds one continuation's pairs.
+  void set_link_own_blocks_only(bool on) { link_own_blocks_only_ = on; }
 
   // Takes n blocks (reference count 1 each), evicting least-recently-used cached blocks when the free list runs
   // out. ResourceExhausted-style OutOfRange error when fewer than n are available; nothing is taken then.
@@ -111,6 +115,7 @@ class BlockPool {
   static uint64_t Key(uint64_t chain_hash, int group);
 
   int block_size_;
+  bool link_own_blocks_only_ = false;
   std::vector<Block> blocks_;
   std::vector<int32_t> free_;    // never cached or evicted
   std::list<int32_t> lru_;       // cached and unreferenced, least recently released first

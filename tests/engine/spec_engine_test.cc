@@ -158,6 +158,41 @@ TEST_P(SpecEquivalence, SameOutputsAsPlainDecoding) {
   }
 }
 
+// Rejection verification's tokens depend on the drafts verified (which positions have one, and which draft of a
+// chain it is), so those must come from the request's own history alone: a pool so small that sequences are
+// preempted and recomputed all the time (and rows wait for blocks), overlap off, and a larger token budget give
+// the large pool's outputs bit for bit, for every proposer.
+TEST_P(SpecEquivalence, RejectionOutputsIgnorePoolOverlapAndBudget) {
+  const SpecCase c = Get();
+  if (GetParam() == 1 || GetParam() == 4) GTEST_SKIP() << "self-drafts: covered by the other-weights draft";
+  const Model& m = c.model();
+  auto reqs = SpecWorkload(m, 60, 21, c.stops);
+  for (auto& r : reqs) r.abort_after = -1;
+  EngineOptions big = SpecEngine(c.method);
+  big.draft = c.draft();
+  big.spec_verify = SpecVerify::kRejection;
+  big.num_kv_blocks = TestPoolBlocks(m, big.num_kv_blocks);
+  EngineStats ref_st;
+  auto ref = RunRequests(m, big, reqs, &ref_st);
+  EXPECT_GT(ref_st.spec_accepted_tokens, 10) << c.name;
+  EXPECT_GT(ref_st.spec_draft_tokens - ref_st.spec_accepted_tokens, 50) << c.name << ": too few rejections";
+  for (bool overlap : {true, false}) {
+    EngineOptions tiny = big;
+    tiny.block_size = 4;
+    tiny.max_batched_tokens = 16;
+    tiny.num_kv_blocks = m.config.is_dsv4() ? 240 : 40;
+    tiny.overlap = overlap;
+    EngineStats st;
+    auto got = RunRequests(m, tiny, reqs, &st);
+    EXPECT_GT(st.preemptions, 20) << c.name << ": the pool was not small enough to force preemption";
+    ExpectSameResults(ref, got, std::string(c.name) + ", rejection, tiny pool, overlap " + (overlap ? "on" : "off"));
+  }
+  EngineOptions wide = big;
+  wide.overlap = false;
+  wide.max_batched_tokens = 512;
+  ExpectSameResults(ref, RunRequests(m, wide, reqs), std::string(c.name) + ", rejection, overlap off, budget 512");
+}
+
 std::string SpecName(const ::testing::TestParamInfo<int>& info) {
   static const char* kNames[] = {"Stories260KNgram", "Stories260KSelfDraft", "TinyQwen3OtherDraft", "TinyDeepseekV3Mtp",
                                  "TinyGemma3WindowedSelfDraft", "TinyDeepseekV4Mtp"};
@@ -646,3 +681,4 @@ TEST(SpecEngineTest, NgramProposerFindsTheLatestLongestMatch) {
 
 }  // namespace
 }  // namespace deepinfer::testing
+

@@ -76,6 +76,31 @@ TEST(BlockPoolTest, BlocksAfterAHeadAnotherRequestCachedFirstAreReachable) {
   EXPECT_TRUE(pool.CheckNoLeaks().ok());
 }
 
+// MTP speculation (set_link_own_blocks_only): the module's K/V at a block's last position was computed with the
+// publisher's next token. The second request's third block must not chain to the first's second block (whose
+// last pair holds token 108, not 7): a third request with the second's tokens then hits only the shared head,
+// and recomputes the pair the prefix cache cannot vouch for.
+TEST(BlockPoolTest, MtpBlocksChainOnlyToTheirOwnSequence) {
+  BlockPool pool(16, 4);
+  pool.set_link_own_blocks_only(true);
+  auto a_toks = Seq(12), b_toks = Seq(12);
+  b_toks[8] = 7;
+  auto a = *pool.Allocate(3), b = *pool.Allocate(3);
+  pool.Publish(a, a_toks.data(), 3);
+  pool.Publish(b, b_toks.data(), 3);
+  EXPECT_EQ(pool.num_cached(), 3);  // a's three only
+  auto hit = pool.MatchPrefix(b_toks.data(), 12);
+  ASSERT_EQ(hit.size(), 2u);
+  EXPECT_EQ(hit[1], a[1]);
+  auto own = pool.MatchPrefix(a_toks.data(), 12);
+  EXPECT_EQ(own, a);
+  pool.Release(hit);
+  pool.Release(own);
+  pool.Release(a);
+  pool.Release(b);
+  EXPECT_TRUE(pool.CheckNoLeaks().ok());
+}
+
 TEST(BlockPoolTest, EvictsLeastRecentlyReleasedFirst) {
   BlockPool pool(4, 2);
   const auto s1 = Seq(2, 1), s2 = Seq(2, 50);
