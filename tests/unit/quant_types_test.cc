@@ -323,8 +323,8 @@ TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
 // matrices where the kernels have kernels for them (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds the plain type's bytes
 // (q8_0's quants with the sign bit flipped; a group back in row order is the original), and every product on it is
 // bitwise the plain product on the same ISA: k-quant batches of up to 20 / 16 on the layout kernels (Q4KX16Group,
-// Q6KX16Group; 2-4 x rows per pass: the RX kernels) where the table has them, larger ones (33, 40) on the panels;
-// q8_0 and MXFP4 every batch on the stored panels (X16SliceVnni); without them the plain kernels after putting groups back
+// Q6KX16Group; 2-4 x rows per pass: the RX kernels) where the table has them, larger ones (33, 40, 72) on the panels;
+// q8_0 and MXFP4 every batch on the stored panels (X16SliceVnni; 72: panels built from the groups); without them the plain kernels after putting groups back
 // in row order (AVX-512: UnpackX16); ranges that cut a group, the rows past the last whole group, 1-3 threads, K of
 // 3 and 33 blocks (q8_0 / MXFP4 also 24: a count the pairs / runs of 4 divide), x rows with extreme quantized bytes (the kernels' int16 pair sums
 // at their bounds), and on AVX-512 with VNNI off.
@@ -375,7 +375,7 @@ TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
       for (int vnni = 1; vnni >= 0; --vnni) {
         if (!vnni && isa != Isa::kAvx512) continue;
         const bool was = SetVnni(vnni != 0);
-        for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 40}) {
+        for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 40, 72}) {
           auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 7 + k));
           for (int64_t i = 0; i < k; ++i) x[i] = i % 3 ? 1e3f : -1e3f;  // row 0: extreme quantized bytes
           if (m > 1)
