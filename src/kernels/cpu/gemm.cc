@@ -164,7 +164,7 @@ RegroupedKind KindOf(const KernelTable& kt, DType t) {
     case DType::kQ6_K_X16: return {DType::kQ6_K, kt.q6k_x16_decode, 16, UnpackQ6KX16};
     // q8_0 and MXFP4: the groups are the panels, for every m.
     case DType::kQ8_0_X16: return {DType::kQ8_0, kt.q8_0_x16, 1 << 30, UnpackQ8_0X16};
-    default: return {DType::kMXFP4, kt.mxfp4_x16, 1 << 30, UnpackMXFP4X16};
+    default: return {DType::kMXFP4, kt.mxfp4_x16, 1 << 30, UnpackMXFP4X16};  // kMXFP4_X16 (Slice's only other)
   }
 }
 
