@@ -6,8 +6,8 @@
 // type: any type the project quantizes to (q4_K, q6_K, q8_0, bf16, f16, f32, ...). m > 1 times a batch of m x rows
 // (GB/s counts the weights once). novnni: the AVX-512 kernels without AVX512-VNNI (SetVnni(false)), for comparison
 // on a VNNI CPU. cached: one copy of the matrix, so a matrix that fits the caches gives the kernel's compute rate
-// (the bound it would meet with infinite memory bandwidth). x16 (q4_K, q6_K): the matrix regrouped as the loader
-// does (kQ4_K_X16 / kQ6_K_X16, dtype.h), so the product runs the layout's decode kernel. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
+// (the bound it would meet with infinite memory bandwidth). x16 (q4_K, q6_K, q8_0, mxfp4): the matrix regrouped as the loader
+// does (the _X16 types, dtype.h), so the product runs the layout's decode kernel. "layers": a whole Llama-3.2-1B-shaped decode step (Layers below).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -90,29 +90,37 @@ int main(int argc, char** argv) {
     cached = cached || std::string(argv[a]) == "cached";
     x16 = x16 || std::string(argv[a]) == "x16";
   }
-  if (x16 && dt != DType::kQ4_K && dt != DType::kQ6_K) return 2;
+  if (x16 && dt != DType::kQ4_K && dt != DType::kQ6_K && dt != DType::kQ8_0 && dt != DType::kMXFP4) return 2;
   SetComputeThreads(threads);
   SetVnni(vnni);
   const size_t row_bytes = DTypeBytes(dt, static_cast<size_t>(k)), mat_bytes = row_bytes * n;
   // >= 512 MiB in all; "cached": one copy, read from the caches (the kernel's compute rate, when it fits)
   const int copies = cached ? 1 : static_cast<int>(std::max<size_t>(2, (512u << 20) / mat_bytes + 1));
-  std::vector<uint8_t> buf(mat_bytes * copies);
+  // 64-byte aligned, as the loader's weights are (4 KiB): a large vector's data sits 16 bytes past a page.
+  std::vector<uint8_t> storage(mat_bytes * copies + 64);
+  uint8_t* const data = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<float> row(k);
   for (int64_t r = 0; r < n; ++r) {
     for (float& v : row) v = nd(rng);
-    QuantizeRow(dt, row.data(), buf.data() + r * row_bytes, static_cast<size_t>(k));
+    QuantizeRow(dt, row.data(), data + r * row_bytes, static_cast<size_t>(k));
   }
-  if (x16 && dt == DType::kQ4_K) RepackQ4KX16(buf.data(), n, k);  // the loader's regrouping (dtype.h)
-  if (x16 && dt == DType::kQ6_K) RepackQ6KX16(buf.data(), n, k);
-  for (int c = 1; c < copies; ++c) std::memcpy(buf.data() + c * mat_bytes, buf.data(), mat_bytes);
+  if (x16 && dt == DType::kQ4_K) RepackQ4KX16(data, n, k);  // the loader's regrouping (dtype.h)
+  if (x16 && dt == DType::kQ6_K) RepackQ6KX16(data, n, k);
+  if (x16 && dt == DType::kQ8_0) RepackQ8_0X16(data, n, k);
+  if (x16 && dt == DType::kMXFP4) RepackMXFP4X16(data, n, k);
+  const DType vt = !x16 ? dt
+                   : dt == DType::kQ4_K ? DType::kQ4_K_X16
+                   : dt == DType::kQ6_K ? DType::kQ6_K_X16
+                   : dt == DType::kQ8_0 ? DType::kQ8_0_X16
+                                        : DType::kMXFP4_X16;
+  for (int c = 1; c < copies; ++c) std::memcpy(data + c * mat_bytes, data, mat_bytes);
   std::vector<float> x(static_cast<size_t>(m) * k), y(static_cast<size_t>(m) * n);
   for (float& v : x) v = nd(rng);
   std::vector<TensorView> views(copies);
   for (int c = 0; c < copies; ++c)
-    views[c] = TensorView{!x16 ? dt : dt == DType::kQ4_K ? DType::kQ4_K_X16 : DType::kQ6_K_X16, {n, k},
-                          buf.data() + c * mat_bytes, mat_bytes};
+    views[c] = TensorView{vt, {n, k}, data + c * mat_bytes, mat_bytes};
   for (int c = 0; c < copies; ++c) MatMul(views[c], x.data(), m, y.data());  // warm up, fault in
   double best = 1e30;
   for (int rep = 0; rep < 5; ++rep) {

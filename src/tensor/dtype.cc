@@ -19,7 +19,8 @@ const DTypeInfo& GetDTypeInfo(DType t) {
       {"i32", 1, 4},      {"f8_e4m3", 1, 1}, {"q4_1", 32, 20},  {"q5_0", 32, 22},  {"q5_1", 32, 24},
       {"q8_1", 32, 36},   {"q2_K", 256, 84}, {"q3_K", 256, 110}, {"q4_K", 256, 144}, {"q5_K", 256, 176},
       {"q6_K", 256, 210}, {"q8_K", 256, 292}, {"iq4_nl", 32, 18}, {"iq4_xs", 256, 136}, {"mxfp4", 32, 17},
-      {"u8", 1, 1},       {"q4_K_x16", 256, 144}, {"q6_K_x16", 256, 210}, {"i64", 1, 8},
+      {"u8", 1, 1},       {"q4_K_x16", 256, 144}, {"q6_K_x16", 256, 210},
+      {"q8_0_x16", 32, 34}, {"mxfp4_x16", 32, 17}, {"i64", 1, 8},
       {"invalid", 1, 0},
   };
   static_assert(sizeof(kInfo) / sizeof(kInfo[0]) == static_cast<size_t>(DType::kInvalid) + 1);
@@ -154,6 +155,8 @@ void DequantizeRow(DType t, const void* src, float* dst, size_t n) {
     }
     case DType::kQ4_K_X16:  // rows are interleaved in groups of 16: no row stands alone
     case DType::kQ6_K_X16:
+    case DType::kQ8_0_X16:
+    case DType::kMXFP4_X16:
       std::fprintf(stderr, "DequantizeRow: %s rows are not stored one by one (unpack the group first)\n", DTypeName(t));
       std::abort();
     default:
@@ -276,31 +279,38 @@ size_t Q4KX16Offset(int64_t b, int r, int piece) {
   const int h = (piece - 1) / 4, L = (piece - 1) % 4;
   return quad + 64 + 256 * h + 64 * L + 16 * i;
 }
-}  // namespace
 
-void RepackQ4KX16(uint8_t* data, int64_t rows, int64_t k) {
-  const int64_t nb = k / kQK_K;
-  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ4_K), group = kQ4KX16Rows * row_bytes;
+// Each whole 16-row group of a matrix (rows of row_bytes) rewritten in place: place(block, r, b, dst) writes block
+// b of the group's row r (from a copy of the group) into the group's layout at dst.
+template <class Place>
+void RegroupInPlace(uint8_t* data, int64_t rows, int64_t nb, size_t block_bytes, Place place) {
+  const size_t row_bytes = static_cast<size_t>(nb) * block_bytes, group = kQ4KX16Rows * row_bytes;
   std::vector<uint8_t> plain(group);
   for (int64_t g = 0; g + kQ4KX16Rows <= rows; g += kQ4KX16Rows) {
     uint8_t* dst = data + g * row_bytes;
     std::memcpy(plain.data(), dst, group);
     for (int r = 0; r < kQ4KX16Rows; ++r)
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = plain.data() + r * row_bytes + b * sizeof(BlockQ4_K);
-        for (int p = 0; p < 9; ++p) std::memcpy(dst + Q4KX16Offset(b, r, p), blk + 16 * p, 16);
-      }
+      for (int64_t b = 0; b < nb; ++b) place(plain.data() + r * row_bytes + b * block_bytes, r, b, dst);
   }
+}
+// One group back in row order: take(block, r, b) writes block b of row r (out: 16 rows of nb blocks).
+template <class Take>
+void UngroupInto(uint8_t* out, int64_t nb, size_t block_bytes, Take take) {
+  for (int r = 0; r < kQ4KX16Rows; ++r)
+    for (int64_t b = 0; b < nb; ++b) take(out + (r * nb + b) * block_bytes, r, b);
+}
+}  // namespace
+
+void RepackQ4KX16(uint8_t* data, int64_t rows, int64_t k) {
+  RegroupInPlace(data, rows, k / kQK_K, sizeof(BlockQ4_K), [](const uint8_t* blk, int r, int64_t b, uint8_t* dst) {
+    for (int p = 0; p < 9; ++p) std::memcpy(dst + Q4KX16Offset(b, r, p), blk + 16 * p, 16);
+  });
 }
 
 void UnpackQ4KX16(const uint8_t* group, int64_t k, uint8_t* out) {
-  const int64_t nb = k / kQK_K;
-  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ4_K);
-  for (int r = 0; r < kQ4KX16Rows; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = out + r * row_bytes + b * sizeof(BlockQ4_K);
-      for (int p = 0; p < 9; ++p) std::memcpy(blk + 16 * p, group + Q4KX16Offset(b, r, p), 16);
-    }
+  UngroupInto(out, k / kQK_K, sizeof(BlockQ4_K), [group](uint8_t* blk, int r, int64_t b) {
+    for (int p = 0; p < 9; ++p) std::memcpy(blk + 16 * p, group + Q4KX16Offset(b, r, p), 16);
+  });
 }
 
 namespace {
@@ -319,29 +329,71 @@ size_t Q6KX16DOffset(int64_t nb, int64_t b, int r) { return static_cast<size_t>(
 
 void RepackQ6KX16(uint8_t* data, int64_t rows, int64_t k) {
   const int64_t nb = k / kQK_K;
-  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ6_K), group = kQ4KX16Rows * row_bytes;
-  std::vector<uint8_t> plain(group);
-  for (int64_t g = 0; g + kQ4KX16Rows <= rows; g += kQ4KX16Rows) {
-    uint8_t* dst = data + g * row_bytes;
-    std::memcpy(plain.data(), dst, group);
-    for (int r = 0; r < kQ4KX16Rows; ++r)
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = plain.data() + r * row_bytes + b * sizeof(BlockQ6_K);
-        for (int p = 0; p < 13; ++p) std::memcpy(dst + Q6KX16Offset(b, r, p), blk + 16 * p, 16);
-        std::memcpy(dst + Q6KX16DOffset(nb, b, r), blk + 208, 2);
-      }
-  }
+  RegroupInPlace(data, rows, nb, sizeof(BlockQ6_K), [nb](const uint8_t* blk, int r, int64_t b, uint8_t* dst) {
+    for (int p = 0; p < 13; ++p) std::memcpy(dst + Q6KX16Offset(b, r, p), blk + 16 * p, 16);
+    std::memcpy(dst + Q6KX16DOffset(nb, b, r), blk + 208, 2);
+  });
 }
 
 void UnpackQ6KX16(const uint8_t* group, int64_t k, uint8_t* out) {
   const int64_t nb = k / kQK_K;
-  const size_t row_bytes = static_cast<size_t>(nb) * sizeof(BlockQ6_K);
-  for (int r = 0; r < kQ4KX16Rows; ++r)
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = out + r * row_bytes + b * sizeof(BlockQ6_K);
-      for (int p = 0; p < 13; ++p) std::memcpy(blk + 16 * p, group + Q6KX16Offset(b, r, p), 16);
-      std::memcpy(blk + 208, group + Q6KX16DOffset(nb, b, r), 2);
-    }
+  UngroupInto(out, nb, sizeof(BlockQ6_K), [group, nb](uint8_t* blk, int r, int64_t b) {
+    for (int p = 0; p < 13; ++p) std::memcpy(blk + 16 * p, group + Q6KX16Offset(b, r, p), 16);
+    std::memcpy(blk + 208, group + Q6KX16DOffset(nb, b, r), 2);
+  });
+}
+
+namespace {
+// kQ8_0_X16 (dtype.h): where 4-byte piece t (qs[4t, 4t + 4)) of row r's block b lands in its group, and its d.
+size_t Q8X16Offset(int64_t b, int r, int t) { return static_cast<size_t>(b / 2) * 1088 + (b % 2) * 512 + 64 * t + 4 * r; }
+size_t Q8X16DOffset(int64_t nb, int64_t b, int r) {
+  return static_cast<size_t>(b / 2) * 1088 + (b / 2 * 2 + 1 < nb ? 1024 : 512) + (b % 2) * 32 + 2 * r;
+}
+// 4 quants between q8_0's signed bytes and the layout's unsigned ones (w + 128: the sign bit flipped).
+void FlipSign4(uint8_t* dst, const uint8_t* src) {
+  for (int i = 0; i < 4; ++i) dst[i] = static_cast<uint8_t>(src[i] ^ 0x80);
+}
+}  // namespace
+
+void RepackQ8_0X16(uint8_t* data, int64_t rows, int64_t k) {
+  const int64_t nb = k / 32;
+  RegroupInPlace(data, rows, nb, sizeof(BlockQ8_0), [nb](const uint8_t* blk, int r, int64_t b, uint8_t* dst) {
+    std::memcpy(dst + Q8X16DOffset(nb, b, r), blk, 2);
+    for (int t = 0; t < 8; ++t) FlipSign4(dst + Q8X16Offset(b, r, t), blk + 2 + 4 * t);
+  });
+}
+
+void UnpackQ8_0X16(const uint8_t* group, int64_t k, uint8_t* out) {
+  const int64_t nb = k / 32;
+  UngroupInto(out, nb, sizeof(BlockQ8_0), [group, nb](uint8_t* blk, int r, int64_t b) {
+    std::memcpy(blk, group + Q8X16DOffset(nb, b, r), 2);
+    for (int t = 0; t < 8; ++t) FlipSign4(blk + 2 + 4 * t, group + Q8X16Offset(b, r, t));
+  });
+}
+
+namespace {
+// kMXFP4_X16 (dtype.h): where 4-byte piece j (qs[4j, 4j + 4)) of row r's block b lands in its group, and its E8M0.
+size_t MxX16Offset(int64_t b, int r, int j) { return static_cast<size_t>(b / 4) * 1088 + (b % 4) * 256 + 64 * j + 4 * r; }
+size_t MxX16EOffset(int64_t nb, int64_t b, int r) {
+  const int64_t run = nb - b / 4 * 4 < 4 ? nb - b / 4 * 4 : 4;
+  return static_cast<size_t>(b / 4) * 1088 + run * 256 + (b % 4) * 16 + r;
+}
+}  // namespace
+
+void RepackMXFP4X16(uint8_t* data, int64_t rows, int64_t k) {
+  const int64_t nb = k / 32;
+  RegroupInPlace(data, rows, nb, sizeof(BlockMXFP4), [nb](const uint8_t* blk, int r, int64_t b, uint8_t* dst) {
+    dst[MxX16EOffset(nb, b, r)] = blk[0];
+    for (int j = 0; j < 4; ++j) std::memcpy(dst + MxX16Offset(b, r, j), blk + 1 + 4 * j, 4);
+  });
+}
+
+void UnpackMXFP4X16(const uint8_t* group, int64_t k, uint8_t* out) {
+  const int64_t nb = k / 32;
+  UngroupInto(out, nb, sizeof(BlockMXFP4), [group, nb](uint8_t* blk, int r, int64_t b) {
+    blk[0] = group[MxX16EOffset(nb, b, r)];
+    for (int j = 0; j < 4; ++j) std::memcpy(blk + 1 + 4 * j, group + MxX16Offset(b, r, j), 4);
+  });
 }
 
 }  // namespace deepinfer

@@ -21,6 +21,10 @@ enum class DType : uint8_t {
   kQ4_K_X16,
   // q6_K likewise (RepackQ6KX16).
   kQ6_K_X16,
+  // q8_0 likewise (RepackQ8_0X16).
+  kQ8_0_X16,
+  // MXFP4 likewise (RepackMXFP4X16).
+  kMXFP4_X16,
   // 64-bit integers (safetensors I64): index tables such as DeepSeek-V4's tid2eid, narrowed by the loader.
   kI64,
   kInvalid
@@ -194,6 +198,18 @@ void UnpackQ4KX16(const uint8_t* group, int64_t k, uint8_t* out);
 // 4L + q (the order the kernel's lanes hold the rows in).
 void RepackQ6KX16(uint8_t* data, int64_t rows, int64_t k);
 void UnpackQ6KX16(const uint8_t* group, int64_t k, uint8_t* out);
+// kQ8_0_X16: a q8_0 matrix regrouped likewise, into the 16-row panels the AVX512-VNNI q8_0 kernels multiply (lane r:
+// row r): per group, for each pair of blocks (2u, 2u + 1), 1,088 bytes: for each block of the pair, for t = 0..7
+// and row r, the row's quants qs[4t, 4t + 4) as unsigned bytes (w + 128, the operand vpdpbusd takes unsigned), then
+// the 16 rows' d of the first block and of the second (a last odd block: 512 + 32 bytes). 34 bytes a block and row,
+// as q8_0; 64-byte loads stay aligned.
+void RepackQ8_0X16(uint8_t* data, int64_t rows, int64_t k);
+void UnpackQ8_0X16(const uint8_t* group, int64_t k, uint8_t* out);
+// kMXFP4_X16: an MXFP4 matrix regrouped likewise: per group, for each run of 4 blocks (fewer at the end), 1,088
+// bytes: for each block of the run, for j = 0..3 and row r, the row's nibble bytes qs[4j, 4j + 4); then for each
+// block of the run the 16 rows' E8M0 bytes. 17 bytes a block and row, as MXFP4.
+void RepackMXFP4X16(uint8_t* data, int64_t rows, int64_t k);
+void UnpackMXFP4X16(const uint8_t* group, int64_t k, uint8_t* out);
 // Converts n f32 values to type t (n a multiple of the block size). Quantization matches ggml's reference.
 // Only the types CanQuantizeRow accepts; other types abort (callers check first).
 void QuantizeRow(DType t, const float* src, void* dst, size_t n);

@@ -292,9 +292,11 @@ DType ActivationDotType(DType weight) {
   switch (weight) {
     case DType::kQ8_0:
     case DType::kQ4_0:
+    case DType::kQ8_0_X16:
     case DType::kQ5_0:
     case DType::kIQ4_NL:
-    case DType::kMXFP4: return DType::kQ8_0;
+    case DType::kMXFP4:
+    case DType::kMXFP4_X16: return DType::kQ8_0;
     case DType::kQ4_1:
     case DType::kQ5_1: return DType::kQ8_1;
     case DType::kQ4_K_X16:

@@ -319,32 +319,46 @@ TEST_P(QuantGemmTest, RowsSharedAcrossThreadsBitwise) {
   }
 }
 
-// kQ4_K_X16 and kQ6_K_X16 (dtype.h), what the loader makes of q4_K / q6_K matrices where the kernels have a
-// decode kernel for them (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds the plain type's bytes (a
-// group back in row order is the original), and every product on it is bitwise the plain product on the same
-// ISA: batches of up to 20 / 16 on the layout kernels (Q4KX16Group, Q6KX16Group; 2-4 x rows per pass: the RX kernels)
-// where the table has them, larger ones (33, 40) on the panels; without them the plain kernels after putting
-// groups back in row order (AVX-512: UnpackX16); ranges that cut a group, the rows past the last whole
-// group, 1-3 threads, K of 3 and 33 blocks, x rows with extreme quantized bytes (the kernels' int16 pair sums at
-// their bounds), and on AVX-512 with VNNI off.
+// kQ4_K_X16, kQ6_K_X16, kQ8_0_X16 and kMXFP4_X16 (dtype.h), what the loader makes of q4_K / q6_K / q8_0 / MXFP4
+// matrices where the kernels have kernels for them (Ops::RegroupForMatMul; AVX-512 with VNNI): the layout holds the plain type's bytes
+// (q8_0's quants with the sign bit flipped; a group back in row order is the original), and every product on it is
+// bitwise the plain product on the same ISA: k-quant batches of up to 20 / 16 on the layout kernels (Q4KX16Group,
+// Q6KX16Group; 2-4 x rows per pass: the RX kernels) where the table has them, larger ones (33, 40, 72) on the panels;
+// q8_0 and MXFP4 every batch on the stored panels (X16SliceVnni; 72: panels built from the groups); without them the plain kernels after putting groups back
+// in row order (AVX-512: UnpackX16); ranges that cut a group, the rows past the last whole group, 1-3 threads, K of
+// 3 and 33 blocks (q8_0 / MXFP4 also 24: a count the pairs / runs of 4 divide), x rows with extreme quantized bytes (the kernels' int16 pair sums
+// at their bounds), and on AVX-512 with VNNI off.
 class RegroupedTest : public ::testing::TestWithParam<DType> {};
+
+struct RegroupedOps {
+  DType grouped;
+  void (*repack)(uint8_t* data, int64_t rows, int64_t k);
+  void (*unpack)(const uint8_t* group, int64_t k, uint8_t* out);
+};
+RegroupedOps RegroupedOf(DType t) {
+  if (t == DType::kQ4_K) return {DType::kQ4_K_X16, RepackQ4KX16, UnpackQ4KX16};
+  if (t == DType::kQ6_K) return {DType::kQ6_K_X16, RepackQ6KX16, UnpackQ6KX16};
+  if (t == DType::kQ8_0) return {DType::kQ8_0_X16, RepackQ8_0X16, UnpackQ8_0X16};
+  return {DType::kMXFP4_X16, RepackMXFP4X16, UnpackMXFP4X16};
+}
 
 TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
   IsaGuard guard;
-  const DType t = GetParam(), rt = t == DType::kQ4_K ? DType::kQ4_K_X16 : DType::kQ6_K_X16;
-  const int64_t n = 53;  // three 16-row groups and 5 rows past them
-  for (int64_t k : {int64_t{768}, int64_t{33 * 256}}) {
+  const DType t = GetParam();
+  const RegroupedOps ops = RegroupedOf(t);
+  const DType rt = ops.grouped;
+  const int64_t n = 53, blk = GetDTypeInfo(t).block_elems;  // three 16-row groups and 5 rows past them
+  const std::vector<int64_t> ks = blk == 32 ? std::vector<int64_t>{96, 768, 33 * 32} : std::vector<int64_t>{768, 33 * 256};
+  for (int64_t k : ks) {
     const size_t row_bytes = DTypeBytes(t, static_cast<size_t>(k));
-    const auto wb = GemmBlocks(t, static_cast<size_t>(n * k / kQK_K), static_cast<uint32_t>(k + 17));
+    const auto wb = GemmBlocks(t, static_cast<size_t>(n * k / blk), static_cast<uint32_t>(k + 17));
     std::vector<uint8_t> rb = wb;
-    if (t == DType::kQ4_K) RepackQ4KX16(rb.data(), n, k);
-    else RepackQ6KX16(rb.data(), n, k);
+    ops.repack(rb.data(), n, k);
     ASSERT_NE(0, std::memcmp(rb.data(), wb.data(), 16 * row_bytes)) << "the first group was not regrouped";
     ASSERT_EQ(0, std::memcmp(rb.data() + 48 * row_bytes, wb.data() + 48 * row_bytes, 5 * row_bytes)) << "the rows past the groups moved";
     std::vector<uint8_t> back(16 * row_bytes);
     for (int g = 0; g < 3; ++g) {
-      if (t == DType::kQ4_K) UnpackQ4KX16(rb.data() + g * 16 * row_bytes, k, back.data());
-      else UnpackQ6KX16(rb.data() + g * 16 * row_bytes, k, back.data());
+      ops.unpack(rb.data() + g * 16 * row_bytes, k, back.data());
       ASSERT_EQ(0, std::memcmp(back.data(), wb.data() + g * 16 * row_bytes, back.size())) << "group " << g;
     }
     const TensorView plain{t, {n, k}, wb.data(), wb.size()};
@@ -361,7 +375,7 @@ TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
       for (int vnni = 1; vnni >= 0; --vnni) {
         if (!vnni && isa != Isa::kAvx512) continue;
         const bool was = SetVnni(vnni != 0);
-        for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 40}) {
+        for (int m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 33, 40, 72}) {
           auto x = RandomVec(static_cast<size_t>(m) * k, static_cast<uint32_t>(m * 7 + k));
           for (int64_t i = 0; i < k; ++i) x[i] = i % 3 ? 1e3f : -1e3f;  // row 0: extreme quantized bytes
           if (m > 1)
@@ -389,7 +403,7 @@ TEST_P(RegroupedTest, RegroupedEqualsPlainBitwise) {
     }
   }
 }
-INSTANTIATE_TEST_SUITE_P(KQuants, RegroupedTest, ::testing::Values(DType::kQ4_K, DType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Regrouped, RegroupedTest, ::testing::Values(DType::kQ4_K, DType::kQ6_K, DType::kQ8_0, DType::kMXFP4),
                          [](const ::testing::TestParamInfo<DType>& i) { return std::string(DTypeName(i.param)); });
 
 // Each ISA's activation quantizers (the table entries MatMul uses) give the reference loops' blocks bitwise

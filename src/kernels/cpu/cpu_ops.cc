@@ -56,19 +56,18 @@ class CpuOpsImpl final : public Ops {
     deepinfer::PagedAttention(q, seqs, num_seqs, k_base, v_base, kv_type, shape, scale, out);
   }
   void DequantizeRow(DType t, const void* src, float* dst, size_t n) const override { deepinfer::DequantizeRow(t, src, dst, n); }
-  // q4_K -> kQ4_K_X16 and q6_K -> kQ6_K_X16 where the active kernels decode those layouts (AVX-512 with VNNI),
-  // unless DEEPINFER_Q4K_X16=0 (for comparisons).
+  // q4_K, q6_K, q8_0 and MXFP4 -> their _X16 layouts (dtype.h) where the active kernels have kernels for those
+  // layouts (AVX-512 with VNNI), unless DEEPINFER_Q4K_X16=0 (for comparisons; it covers all four).
   // A regrouped row: its group back in row order (thread-local), then the row as the plain type's.
   void MatrixRow(const TensorView& w, int64_t r, float* out) const override {
-    if (w.dtype != DType::kQ4_K_X16 && w.dtype != DType::kQ6_K_X16) return Ops::MatrixRow(w, r, out);
+    const Regrouped* kind = Find(w.dtype, false);
+    if (!kind) return Ops::MatrixRow(w, r, out);
     const int64_t k = w.cols(), g = r / kQ4KX16Rows * kQ4KX16Rows;
-    const DType plain = w.dtype == DType::kQ4_K_X16 ? DType::kQ4_K : DType::kQ6_K;
-    if (g + kQ4KX16Rows > w.rows()) return deepinfer::DequantizeRow(plain, w.row(r), out, static_cast<size_t>(k));  // past the groups
+    if (g + kQ4KX16Rows > w.rows()) return deepinfer::DequantizeRow(kind->plain, w.row(r), out, static_cast<size_t>(k));  // past the groups
     thread_local std::vector<uint8_t> buf;
     buf.resize(kQ4KX16Rows * w.row_bytes());
-    if (plain == DType::kQ4_K) UnpackQ4KX16(w.row(g), k, buf.data());
-    else UnpackQ6KX16(w.row(g), k, buf.data());
-    deepinfer::DequantizeRow(plain, buf.data() + (r - g) * w.row_bytes(), out, static_cast<size_t>(k));
+    kind->unpack(w.row(g), k, buf.data());
+    deepinfer::DequantizeRow(kind->plain, buf.data() + (r - g) * w.row_bytes(), out, static_cast<size_t>(k));
   }
   bool RegroupForMatMul(TensorView& w) const override {
     static const bool off = [] {
@@ -76,18 +75,31 @@ class CpuOpsImpl final : public Ops {
       return v && !std::strcmp(v, "0");
     }();
     if (off || w.shape.size() != 2 || w.rows() < kQ4KX16Rows) return false;
-    uint8_t* data = static_cast<uint8_t*>(const_cast<void*>(w.data));
-    if (w.dtype == DType::kQ4_K && Kernels().q4k_x16_decode) {
-      RepackQ4KX16(data, w.rows(), w.cols());
-      w.dtype = DType::kQ4_K_X16;
-      return true;
-    }
-    if (w.dtype == DType::kQ6_K && Kernels().q6k_x16_decode) {
-      RepackQ6KX16(data, w.rows(), w.cols());
-      w.dtype = DType::kQ6_K_X16;
-      return true;
-    }
-    return false;
+    const Regrouped* kind = Find(w.dtype, true);
+    if (!kind || !(Kernels().*kind->kernel)) return false;
+    kind->repack(static_cast<uint8_t*>(const_cast<void*>(w.data)), w.rows(), w.cols());
+    w.dtype = kind->grouped;
+    return true;
+  }
+
+ private:
+  struct Regrouped {
+    DType plain, grouped;
+    GemmSliceFn KernelTable::*kernel;  // the table's kernel for the layout: regrouped only where it is set
+    void (*repack)(uint8_t* data, int64_t rows, int64_t k);
+    void (*unpack)(const uint8_t* group, int64_t k, uint8_t* out);
+  };
+  // The entry whose plain type (by_plain) or regrouped type is t; null if none.
+  static const Regrouped* Find(DType t, bool by_plain) {
+    static const Regrouped kAll[] = {
+        {DType::kQ4_K, DType::kQ4_K_X16, &KernelTable::q4k_x16_decode, RepackQ4KX16, UnpackQ4KX16},
+        {DType::kQ6_K, DType::kQ6_K_X16, &KernelTable::q6k_x16_decode, RepackQ6KX16, UnpackQ6KX16},
+        {DType::kQ8_0, DType::kQ8_0_X16, &KernelTable::q8_0_x16, RepackQ8_0X16, UnpackQ8_0X16},
+        {DType::kMXFP4, DType::kMXFP4_X16, &KernelTable::mxfp4_x16, RepackMXFP4X16, UnpackMXFP4X16},
+    };
+    for (const Regrouped& e : kAll)
+      if ((by_plain ? e.plain : e.grouped) == t) return &e;
+    return nullptr;
   }
 };
 

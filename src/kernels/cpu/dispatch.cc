@@ -15,15 +15,16 @@ struct Tables {
     const CpuFeatures& cpu = DetectCpu();
     by_isa[static_cast<int>(Isa::kScalar)] = {Isa::kScalar, "scalar", false, isa_scalar::GemmSlice,
                                               isa_scalar::AttendRows, QuantizeActivationsQ8_0,
-                                              QuantizeActivationsQ8_K, nullptr, nullptr, nullptr};
+                                              QuantizeActivationsQ8_K, nullptr, nullptr, nullptr, nullptr, nullptr};
     by_isa[static_cast<int>(Isa::kAvx2)] = {Isa::kAvx2, "avx2", false, isa_avx2::GemmSlice, isa_avx2::AttendRows,
-                                            QuantizeActivationsQ8_0, QuantizeActivationsQ8_K, nullptr, nullptr, nullptr};
+                                            QuantizeActivationsQ8_0, QuantizeActivationsQ8_K, nullptr, nullptr, nullptr, nullptr, nullptr};
     by_isa[static_cast<int>(Isa::kAvx512)] = {
         Isa::kAvx512, cpu.avx512_bf16 ? "avx512+bf16" : "avx512", cpu.avx512_bf16,
         cpu.avx512_vnni ? isa_avx512::GemmSliceVnni : isa_avx512::GemmSlice,
         cpu.avx512_bf16 ? isa_avx512::AttendRowsBf16Dot : isa_avx512::AttendRows,
         isa_avx512::QuantizeQ8_0, isa_avx512::QuantizeQ8_K, cpu.avx512_vnni ? isa_avx512::Q4KX16Decode : nullptr,
-        cpu.avx512_vnni ? isa_avx512::Q6KX16Decode : nullptr, isa_avx512::UnpackX16};
+        cpu.avx512_vnni ? isa_avx512::Q6KX16Decode : nullptr, cpu.avx512_vnni ? isa_avx512::Q8X16Gemm : nullptr,
+        cpu.avx512_vnni ? isa_avx512::MxX16Gemm : nullptr, isa_avx512::UnpackX16};
   }
 };
 
@@ -66,6 +67,8 @@ bool SetVnni(bool enable) {
   t.gemm_slice = enable && DetectCpu().avx512_vnni ? isa_avx512::GemmSliceVnni : isa_avx512::GemmSlice;
   t.q4k_x16_decode = enable && DetectCpu().avx512_vnni ? isa_avx512::Q4KX16Decode : nullptr;
   t.q6k_x16_decode = enable && DetectCpu().avx512_vnni ? isa_avx512::Q6KX16Decode : nullptr;
+  t.q8_0_x16 = enable && DetectCpu().avx512_vnni ? isa_avx512::Q8X16Gemm : nullptr;
+  t.mxfp4_x16 = enable && DetectCpu().avx512_vnni ? isa_avx512::MxX16Gemm : nullptr;
   return was;
 }
 

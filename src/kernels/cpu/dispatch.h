@@ -25,8 +25,12 @@ struct KernelTable {
   // loader regroups q4_K / q6_K matrices only where it is set (Ops::RegroupForMatMul).
   GemmSliceFn q4k_x16_decode;
   GemmSliceFn q6k_x16_decode;
-  // One such group back in row order (UnpackQ4KX16 / UnpackQ6KX16's bytes), for the products on the plain kernels;
-  // null: dtype.h's.
+  // kQ8_0_X16 / kMXFP4_X16 weights at every m (whole groups), where the table has kernels for them (AVX-512 with
+  // VNNI).
+  GemmSliceFn q8_0_x16;
+  GemmSliceFn mxfp4_x16;
+  // One such group back in row order (dtype.h's Unpack functions' bytes), for the products on
+  // the plain kernels; null: dtype.h's.
   void (*unpack_x16)(DType t, const uint8_t* group, int64_t k, uint8_t* out);
 };
 

@@ -354,6 +354,7 @@ void RunSlice(const Args& a, int m, int64_t n0, int64_t n1, size_t x_row_bytes) 
 
 #include "kernels/cpu/q8_0_vnni_avx512.inc"  // here: it uses LoadQBlock and the tiles' order, defined above
 #include "kernels/cpu/gemv_rows16_avx512.inc"  // here: it uses NegatedBlockSums
+#include "kernels/cpu/q8_0_x16_avx512.inc"     // here: it uses StreamPrefetch and QPanelTile
 
 // kVnni: q8_0/q4_0 run on the VNNI tiles (bitwise the same results as the generic ones). Two entry points
 // rather than a flag read here, so the dispatch table is where the CPU's features are looked at.
@@ -445,7 +446,17 @@ void Q6KX16Decode(const GemmWeights& w, const float*, const void* xq, int m, flo
                   int64_t n1) {
   Q6KX16DecodeSliceVnni(w, xq, m, y, ldy, n0, n1);
 }
-void UnpackX16(DType t, const uint8_t* group, int64_t k, uint8_t* out) { UnpackX16Group(t == DType::kQ6_K_X16, group, k, out); }
+void Q8X16Gemm(const GemmWeights& w, const float*, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  X16SliceVnni<Q8X16Panels>(w, xq, m, y, ldy, n0, n1);
+}
+void MxX16Gemm(const GemmWeights& w, const float*, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1) {
+  X16SliceVnni<MxX16Panels>(w, xq, m, y, ldy, n0, n1);
+}
+void UnpackX16(DType t, const uint8_t* group, int64_t k, uint8_t* out) {
+  if (t == DType::kQ8_0_X16) return UnpackQ8_0X16(group, k, out);  // plain copies (and flips): dtype.h's
+  if (t == DType::kMXFP4_X16) return UnpackMXFP4X16(group, k, out);
+  UnpackX16Group(t == DType::kQ6_K_X16, group, k, out);
+}
 
 }  // namespace isa_avx512
 }  // namespace deepinfer

@@ -98,7 +98,13 @@ void AttendRowsBf16Dot(const AttendArgs& a);
 void Q4KX16Decode(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
 // kQ6_K_X16 likewise (bitwise GemmSliceVnni's q6_K results).
 void Q6KX16Decode(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
-// One kQ4_K_X16 / kQ6_K_X16 group back in row order: the bytes UnpackQ4KX16 / UnpackQ6KX16 (dtype.h) write.
+// kQ8_0_X16 weights on AVX512-VNNI at any m, whole groups as above; x is quantized to q8_0. Bitwise what
+// GemmSliceVnni computes for the same rows as q8_0.
+void Q8X16Gemm(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+// kMXFP4_X16 likewise (bitwise GemmSliceVnni's MXFP4 results).
+void MxX16Gemm(const GemmWeights& w, const float* x, const void* xq, int m, float* y, int ldy, int64_t n0, int64_t n1);
+// One regrouped group (kQ4_K_X16, kQ6_K_X16, kQ8_0_X16, kMXFP4_X16) back in row order: the bytes dtype.h's
+// Unpack functions write.
 void UnpackX16(DType t, const uint8_t* group, int64_t k, uint8_t* out);
 void QuantizeQ8_0(const float* x, BlockQ8_0* y, size_t n);
 void QuantizeQ8_K(const float* x, BlockQ8_K* y, size_t n);
