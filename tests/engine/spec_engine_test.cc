@@ -517,8 +517,9 @@ TEST(SpecEngineTest, DeepseekV4MtpUnderSwaFullAndApproxReplay) {
       ASSERT_TRUE(run(a, &ra).ok());
       ASSERT_TRUE(e->RunUntilIdle().ok());
       ASSERT_TRUE(run(b, &rb).ok());
-      if (batched)
+      if (batched) {
         for (size_t k = 0; k < others.size(); ++k) ASSERT_TRUE(run(others[k], &side[k]).ok());
+      }
       ASSERT_TRUE(e->RunUntilIdle().ok());
       ASSERT_TRUE(e->CheckNoLeaks().ok());
       const std::string what = std::string("approx + MTP, ") + (batched ? "batched" : "alone") + ", overlap " + (overlap ? "on" : "off");
