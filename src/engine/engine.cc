@@ -201,12 +201,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     return InvalidArgument("--speculative draft/mtp keeps its K/V in the blocks of the model's full-attention "
                            "layers, and every layer of this model has a sliding window: add --swa-full");
   // The proposers' caches share the target's block tables (group 0's): a block holds its positions in every cache.
+  const bool mtp_cache = opt.speculative == SpecMethod::kMtp && !mtp_planes;  // the module's cache of its own
   KvLayout mtp_layout;
-  if (opt.speculative == SpecMethod::kMtp && !mtp_planes) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
+  if (mtp_cache) mtp_layout = Transformer(model, 1, dctx).MtpKvLayout();
   size_t bytes_per_token = PagedKvCache::BytesPerToken(layout, opt.kv_dtype());
   if (opt.draft) bytes_per_token += PagedKvCache::BytesPerToken(RankKvLayout(*opt.draft), opt.kv_dtype());
-  if (opt.speculative == SpecMethod::kMtp && !mtp_planes)
-    bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype());
+  if (mtp_cache) bytes_per_token += PagedKvCache::BytesPerToken(mtp_layout, opt.kv_dtype());
   const size_t block_bytes = bytes_per_token * opt.block_size;
   // No point holding more than every slot at full length needs.
   const int64_t seq_blocks =
@@ -250,7 +250,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
   if (opt.draft) {
     DI_ASSIGN_OR_RETURN(draft_kv, PagedKvCache::Create(RankKvLayout(*opt.draft), blocks, opt.block_size, opt.kv_dtype()));
   }
-  if (opt.speculative == SpecMethod::kMtp && !mtp_planes) {
+  if (mtp_cache) {
     DI_ASSIGN_OR_RETURN(mtp_kv, PagedKvCache::Create(mtp_layout, blocks, opt.block_size, opt.kv_dtype()));
   }
   if (speculating)
