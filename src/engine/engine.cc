@@ -277,8 +277,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
     DI_ASSIGN_OR_RETURN(e->tiers_, KvTiers::Create(to, kv.get()));
     e->sched_->SetTiers(e->tiers_.get());
   }
-  e->executor_ = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, opt,
-                                                 std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs, dctx);
+  auto executor = std::make_unique<ModelExecutor>(model, std::move(kv), e->table_.get(), opt.max_batched_tokens, opt,
+                                                  std::move(draft_kv), std::move(mtp_kv), opt.max_num_seqs, dctx);
+  const ModelExecutor& built = *executor;
+  e->executor_ = std::move(executor);  // before any return: the tiers hold the cache the executor owns
+  // A configured method whose proposer was not built would run without drafts and say nothing: refuse instead.
+  for (SpecMethod m : {SpecMethod::kDraft, SpecMethod::kMtp})
+    if (opt.speculative == m && !built.HasProposer(m))
+      return Internal(std::string("--speculative ") + SpecMethodName(m) + ": the engine built no " + SpecMethodName(m) +
+                      " proposer for this model's KV layout" +
+                      (m == SpecMethod::kMtp && c.is_dsv4() ? " (DeepSeek-V4's layout names no MTP plane)" : ""));
   if (dctx) {
     e->dist_host_ = std::make_unique<DistHost>(*e);
     e->dist_ = std::make_unique<DistControl>(*dctx, *e->dist_host_, e->inbox_, opt.block_size);

@@ -36,6 +36,12 @@ ModelExecutor::ModelExecutor(const Model& model, std::unique_ptr<PagedKvCache> k
   for (const auto& p : proposers_) hidden_width_ = std::max(hidden_width_, p->hidden_width());
 }
 
+bool ModelExecutor::HasProposer(SpecMethod m) const {
+  for (const auto& p : proposers_)
+    if (p->method() == m) return true;
+  return false;
+}
+
 Status ModelExecutor::PlanRows(const SchedulerOutputs& so) {
   plans_.assign(so.rows.size(), RowPlan{});
   const int bs = kv_->block_size();

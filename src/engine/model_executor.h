@@ -40,6 +40,8 @@ class ModelExecutor : public Executor {
   void Execute(WorkerStepState& st) override;
   int vocab_size() const override { return vocab_; }
   PagedKvCache& kv() { return *kv_; }
+  // Whether a proposer for `m` was built (Engine::Create refuses an engine asked for one it lacks).
+  bool HasProposer(SpecMethod m) const;
   // Online EPLB (--eplb-interval): rebalances before the forward of every interval-th step.
   void MaybeRebalance(uint64_t step);
 
