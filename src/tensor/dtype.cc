@@ -396,4 +396,25 @@ void UnpackMXFP4X16(const uint8_t* group, int64_t k, uint8_t* out) {
   });
 }
 
+namespace {
+constexpr RegroupedLayout kRegroupedLayouts[] = {
+    {DType::kQ4_K, DType::kQ4_K_X16, RepackQ4KX16, UnpackQ4KX16},
+    {DType::kQ6_K, DType::kQ6_K_X16, RepackQ6KX16, UnpackQ6KX16},
+    {DType::kQ8_0, DType::kQ8_0_X16, RepackQ8_0X16, UnpackQ8_0X16},
+    {DType::kMXFP4, DType::kMXFP4_X16, RepackMXFP4X16, UnpackMXFP4X16},
+};
+}  // namespace
+
+const RegroupedLayout* RegroupedLayoutOf(DType t) {
+  for (const RegroupedLayout& l : kRegroupedLayouts)
+    if (l.grouped == t) return &l;
+  return nullptr;
+}
+
+const RegroupedLayout* RegroupedLayoutFrom(DType plain) {
+  for (const RegroupedLayout& l : kRegroupedLayouts)
+    if (l.plain == plain) return &l;
+  return nullptr;
+}
+
 }  // namespace deepinfer

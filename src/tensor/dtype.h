@@ -210,6 +210,19 @@ void UnpackQ8_0X16(const uint8_t* group, int64_t k, uint8_t* out);
 // block of the run the 16 rows' E8M0 bytes. 17 bytes a block and row, as MXFP4.
 void RepackMXFP4X16(uint8_t* data, int64_t rows, int64_t k);
 void UnpackMXFP4X16(const uint8_t* group, int64_t k, uint8_t* out);
+// The regrouped layouts above in one table: each grouped type, the plain type it is made from, and the two
+// conversions. What the kernels add per layout (which kernel multiplies it, up to which batch) they key by `grouped`
+// (KernelTable::LayoutKernel, gemm.cc).
+struct RegroupedLayout {
+  DType plain, grouped;
+  void (*repack)(uint8_t* data, int64_t rows, int64_t k);
+  void (*unpack)(const uint8_t* group, int64_t k, uint8_t* out);
+};
+// The layout whose grouped type is t, or null.
+const RegroupedLayout* RegroupedLayoutOf(DType t);
+// The layout plain type t regroups into, or null.
+const RegroupedLayout* RegroupedLayoutFrom(DType plain);
+inline bool IsRegrouped(DType t) { return RegroupedLayoutOf(t) != nullptr; }
 // Converts n f32 values to type t (n a multiple of the block size). Quantization matches ggml's reference.
 // Only the types CanQuantizeRow accepts; other types abort (callers check first).
 void QuantizeRow(DType t, const float* src, void* dst, size_t n);

@@ -60,7 +60,7 @@ class CpuOpsImpl final : public Ops {
   // layouts (AVX-512 with VNNI), unless DEEPINFER_Q4K_X16=0 (for comparisons; it covers all four).
   // A regrouped row: its group back in row order (thread-local), then the row as the plain type's.
   void MatrixRow(const TensorView& w, int64_t r, float* out) const override {
-    const Regrouped* kind = Find(w.dtype, false);
+    const RegroupedLayout* kind = RegroupedLayoutOf(w.dtype);
     if (!kind) return Ops::MatrixRow(w, r, out);
     const int64_t k = w.cols(), g = r / kQ4KX16Rows * kQ4KX16Rows;
     if (g + kQ4KX16Rows > w.rows()) return deepinfer::DequantizeRow(kind->plain, w.row(r), out, static_cast<size_t>(k));  // past the groups
@@ -75,31 +75,11 @@ class CpuOpsImpl final : public Ops {
       return v && !std::strcmp(v, "0");
     }();
     if (off || w.shape.size() != 2 || w.rows() < kQ4KX16Rows) return false;
-    const Regrouped* kind = Find(w.dtype, true);
-    if (!kind || !(Kernels().*kind->kernel)) return false;
+    const RegroupedLayout* kind = RegroupedLayoutFrom(w.dtype);
+    if (!kind || !Kernels().LayoutKernel(kind->grouped)) return false;  // regrouped only for a kernel of the layout
     kind->repack(static_cast<uint8_t*>(const_cast<void*>(w.data)), w.rows(), w.cols());
     w.dtype = kind->grouped;
     return true;
-  }
-
- private:
-  struct Regrouped {
-    DType plain, grouped;
-    GemmSliceFn KernelTable::*kernel;  // the table's kernel for the layout: regrouped only where it is set
-    void (*repack)(uint8_t* data, int64_t rows, int64_t k);
-    void (*unpack)(const uint8_t* group, int64_t k, uint8_t* out);
-  };
-  // The entry whose plain type (by_plain) or regrouped type is t; null if none.
-  static const Regrouped* Find(DType t, bool by_plain) {
-    static const Regrouped kAll[] = {
-        {DType::kQ4_K, DType::kQ4_K_X16, &KernelTable::q4k_x16_decode, RepackQ4KX16, UnpackQ4KX16},
-        {DType::kQ6_K, DType::kQ6_K_X16, &KernelTable::q6k_x16_decode, RepackQ6KX16, UnpackQ6KX16},
-        {DType::kQ8_0, DType::kQ8_0_X16, &KernelTable::q8_0_x16, RepackQ8_0X16, UnpackQ8_0X16},
-        {DType::kMXFP4, DType::kMXFP4_X16, &KernelTable::mxfp4_x16, RepackMXFP4X16, UnpackMXFP4X16},
-    };
-    for (const Regrouped& e : kAll)
-      if ((by_plain ? e.plain : e.grouped) == t) return &e;
-    return nullptr;
   }
 };
 

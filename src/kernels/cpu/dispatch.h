@@ -32,6 +32,16 @@ struct KernelTable {
   // One such group back in row order (dtype.h's Unpack functions' bytes), for the products on
   // the plain kernels; null: dtype.h's.
   void (*unpack_x16)(DType t, const uint8_t* group, int64_t k, uint8_t* out);
+  // The kernel above for regrouped type t (dtype.h's RegroupedLayout), or null: none for t in this table.
+  GemmSliceFn LayoutKernel(DType t) const {
+    switch (t) {
+      case DType::kQ4_K_X16: return q4k_x16_decode;
+      case DType::kQ6_K_X16: return q6k_x16_decode;
+      case DType::kQ8_0_X16: return q8_0_x16;
+      case DType::kMXFP4_X16: return mxfp4_x16;
+      default: return nullptr;
+    }
+  }
 };
 
 // The active ISA's table.

@@ -146,49 +146,38 @@ void Fp8Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, in
   }
 }
 
-// A regrouped type (dtype.h): its plain type, the table's kernel for the layout (null: none), the largest batch that
-// kernel takes (larger ones: the table's gemm_slice on the layout), and how a group goes back to row order.
-struct RegroupedKind {
-  DType plain;
-  GemmSliceFn layout;
-  int max_layout_rows;
-  void (*unpack)(const uint8_t* group, int64_t k, uint8_t* out);
-};
-RegroupedKind KindOf(const KernelTable& kt, DType t) {
-  switch (t) {
-    // The k-quant layout kernels take up to 4 x rows per pass over a group (each weight load unpacked once for
-    // them, the group read from memory once); up to 20 (q4_K) / 16 (q6_K) x rows they compute faster than the plain
-    // kernels' panels (one core, from cache, K = 2,048: m = 8 about half the panels' time; even at 24 / 20). Larger
-    // batches, on the same tables: the panels, which decode each row of a group straight from the layout.
-    case DType::kQ4_K_X16: return {DType::kQ4_K, kt.q4k_x16_decode, 20, UnpackQ4KX16};
-    case DType::kQ6_K_X16: return {DType::kQ6_K, kt.q6k_x16_decode, 16, UnpackQ6KX16};
-    // q8_0 and MXFP4: the groups are the panels, for every m.
-    case DType::kQ8_0_X16: return {DType::kQ8_0, kt.q8_0_x16, 1 << 30, UnpackQ8_0X16};
-    default: return {DType::kMXFP4, kt.mxfp4_x16, 1 << 30, UnpackMXFP4X16};  // kMXFP4_X16 (Slice's only other)
-  }
+// The most x rows a regrouped type's layout kernel takes (larger batches: the table's gemm_slice on the layout).
+// The k-quant layout kernels take up to 4 x rows per pass over a group (each weight load unpacked once for them,
+// the group read from memory once); up to 20 (q4_K) / 16 (q6_K) x rows they compute faster than the plain kernels'
+// panels (one core, from cache, K = 2,048: m = 8 about half the panels' time; even at 24 / 20). Larger batches, on
+// the same tables: the panels, which decode each row of a group straight from the layout. q8_0 and MXFP4: the
+// groups are the panels, for every m.
+int MaxLayoutRows(DType t) {
+  return t == DType::kQ4_K_X16 ? 20 : t == DType::kQ6_K_X16 ? 16 : 1 << 30;
 }
 
-// Regrouped weights: whole groups on the table's kernel for the layout (KindOf); anything else (a table without
-// the kernel, a range that cuts a group) as plain rows: each group is put back in row order in a thread-local
-// buffer, up to 4 groups at a time, and run as the plain type. Rows past the last whole group are plain rows as
+// Regrouped weights: whole groups on the table's kernel for the layout (KernelTable::LayoutKernel); anything else
+// (a table without the kernel, a range that cuts a group) as plain rows: each group is put back in row order in a
+// thread-local buffer, up to 4 groups at a time, and run as the plain type. Rows past the last whole group are plain rows as
 // stored. Every row is the same dot product either way (the layout kernels are bitwise the plain ones).
 void RegroupedSlice(const KernelTable& kt, const TensorView& t, const PreparedX& p, int m, float* y, int ldy,
                     int64_t n0, int64_t n1) {
   constexpr int64_t kG = kQ4KX16Rows;
-  const RegroupedKind kind = KindOf(kt, t.dtype);
+  const RegroupedLayout& layout = *RegroupedLayoutOf(t.dtype);
+  const GemmSliceFn layout_kernel = kt.LayoutKernel(t.dtype);
   const int64_t rows = t.rows(), k = t.cols(), grouped = rows / kG * kG;
   const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), rows, k};
-  if (kind.layout) {
+  if (layout_kernel) {
     const int64_t a0 = (n0 + kG - 1) / kG * kG, a1 = std::min(n1, grouped) / kG * kG;
     if (a0 < a1) {
       if (n0 < a0) RegroupedSlice(kt, t, p, m, y, ldy, n0, a0);
-      if (m <= kind.max_layout_rows) kind.layout(w, p.x, p.xq, m, y, ldy, a0, a1);
+      if (m <= MaxLayoutRows(t.dtype)) layout_kernel(w, p.x, p.xq, m, y, ldy, a0, a1);
       else kt.gemm_slice(w, p.x, p.xq, m, y, ldy, a0, a1);
       if (a1 < n1) RegroupedSlice(kt, t, p, m, y, ldy, a1, n1);
       return;
     }
   }
-  const GemmWeights plain{kind.plain, w.data, w.row_bytes, rows, k};
+  const GemmWeights plain{layout.plain, w.data, w.row_bytes, rows, k};
   if (n0 >= grouped) return kt.gemm_slice(plain, p.x, p.xq, m, y, ldy, n0, n1);
   thread_local std::vector<uint8_t> buf;
   constexpr int64_t kChunk = 4 * kG;
@@ -198,7 +187,7 @@ void RegroupedSlice(const KernelTable& kt, const TensorView& t, const PreparedX&
     for (int64_t g = g0; g < g1; g += kG) {
       uint8_t* out = buf.data() + (g - g0) * w.row_bytes;
       if (kt.unpack_x16) kt.unpack_x16(t.dtype, w.row(g), k, out);
-      else kind.unpack(w.row(g), k, out);
+      else layout.unpack(w.row(g), k, out);
     }
     const GemmWeights chunk{plain.dtype, buf.data(), w.row_bytes, g1 - g0, k};
     kt.gemm_slice(chunk, p.x, p.xq, m, y + g0, ldy, std::max(n0, g0) - g0, std::min(n1, g1) - g0);
@@ -210,9 +199,7 @@ void RegroupedSlice(const KernelTable& kt, const TensorView& t, const PreparedX&
 void Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, int m, float* y, int ldy, int64_t n0,
            int64_t n1) {
   if (t.dtype == DType::kF8E4M3) return Fp8Slice(kt, t, p, m, y, ldy, n0, n1);
-  if (t.dtype == DType::kQ4_K_X16 || t.dtype == DType::kQ6_K_X16 || t.dtype == DType::kQ8_0_X16 ||
-      t.dtype == DType::kMXFP4_X16)
-    return RegroupedSlice(kt, t, p, m, y, ldy, n0, n1);
+  if (IsRegrouped(t.dtype)) return RegroupedSlice(kt, t, p, m, y, ldy, n0, n1);
   const GemmWeights w{t.dtype, static_cast<const uint8_t*>(t.data), t.row_bytes(), t.rows(), t.cols()};
   kt.gemm_slice(w, p.x, p.xq, m, y, ldy, n0, n1);
 }
