@@ -272,10 +272,11 @@ Status ForwardPass::Attention(const LayerWeights& L, int l, PagedKvCache& kv, Ro
   return TpAllReduce(y_.data() + off, n);  // tensor parallel: each rank's o_proj covers its heads
 }
 
-Status ForwardPass::AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv) {
-  DI_RETURN_IF_ERROR(dsv4_->Forward(L.dsv4, batch_, layer, kv, xn_.data(), y_.data()));
-  if (batch_.n == 0) return Status::Ok();
-  return TpAllReduce(y_.data(), batch_.n);  // tensor parallel: each rank's wo_b covers its output groups
+Status ForwardPass::AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv, Rows rows) {
+  const size_t off = static_cast<size_t>(rows.row0) * c_.hidden;
+  DI_RETURN_IF_ERROR(dsv4_->Forward(L.dsv4, *rows.b, layer, kv, xn_.data() + off, y_.data() + off));
+  if (rows.b->n == 0) return Status::Ok();
+  return TpAllReduce(y_.data() + off, rows.b->n);  // tensor parallel: each rank's wo_b covers its output groups
 }
 
 Status ForwardPass::Mlp(const LayerWeights& L, int moe_layer) {
@@ -327,7 +328,7 @@ void ForwardPass::SplitMicroBatches() {
 
 void ForwardPass::MoeBegin(int layer, int i) {
   const size_t off = static_cast<size_t>(micro_[i].row0) * c_.hidden;
-  moe_->Begin(layer, i, xn_.data() + off, micro_[i].b.n, micro_[i].row0);
+  moe_->Begin(layer, i, xn_.data() + off, micro_[i].b.n, micro_[i].row0, tokens_.data() + micro_[i].row0);
 }
 
 Status ForwardPass::MoeExperts(int i) { return moe_->Experts(i); }

@@ -64,7 +64,9 @@ class ForwardPass {
   Status Attention(const LayerWeights& L, int kv_layer, PagedKvCache& kv, Rows rows, bool rope = true);
   // y = DeepSeek-V4's attention (layers/attention_dsv4.h) of `layer` over xn, the whole batch (n_layers + k: MTP
   // block k, kv then the MTP cache); tensor-parallel reduced (each rank holds whole output groups of heads).
-  Status AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv);
+  Status AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv) { return AttentionDsv4(L, layer, kv, all()); }
+  // The same over `rows` (a micro-batch under two-batch overlap).
+  Status AttentionDsv4(const LayerWeights& L, int layer, PagedKvCache& kv, Rows rows);
   // y = the layer's MLP of xn over the whole batch: dense SwiGLU or routed experts (moe_layer: the main layer's
   // index, for its live expert placement; -1 for an MTP module); tensor/expert-parallel as the model is split.
   Status Mlp(const LayerWeights& L, int moe_layer);
@@ -83,7 +85,8 @@ class ForwardPass {
   // layer, as chunked prefill does). micro(i) is micro-batch i's rows after SplitMicroBatches.
   void SplitMicroBatches();
   Rows micro(int i) const { return {&micro_[i].b, micro_[i].row0}; }
-  // Micro-batch i's MoE stages over its xn rows (MoeLayer::Begin / Experts / End), End writing its y rows.
+  // Micro-batch i's MoE stages over its xn rows (MoeLayer::Begin / Experts / End, with its rows' token ids for
+  // hash-routed layers), End writing its y rows.
   void MoeBegin(int layer, int i);
   Status MoeExperts(int i);
   Status MoeEnd(int i);

@@ -53,7 +53,8 @@ const normalize = text => text.trim().split("\n").map(l => {
 });
 
 // DeepSeek-V4 (hash-routed first layers, hyper-connections, compressed KV: attention data parallel, experts
-// dispatched) at -np 2 and 4; it has no two-batch-overlap forward, so those configurations are not run for it.
+// dispatched) at -np 2 and 4, with and without two-batch overlap (its own overlapped forward: the hyper-connections'
+// state per micro-batch, hash routing by the micro-batch's token ids).
 const all = ["deepseek_v3", "qwen3_moe", "mixtral", "deepseek_v4", "gpt_oss"];
 const archs = all.filter(a => !only || a === only);
 if (only) check(archs.length > 0, `architecture filter '${only}' selects ${archs.length} of ${all.join(", ")}`);
@@ -80,7 +81,7 @@ for (const arch of archs) {
   // without the overlap loop. One architecture asked for by name (the sanitizer pass asks for Qwen3-MoE) runs
   // every layout.
   const ends = [[2, ["--dp", "2"], []], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
-  const configs = v4 ? [[2, ["--dp", "2"], []], [4, ["--dp", "4"], ["--no-overlap"]]]
+  const configs = v4 ? [[2, ["--dp", "2"], []], [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]]
                 : !only && (arch === "qwen3_moe" || arch === "mixtral") ? ends
                 : [[2, ["--dp", "2"], []], [2, ["--dp", "2"], ["--no-overlap"]], [4, ["--dp", "4"], []],
                    [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
@@ -129,9 +130,12 @@ if (!only || only === "deepseek_v3") {
         "tp x dp, experts split over 2 ranks: two-batch overlap writes the same file");
 }
 // Online EPLB (must-show 3, last part): a 500-request run on DeepSeek-V3 with redundant expert slots and a
-// rebalance every 10 steps moves experts between ranks (asserted from the log) and changes no output.
-if (!only || only === "deepseek_v3") {
-  const mdir = path.join(dir, "deepseek_v3");
+// rebalance every 10 steps moves experts between ranks (asserted from the log) and changes no output. DeepSeek-V4
+// too (its hash-routed layers' experts are placed and moved like the others), at -np 4 with two-batch overlap.
+for (const eplbArch of ["deepseek_v3", "deepseek_v4"]) {
+  if (only && only !== eplbArch) continue;
+  const v4 = eplbArch === "deepseek_v4";
+  const mdir = path.join(dir, eplbArch);
   const model = path.join(mdir, "model.gguf");
   const many = [];
   for (let i = 0; i < 500; ++i)
@@ -140,14 +144,15 @@ if (!only || only === "deepseek_v3") {
   const input500 = path.join(dir, "in500.jsonl");
   fs.writeFileSync(input500, many.map(l => JSON.stringify(l)).join("\n") + "\n");
   const common = ["--input", input500, "--max-num-seqs", "16", "--kv-cache", "64MiB"];
-  const refOut = path.join(dir, "eplb.ref.jsonl");
+  const refOut = path.join(dir, `eplb.${eplbArch}.ref.jsonl`);
   const ref = run(bin, ["generate", "-m", model, ...common, "-q", "--output", refOut]);
-  check(ref.status === 0, `eplb: one-process 500-request batch (${ref.stderr.trim().slice(-200)})`);
+  check(ref.status === 0, `eplb ${eplbArch}: one-process 500-request batch (${ref.stderr.trim().slice(-200)})`);
   const want = normalize(fs.readFileSync(refOut, "utf8"));
-  for (const [np, par] of [[2, ["--dp", "2", "--ep-redundant-experts", "2"]],
-                           [4, ["--dp", "4", "--ep-redundant-experts", "4", "--enable-two-batch-overlap"]]]) {
-    const out = path.join(dir, `eplb.${np}.jsonl`);
-    const label = `eplb: mpirun -np ${np} ${par.join(" ")} --eplb-interval 10`;
+  const layouts = [[2, ["--dp", "2", "--ep-redundant-experts", "2"]],
+                   [4, ["--dp", "4", "--ep-redundant-experts", "4", "--enable-two-batch-overlap"]]];
+  for (const [np, par] of v4 ? layouts.slice(1) : layouts) {
+    const out = path.join(dir, `eplb.${eplbArch}.${np}.jsonl`);
+    const label = `eplb ${eplbArch}: mpirun -np ${np} ${par.join(" ")} --eplb-interval 10`;
     const r = run("mpirun", ["--oversubscribe", "-np", String(np), bin, "generate", "-m", model, ...common, ...par,
                              "--eplb-interval", "10", "--output", out]);
     check(r.status === 0, `${label}: exits 0 (${r.stderr.trim().slice(-300)})`);

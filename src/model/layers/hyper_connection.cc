@@ -67,14 +67,14 @@ void HyperConnection::Sinkhorn(float* c) const {
   }
 }
 
-void HyperConnection::Pre(const HcWeights& w, const float* X, int n, float* x) {
+void HyperConnection::Pre(const HcWeights& w, const float* X, int n, float* x, int row0) {
   const int h = hc_, mix = (2 + h) * h, D = hidden_;
   Mix(w, X, n, mix);
   for (int t = 0; t < n; ++t) {
     const float* m = mix_.data() + static_cast<size_t>(t) * mix;
     float* pre = pre_.data() + static_cast<size_t>(t) * h;
-    float* post = post_.data() + static_cast<size_t>(t) * h;
-    float* comb = comb_.data() + static_cast<size_t>(t) * h * h;
+    float* post = post_.data() + static_cast<size_t>(row0 + t) * h;
+    float* comb = comb_.data() + static_cast<size_t>(row0 + t) * h * h;
     for (int s = 0; s < h; ++s) {
       pre[s] = Sigmoid(m[s] * w.scale[0] + w.base[s]) + hc_eps_;
       post[s] = 2.f * Sigmoid(m[h + s] * w.scale[1] + w.base[h + s]);
@@ -89,12 +89,12 @@ void HyperConnection::Pre(const HcWeights& w, const float* X, int n, float* x) {
   }
 }
 
-void HyperConnection::Post(const float* y, int n, float* X) {
+void HyperConnection::Post(const float* y, int n, float* X, int row0) {
   const int h = hc_, D = hidden_;
   std::vector<float>& out = tmp_;
   for (int t = 0; t < n; ++t) {
-    const float* post = post_.data() + static_cast<size_t>(t) * h;
-    const float* comb = comb_.data() + static_cast<size_t>(t) * h * h;
+    const float* post = post_.data() + static_cast<size_t>(row0 + t) * h;
+    const float* comb = comb_.data() + static_cast<size_t>(row0 + t) * h * h;
     const float* yt = y + static_cast<size_t>(t) * D;
     float* Xt = X + static_cast<size_t>(t) * h * D;
     for (int dst = 0; dst < h; ++dst) {

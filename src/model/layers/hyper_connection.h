@@ -24,10 +24,11 @@ class HyperConnection {
  public:
   HyperConnection(const Ops& ops, int hc, int hidden, int sinkhorn_iters, float hc_eps, float rms_eps, int max_tokens);
   // x (n rows of hidden) = the sublayer's input from the streams X (n rows of hc x hidden); keeps each row's post
-  // and comb for Post.
-  void Pre(const HcWeights& w, const float* X, int n, float* x);
-  // X (n rows of hc x hidden) = post * y + comb X, with the post and comb of the last Pre.
-  void Post(const float* y, int n, float* X);
+  // and comb for Post, at rows row0.. of its state (two-batch overlap: each micro-batch's rows keep theirs while
+  // the other's sublayers run).
+  void Pre(const HcWeights& w, const float* X, int n, float* x, int row0 = 0);
+  // X (n rows of hc x hidden) = post * y + comb X, with the post and comb the last Pre with this row0 kept.
+  void Post(const float* y, int n, float* X, int row0 = 0);
   // x (n rows of hidden) = the head's collapse of X.
   void Collapse(const HcWeights& w, const float* X, int n, float* x);
 

@@ -64,11 +64,11 @@ Status MoeLayer::Forward(const LayerWeights& L, int layer, const float* xn, int 
   return TpAllReduce(y, n);
 }
 
-void MoeLayer::Begin(int layer, int micro, const float* xn, int n, int row0) {
+void MoeLayer::Begin(int layer, int micro, const float* xn, int n, int row0, const int32_t* tokens) {
   dist::Communicator* comm = dist_->moe.get();
   MoeMlp* moe = micro == 0 ? moe_.get() : moe2_.get();
   moe->EpBegin(ep_weights_[layer], placement_[layer], xn, n, row0, comm->size(), dist_->pc.tp_rank(), dist_->pc.tp,
-               dist_->pc.moe_tp(), expert_load_[layer].data());
+               dist_->pc.moe_tp(), expert_load_[layer].data(), tokens);
   ticket_[micro] = dist_->moe_stream->Submit([moe, comm] { return moe->EpDispatch(*comm); });
 }
 

@@ -38,8 +38,9 @@ class MoeLayer {
   // Two-batch overlap: micro-batch `micro` (0 or 1) of main layer `layer` in three stages (xn: its n rows,
   // row0: its first row in the whole batch). Begin routes and submits the dispatch to the communication stream;
   // Experts waits for it, runs this rank's experts and submits the combine; End waits and writes y (n rows,
-  // tensor-parallel reduced). Every rank calls the same stages in the same order.
-  void Begin(int layer, int micro, const float* xn, int n, int row0);
+  // tensor-parallel reduced). Every rank calls the same stages in the same order. tokens: the micro-batch's n
+  // token ids (hash-routed layers).
+  void Begin(int layer, int micro, const float* xn, int n, int row0, const int32_t* tokens = nullptr);
   Status Experts(int micro);
   Status End(int micro, float* y);
 

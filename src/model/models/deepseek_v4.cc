@@ -35,6 +35,36 @@ Status Dsv4Layer(ForwardPass& f, const LayerWeights& L, int layer, int moe_layer
   return Status::Ok();
 }
 
+// The main layers under two-batch overlap (RunLayersOverlapped's schedule with V4's stages): each micro-batch's
+// streams are its rows of X, and the hyper-connections keep each micro-batch's post and comb at its own rows, so
+// B's MoE output of layer l is mixed back after A's attention of layer l + 1 has run.
+Status Dsv4LayersOverlapped(ForwardPass& f, PagedKvCache& kv, float* X) {
+  const ModelConfig& c = f.config();
+  const size_t row_streams = static_cast<size_t>(c.dsv4.hc) * c.hidden;
+  HyperConnection& hc = *f.hc();
+  auto streams = [&](Rows r) { return X + static_cast<size_t>(r.row0) * row_streams; };
+  auto at = [&](float* base, Rows r) { return base + static_cast<size_t>(r.row0) * c.hidden; };
+  OverlapStages stages;
+  stages.attention_and_dispatch = [&](const LayerWeights& L, int l, int i, Rows r) -> Status {
+    const int n = r.b->n;
+    hc.Pre(L.hc_attn, streams(r), n, at(f.x(), r), r.row0);
+    f.Norm(L.attn_norm, r);
+    DI_RETURN_IF_ERROR(f.AttentionDsv4(L, l, kv, r));
+    hc.Post(at(f.y(), r), n, streams(r), r.row0);
+    hc.Pre(L.hc_ffn, streams(r), n, at(f.x(), r), r.row0);
+    f.Norm(L.ffn_norm, r);
+    f.MoeBegin(l, i);
+    return Status::Ok();
+  };
+  stages.finish = [&](int i, Rows r) -> Status {
+    DI_RETURN_IF_ERROR(f.MoeEnd(i));
+    hc.Post(at(f.y(), r), r.b->n, streams(r), r.row0);
+    return Status::Ok();
+  };
+  stages.whole_layer = [&](const LayerWeights& L, int l) { return Dsv4Layer(f, L, l, l, kv, X); };
+  return RunLayersOverlapped(f, stages);
+}
+
 }  // namespace
 
 Status DeepseekV4Forward(ForwardPass& f, PagedKvCache& kv) {
@@ -45,7 +75,11 @@ Status DeepseekV4Forward(ForwardPass& f, PagedKvCache& kv) {
   for (int t = 0; t < n; ++t)
     for (int s = 0; s < h; ++s)
       std::memcpy(X + (static_cast<size_t>(t) * h + s) * D, f.x() + static_cast<size_t>(t) * D, sizeof(float) * D);
-  for (int l = 0; l < c.n_layers; ++l) DI_RETURN_IF_ERROR(Dsv4Layer(f, f.model().layers[static_cast<size_t>(l)], l, l, kv, X));
+  if (f.overlapped()) {
+    DI_RETURN_IF_ERROR(Dsv4LayersOverlapped(f, kv, X));
+  } else {
+    for (int l = 0; l < c.n_layers; ++l) DI_RETURN_IF_ERROR(Dsv4Layer(f, f.model().layers[static_cast<size_t>(l)], l, l, kv, X));
+  }
   f.hc()->Collapse(f.model().hc_head, X, n, f.x());
   return Status::Ok();
 }

@@ -3,6 +3,9 @@
 // Llama (pre-norm residual blocks: Mistral, Qwen2/3 and their MoE variants, Mixtral, DeepSeek-V2/V3, whose
 // attention kind and MLP kind come from their weights) use LlamaForward.
 #pragma once
+
+#include <functional>
+
 #include "deepinfer/status.h"
 
 namespace deepinfer {
@@ -11,6 +14,7 @@ class ForwardPass;
 class PagedKvCache;
 struct LayerWeights;
 struct MtpWeights;
+struct Rows;
 
 // A family's forward over a planned batch: from the token embeddings to the last layer's residual stream in
 // f.x() (the final norm and the vocabulary projection are shared: Transformer does them).
@@ -39,7 +43,16 @@ Status DeepseekV4MtpForward(ForwardPass& f, const MtpWeights& P, int k, const fl
 // kv_layer: the layer's index in kv; moe_layer: the main layer's index for its live expert placement (-1: an
 // MTP module's layer); rope false: attention without RoPE (a NoPE layer).
 Status PreNormLayer(ForwardPass& f, const LayerWeights& L, int kv_layer, PagedKvCache& kv, int moe_layer, bool rope = true);
-// The model's main layers as pre-norm layers under two-batch overlap (two_batch_overlap.cc).
+// Two-batch overlap's schedule over the main layers (two_batch_overlap.cc), with a family's stages for one
+// micro-batch: its layer up to the MoE dispatch (ending in ForwardPass::MoeBegin), the end of its MoE block
+// (ForwardPass::MoeEnd and the residual), and a layer without an exchange, run on the whole batch.
+struct OverlapStages {
+  std::function<Status(const LayerWeights& L, int layer, int micro, Rows rows)> attention_and_dispatch;
+  std::function<Status(int micro, Rows rows)> finish;
+  std::function<Status(const LayerWeights& L, int layer)> whole_layer;
+};
+Status RunLayersOverlapped(ForwardPass& f, const OverlapStages& stages);
+// The model's main layers as pre-norm layers under two-batch overlap.
 Status PreNormLayersOverlapped(ForwardPass& f, PagedKvCache& kv);
 
 }  // namespace deepinfer

@@ -20,11 +20,34 @@
 
 namespace deepinfer {
 
-Status PreNormLayersOverlapped(ForwardPass& f, PagedKvCache& kv) {
+Status RunLayersOverlapped(ForwardPass& f, const OverlapStages& stages) {
   f.SplitMicroBatches();
   const Rows a = f.micro(0), b = f.micro(1);
-  // The first block of a layer for one micro-batch, and the start of its MoE block (norm, route, dispatch).
-  auto attention_and_dispatch = [&](const LayerWeights& L, int l, int i, Rows r) -> Status {
+  bool b_pending = false;  // B's MoE output of the previous layer is still on its way back
+  for (int l = 0; l < f.config().n_layers; ++l) {
+    const LayerWeights& L = f.model().layers[static_cast<size_t>(l)];
+    if (!L.is_moe() || L.moe.placement.empty()) {
+      // A dense layer has no exchange to hide: the whole batch at once, as without overlap.
+      if (b_pending) DI_RETURN_IF_ERROR(stages.finish(1, b));
+      b_pending = false;
+      DI_RETURN_IF_ERROR(stages.whole_layer(L, l));
+      continue;
+    }
+    DI_RETURN_IF_ERROR(stages.attention_and_dispatch(L, l, 0, a));
+    if (b_pending) DI_RETURN_IF_ERROR(stages.finish(1, b));
+    DI_RETURN_IF_ERROR(stages.attention_and_dispatch(L, l, 1, b));
+    DI_RETURN_IF_ERROR(f.MoeExperts(0));
+    DI_RETURN_IF_ERROR(f.MoeExperts(1));
+    DI_RETURN_IF_ERROR(stages.finish(0, a));
+    b_pending = true;
+  }
+  if (b_pending) DI_RETURN_IF_ERROR(stages.finish(1, b));
+  return Status::Ok();
+}
+
+Status PreNormLayersOverlapped(ForwardPass& f, PagedKvCache& kv) {
+  OverlapStages stages;
+  stages.attention_and_dispatch = [&](const LayerWeights& L, int l, int i, Rows r) -> Status {
     f.Norm(L.attn_norm, r);
     DI_RETURN_IF_ERROR(f.Attention(L, l, kv, r));
     f.AddResidual(r);
@@ -32,31 +55,13 @@ Status PreNormLayersOverlapped(ForwardPass& f, PagedKvCache& kv) {
     f.MoeBegin(l, i);
     return Status::Ok();
   };
-  auto finish = [&](int i, Rows r) -> Status {
+  stages.finish = [&](int i, Rows r) -> Status {
     DI_RETURN_IF_ERROR(f.MoeEnd(i));
     f.AddResidual(r);
     return Status::Ok();
   };
-  bool b_pending = false;  // B's MoE output of the previous layer is still on its way back
-  for (int l = 0; l < f.config().n_layers; ++l) {
-    const LayerWeights& L = f.model().layers[l];
-    if (!L.is_moe() || L.moe.placement.empty()) {
-      // A dense layer has no exchange to hide: the whole batch at once, as without overlap.
-      if (b_pending) DI_RETURN_IF_ERROR(finish(1, b));
-      b_pending = false;
-      DI_RETURN_IF_ERROR(PreNormLayer(f, L, l, kv, l));
-      continue;
-    }
-    DI_RETURN_IF_ERROR(attention_and_dispatch(L, l, 0, a));
-    if (b_pending) DI_RETURN_IF_ERROR(finish(1, b));
-    DI_RETURN_IF_ERROR(attention_and_dispatch(L, l, 1, b));
-    DI_RETURN_IF_ERROR(f.MoeExperts(0));
-    DI_RETURN_IF_ERROR(f.MoeExperts(1));
-    DI_RETURN_IF_ERROR(finish(0, a));
-    b_pending = true;
-  }
-  if (b_pending) DI_RETURN_IF_ERROR(finish(1, b));
-  return Status::Ok();
+  stages.whole_layer = [&](const LayerWeights& L, int l) { return PreNormLayer(f, L, l, kv, l); };
+  return RunLayersOverlapped(f, stages);
 }
 
 }  // namespace deepinfer
