@@ -81,7 +81,8 @@ for (const arch of archs) {
   // without the overlap loop. One architecture asked for by name (the sanitizer pass asks for Qwen3-MoE) runs
   // every layout.
   const ends = [[2, ["--dp", "2"], []], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
-  const configs = v4 ? [[2, ["--dp", "2"], []], [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]]
+  const configs = v4 ? [[2, ["--dp", "2"], []], [4, ["--dp", "4"], ["--no-overlap"]], [2, ["--dp", "2"], tbo],
+                       [4, ["--dp", "4"], [...tbo, "--no-overlap"]]]
                 : !only && (arch === "qwen3_moe" || arch === "mixtral") ? ends
                 : [[2, ["--dp", "2"], []], [2, ["--dp", "2"], ["--no-overlap"]], [4, ["--dp", "4"], []],
                    [2, ["--dp", "2"], tbo], [4, ["--dp", "4"], [...tbo, "--no-overlap"]]];
