@@ -148,12 +148,12 @@ void Fp8Slice(const KernelTable& kt, const TensorView& t, const PreparedX& p, in
 
 // The most x rows a regrouped type's layout kernel takes (larger batches: the table's gemm_slice on the layout).
 // The k-quant layout kernels take up to 4 x rows per pass over a group (each weight load unpacked once for them,
-// the group read from memory once); up to 20 (q4_K) / 16 (q6_K) x rows they compute faster than the plain kernels'
-// panels (one core, from cache, K = 2,048: m = 8 about half the panels' time; even at 24 / 20). Larger batches, on
-// the same tables: the panels, which decode each row of a group straight from the layout. q8_0 and MXFP4: the
-// groups are the panels, for every m.
+// the group read from memory once). Past 12 (q4_K) / 8 (q6_K) x rows the panels, built from each group in
+// registers with the next group prefetched while the tiles run, take less time: streamed, two threads, 8192 x 2048
+// q4_K and 2048 x 8192 q6_K (bench_gemv ... x16), even at 12 / 8 rows, 7-13% less at 14 / 10, 14-25% less at 20.
+// q8_0 and MXFP4: the groups are the panels, for every m.
 int MaxLayoutRows(DType t) {
-  return t == DType::kQ4_K_X16 ? 20 : t == DType::kQ6_K_X16 ? 16 : 1 << 30;
+  return t == DType::kQ4_K_X16 ? 12 : t == DType::kQ6_K_X16 ? 8 : 1 << 30;
 }
 
 // Regrouped weights: whole groups on the table's kernel for the layout (KernelTable::LayoutKernel); anything else
