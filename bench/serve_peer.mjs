@@ -15,6 +15,8 @@
 // flags: --clients 1,8,32,64  --n-prompt 32  --n-gen 64  --requests 2 (per client)  --threads 2
 //        --ctx-per-seq 256 (llama-server -c = C x this; deepinfer -c)  --server-args "..." (appended)
 //        --seed 1  --out FILE.json  --log DIR (server logs; default a temp dir)
+//        --events (with --out: each request's text-event times, ms from the run's start, to find which steps were
+//        slow: a gap that every decoding stream shows at the same moment is one long step)
 import {spawn} from "node:child_process";
 import fs from "node:fs";
 import http from "node:http";
@@ -23,16 +25,16 @@ import os from "node:os";
 import path from "node:path";
 
 const opt = {server: "", bin: "", model: "", clients: "1,8,32,64", "n-prompt": 32, "n-gen": 64, requests: 2, threads: 2,
-             "ctx-per-seq": 256, "server-args": "", seed: 1, out: "", log: ""};
+             "ctx-per-seq": 256, "server-args": "", seed: 1, out: "", log: "", events: false};
 const argv = process.argv.slice(2);
 for (let i = 0; i < argv.length; ++i) {
   const k = argv[i].replace(/^--/, "");
   if (!(k in opt)) { console.error(`serve_peer: unknown flag ${argv[i]}`); process.exit(2); }
-  opt[k] = argv[++i];
+  opt[k] = typeof opt[k] === "boolean" ? true : argv[++i];  // --events takes no value
 }
 if (!["deepinfer", "llama"].includes(opt.server) || !opt.bin || !opt.model) {
   console.error("usage: node bench/serve_peer.mjs --server deepinfer|llama --bin PATH --model GGUF [--clients 1,8,32,64] " +
-                "[--n-prompt 32] [--n-gen 64] [--requests 2] [--threads 2] [--ctx-per-seq 256] [--server-args ARGS] [--out FILE]");
+                "[--n-prompt 32] [--n-gen 64] [--requests 2] [--threads 2] [--ctx-per-seq 256] [--server-args ARGS] [--out FILE [--events]]");
   process.exit(2);
 }
 const nPrompt = Number(opt["n-prompt"]), nGen = Number(opt["n-gen"]), perClient = Number(opt.requests);
@@ -197,6 +199,7 @@ for (const C of opt.clients.split(",").map(Number)) {
                  ttft_ms: {p50: pct(ttft, 50), p90: pct(ttft, 90), p99: pct(ttft, 99)},
                  itl_ms: {p50: pct(itl, 50), p90: pct(itl, 90), p99: pct(itl, 99)},
                  e2e_ms: {p50: pct(e2e, 50), p99: pct(e2e, 99)}, text_events: itl.length + ok.length, server_command: srv.cmd};
+    if (opt.events) row.events = ok.map(r => r.events.map(t => t - t0));
     results.push(row);
     const f = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "-");
     console.log(`${String(C).padStart(7)} | ${f(row.output_tokens_per_s).padStart(10)} | ${f(row.ttft_ms.p50, 0).padStart(9)} ` +

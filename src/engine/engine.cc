@@ -593,6 +593,14 @@ void Engine::Process(WorkerStepState& st) {
       // and every rank of the group observes its leader's there (DistControl::Sync), all at the same iteration.
       unshared_timings_.push_back(StepObservation{st.sched.step, st.status.ok(), t.shape, t.seconds});
     } else if (st.status.ok()) {
+      // What the target was sized from against what the step took (DEEPINFER_LOG=debug): a step far over the
+      // target says which shape the fit gets wrong.
+      if (cost_.warm() && GetLogLevel() <= LogLevel::kDebug)
+        DI_LOG_DEBUG("latency target: step %llu, %d tokens (%d prefill, %d decode rows), %.0f attention pairs, "
+                     "prefill limit %d: %.1f ms, predicted %.1f ms",
+                     static_cast<unsigned long long>(st.sched.step), t.shape.tokens, t.shape.prefill_tokens,
+                     t.shape.decode_rows, t.shape.attention, t.shape.prefill_limit, t.seconds * 1e3,
+                     cost_.Predict(t.shape.tokens, t.shape.attention) * 1e3);
       cost_.Observe(t.shape, t.seconds);
     }
   }
