@@ -216,11 +216,12 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                           ? bytes_per_token * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size)
                           : block_bytes * opt.max_num_seqs * static_cast<size_t>(seq_blocks + layout.num_groups());
   DI_ASSIGN_OR_RETURN(const int blocks, KvPoolBlocks(opt, block_bytes, most, dctx ? dctx->control.get() : nullptr));
+  const auto kv_t0 = Clock::now();
   DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(layout, blocks, opt.block_size, opt.kv_dtype()));
-  DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
-              "max_batched_tokens %d, prefix caching %s, overlap %s",
+  DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB (backed in %.2f s); max_model_len %d, "
+              "max_num_seqs %d, max_batched_tokens %d, prefix caching %s, overlap %s",
               blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype()),
-              kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
+              kv->bytes() / 1048576.0, Seconds(Clock::now() - kv_t0), max_len, opt.max_num_seqs, opt.max_batched_tokens,
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   if (layout.num_groups() > 1 || layout.window(0) > 0) {
     // --swa-full's one group (sparse layers packed all the same).
@@ -595,12 +596,21 @@ void Engine::Process(WorkerStepState& st) {
     } else if (st.status.ok()) {
       // What the target was sized from against what the step took (DEEPINFER_LOG=debug): a step far over the
       // target says which shape the fit gets wrong.
-      if (cost_.warm() && GetLogLevel() <= LogLevel::kDebug)
-        DI_LOG_DEBUG("latency target: step %llu, %d tokens (%d prefill, %d decode rows), %.0f attention pairs, "
-                     "prefill limit %d: %.1f ms, predicted %.1f ms",
-                     static_cast<unsigned long long>(st.sched.step), t.shape.tokens, t.shape.prefill_tokens,
-                     t.shape.decode_rows, t.shape.attention, t.shape.prefill_limit, t.seconds * 1e3,
+      if (cost_.warm() && GetLogLevel() <= LogLevel::kDebug) {
+        // How many prompt chunks the step held, and how many of them ended their prompt (those rows sample).
+        int chunks = 0, last_chunks = 0;
+        for (const SequenceMetadata& r : st.sched.rows) {
+          const int64_t end = seqs_.at(r.seq_id)->prefill_end();
+          if (r.q_begin >= end) continue;
+          ++chunks;
+          last_chunks += r.q_begin + r.q_len >= end ? 1 : 0;
+        }
+        DI_LOG_DEBUG("latency target: step %llu, %d tokens (%d prefill in %d chunks, %d ending a prompt; %d decode "
+                     "rows), %.0f attention pairs, prefill limit %d: %.1f ms, predicted %.1f ms",
+                     static_cast<unsigned long long>(st.sched.step), t.shape.tokens, t.shape.prefill_tokens, chunks,
+                     last_chunks, t.shape.decode_rows, t.shape.attention, t.shape.prefill_limit, t.seconds * 1e3,
                      cost_.Predict(t.shape.tokens, t.shape.attention) * 1e3);
+      }
       cost_.Observe(t.shape, t.seconds);
     }
   }

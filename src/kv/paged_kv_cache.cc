@@ -38,6 +38,8 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvLayout& lay
   kv->v_plane_bytes_ = kv->v_row_bytes_ * num_blocks * block_size;
   DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * kv->num_planes_,
                                                      /*huge_pages=*/true));
+  // Every step writes K/V into blocks it may be the first to touch: back them all now, not inside those steps.
+  if (Status st = kv->buf_->Prefault(); !st.ok()) return IoError("KV cache: " + st.message() + " (lower --kv-cache)");
   return kv;
 }
 
