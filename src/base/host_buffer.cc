@@ -19,19 +19,6 @@ StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes, bool hu
 
 HostBuffer::~HostBuffer() { ::munmap(data_, size_); }
 
-Status HostBuffer::Prefault() {
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14; older headers lack the name
-#endif
-  if (::madvise(data_, size_, MADV_POPULATE_WRITE) == 0) return Status::Ok();
-  if (errno != EINVAL)  // ENOMEM, EFAULT, EHWPOISON: the memory cannot be had
-    return IoError("cannot back " + std::to_string(size_) + " bytes of memory: " + std::strerror(errno));
-  // An older kernel: write each page (the buffer is still all zeros: nothing is overwritten).
-  volatile uint8_t* p = data_;
-  for (size_t i = 0; i < size_; i += 4096) p[i] = 0;
-  return Status::Ok();
-}
-
 size_t AvailableMemoryBytes() {
   FILE* f = std::fopen("/proc/meminfo", "r");
   if (!f) return 0;

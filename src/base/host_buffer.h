@@ -17,13 +17,6 @@ class HostBuffer {
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
-  // Backs every page now (MADV_POPULATE_WRITE; on kernels before 5.14, a write per 4 KiB page, so only before the
-  // buffer holds data) instead of at first write. A buffer written a little at a time, as the KV cache is step by
-  // step, would otherwise pay its page faults inside the steps that first reach each page: with transparent huge
-  // pages, all of a step's layers cross into a new 2 MiB page at once (the f32 KV of a Llama-3.2-1B does every
-  // 1024 tokens), and on a VM whose host backs guest memory on first touch that step ran 1.5-2x its time
-  // (docs/benchmarks.md, "Session 16"). llama.cpp clears its KV buffer at creation for the same effect.
-  Status Prefault();
   uint8_t* data() { return data_; }
   size_t size() const { return size_; }
 

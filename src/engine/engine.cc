@@ -216,12 +216,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model, const Engin
                           ? bytes_per_token * opt.max_num_seqs * (static_cast<size_t>(max_len) + opt.block_size)
                           : block_bytes * opt.max_num_seqs * static_cast<size_t>(seq_blocks + layout.num_groups());
   DI_ASSIGN_OR_RETURN(const int blocks, KvPoolBlocks(opt, block_bytes, most, dctx ? dctx->control.get() : nullptr));
-  const auto kv_t0 = Clock::now();
   DI_ASSIGN_OR_RETURN(auto kv, PagedKvCache::Create(layout, blocks, opt.block_size, opt.kv_dtype()));
-  DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB (backed in %.2f s); max_model_len %d, "
-              "max_num_seqs %d, max_batched_tokens %d, prefix caching %s, overlap %s",
+  DI_LOG_INFO("KV cache: %d blocks x %d tokens = %lld tokens, %s, %.1f MiB; max_model_len %d, max_num_seqs %d, "
+              "max_batched_tokens %d, prefix caching %s, overlap %s",
               blocks, opt.block_size, static_cast<long long>(blocks) * opt.block_size, DTypeName(opt.kv_dtype()),
-              kv->bytes() / 1048576.0, Seconds(Clock::now() - kv_t0), max_len, opt.max_num_seqs, opt.max_batched_tokens,
+              kv->bytes() / 1048576.0, max_len, opt.max_num_seqs, opt.max_batched_tokens,
               opt.prefix_caching ? "on" : "off", opt.overlap ? "on (depth 1)" : "off (depth 0)");
   if (layout.num_groups() > 1 || layout.window(0) > 0) {
     // --swa-full's one group (sparse layers packed all the same).

@@ -1,5 +1,6 @@
 #include "kv/paged_kv_cache.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace deepinfer {
@@ -38,8 +39,20 @@ StatusOr<std::unique_ptr<PagedKvCache>> PagedKvCache::Create(const KvLayout& lay
   kv->v_plane_bytes_ = kv->v_row_bytes_ * num_blocks * block_size;
   DI_ASSIGN_OR_RETURN(kv->buf_, HostBuffer::Allocate((kv->k_plane_bytes_ + kv->v_plane_bytes_) * kv->num_planes_,
                                                      /*huge_pages=*/true));
-  // Every step writes K/V into blocks it may be the first to touch: back them all now, not inside those steps.
-  if (Status st = kv->buf_->Prefault(); !st.ok()) return IoError("KV cache: " + st.message() + " (lower --kv-cache)");
+  // Every step writes K/V into blocks it may be the first to touch: their pages are backed ahead of that, in
+  // chunks of blocks that span at least a 2 MiB page of each plane, each chunk in every plane before the next.
+  const size_t block_k = kv->k_plane_bytes_ / num_blocks, block_v = kv->v_plane_bytes_ / num_blocks;
+  const size_t per_chunk = std::max<size_t>(1, (size_t{2} << 20) / std::max<size_t>(1, std::min(block_k, block_v ? block_v : block_k)));
+  std::vector<MemoryBacker::Range> ranges;
+  for (size_t b0 = 0; b0 < static_cast<size_t>(num_blocks); b0 += per_chunk) {
+    const size_t b1 = std::min<size_t>(num_blocks, b0 + per_chunk);
+    for (int plane = 0; plane < kv->num_planes_; ++plane) {
+      uint8_t* k = kv->buf_->data() + static_cast<size_t>(plane) * (kv->k_plane_bytes_ + kv->v_plane_bytes_);
+      ranges.push_back({k + b0 * block_k, (b1 - b0) * block_k});
+      if (block_v) ranges.push_back({k + kv->k_plane_bytes_ + b0 * block_v, (b1 - b0) * block_v});
+    }
+  }
+  kv->backer_ = std::make_unique<MemoryBacker>(std::move(ranges), "KV cache");
   return kv;
 }
 

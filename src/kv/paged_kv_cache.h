@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/host_buffer.h"
+#include "base/memory_backer.h"
 #include "deepinfer/status.h"
 #include "kv/kv_layout.h"
 #include "tensor/dtype.h"
@@ -30,6 +31,10 @@ class PagedKvCache {
   int block_size() const { return block_size_; }
   DType dtype() const { return dtype_; }
   size_t bytes() const { return buf_->size(); }
+  // The pool's pages are backed beside the engine, blocks in the order the BlockPool hands them out (low ids
+  // first; base/memory_backer.h says why). Blocks until that is done; its status (Unimplemented on a kernel that
+  // leaves the pages to first write).
+  Status WaitBacked() { return backer_->Wait(); }
   // Bytes of K+V per token per layer, as stored (for MLA: (kv_lora_rank + qk_rope_dim) x element size).
   size_t bytes_per_token_per_layer() const { return k_row_bytes_ + v_row_bytes_; }
   int k_row_elems() const { return k_elems_; }
@@ -88,6 +93,7 @@ class PagedKvCache {
   DType dtype_ = DType::kF32;
   size_t elem_bytes_ = 0, k_row_bytes_ = 0, v_row_bytes_ = 0, k_plane_bytes_ = 0, v_plane_bytes_ = 0;
   std::unique_ptr<HostBuffer> buf_;
+  std::unique_ptr<MemoryBacker> backer_;  // after buf_: stops before the memory is unmapped
 };
 
 }  // namespace deepinfer
