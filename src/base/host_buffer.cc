@@ -19,15 +19,21 @@ StatusOr<std::unique_ptr<HostBuffer>> HostBuffer::Allocate(size_t bytes, bool hu
 
 HostBuffer::~HostBuffer() { ::munmap(data_, size_); }
 
-size_t AvailableMemoryBytes() {
+namespace {
+// A /proc/meminfo field in bytes, or 0 if unknown.
+size_t MemInfoBytes(const char* format) {
   FILE* f = std::fopen("/proc/meminfo", "r");
   if (!f) return 0;
   char line[256];
   size_t kb = 0;
   while (std::fgets(line, sizeof line, f))
-    if (std::sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
+    if (std::sscanf(line, format, &kb) == 1) break;
   std::fclose(f);
   return kb * 1024;
 }
+}  // namespace
+
+size_t AvailableMemoryBytes() { return MemInfoBytes("MemAvailable: %zu kB"); }
+size_t TotalMemoryBytes() { return MemInfoBytes("MemTotal: %zu kB"); }
 
 }  // namespace deepinfer

@@ -28,5 +28,7 @@ class HostBuffer {
 
 // Bytes of RAM the kernel reports as available (MemAvailable), or 0 if unknown.
 size_t AvailableMemoryBytes();
+// Bytes of RAM the machine has (MemTotal), or 0 if unknown.
+size_t TotalMemoryBytes();
 
 }  // namespace deepinfer

@@ -8,7 +8,9 @@
 // (~0.3 GB/s for memory the VM had not touched yet), so it runs beside the engine, in the order the memory will be
 // used: the thread's time is what the steps would have spent faulting, without stalling a step on it.
 // MADV_POPULATE_WRITE never changes what a page holds, so the owner may write the memory meanwhile; a kernel
-// without it (before 5.14) leaves the pages to be backed on first write, as before.
+// without it (before 5.14) leaves the pages to be backed on first write, as before. It stops short of the last
+// GiB of RAM (or 5%, if more): several processes sizing pools from the same MemAvailable must not commit more
+// than the machine has just because the pools got backed early.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -29,6 +31,7 @@ Status PopulateWrite(void* p, size_t bytes);
 
 class MemoryBacker {
  public:
+  // Inside a page-aligned mapping (a HostBuffer): a range's first page is backed from its start.
   struct Range {
     uint8_t* data;
     size_t bytes;
@@ -40,7 +43,8 @@ class MemoryBacker {
   MemoryBacker(const MemoryBacker&) = delete;
   MemoryBacker& operator=(const MemoryBacker&) = delete;
 
-  // Blocks until every range is backed, or backing stopped (an old kernel, no memory): its status.
+  // Blocks until every range is backed, or backing stopped: its status (Unimplemented: an old kernel; OutOfRange:
+  // RAM ran low; an I/O error: the kernel refused the memory).
   Status Wait();
 
   // Pieces small enough that the destructor never waits long, large enough to cover whole huge pages.
