@@ -1,5 +1,6 @@
 // deepinfer bench: decode / prefill throughput with llama.cpp (node-llama-cpp) as the peer in the same run, and
 // the memory-bandwidth roofline for decode.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -50,9 +51,10 @@ double MatmulParams(const Model& m) {
   return p;
 }
 
-// Best-of-reps batch-1 decode tokens/s through the engine: one greedy request of a 16-token prompt, EOS ignored.
-// Decode time runs from the first generated token's event to the last one's, so it excludes the prefill.
-StatusOr<double> DecodeTokensPerSecond(const api::Model& model, const std::vector<int32_t>& prompt, int n_gen, int reps) {
+// Batch-1 decode tokens/s through the engine, one figure per rep: one greedy request of a 16-token prompt, EOS
+// ignored. Decode time runs from the first generated token's event to the last one's, so it excludes the prefill.
+StatusOr<std::vector<double>> DecodeTokensPerSecond(const api::Model& model, const std::vector<int32_t>& prompt,
+                                                    int n_gen, int reps) {
   api::EngineOptions eo;
   eo.max_num_seqs = 1;
   eo.max_model_len = static_cast<int>(prompt.size()) + n_gen + 1;
@@ -62,7 +64,7 @@ StatusOr<double> DecodeTokensPerSecond(const api::Model& model, const std::vecto
   p.max_tokens = n_gen;
   p.ignore_eos = true;
   p.seed = 0;
-  double best = 0;
+  std::vector<double> runs;
   for (int r = 0; r < reps; ++r) {
     using Clock = std::chrono::steady_clock;
     Clock::time_point t_first, t_last;
@@ -76,10 +78,10 @@ StatusOr<double> DecodeTokensPerSecond(const api::Model& model, const std::vecto
     if (!id.ok()) return id.status();
     DI_RETURN_IF_ERROR(engine->RunUntilIdle());
     if (tokens < 2) return Internal("decode benchmark: the engine generated " + std::to_string(tokens) + " tokens");
-    best = std::max(best, (tokens - 1) / std::chrono::duration<double>(t_last - t_first).count());
+    runs.push_back((tokens - 1) / std::chrono::duration<double>(t_last - t_first).count());
   }
   DI_RETURN_IF_ERROR(engine->Shutdown());
-  return best;
+  return runs;
 }
 
 std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
@@ -87,6 +89,43 @@ std::vector<int32_t> RandomTokens(int n, int vocab, uint64_t seed) {
   std::vector<int32_t> t(n);
   for (auto& x : t) x = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
   return t;
+}
+
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(q * (v.size() - 1) + 0.5)];
+}
+
+// --vs: the decode of `m` and of a second model alternate, a rep of each in turn (after one warm-up rep each), and
+// their streamed weight rates are compared pair by pair, so the ratio holds while a shared host's bandwidth
+// drifts (what "of bf16's rate" means in docs/benchmarks.md).
+int DecodeVs(const Args& args, const api::Model& model, const Model& m, int n_gen, int reps, nlohmann::json* result) {
+  auto other = OpenModelOrDie(args.Get("vs"), ModelOptionsFromArgs(args));
+  const Model& o = api::InternalModel(*other);
+  const double bytes_a = WeightBytesPerToken(m), bytes_b = WeightBytesPerToken(o);
+  const auto prompt_a = RandomTokens(16, m.config.vocab_size, 7), prompt_b = RandomTokens(16, o.config.vocab_size, 7);
+  std::vector<double> gbs_a, gbs_b, ratio;
+  for (int r = -1; r < reps; ++r) {
+    auto a = DecodeTokensPerSecond(model, prompt_a, n_gen, 1);
+    if (!a.ok()) return Fail(a.status());
+    auto b = DecodeTokensPerSecond(*other, prompt_b, n_gen, 1);
+    if (!b.ok()) return Fail(b.status());
+    if (r < 0) continue;  // warm-up
+    gbs_a.push_back((*a)[0] * bytes_a / 1e9);
+    gbs_b.push_back((*b)[0] * bytes_b / 1e9);
+    ratio.push_back(gbs_a.back() / gbs_b.back());
+  }
+  const double med_a = Quantile(gbs_a, 0.5), med_b = Quantile(gbs_b, 0.5);
+  std::printf("deepinfer decode: %.2f tok/s median of %d, %.2f GB/s of weights (%.2f GB/token)\n", med_a / bytes_a * 1e9, reps,
+              med_a, bytes_a / 1e9);
+  std::printf("--vs %s: %.2f tok/s median, %.2f GB/s of weights (%.2f GB/token)\n", args.Get("vs").c_str(),
+              med_b / bytes_b * 1e9, med_b, bytes_b / 1e9);
+  std::printf("streamed GB/s ratio, pair by pair: median %.3f (quartiles %.3f, %.3f; %d pairs)\n", Quantile(ratio, 0.5),
+              Quantile(ratio, 0.25), Quantile(ratio, 0.75), reps);
+  result->update({{"tokens_per_second", med_a / bytes_a * 1e9}, {"weight_bytes_per_token", bytes_a}, {"weight_gbs", gbs_a},
+                  {"vs", {{"model", args.Get("vs")}, {"weight_bytes_per_token", bytes_b}, {"weight_gbs", gbs_b}}},
+                  {"gbs_ratio", ratio}, {"gbs_ratio_median", Quantile(ratio, 0.5)}});
+  return 0;
 }
 
 }  // namespace
@@ -184,7 +223,8 @@ int CmdBench(int argc, char** argv) {
                 {"n-gen", "n", "N", "64", "decode: tokens to generate"},
                 {"n-prompt", "", "N", "512", "prefill: prompt length; decode: 16-token prompt"},
                 {"kv-cache-dtype", "", "T", "f32", "prefill: K/V element type (f32, bf16, f16), as the engine's flag"},
-                {"reps", "r", "N", "3", "repetitions (best is reported)"},
+                {"reps", "r", "N", "3", "repetitions (best is reported; with --vs, pairs and their median)"},
+                {"vs", "", "MODEL", "", "decode: alternate with this second model (e.g. the bf16 file) and print the GB/s ratio pair by pair"},
                 {"peer", "", "", "", "also run llama.cpp through node-llama-cpp"},
                 {"peer-script", "", "FILE", "tools/ref/llama_bench.mjs", "peer runner script"},
                 {"out", "", "FILE", "", "write the results as JSON"},
@@ -220,11 +260,13 @@ int CmdBench(int argc, char** argv) {
     const Model& m = api::InternalModel(*model);  // the roofline and prefill read the weights themselves
     const int n_gen = static_cast<int>(args.GetInt("n-gen")), n_prompt = static_cast<int>(args.GetInt("n-prompt"));
     double best = 0;
-    if (mode == "decode") {
+    if (mode == "decode" && args.Has("vs")) {
+      if (int rc = DecodeVs(args, *model, m, n_gen, reps, &result); rc != 0) return rc;
+    } else if (mode == "decode") {
       const double bytes = WeightBytesPerToken(m);
       auto tps = DecodeTokensPerSecond(*model, RandomTokens(16, m.config.vocab_size, 7), n_gen, reps);
       if (!tps.ok()) return Fail(tps.status());
-      best = *tps;
+      best = *std::max_element(tps->begin(), tps->end());
       const double roof = bw * 1e9 / bytes;
       std::printf("deepinfer decode: %.2f tok/s  (weights %.2f GB/token, roofline %.2f tok/s, %.1f%% of roofline)\n", best, bytes / 1e9,
                   roof, 100 * best / roof);
