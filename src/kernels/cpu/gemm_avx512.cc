@@ -381,8 +381,8 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
           if (q4) QSliceVnni<QBlockLoad<true>>(w, xq, m, y, ldy, n0, whole);
           else QSliceVnni<QBlockLoad<false>>(w, xq, m, y, ldy, n0, whole);
           done = whole;
-        } else if (m < 4 && !q4) {
-          done = Q8Rows16Slice(w, xq, m, y, ldy, n0, n1);  // decode: 16 rows at a time, in their lanes
+        } else if (m < 4) {  // decode: 16 rows at a time, in their lanes (q4_0 as a grid type: GridBlock)
+          done = q4 ? GridRows16Slice<DType::kQ4_0>(w, xq, m, y, ldy, n0, n1) : Q8Rows16Slice(w, xq, m, y, ldy, n0, n1);
         }
         if (done < n1) {
           if (q4) RunSlice<QTilesVnni<true>>(a, m, done, n1, xf / 4);
