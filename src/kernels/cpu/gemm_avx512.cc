@@ -409,6 +409,8 @@ void GemmSliceT(const GemmWeights& w, const float* x, const void* xq, int m, flo
         else if (m < 4 && w.dtype == DType::kQ6_K) {
           Q6KDecodeSlice(w, xq, m, y, ldy, n0, n1);
           done = n1;
+        } else if (m < 4 && w.dtype == DType::kQ5_0) {  // decode as a grid type with a fifth bit (GridBlock)
+          done = GridRows16Slice<DType::kQ5_0>(w, xq, m, y, ldy, n0, n1);
         } else if (w.dtype == DType::kIQ4_NL || w.dtype == DType::kMXFP4) {  // the 16-entry grid types
           const bool mx = w.dtype == DType::kMXFP4;
           if (m >= 4 && whole > n0) {
