@@ -42,9 +42,10 @@ LayerSet MakeLayers(DType dt, int layers, bool x16) {
   set.buf.resize(per_layer * layers);
   std::mt19937 rng(3);
   for (size_t i = 0; i < set.buf.size(); i += 4096) set.buf[i] = static_cast<uint8_t>(rng());  // fault in; block bytes
-  // Random bytes are valid k-quant blocks except for non-finite f16 scales: clear them (d, dmin: the first 4 bytes).
+  // Random bytes are valid blocks except for non-finite f16 scales: the first 4 bytes of each block are set to a
+  // finite 0x1010 pattern (d, dmin where the type keeps them first; bf16/f16 elements are 2 bytes: only those).
   const size_t bb = GetDTypeInfo(dt).block_bytes;
-  for (size_t i = 0; i < set.buf.size(); i += bb) std::memset(set.buf.data() + i, 0x10, 4);
+  for (size_t i = 0; i < set.buf.size(); i += bb) std::memset(set.buf.data() + i, 0x10, std::min<size_t>(4, bb));
   const DType vt = !x16 ? dt
                    : dt == DType::kQ4_K ? DType::kQ4_K_X16
                    : dt == DType::kQ6_K ? DType::kQ6_K_X16

@@ -262,6 +262,7 @@ int CmdBench(int argc, char** argv) {
     double best = 0;
     if (mode == "decode" && args.Has("vs")) {
       if (int rc = DecodeVs(args, *model, m, n_gen, reps, &result); rc != 0) return rc;
+      best = result["tokens_per_second"].get<double>();  // the median, for --peer's ratio
     } else if (mode == "decode") {
       const double bytes = WeightBytesPerToken(m);
       auto tps = DecodeTokensPerSecond(*model, RandomTokens(16, m.config.vocab_size, 7), n_gen, reps);

@@ -41,7 +41,8 @@ function pair(label, np, args) {
   const outs = [];
   for (const tbo of [false, true]) {
     const out = path.join(dir, `out${k++}.jsonl`);
-    const r = mpi(np, ["generate", "-m", model, ...args, ...(tbo ? ["--enable-two-batch-overlap"] : []), "--output", out]);
+    const r = mpi(np, ["generate", "-m", model, "--kv-cache", "64MiB", ...args, ...(tbo ? ["--enable-two-batch-overlap"] : []),
+                       "--output", out]);
     check(r.status === 0, `${label}${tbo ? " with two-batch overlap" : ""}: exits 0 (${r.stderr.trim().slice(-300)})`);
     outs.push(r.status === 0 ? lines(out) : null);
   }
@@ -59,7 +60,7 @@ if (mk.status === 0) {
   // 1. One row per step.
   const one = writeInput("one.jsonl", [{prompt: tokens(21), max_tokens: 24, ignore_eos: true, temperature: 0, logprobs: 2}]);
   const refOut = path.join(dir, "one.ref.jsonl");
-  const ref = run(bin, ["generate", "-m", model, "--input", one, "-q", "--output", refOut]);
+  const ref = run(bin, ["generate", "-m", model, "--kv-cache", "64MiB", "--input", one, "-q", "--output", refOut]);
   check(ref.status === 0, `one row: one process (${ref.stderr.trim().slice(-200)})`);
   const [, over] = pair("one row: mpirun -np 2 --dp 2", 2, ["--input", one, "--dp", "2"]);
   if (ref.status === 0 && over)
